@@ -1,0 +1,203 @@
+#include "actor/event_loop.h"
+
+#include <signal.h>
+
+#include <kj/vector.h>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/detail/uv_event_port.h"
+#include "actor/detail/uv_io.h"
+
+namespace troupe {
+
+namespace {
+
+// A write to a socket whose peer has gone must fail with EPIPE, not kill the process. troupe's
+// own sockets use MSG_NOSIGNAL; this covers pipes and kj's helper threads, as kj itself does.
+void ignoreSigpipe() {
+  struct sigaction current;
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
+std::shared_ptr<spdlog::logger> silentLogger() {
+  return std::make_shared<spdlog::logger>("troupe", std::make_shared<spdlog::sinks::null_sink_mt>());
+}
+
+}  // namespace
+
+struct EventLoop::Impl {
+  explicit Impl(EventLoopOptions&& options)
+      : log(options.logger ? kj::mv(options.logger) : silentLogger()) {
+    detail::checkUv("uv_loop_init", uv_loop_init(&uv));
+    port = kj::heap<detail::UvEventPort>(&uv);
+    kjLoop = kj::heap<kj::EventLoop>(*port);
+    scope = kj::heap<kj::WaitScope>(*kjLoop);
+    lowLevel = kj::heap<detail::UvLowLevelIo>(&uv, port->timer());
+    provider = kj::newAsyncIoProvider(*lowLevel);
+  }
+
+  std::shared_ptr<spdlog::logger> log;
+  uv_loop_t uv;
+  kj::Own<detail::UvEventPort> port;
+  kj::Own<kj::EventLoop> kjLoop;
+  kj::Own<kj::WaitScope> scope;
+  kj::Own<detail::UvLowLevelIo> lowLevel;
+  kj::Own<kj::AsyncIoProvider> provider;
+};
+
+EventLoop::EventLoop(EventLoopOptions options) {
+  ignoreSigpipe();
+  impl = kj::heap<Impl>(kj::mv(options));
+}
+
+EventLoop::~EventLoop() noexcept(false) {
+  kj::UnwindDetector unwind;
+  // kj first: its objects close their libuv handles as they go.
+  impl->scope->cancelAllDetached();
+  impl->provider = nullptr;
+  impl->lowLevel = nullptr;
+  impl->scope = nullptr;
+  impl->kjLoop = nullptr;
+  impl->port = nullptr;
+
+  // Whatever is still open now was leaked by an object that outlived the loop.
+  kj::Vector<kj::String> leaked;
+  uv_walk(
+      &impl->uv,
+      [](uv_handle_t* handle, void* arg) {
+        if (uv_is_closing(handle)) return;
+        static_cast<kj::Vector<kj::String>*>(arg)->add(
+            kj::str(uv_handle_type_name(uv_handle_get_type(handle))));
+        handle->data = nullptr;
+        uv_close(handle, nullptr);
+      },
+      &leaked);
+  // Runs close callbacks and waits for thread-pool work that was abandoned mid-flight.
+  uv_run(&impl->uv, UV_RUN_DEFAULT);
+  int closed = uv_loop_close(&impl->uv);
+  impl = nullptr;
+
+  if (!unwind.isUnwinding()) {
+    KJ_REQUIRE(leaked.empty() && closed == 0,
+               "libuv handles outlived their EventLoop (destroy them before the loop)",
+               kj::strArray(leaked, ", "), closed);
+  }
+}
+
+kj::WaitScope& EventLoop::waitScope() { return *impl->scope; }
+kj::AsyncIoProvider& EventLoop::io() { return *impl->provider; }
+kj::LowLevelAsyncIoProvider& EventLoop::lowLevelIo() { return *impl->lowLevel; }
+kj::Network& EventLoop::network() { return impl->provider->getNetwork(); }
+kj::Timer& EventLoop::timer() { return impl->port->timer(); }
+const kj::Executor& EventLoop::executor() { return impl->kjLoop->getExecutor(); }
+uv_loop_t* EventLoop::uvLoop() { return &impl->uv; }
+const std::shared_ptr<spdlog::logger>& EventLoop::logger() const { return impl->log; }
+
+// ------------------------------------------------------------------------------------------------
+// offload
+
+namespace {
+
+class OffloadAdapter;
+
+// Owned by libuv from uv_queue_work() until the after-work callback, which either hands the
+// task back to the waiting promise or, if that promise was dropped, frees it.
+struct OffloadRequest {
+  uv_work_t req;
+  kj::Own<detail::OffloadTask> task;
+  OffloadAdapter* adapter;  // null once the promise was dropped
+};
+
+class OffloadAdapter {
+public:
+  OffloadAdapter(kj::PromiseFulfiller<kj::Own<detail::OffloadTask>>& fulfiller, uv_loop_t* loop,
+                 kj::Own<detail::OffloadTask> task)
+      : fulfiller(fulfiller), request(new OffloadRequest{{}, kj::mv(task), this}) {
+    request->req.data = request;
+    int status = uv_queue_work(loop, &request->req, &OffloadAdapter::work, &OffloadAdapter::done);
+    if (status < 0) {
+      delete request;
+      request = nullptr;
+      fulfiller.reject(KJ_EXCEPTION(FAILED, kj::str("uv_queue_work: ", uv_strerror(status))));
+    }
+  }
+
+  ~OffloadAdapter() noexcept(false) {
+    if (request != nullptr) {
+      // Dropped while queued or running: cancel if not started; otherwise let it finish.
+      request->adapter = nullptr;
+      uv_cancel(reinterpret_cast<uv_req_t*>(&request->req));
+    }
+  }
+
+private:
+  static void work(uv_work_t* req) { static_cast<OffloadRequest*>(req->data)->task->run(); }
+
+  static void done(uv_work_t* req, int) {
+    auto* r = static_cast<OffloadRequest*>(req->data);
+    if (r->adapter != nullptr) {
+      r->adapter->request = nullptr;
+      r->adapter->fulfiller.fulfill(kj::mv(r->task));
+    }
+    delete r;
+  }
+
+  kj::PromiseFulfiller<kj::Own<detail::OffloadTask>>& fulfiller;
+  OffloadRequest* request;
+};
+
+}  // namespace
+
+kj::Promise<kj::Own<detail::OffloadTask>> EventLoop::offloadTask(
+    kj::Own<detail::OffloadTask> task) {
+  return kj::newAdaptedPromise<kj::Own<detail::OffloadTask>, OffloadAdapter>(&impl->uv,
+                                                                            kj::mv(task));
+}
+
+// ------------------------------------------------------------------------------------------------
+// signals
+
+namespace {
+
+class SignalAdapter {
+public:
+  SignalAdapter(kj::PromiseFulfiller<int>& fulfiller, uv_loop_t* loop,
+                std::initializer_list<int> signals)
+      : fulfiller(fulfiller) {
+    for (int signum : signals) {
+      detail::UvHandle<uv_signal_t> handle;
+      detail::checkUv("uv_signal_init", uv_signal_init(loop, handle.get()));
+      handle.markInitialised();
+      handle->data = this;
+      detail::checkUv("uv_signal_start",
+                      uv_signal_start(
+                          handle.get(),
+                          [](uv_signal_t* h, int signum) {
+                            auto* self = static_cast<SignalAdapter*>(h->data);
+                            if (self != nullptr) self->fire(signum);
+                          },
+                          signum));
+      handles.add(kj::mv(handle));
+    }
+  }
+
+private:
+  void fire(int signum) {
+    for (auto& h : handles) uv_signal_stop(h.get());
+    fulfiller.fulfill(kj::mv(signum));
+  }
+
+  kj::PromiseFulfiller<int>& fulfiller;
+  kj::Vector<detail::UvHandle<uv_signal_t>> handles;
+};
+
+}  // namespace
+
+kj::Promise<int> EventLoop::onSignal(std::initializer_list<int> signals) {
+  return kj::newAdaptedPromise<int, SignalAdapter>(&impl->uv, signals);
+}
+
+}  // namespace troupe

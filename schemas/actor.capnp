@@ -1,0 +1,55 @@
+@0xe0371aae79f83315;
+# The wire contract between a troupe client and an ActorServer. Stable: fields are only ever
+# added, at new ordinals.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("troupe::schema");
+
+enum EndpointState {
+  # Lifecycle of a published endpoint. An endpoint that is gone is absent, not a state.
+  starting @0;   # registered, not yet serving
+  ready @1;      # serving calls
+  draining @2;   # refusing new calls while in-flight calls finish
+}
+
+struct MetadataEntry {
+  key @0 :Text;
+  value @1 :Text;
+}
+
+struct Endpoint {
+  # One hosted actor as a resolver publishes it.
+  name @0 :Text;           # "<job_id>/<actor>-<task_index>"
+  address @1 :Text;        # "tcp://host:port" or "unix:/path"
+  jobId @2 :Text;
+  actor @3 :Text;
+  taskIndex @4 :UInt32;
+  incarnation @5 :UInt64;  # differs on every start of the hosting process
+  state @6 :EndpointState;
+  metadata @7 :List(MetadataEntry);
+}
+
+struct ActorInfo {
+  # What an ActorServer says about one hosted actor, taken from the compiled schema.
+  name @0 :Text;            # the name it is hosted under
+  interfaceName @1 :Text;   # e.g. "calculator.capnp:Calculator"
+  interfaceId @2 :UInt64;
+  methods @3 :List(Text);   # method names, superclass methods included
+}
+
+interface ActorHost {
+  # The bootstrap capability of every ActorServer connection.
+
+  getActor @0 (name :Text) -> (actor :Capability, info :ActorInfo, incarnation :UInt64);
+  # The named actor. Fails with "troupe.actor_not_found" when nothing is hosted under that name
+  # and with "troupe.draining" once the server drains.
+
+  listActors @1 () -> (actors :List(ActorInfo), incarnation :UInt64);
+
+  ping @2 () -> (incarnation :UInt64, state :EndpointState);
+  # Cheap liveness check; `incarnation` changes when the hosting process restarts.
+
+  drain @3 (graceMillis :UInt32) -> ();
+  # Starts draining the whole server (0 = the server's configured grace period) and returns at
+  # once; the connection closes when the drain completes.
+}
