@@ -1,0 +1,93 @@
+#include "actor/actor_ref.h"
+
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/endpoint.h"
+#include "actor/errors.h"
+
+namespace troupe {
+
+namespace detail {
+
+ActorRefState::ActorRefState(kj::Own<Channel> channel, kj::StringPtr actorName,
+                             ActorRefOptions options)
+    : channel(kj::mv(channel)), actorName(actorName.cStr()), options(kj::mv(options)),
+      tasks(*this) {}
+
+kj::Exception ActorRefState::deadlineError(kj::Duration deadline) const {
+  return makeError(ErrorCode::DEADLINE_EXCEEDED,
+                   kj::str("call to '", actorName.c_str(), "' at ",
+                           channel->address().toString().c_str(), " did not finish within ",
+                           deadline / kj::MILLISECONDS, " ms; it may have run"));
+}
+
+void ActorRefState::taskFailed(kj::Exception&& exception) {
+  channel->loop().logger()->debug("looking up actor '{}': {}", actorName,
+                                  exception.getDescription().cStr());
+}
+
+}  // namespace detail
+
+ActorRefBase::ActorRefBase(kj::Own<Channel> channel, kj::StringPtr actorName,
+                           ActorRefOptions options) {
+  validateActorName(actorName);
+  state = kj::refcounted<detail::ActorRefState>(kj::mv(channel), actorName, kj::mv(options));
+}
+
+// Copies share the state: it is reference-counted, and sharing it is what copying means here.
+ActorRefBase::ActorRefBase(const ActorRefBase& other)
+    : state(kj::addRef(const_cast<detail::ActorRefState&>(*other.state))) {}
+
+ActorRefBase& ActorRefBase::operator=(const ActorRefBase& other) {
+  state = kj::addRef(const_cast<detail::ActorRefState&>(*other.state));
+  return *this;
+}
+
+ActorRefBase::~ActorRefBase() noexcept(false) {}
+
+capnp::Capability::Client ActorRefBase::capability() {
+  auto& s = *state;
+  KJ_IF_MAYBE(actor, s.actor) {
+    if (s.actorEpoch == s.channel->epoch()) return *actor;
+  }
+  // Ask the host for the actor and use the answer's capability at once (promise pipelining):
+  // the first call needs no extra round trip.
+  auto host = s.channel->host();
+  uint64_t epoch = s.channel->epoch();
+  auto request = host.getActorRequest();
+  request.setName(s.actorName.c_str());
+  auto response = request.send();
+  capnp::Capability::Client pipelined = response.getActor();
+  s.actor = pipelined;
+  s.actorEpoch = epoch;
+  // Once answered, call the actor directly rather than through the pipeline.
+  s.tasks.add(response.then(
+      [&s, epoch](capnp::Response<schema::ActorHost::GetActorResults>&& r) {
+        s.incarnation = r.getIncarnation();
+        if (s.actorEpoch == epoch) s.actor = r.getActor();
+      },
+      [&s, epoch](kj::Exception&& e) {
+        // Look it up again next time (it may be hosted later, or the connection may be new).
+        if (s.actorEpoch == epoch) s.actor = nullptr;
+        kj::throwFatalException(kj::mv(e));
+      }));
+  return pipelined;
+}
+
+kj::Maybe<uint64_t> ActorRefBase::incarnation() const { return state->incarnation; }
+
+kj::Promise<uint64_t> ActorRefBase::ping(CallOptions options) {
+  auto promise = state->channel->host().pingRequest().send().then(
+      [s = kj::addRef(*state)](capnp::Response<schema::ActorHost::PingResults>&& r) mutable {
+        s->incarnation = r.getIncarnation();
+        return r.getIncarnation();
+      });
+  return withDeadline(kj::mv(promise), options);
+}
+
+kj::StringPtr ActorRefBase::actorName() const { return state->actorName.c_str(); }
+
+Channel& ActorRefBase::channel() { return *state->channel; }
+
+}  // namespace troupe

@@ -1,0 +1,160 @@
+#pragma once
+// ActorRef<T>: a client handle to one actor, hosted under a name by the ActorServer at one
+// address.
+//
+//   auto calc = troupe::ActorRef<Calculator>::connect(loop, "tcp://127.0.0.1:40123", "calc");
+//   auto r = calc.call([](Calculator::Client c) {
+//                  auto q = c.addRequest(); q.setA(1); q.setB(2); return q.send(); },
+//                  {.deadline = 2 * kj::SECONDS}).wait(loop.waitScope());
+
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include <capnp/capability.h>
+#include <kj/async.h>
+#include <kj/refcount.h>
+
+#include "actor/channel.h"
+#include "actor/event_loop.h"
+
+namespace troupe {
+
+struct CallOptions {
+  // The call fails with DEADLINE_EXCEEDED if it has not finished this long after call() (the
+  // connection attempt, if one is needed, counts). On expiry the call is cancelled, on the server
+  // too unless the actor disallows cancellation. Default: the ActorRef's default deadline.
+  kj::Maybe<kj::Duration> deadline;
+
+  // The caller's statement that running the call twice is harmless. ActorRef never retries;
+  // pools (ActorPool) retry a call that may already have run only when this is true.
+  bool idempotent = false;
+};
+
+struct ActorRefOptions {
+  // The connection's settings (message limit, connect timeout).
+  ChannelOptions channel;
+
+  // Deadline for calls whose CallOptions name none. Default: none.
+  kj::Maybe<kj::Duration> defaultDeadline;
+};
+
+namespace detail {
+
+// What copies of one ActorRef share.
+class ActorRefState final : public kj::Refcounted, private kj::TaskSet::ErrorHandler {
+public:
+  ActorRefState(kj::Own<Channel> channel, kj::StringPtr actorName, ActorRefOptions options);
+
+  kj::Exception deadlineError(kj::Duration deadline) const;
+
+  kj::Own<Channel> channel;
+  const std::string actorName;
+  const ActorRefOptions options;
+  kj::Maybe<capnp::Capability::Client> actor;  // for connection `actorEpoch`
+  uint64_t actorEpoch = 0;
+  kj::Maybe<uint64_t> incarnation;
+  kj::TaskSet tasks;
+
+private:
+  void taskFailed(kj::Exception&& exception) override;
+};
+
+template <typename P>
+struct PromiseValue {
+  static_assert(sizeof(P) == 0, "a call function must return a kj::Promise or a RemotePromise");
+};
+template <typename V>
+struct PromiseValue<kj::Promise<V>> {
+  using Type = V;
+};
+template <typename R>
+struct PromiseValue<capnp::RemotePromise<R>> {
+  using Type = capnp::Response<R>;
+};
+
+}  // namespace detail
+
+// The untyped part of ActorRef<T>. Copies share the same state and connection.
+class ActorRefBase {
+public:
+  ActorRefBase(kj::Own<Channel> channel, kj::StringPtr actorName, ActorRefOptions options = {});
+  ActorRefBase(const ActorRefBase& other);
+  ActorRefBase& operator=(const ActorRefBase& other);
+  ActorRefBase(ActorRefBase&&) = default;
+  ActorRefBase& operator=(ActorRefBase&&) = default;
+  ~ActorRefBase() noexcept(false);
+
+  // The actor's capability on the current connection (connecting if needed). Calls on it fail
+  // with ACTOR_NOT_FOUND if nothing is hosted under the name, and with DISCONNECTED once this
+  // connection breaks; ask again afterwards.
+  capnp::Capability::Client capability();
+
+  // Applies the call's deadline (or the default one) to `promise`.
+  template <typename V>
+  kj::Promise<V> withDeadline(kj::Promise<V> promise, const CallOptions& options);
+
+  // The hosting process's incarnation as last reported by the server; null before the first
+  // successful lookup of the actor.
+  kj::Maybe<uint64_t> incarnation() const;
+
+  // Asks the server for its incarnation (and so whether it is alive).
+  kj::Promise<uint64_t> ping(CallOptions options = {});
+
+  kj::StringPtr actorName() const;
+  Channel& channel();
+
+private:
+  kj::Own<detail::ActorRefState> state;
+};
+
+// A typed handle to an actor implementing Cap'n Proto interface T. Belongs to its loop's thread.
+// Connects lazily, reuses the connection for every call, and connects again on the next call
+// after the connection broke. It never retries a call.
+template <typename T>
+class ActorRef : public ActorRefBase {
+public:
+  // A handle to the actor named `actorName` at `address` ("tcp://host:port" or "unix:/path").
+  // Throws INVALID_ARGUMENT for a malformed address or name; does not connect yet.
+  static ActorRef connect(EventLoop& loop, kj::StringPtr address, kj::StringPtr actorName,
+                          ActorRefOptions options = {}) {
+    return ActorRef(Channel::open(loop, address, options.channel), actorName, options);
+  }
+
+  // A handle sharing `channel` (one connection per address for many actors).
+  ActorRef(kj::Own<Channel> channel, kj::StringPtr actorName, ActorRefOptions options = {})
+      : ActorRefBase(kj::mv(channel), actorName, kj::mv(options)) {}
+
+  // The typed capability, for pipelining or streaming calls. See capability().
+  typename T::Client client() { return capability().template castAs<T>(); }
+
+  // Runs `fn(client)`, which makes one call (or a chain of them) and returns its promise, and
+  // applies the deadline. Resolves with the response; rejects with the error taxonomy of
+  // errors.h: an exception the actor raised arrives as FAILED with its message. Dropping the
+  // returned promise cancels the call.
+  template <typename Fn>
+  auto call(Fn&& fn, CallOptions options = {})
+      -> kj::Promise<typename detail::PromiseValue<
+          std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type> {
+    using Value = typename detail::PromiseValue<
+        std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type;
+    kj::Promise<Value> promise = kj::evalNow([&]() -> kj::Promise<Value> { return fn(client()); });
+    return withDeadline(kj::mv(promise), options);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+
+template <typename V>
+kj::Promise<V> ActorRefBase::withDeadline(kj::Promise<V> promise, const CallOptions& options) {
+  kj::Maybe<kj::Duration> deadline = options.deadline;
+  if (deadline == nullptr) deadline = state->options.defaultDeadline;
+  KJ_IF_MAYBE(d, deadline) {
+    auto expired = state->channel->loop().timer().afterDelay(*d).then(
+        [s = kj::addRef(*state), d = *d]() -> kj::Promise<V> { return s->deadlineError(d); });
+    return promise.exclusiveJoin(kj::mv(expired));
+  }
+  return promise;
+}
+
+}  // namespace troupe

@@ -1,0 +1,425 @@
+#include "actor/actor_server.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <set>
+
+#include <kj/debug.h>
+#include <kj/vector.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/address.h"
+#include "actor/detail/actor_gate.h"
+#include "actor/detail/listen_socket.h"
+#include "actor/detail/rpc_connection.h"
+#include "actor/errors.h"
+
+namespace troupe {
+
+namespace {
+
+uint64_t freshIncarnation() {
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+}
+
+bool isWildcardHost(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "*";
+}
+
+std::string machineName() {
+  char name[256];
+  if (gethostname(name, sizeof(name)) != 0) return "localhost";
+  name[sizeof(name) - 1] = '\0';
+  return name;
+}
+
+// How long, past the grace period, replies already produced may take to reach the wire.
+constexpr kj::Duration FLUSH_ALLOWANCE = 1 * kj::SECONDS;
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+
+struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
+  Impl(EventLoop& loop, JobContext job, ActorServerOptions options)
+      : loop(loop),
+        job(kj::mv(job)),
+        options(kj::mv(options)),
+        log(this->options.logger ? this->options.logger : loop.logger()),
+        incarnation(this->options.incarnation != 0 ? this->options.incarnation
+                                                   : freshIncarnation()),
+        acceptTasks(kj::heap<kj::TaskSet>(*this)),
+        connectionTasks(kj::heap<kj::TaskSet>(*this)) {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    drainStarted = paf.promise.fork();
+    drainStartedFulfiller = kj::mv(paf.fulfiller);
+  }
+
+  ~Impl() noexcept(false) {
+    // Connections first: they hold the gates, which refer to the actors and the tracker.
+    connectionTasks = nullptr;
+    acceptTasks = nullptr;
+    closeListeners();
+  }
+
+  struct Listener {
+    detail::ListenSocket socket;
+    std::string text;
+  };
+
+  // One accepted connection; lives in connectionTasks until its peer goes.
+  class Connection {
+  public:
+    Connection(Impl& server, kj::Own<kj::AsyncIoStream> stream)
+        : server(server),
+          rpc(kj::mv(stream), server.bootstrapCap(), server.options.maxMessageBytes) {
+      server.connections.insert(this);
+    }
+    ~Connection() noexcept(false) { server.connections.erase(this); }
+    Impl& server;
+    detail::RpcConnection rpc;
+  };
+
+  void taskFailed(kj::Exception&& exception) override {
+    log->debug("connection task ended: {}", exception.getDescription().cStr());
+  }
+
+  capnp::Capability::Client bootstrapCap();
+
+  // --- actors
+
+  detail::HostedActor& find(kj::StringPtr name) {
+    for (auto& a : actors) {
+      if (a->name == name.cStr()) return *a;
+    }
+    kj::Vector<kj::StringPtr> names;
+    for (auto& a : actors) names.add(kj::StringPtr(a->name.c_str()));
+    throwError(ErrorCode::ACTOR_NOT_FOUND,
+               kj::str("no actor named '", name, "' at ", endpointAddress().c_str(),
+                       " (hosted: ", names.empty() ? kj::str("none") : kj::strArray(names, ", "),
+                       ")"));
+  }
+
+  void fillInfo(const detail::HostedActor& actor, schema::ActorInfo::Builder info) {
+    info.setName(actor.name.c_str());
+    info.setInterfaceName(actor.schema.getProto().getDisplayName());
+    info.setInterfaceId(actor.schema.getProto().getId());
+    kj::Vector<kj::StringPtr> methods;
+    std::set<uint64_t> seen;
+    collectMethods(actor.schema, methods, seen);
+    auto list = info.initMethods(methods.size());
+    for (uint i = 0; i < methods.size(); ++i) list.set(i, methods[i]);
+  }
+
+  static void collectMethods(capnp::InterfaceSchema schema, kj::Vector<kj::StringPtr>& out,
+                             std::set<uint64_t>& seen) {
+    if (!seen.insert(schema.getProto().getId()).second) return;
+    for (auto method : schema.getMethods()) out.add(method.getProto().getName());
+    for (auto super : schema.getSuperclasses()) collectMethods(super, out, seen);
+  }
+
+  // --- endpoints
+
+  EndpointState endpointState() const {
+    return state == ServerState::DRAINING ? EndpointState::DRAINING
+           : state == ServerState::SERVING ? EndpointState::READY
+                                           : EndpointState::STARTING;
+  }
+
+  std::string endpointAddress() const {
+    if (!options.advertiseAddress.empty()) return options.advertiseAddress;
+    if (listeners.empty()) return "";
+    Address a = listeners[0]->socket.bound;
+    if (a.kind == Address::Kind::TCP && isWildcardHost(a.host)) {
+      a.host = job.advertiseHost.empty() ? machineName() : job.advertiseHost;
+    }
+    return a.toString();
+  }
+
+  Endpoint endpointOf(const detail::HostedActor& actor) const {
+    Endpoint e;
+    e.name = job.endpointName(actor.name.c_str());
+    e.address = endpointAddress();
+    e.jobId = job.jobId;
+    e.actor = actor.name;
+    e.taskIndex = job.taskIndex;
+    e.incarnation = incarnation;
+    e.state = endpointState();
+    return e;
+  }
+
+  void announceAll() {
+    KJ_IF_MAYBE(l, listener) {
+      for (auto& a : actors) l->endpointChanged(endpointOf(*a));
+    }
+  }
+
+  // --- serving
+
+  kj::Promise<void> acceptLoop(Listener& l) {
+    return l.socket.receiver->accept().then(
+        [this, &l](kj::Own<kj::AsyncIoStream> stream) {
+          startConnection(kj::mv(stream));
+          return acceptLoop(l);
+        },
+        [this, &l](kj::Exception&& e) {
+          // Out of file descriptors, say: keep the listener and try again shortly.
+          log->warn("accept on {} failed: {}; retrying in 100 ms", l.text,
+                    e.getDescription().cStr());
+          return loop.timer().afterDelay(100 * kj::MILLISECONDS).then([this, &l]() {
+            return acceptLoop(l);
+          });
+        });
+  }
+
+  void startConnection(kj::Own<kj::AsyncIoStream> stream) {
+    auto connection = kj::heap<Connection>(*this, kj::mv(stream));
+    auto disconnected = connection->rpc.onDisconnect();
+    connectionTasks->add(disconnected.attach(kj::mv(connection)));
+  }
+
+  // Resolves once every connection has written what it queued, or at `limit`.
+  kj::Promise<void> flush(kj::TimePoint limit) {
+    for (auto* c : connections) {
+      if (c->rpc.queuedMessages() > 0 && loop.timer().now() < limit) {
+        return loop.timer().afterDelay(1 * kj::MILLISECONDS).then([this, limit]() {
+          return flush(limit);
+        });
+      }
+    }
+    return kj::READY_NOW;
+  }
+
+  void startDrain(kj::Duration grace) {
+    if (drainDone != nullptr) return;
+    drainStartedFulfiller->fulfill();
+    if (state == ServerState::STOPPED) {
+      drainDone = kj::Promise<void>(kj::READY_NOW).fork();
+      return;
+    }
+    state = ServerState::DRAINING;
+    tracker.draining = true;
+    log->info("draining {} (grace {} ms, {} calls in flight)", endpointAddress(),
+              grace / kj::MILLISECONDS, tracker.inFlight());
+    announceAll();
+
+    auto deadline = loop.timer().now() + grace;
+    auto callsDone = tracker.whenIdle()
+                         .then([]() {
+                           // Let the RPC system turn the last results into replies.
+                           return kj::evalLast([]() {});
+                         })
+                         .then([this, deadline]() { return flush(deadline + FLUSH_ALLOWANCE); });
+    auto graceOver = loop.timer().atTime(deadline).then([this]() {
+      log->warn("grace period over with {} calls in flight; closing their connections",
+                tracker.inFlight());
+    });
+    drainDone = callsDone.exclusiveJoin(kj::mv(graceOver))
+                    .then([this]() { stop(); })
+                    .eagerlyEvaluate([this](kj::Exception&& e) {
+                      log->error("drain failed: {}", e.getDescription().cStr());
+                      stop();
+                    })
+                    .fork();
+  }
+
+  void closeListeners() {
+    for (auto& l : listeners) {
+      l->socket.receiver = nullptr;
+      if (l->socket.ownsPath) detail::removeSocketFile(l->socket.bound);
+    }
+    listeners.clear();
+  }
+
+  void stop() {
+    if (state == ServerState::STOPPED) return;
+    auto gone = kj::heapArrayBuilder<Endpoint>(actors.size());
+    for (auto& a : actors) gone.add(endpointOf(*a));
+    acceptTasks = kj::heap<kj::TaskSet>(*this);
+    auto address = endpointAddress();
+    closeListeners();
+    connectionTasks = kj::heap<kj::TaskSet>(*this);  // closes every connection
+    state = ServerState::STOPPED;
+    tracker.draining = true;
+    KJ_IF_MAYBE(l, listener) {
+      for (auto& e : gone) l->endpointRemoved(e);
+    }
+    log->info("stopped {}", address);
+  }
+
+  EventLoop& loop;
+  JobContext job;
+  ActorServerOptions options;
+  std::shared_ptr<spdlog::logger> log;
+  uint64_t incarnation;
+  ServerState state = ServerState::STARTING;
+
+  detail::CallTracker tracker;
+  kj::Vector<kj::Own<detail::HostedActor>> actors;
+  kj::Vector<kj::Own<Listener>> listeners;
+  std::set<Connection*> connections;
+  kj::Maybe<EndpointListener&> listener;
+  kj::Maybe<capnp::Capability::Client> bootstrap;
+
+  kj::Own<kj::TaskSet> acceptTasks;
+  kj::Own<kj::TaskSet> connectionTasks;
+  kj::ForkedPromise<void> drainStarted = nullptr;
+  kj::Own<kj::PromiseFulfiller<void>> drainStartedFulfiller;
+  kj::Maybe<kj::ForkedPromise<void>> drainDone;
+};
+
+// ------------------------------------------------------------------------------------------------
+// The bootstrap capability of every connection.
+
+namespace {
+
+class ActorHostImpl final : public schema::ActorHost::Server {
+public:
+  explicit ActorHostImpl(ActorServer::Impl& server) : server(server) {}
+
+protected:
+  kj::Promise<void> getActor(GetActorContext context) override {
+    auto name = context.getParams().getName();
+    if (server.tracker.draining) {
+      throwError(ErrorCode::DRAINING,
+                 kj::str("server at ", server.endpointAddress().c_str(),
+                         " is draining; actor '", name, "' takes no new calls"));
+    }
+    auto& actor = server.find(name);
+    auto results = context.getResults();
+    results.setActor(actor.client());
+    server.fillInfo(actor, results.initInfo());
+    results.setIncarnation(server.incarnation);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> listActors(ListActorsContext context) override {
+    auto results = context.getResults();
+    auto list = results.initActors(server.actors.size());
+    for (uint i = 0; i < server.actors.size(); ++i) server.fillInfo(*server.actors[i], list[i]);
+    results.setIncarnation(server.incarnation);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> ping(PingContext context) override {
+    auto results = context.getResults();
+    results.setIncarnation(server.incarnation);
+    results.setState(toCapnp(server.endpointState()));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> drain(DrainContext context) override {
+    auto millis = context.getParams().getGraceMillis();
+    server.log->info("drain requested by a peer");
+    server.startDrain(millis == 0 ? server.options.drainGracePeriod
+                                  : millis * kj::MILLISECONDS);
+    return kj::READY_NOW;
+  }
+
+private:
+  ActorServer::Impl& server;
+};
+
+}  // namespace
+
+capnp::Capability::Client ActorServer::Impl::bootstrapCap() {
+  KJ_IF_MAYBE(b, bootstrap) {
+    return *b;
+  }
+  capnp::Capability::Client cap = kj::heap<ActorHostImpl>(*this);
+  bootstrap = cap;
+  return cap;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+ActorServer::ActorServer(EventLoop& loop, JobContext job, ActorServerOptions options)
+    : impl(kj::heap<Impl>(loop, kj::mv(job), kj::mv(options))) {
+  validateJobId(impl->job.jobId.c_str());
+}
+
+ActorServer::~ActorServer() noexcept(false) {}
+
+void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema schema,
+                                 capnp::Capability::Client actor, ActorOptions options) {
+  validateActorName(name);
+  KJ_REQUIRE(impl->state == ServerState::STARTING || impl->state == ServerState::SERVING,
+             "cannot host an actor on a server that drains or has stopped", name);
+  for (auto& a : impl->actors) {
+    if (a->name == name.cStr()) {
+      throwError(ErrorCode::INVALID_ARGUMENT, kj::str("an actor named '", name,
+                                                      "' is already hosted here"));
+    }
+  }
+  impl->actors.add(
+      kj::heap<detail::HostedActor>(name, schema, kj::mv(actor), options, impl->tracker));
+  if (impl->state == ServerState::SERVING) {
+    KJ_IF_MAYBE(l, impl->listener) {
+      l->endpointChanged(impl->endpointOf(*impl->actors.back()));
+    }
+  }
+}
+
+std::string ActorServer::listen(kj::StringPtr text) {
+  KJ_REQUIRE(impl->state == ServerState::STARTING || impl->state == ServerState::SERVING,
+             "cannot listen on a server that drains or has stopped");
+  auto address = Address::parse(text);
+  auto l = kj::heap<Impl::Listener>();
+  l->socket = detail::openListenSocket(impl->loop.lowLevelIo(), address);
+  l->text = l->socket.bound.toString();
+  auto bound = l->text;
+  auto& ref = *l;
+  impl->listeners.add(kj::mv(l));
+  impl->acceptTasks->add(impl->acceptLoop(ref));
+  impl->log->info("listening on {} (incarnation {})", bound, impl->incarnation);
+  if (impl->state == ServerState::STARTING) {
+    impl->state = ServerState::SERVING;
+    impl->announceAll();
+  }
+  return bound;
+}
+
+kj::Promise<void> ActorServer::serve() {
+  if (impl->state == ServerState::STARTING) {
+    listen(impl->job.advertiseHost.empty() ? "tcp://127.0.0.1:0" : "tcp://0.0.0.0:0");
+  }
+  auto signal = impl->loop.onSignal({SIGTERM, SIGINT}).then([this](int signum) {
+    impl->log->info("received {}; draining", strsignal(signum));
+  });
+  return signal.exclusiveJoin(impl->drainStarted.addBranch()).then([this]() { return drain(); });
+}
+
+void ActorServer::serveUntilSignal() { serve().wait(impl->loop.waitScope()); }
+
+kj::Promise<void> ActorServer::drain(kj::Maybe<kj::Duration> grace) {
+  impl->startDrain(grace.orDefault(impl->options.drainGracePeriod));
+  return KJ_ASSERT_NONNULL(impl->drainDone).addBranch();
+}
+
+ServerState ActorServer::state() const { return impl->state; }
+uint64_t ActorServer::incarnation() const { return impl->incarnation; }
+const JobContext& ActorServer::job() const { return impl->job; }
+uint64_t ActorServer::callsInFlight() const { return impl->tracker.inFlight(); }
+
+kj::Array<Endpoint> ActorServer::endpoints() const {
+  if (impl->state == ServerState::STARTING || impl->state == ServerState::STOPPED) {
+    return nullptr;
+  }
+  return KJ_MAP(a, impl->actors) { return impl->endpointOf(*a); };
+}
+
+kj::Array<std::string> ActorServer::listenAddresses() const {
+  return KJ_MAP(l, impl->listeners) { return l->text; };
+}
+
+void ActorServer::setEndpointListener(kj::Maybe<EndpointListener&> listener) {
+  impl->listener = listener;
+  if (impl->state == ServerState::SERVING || impl->state == ServerState::DRAINING) {
+    impl->announceAll();
+  }
+}
+
+}  // namespace troupe

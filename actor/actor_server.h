@@ -1,0 +1,142 @@
+#pragma once
+// ActorServer: hosts named actors (Cap'n Proto interface implementations) in this process and
+// serves them over Cap'n Proto RPC on TCP or unix sockets.
+
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include <capnp/capability.h>
+#include <capnp/schema.h>
+#include <kj/async.h>
+#include <kj/time.h>
+
+#include "actor/endpoint.h"
+#include "actor/event_loop.h"
+#include "actor/job_context.h"
+#include "actor/limits.h"
+
+namespace troupe {
+
+struct ActorServerOptions {
+  // How long drain() lets in-flight calls finish before closing their connections (those calls
+  // then fail with DISCONNECTED on the caller's side). Default 30 s.
+  kj::Duration drainGracePeriod = 30 * kj::SECONDS;
+
+  // Largest message accepted or sent, in bytes; see limits.h. Clients must use the same limit.
+  // Default DEFAULT_MAX_MESSAGE_BYTES (512 MiB).
+  uint64_t maxMessageBytes = DEFAULT_MAX_MESSAGE_BYTES;
+
+  // This process start's incarnation; 0 (the default) derives a fresh one from the wall clock,
+  // larger than that of any earlier start on a machine whose clock does not go backwards.
+  uint64_t incarnation = 0;
+
+  // Address published in endpoints; "" (the default) uses the first listener's address, with a
+  // wildcard host (0.0.0.0, ::) replaced by JobContext::advertiseHost or this machine's name.
+  std::string advertiseAddress;
+
+  // Where the server logs (listening, draining, failed connections). Default: the loop's logger.
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+struct ActorOptions {
+  // How many calls to this actor may be in progress at once; a call is in progress until the
+  // promise its method returned completes. Further calls wait, in arrival order. 1 (the
+  // default) runs calls one at a time; 0 lets calls interleave whenever a method waits on a
+  // promise (Cap'n Proto's own behaviour).
+  uint32_t maxConcurrency = 1;
+
+  // Whether a call is cancelled on the server when its caller cancels it (drops the promise or
+  // its deadline passes): the promise the method returned is dropped. Default true. Set false
+  // for an actor whose methods must not stop half-way.
+  bool allowCancellation = true;
+};
+
+// Receives the server's endpoint changes; a publisher in resolver/ turns them into
+// registrations. Called on the loop thread.
+class EndpointListener {
+public:
+  virtual ~EndpointListener() noexcept(false) = default;
+  // An endpoint appeared (an actor was hosted while listening, or the server started
+  // listening) or its state changed.
+  virtual void endpointChanged(const Endpoint& endpoint) = 0;
+  // The endpoint is gone (the server stopped).
+  virtual void endpointRemoved(const Endpoint& endpoint) = 0;
+};
+
+enum class ServerState : uint8_t {
+  STARTING,  // not listening yet
+  SERVING,   // listening; endpoints READY
+  DRAINING,  // refusing new calls, letting in-flight ones finish
+  STOPPED,   // listeners and connections closed
+};
+
+// Belongs to the loop it was made with; destroy it before that loop. Destroying it closes every
+// listener and connection at once (calls in flight fail with DISCONNECTED on their callers'
+// side); drain() first for a graceful stop.
+class ActorServer {
+public:
+  ActorServer(EventLoop& loop, JobContext job, ActorServerOptions options = {});
+  ~ActorServer() noexcept(false);
+  KJ_DISALLOW_COPY(ActorServer);
+
+  // Hosts `impl` under `name` as an actor of interface T. The actor is reachable at once on
+  // every listener and published as "<job_id>/<name>-<task_index>". Throws INVALID_ARGUMENT for a
+  // bad name or one already hosted, and after drain() started.
+  template <typename T, typename Impl>
+  void host(kj::StringPtr name, kj::Own<Impl> impl, ActorOptions options = {}) {
+    static_assert(std::is_base_of_v<typename T::Server, Impl>,
+                  "host<T>(name, impl): impl must implement T::Server");
+    hostCapability(name, capnp::Schema::from<T>(), capnp::Capability::Client(kj::mv(impl)),
+                   options);
+  }
+
+  // The untyped form of host(): `actor` is any capability implementing `schema`.
+  void hostCapability(kj::StringPtr name, capnp::InterfaceSchema schema,
+                      capnp::Capability::Client actor, ActorOptions options = {});
+
+  // Starts listening on `address` ("tcp://host:port" with port 0 for any free port, or
+  // "unix:/path") and returns the address bound, with the port filled in. May be called more
+  // than once. The first call moves the server to SERVING and its endpoints to READY. Throws
+  // INVALID_ARGUMENT for a malformed address and ADDRESS_IN_USE when it is taken. A stale unix
+  // socket file (nothing listening behind it) is replaced; it is removed again on stop.
+  std::string listen(kj::StringPtr address);
+
+  // Serves until SIGTERM or SIGINT arrives, or a drain is requested (drain() or a peer's
+  // ActorHost.drain), then drains and resolves once stopped. Listens on tcp://127.0.0.1:0
+  // first if listen() was never called (tcp://0.0.0.0:0 when JobContext::advertiseHost is set).
+  kj::Promise<void> serve();
+
+  // serve().wait(loop.waitScope()): the last line of a replica's main().
+  void serveUntilSignal();
+
+  // Graceful stop: endpoints go DRAINING, new calls are refused with DRAINING (they never ran,
+  // so callers may send them elsewhere), calls in flight finish within `grace` (default:
+  // options.drainGracePeriod), their replies are flushed, then listeners and connections close
+  // and endpoints are removed. Resolves when stopped; calling it again joins the same drain.
+  kj::Promise<void> drain(kj::Maybe<kj::Duration> grace = nullptr);
+
+  ServerState state() const;
+  uint64_t incarnation() const;
+  const JobContext& job() const;
+
+  // One endpoint per hosted actor, in hosting order; empty until the server listens.
+  kj::Array<Endpoint> endpoints() const;
+
+  // Addresses bound by listen(), in order.
+  kj::Array<std::string> listenAddresses() const;
+
+  // Calls accepted and not yet finished, across all actors (queued ones included).
+  uint64_t callsInFlight() const;
+
+  // Tells `listener` about endpoint changes from now on, starting with the current endpoints.
+  // It must outlive the server or be removed first. At most one listener at a time.
+  void setEndpointListener(kj::Maybe<EndpointListener&> listener);
+
+  struct Impl;
+
+private:
+  kj::Own<Impl> impl;
+};
+
+}  // namespace troupe

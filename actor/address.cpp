@@ -1,0 +1,89 @@
+#include "actor/address.h"
+
+#include <sys/un.h>
+
+#include "actor/errors.h"
+
+namespace troupe {
+
+namespace {
+
+[[noreturn]] void bad(kj::StringPtr text, kj::StringPtr why) {
+  throwError(ErrorCode::INVALID_ARGUMENT,
+             kj::str("bad address '", text, "': ", why,
+                     " (expected tcp://HOST:PORT or unix:/PATH)"));
+}
+
+}  // namespace
+
+Address Address::parse(kj::StringPtr text) {
+  Address a;
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) bad("...", "contains control characters");
+  }
+  if (text.startsWith("unix:")) {
+    a.kind = Kind::UNIX;
+    kj::StringPtr path = text.slice(5);
+    if (path.startsWith("//")) path = path.slice(2);
+    if (path.size() == 0) bad(text, "empty socket path");
+    if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+      bad(text, kj::str("socket path is ", path.size(), " bytes; the limit is ",
+                        sizeof(sockaddr_un::sun_path) - 1));
+    }
+    a.path = path.cStr();
+    return a;
+  }
+  kj::StringPtr rest = text;
+  if (rest.startsWith("tcp://")) {
+    rest = rest.slice(6);
+  } else {
+    for (size_t i = 0; i + 3 <= rest.size(); ++i) {
+      if (rest.slice(i).startsWith("://")) bad(text, "unknown scheme");
+    }
+  }
+  kj::StringPtr portText;
+  if (rest.startsWith("[")) {
+    KJ_IF_MAYBE(close, rest.findFirst(']')) {
+      a.host = std::string(rest.begin() + 1, *close - 1);
+      kj::StringPtr after = rest.slice(*close + 1);
+      if (!after.startsWith(":")) bad(text, "no port after ']'");
+      portText = after.slice(1);
+    } else {
+      bad(text, "unclosed '['");
+    }
+  } else {
+    KJ_IF_MAYBE(colon, rest.findLast(':')) {
+      a.host = std::string(rest.begin(), *colon);
+      portText = rest.slice(*colon + 1);
+      if (a.host.find(':') != std::string::npos) bad(text, "IPv6 hosts go in brackets");
+    } else {
+      bad(text, "no port");
+    }
+  }
+  if (a.host.empty()) bad(text, "empty host");
+  if (portText.size() == 0 || portText.size() > 5) bad(text, "bad port");
+  uint32_t port = 0;
+  for (char c : portText) {
+    if (c < '0' || c > '9') bad(text, "port is not a number");
+    port = port * 10 + (c - '0');
+  }
+  if (port > 65535) bad(text, "port above 65535");
+  a.port = static_cast<uint16_t>(port);
+  return a;
+}
+
+std::string Address::toString() const {
+  if (kind == Kind::UNIX) return "unix:" + path;
+  if (host.find(':') != std::string::npos) {
+    return "tcp://[" + host + "]:" + std::to_string(port);
+  }
+  return "tcp://" + host + ":" + std::to_string(port);
+}
+
+kj::String Address::toKjAddress() const {
+  if (kind == Kind::UNIX) return kj::str("unix:", path.c_str());
+  if (host.find(':') != std::string::npos) return kj::str('[', host.c_str(), "]:", port);
+  return kj::str(host.c_str(), ':', port);
+}
+
+}  // namespace troupe

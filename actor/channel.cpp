@@ -1,0 +1,108 @@
+#include "actor/channel.h"
+
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/detail/rpc_connection.h"
+#include "actor/errors.h"
+
+namespace troupe {
+
+class Channel::ErrorHandler final : public kj::TaskSet::ErrorHandler {
+public:
+  explicit ErrorHandler(Channel& channel) : channel(channel) {}
+  void taskFailed(kj::Exception&& e) override {
+    channel.loop_.logger()->debug("channel to {}: {}", channel.addressText,
+                                  e.getDescription().cStr());
+  }
+
+private:
+  Channel& channel;
+};
+
+kj::Own<Channel> Channel::open(EventLoop& loop, kj::StringPtr address, ChannelOptions options) {
+  return kj::refcounted<Channel>(loop, Address::parse(address), options);
+}
+
+Channel::Channel(EventLoop& loop, Address address, ChannelOptions options)
+    : loop_(loop),
+      address_(kj::mv(address)),
+      addressText(address_.toString()),
+      options(options),
+      errorHandler(kj::heap<ErrorHandler>(*this)),
+      tasks(kj::heap<kj::TaskSet>(*errorHandler)) {}
+
+Channel::~Channel() noexcept(false) {
+  // Capabilities and the connection go before the tasks that watch them.
+  pending = nullptr;
+  direct = nullptr;
+  connection = nullptr;
+  tasks = nullptr;
+}
+
+schema::ActorHost::Client Channel::host() {
+  KJ_IF_MAYBE(d, direct) {
+    return *d;
+  }
+  if (pending == nullptr) startConnecting();
+  return KJ_ASSERT_NONNULL(pending);
+}
+
+bool Channel::isConnected() const { return direct != nullptr; }
+
+void Channel::disconnect() {
+  if (pending != nullptr || direct != nullptr || connection != nullptr) reset();
+}
+
+void Channel::startConnecting() {
+  uint64_t attempt = ++epoch_;
+  auto connected =
+      loop_.network()
+          .parseAddress(address_.toKjAddress())
+          .then([](kj::Own<kj::NetworkAddress> addr) {
+            auto& ref = *addr;
+            return ref.connect().attach(kj::mv(addr));
+          })
+          .then([this, attempt](kj::Own<kj::AsyncIoStream> stream) -> schema::ActorHost::Client {
+            auto conn = kj::heap<detail::RpcConnection>(kj::mv(stream), options.maxMessageBytes);
+            auto cap = conn->bootstrap().castAs<schema::ActorHost>();
+            if (attempt != epoch_) return cap;  // superseded by disconnect(); let it go
+            tasks->add(conn->onDisconnect().then([this, attempt]() {
+              if (attempt == epoch_) reset();
+            }));
+            connection = kj::mv(conn);
+            direct = cap;
+            return cap;
+          });
+  auto timeout = loop_.timer().afterDelay(options.connectTimeout).then(
+      [this]() -> schema::ActorHost::Client {
+        kj::throwFatalException(
+            KJ_EXCEPTION(DISCONNECTED, "timed out after", options.connectTimeout / kj::MILLISECONDS,
+                         "ms"));
+      });
+  auto guarded = connected.exclusiveJoin(kj::mv(timeout))
+                     .catch_([this, attempt](kj::Exception&& e) -> schema::ActorHost::Client {
+                       if (attempt == epoch_) reset();
+                       kj::throwFatalException(makeError(
+                           ErrorCode::UNREACHABLE,
+                           kj::str("cannot connect to ", addressText.c_str(), ": ",
+                                   e.getDescription())));
+                     });
+  pending = schema::ActorHost::Client(kj::mv(guarded));
+}
+
+void Channel::reset() {
+  ++epoch_;
+  // Callers may be inside a continuation of the very objects dropped here: let them go on a
+  // later turn.
+  auto oldConnection = kj::mv(connection);
+  auto oldPending = kj::mv(pending);
+  auto oldDirect = kj::mv(direct);
+  connection = nullptr;
+  pending = nullptr;
+  direct = nullptr;
+  tasks->add(kj::evalLater([c = kj::mv(oldConnection), p = kj::mv(oldPending),
+                            d = kj::mv(oldDirect)]() {}));
+}
+
+}  // namespace troupe

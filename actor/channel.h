@@ -1,0 +1,79 @@
+#pragma once
+// Channel: the connection to one ActorServer address, made when first needed and made again
+// after it breaks. ActorRefs to actors at the same address can share one.
+
+#include <string>
+
+#include <kj/async.h>
+#include <kj/refcount.h>
+
+#include "actor/address.h"
+#include "actor/event_loop.h"
+#include "actor/limits.h"
+#include "schemas/actor.capnp.h"
+
+namespace troupe {
+
+namespace detail {
+class RpcConnection;
+}
+
+struct ChannelOptions {
+  // Largest message sent or accepted, in bytes; must match the server's. Default 512 MiB.
+  uint64_t maxMessageBytes = DEFAULT_MAX_MESSAGE_BYTES;
+
+  // How long a connection attempt may take before calls waiting on it fail with UNREACHABLE.
+  // Default 10 s.
+  kj::Duration connectTimeout = 10 * kj::SECONDS;
+};
+
+// Belongs to the loop it was opened on. Shared by reference counting (addRef()); the last
+// reference closes the connection, failing calls still in flight with DISCONNECTED.
+class Channel final : public kj::Refcounted {
+public:
+  // Throws INVALID_ARGUMENT for a malformed address. Does not connect yet.
+  static kj::Own<Channel> open(EventLoop& loop, kj::StringPtr address, ChannelOptions options = {});
+
+  Channel(EventLoop& loop, Address address, ChannelOptions options);
+  ~Channel() noexcept(false);
+  KJ_DISALLOW_COPY(Channel);
+
+  kj::Own<Channel> addRef() { return kj::addRef(*this); }
+
+  // The server's ActorHost. Starts connecting if there is no connection; calls made before it
+  // is up wait for it, and fail with UNREACHABLE if it cannot be made (the next call tries
+  // again). After a disconnect, calls on a capability obtained earlier fail with DISCONNECTED;
+  // call host() again for the new connection.
+  schema::ActorHost::Client host();
+
+  // Changes whenever the connection is replaced or lost: a capability obtained through host()
+  // (or from the server through it) is current while epoch() returns what it did then.
+  uint64_t epoch() const { return epoch_; }
+
+  // True once connected, until the connection breaks.
+  bool isConnected() const;
+
+  // Drops the current connection (calls in flight on it fail with DISCONNECTED).
+  void disconnect();
+
+  const Address& address() const { return address_; }
+  EventLoop& loop() { return loop_; }
+
+private:
+  class ErrorHandler;
+  void startConnecting();
+  void reset();
+
+  EventLoop& loop_;
+  Address address_;
+  std::string addressText;
+  ChannelOptions options;
+  uint64_t epoch_ = 0;
+  kj::Maybe<schema::ActorHost::Client> pending;  // while connecting: queues calls
+  kj::Maybe<schema::ActorHost::Client> direct;   // once connected
+  kj::Maybe<kj::Own<detail::RpcConnection>> connection;
+  kj::Own<ErrorHandler> errorHandler;
+  kj::Own<kj::TaskSet> tasks;
+};
+
+}  // namespace troupe

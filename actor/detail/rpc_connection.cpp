@@ -1,0 +1,37 @@
+#include "actor/detail/rpc_connection.h"
+
+#include <capnp/message.h>
+
+namespace troupe::detail {
+
+namespace {
+
+capnp::ReaderOptions readerOptions(uint64_t maxMessageBytes) {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = maxMessageBytes / sizeof(capnp::word);
+  return options;
+}
+
+}  // namespace
+
+RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream,
+                             capnp::Capability::Client bootstrap, uint64_t maxMessageBytes)
+    : stream(kj::mv(stream)),
+      network(*this->stream, capnp::rpc::twoparty::Side::SERVER, readerOptions(maxMessageBytes)),
+      rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+
+RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, uint64_t maxMessageBytes)
+    : stream(kj::mv(stream)),
+      network(*this->stream, capnp::rpc::twoparty::Side::CLIENT, readerOptions(maxMessageBytes)),
+      rpc(capnp::makeRpcClient(network)) {}
+
+capnp::Capability::Client RpcConnection::bootstrap() {
+  capnp::word scratch[4];
+  memset(scratch, 0, sizeof(scratch));
+  capnp::MallocMessageBuilder message(scratch);
+  auto vatId = message.getRoot<capnp::rpc::twoparty::VatId>();
+  vatId.setSide(capnp::rpc::twoparty::Side::SERVER);
+  return rpc.bootstrap(vatId);
+}
+
+}  // namespace troupe::detail

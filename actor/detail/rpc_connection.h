@@ -1,0 +1,36 @@
+#pragma once
+// One Cap'n Proto RPC connection over a byte stream, with troupe's message limit. The server
+// side serves a bootstrap capability; the client side reaches the server's.
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+namespace troupe::detail {
+
+// Belongs to the loop thread that made the stream. Dropping it closes the connection: calls in
+// flight on it fail with DISCONNECTED on the other side.
+class RpcConnection {
+public:
+  // Server side: serves `bootstrap` to the peer.
+  RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
+                uint64_t maxMessageBytes);
+  // Client side.
+  RpcConnection(kj::Own<kj::AsyncIoStream> stream, uint64_t maxMessageBytes);
+  KJ_DISALLOW_COPY(RpcConnection);
+
+  // The peer's bootstrap capability (client side).
+  capnp::Capability::Client bootstrap();
+
+  // Resolves when the peer disconnects or the connection fails.
+  kj::Promise<void> onDisconnect() { return network.onDisconnect(); }
+
+  // Messages handed to the stream but not yet written.
+  size_t queuedMessages() { return network.getCurrentQueueCount(); }
+
+private:
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+};
+
+}  // namespace troupe::detail

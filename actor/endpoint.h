@@ -1,0 +1,63 @@
+#pragma once
+// Endpoint: one hosted actor as a resolver publishes it, and the rules for endpoint names.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <kj/common.h>
+#include <kj/string.h>
+
+#include "schemas/actor.capnp.h"
+
+namespace troupe {
+
+enum class EndpointState : uint8_t {
+  STARTING,  // registered, not yet serving
+  READY,     // serving calls
+  DRAINING,  // refusing new calls while in-flight calls finish
+};
+
+// "starting", "ready", "draining".
+kj::StringPtr toString(EndpointState state);
+
+// A plain value: copies are independent.
+struct Endpoint {
+  std::string name;     // "<job_id>/<actor>-<task_index>"
+  std::string address;  // "tcp://host:port" or "unix:/path"
+  std::string jobId;
+  std::string actor;
+  uint32_t taskIndex = 0;
+  uint64_t incarnation = 0;  // differs on every start of the hosting process
+  EndpointState state = EndpointState::STARTING;
+  std::map<std::string, std::string> metadata;
+
+  void toCapnp(schema::Endpoint::Builder builder) const;
+  static Endpoint fromCapnp(schema::Endpoint::Reader reader);
+  bool operator==(const Endpoint&) const = default;
+};
+
+schema::EndpointState toCapnp(EndpointState state);
+EndpointState fromCapnp(schema::EndpointState state);
+
+// Limits on names. Job ids and actor names use letters, digits, '.', '_' and '-', start with a
+// letter or digit, and are at most MAX_NAME_LENGTH bytes.
+constexpr size_t MAX_NAME_LENGTH = 128;
+
+// Each throws INVALID_ARGUMENT (see errors.h) with the reason when the name breaks the rules.
+void validateJobId(kj::StringPtr jobId);
+void validateActorName(kj::StringPtr actor);
+
+// "<job_id>/<actor>-<task_index>", validated.
+std::string endpointName(kj::StringPtr jobId, kj::StringPtr actor, uint32_t taskIndex);
+
+// The parts of a valid endpoint name; null for anything else. The actor part may itself contain
+// '-': the task index is what follows the last one.
+struct EndpointNameParts {
+  std::string jobId;
+  std::string actor;
+  uint32_t taskIndex;
+};
+kj::Maybe<EndpointNameParts> parseEndpointName(kj::StringPtr name);
+
+}  // namespace troupe

@@ -1,0 +1,99 @@
+#include "actor/errors.h"
+
+#include <kj/debug.h>
+
+namespace troupe {
+
+namespace {
+
+constexpr kj::StringPtr PREFIX = "troupe."_kj;
+
+struct CodeInfo {
+  ErrorCode code;
+  kj::StringPtr name;
+  kj::Exception::Type type;
+  bool neverRan;
+};
+
+constexpr CodeInfo CODES[] = {
+    {ErrorCode::FAILED, "failed"_kj, kj::Exception::Type::FAILED, false},
+    {ErrorCode::OVERLOADED, "overloaded"_kj, kj::Exception::Type::OVERLOADED, false},
+    {ErrorCode::DISCONNECTED, "disconnected"_kj, kj::Exception::Type::DISCONNECTED, false},
+    {ErrorCode::UNIMPLEMENTED, "unimplemented"_kj, kj::Exception::Type::UNIMPLEMENTED, true},
+    {ErrorCode::ACTOR_NOT_FOUND, "actor_not_found"_kj, kj::Exception::Type::FAILED, true},
+    {ErrorCode::DRAINING, "draining"_kj, kj::Exception::Type::OVERLOADED, true},
+    {ErrorCode::UNREACHABLE, "unreachable"_kj, kj::Exception::Type::DISCONNECTED, true},
+    {ErrorCode::DEADLINE_EXCEEDED, "deadline_exceeded"_kj, kj::Exception::Type::OVERLOADED, false},
+    {ErrorCode::INVALID_ARGUMENT, "invalid_argument"_kj, kj::Exception::Type::FAILED, true},
+    {ErrorCode::MESSAGE_TOO_LARGE, "message_too_large"_kj, kj::Exception::Type::FAILED, true},
+    {ErrorCode::ADDRESS_IN_USE, "address_in_use"_kj, kj::Exception::Type::FAILED, true},
+};
+
+const CodeInfo& info(ErrorCode code) {
+  for (auto& c : CODES) {
+    if (c.code == code) return c;
+  }
+  KJ_FAIL_ASSERT("unknown error code", static_cast<int>(code));
+}
+
+ErrorCode codeOfType(kj::Exception::Type type) {
+  switch (type) {
+    case kj::Exception::Type::OVERLOADED:
+      return ErrorCode::OVERLOADED;
+    case kj::Exception::Type::DISCONNECTED:
+      return ErrorCode::DISCONNECTED;
+    case kj::Exception::Type::UNIMPLEMENTED:
+      return ErrorCode::UNIMPLEMENTED;
+    case kj::Exception::Type::FAILED:
+      break;
+  }
+  return ErrorCode::FAILED;
+}
+
+bool contains(kj::StringPtr haystack, kj::StringPtr needle) {
+  if (needle.size() > haystack.size()) return false;
+  for (size_t i = 0; i + needle.size() <= haystack.size(); ++i) {
+    if (memcmp(haystack.begin() + i, needle.begin(), needle.size()) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ErrorCode errorCode(const kj::Exception& exception) {
+  kj::StringPtr text = exception.getDescription();
+  // The code sits at the start, or after the "remote exception: " Cap'n Proto adds on the way.
+  for (size_t i = 0; i + PREFIX.size() < text.size(); ++i) {
+    if (memcmp(text.begin() + i, PREFIX.begin(), PREFIX.size()) != 0) continue;
+    if (i > 0 && text[i - 1] != ' ') continue;
+    kj::StringPtr rest = text.slice(i + PREFIX.size());
+    for (auto& c : CODES) {
+      if (rest.startsWith(c.name) && rest.size() > c.name.size() && rest[c.name.size()] == ':') {
+        return c.code;
+      }
+    }
+  }
+  // Cap'n Proto's own size checks, on either side of the wire.
+  if (contains(text, "larger than our single-message size limit"_kj) ||
+      contains(text, "Message is too large"_kj)) {
+    return ErrorCode::MESSAGE_TOO_LARGE;
+  }
+  return codeOfType(exception.getType());
+}
+
+kj::StringPtr errorCodeName(ErrorCode code) { return info(code).name; }
+
+kj::Exception::Type errorType(ErrorCode code) { return info(code).type; }
+
+bool callNeverRan(ErrorCode code) { return info(code).neverRan; }
+
+kj::Exception makeError(ErrorCode code, kj::StringPtr message, const char* file, int line) {
+  auto& c = info(code);
+  return kj::Exception(c.type, file, line, kj::str(PREFIX, c.name, ": ", message));
+}
+
+void throwError(ErrorCode code, kj::StringPtr message, const char* file, int line) {
+  kj::throwFatalException(makeError(code, message, file, line));
+}
+
+}  // namespace troupe

@@ -1,0 +1,73 @@
+#pragma once
+// Every error troupe reports, in one place.
+//
+// troupe's errors are kj::Exceptions, so they cross the wire the way Cap'n Proto carries any
+// exception: as a kj::Exception::Type plus a description. The type carries the retry decision
+// (as in Cap'n Proto):
+//
+//   DISCONNECTED   the connection or endpoint is gone: re-resolve; the call may or may not have run
+//   OVERLOADED     temporarily unable: back off and retry
+//   FAILED         the actor raised (or the caller broke a contract): never retried
+//   UNIMPLEMENTED  no such method or interface at that actor
+//
+// troupe's own failures refine those kinds. Their description starts with "troupe.<code>: " and
+// errorCode() recovers the code from any exception, including one that crossed the wire, so a
+// caller tells them apart by comparing codes, never by reading prose:
+//
+//   code               type           may the call have run?   raised when
+//   ACTOR_NOT_FOUND    FAILED         no                       no actor hosted under that name
+//   DRAINING           OVERLOADED     no                       the server drains: go elsewhere
+//   UNREACHABLE        DISCONNECTED   no                       no connection could be made
+//   DEADLINE_EXCEEDED  OVERLOADED     yes                      the call's deadline passed
+//   INVALID_ARGUMENT   FAILED         no                       a bad name, address or option
+//   MESSAGE_TOO_LARGE  FAILED         no                       a message over the size limit
+//   ADDRESS_IN_USE     FAILED         -                        listen() on an address in use
+//
+// An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
+// DISCONNECTED, UNIMPLEMENTED). An actor's own exception arrives as FAILED with its message.
+
+#include <kj/exception.h>
+#include <kj/string.h>
+
+namespace troupe {
+
+enum class ErrorCode {
+  // Cap'n Proto's kinds, for exceptions troupe did not classify further.
+  FAILED,
+  OVERLOADED,
+  DISCONNECTED,
+  UNIMPLEMENTED,
+  // troupe's own.
+  ACTOR_NOT_FOUND,
+  DRAINING,
+  UNREACHABLE,
+  DEADLINE_EXCEEDED,
+  INVALID_ARGUMENT,
+  MESSAGE_TOO_LARGE,
+  ADDRESS_IN_USE,
+};
+
+// The code of any exception: troupe's own when its description carries one (also after it
+// crossed the wire), else the code of its kj type.
+ErrorCode errorCode(const kj::Exception& exception);
+
+// "actor_not_found", "draining", ... ; for the four kj kinds "failed", "overloaded", ...
+kj::StringPtr errorCodeName(ErrorCode code);
+
+// The kj type every exception with this code carries.
+kj::Exception::Type errorType(ErrorCode code);
+
+// True when the code guarantees the call never reached the actor, so even a non-idempotent call
+// may be sent again (elsewhere or later).
+bool callNeverRan(ErrorCode code);
+
+// Builds troupe's exception for `code`: type errorType(code), description
+// "troupe.<name>: <message>".
+kj::Exception makeError(ErrorCode code, kj::StringPtr message, const char* file = __builtin_FILE(),
+                        int line = __builtin_LINE());
+
+// Throws makeError(code, message).
+[[noreturn]] void throwError(ErrorCode code, kj::StringPtr message,
+                             const char* file = __builtin_FILE(), int line = __builtin_LINE());
+
+}  // namespace troupe

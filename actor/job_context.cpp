@@ -1,0 +1,95 @@
+#include "actor/job_context.h"
+
+#include <stdlib.h>
+
+#include "actor/endpoint.h"
+#include "actor/errors.h"
+
+namespace troupe {
+
+namespace {
+
+struct Found {
+  kj::StringPtr variable;
+  kj::StringPtr value;
+};
+
+// The first of `names` that is set to a non-empty value.
+kj::Maybe<Found> firstSet(JobContext::EnvLookup& getenv,
+                          std::initializer_list<kj::StringPtr> names) {
+  for (auto name : names) {
+    KJ_IF_MAYBE(value, getenv(name)) {
+      if (value->size() > 0) return Found{name, *value};
+    }
+  }
+  return nullptr;
+}
+
+uint32_t parseCount(const Found& found) {
+  uint64_t value = 0;
+  bool ok = found.value.size() > 0 && found.value.size() <= 10;
+  for (char c : found.value) {
+    if (c < '0' || c > '9') {
+      ok = false;
+      break;
+    }
+    value = value * 10 + (c - '0');
+  }
+  if (!ok || value > UINT32_MAX) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str(found.variable, "='", found.value, "' is not a non-negative integer"));
+  }
+  return static_cast<uint32_t>(value);
+}
+
+}  // namespace
+
+JobContext JobContext::fromEnvironment() {
+  return fromEnvironment([](kj::StringPtr name) -> kj::Maybe<kj::StringPtr> {
+    const char* value = ::getenv(name.cStr());
+    if (value == nullptr) return nullptr;
+    return kj::StringPtr(value);
+  });
+}
+
+JobContext JobContext::fromEnvironment(EnvLookup getenv) {
+  JobContext ctx;
+  KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_JOB_ID", "SLURM_JOB_ID"})) {
+    validateJobId(found->value);
+    ctx.jobId = found->value.cStr();
+  }
+  KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_TASK_INDEX", "SLURM_PROCID", "JOB_COMPLETION_INDEX"})) {
+    ctx.taskIndex = parseCount(*found);
+  }
+  kj::StringPtr countSource = "default";
+  KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_NUM_TASKS", "SLURM_NTASKS"})) {
+    ctx.numTasks = parseCount(*found);
+    countSource = found->variable;
+    if (ctx.numTasks == 0) {
+      throwError(ErrorCode::INVALID_ARGUMENT, kj::str(found->variable, " must be at least 1"));
+    }
+  }
+  if (ctx.taskIndex >= ctx.numTasks) {
+    if (countSource == "default") {
+      // An index without a count (a Kubernetes indexed job, say): the job has at least that many.
+      ctx.numTasks = ctx.taskIndex + 1;
+    } else {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("task index ", ctx.taskIndex, " is not below the task count ",
+                         ctx.numTasks, " (", countSource, ")"));
+    }
+  }
+  KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_RESOLVER"})) {
+    ctx.resolver = found->value.cStr();
+  }
+  KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_ADVERTISE_HOST"})) {
+    ctx.advertiseHost = found->value.cStr();
+  }
+  return ctx;
+}
+
+std::string JobContext::endpointName(kj::StringPtr actor) const {
+  return troupe::endpointName(kj::StringPtr(jobId.c_str(), jobId.size()), actor, taskIndex);
+}
+
+}  // namespace troupe

@@ -1,0 +1,129 @@
+#include "tests/support/child_process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace troupe::test {
+
+namespace {
+
+int64_t nowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+}  // namespace
+
+ChildProcess::ChildProcess(const std::string& program, const std::vector<std::string>& args,
+                           const std::vector<std::string>& env) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+
+  std::vector<std::string> argStrings{program};
+  argStrings.insert(argStrings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argStrings) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  std::vector<std::string> envStrings;
+  for (char** e = environ; *e != nullptr; ++e) envStrings.push_back(*e);
+  envStrings.insert(envStrings.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : envStrings) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  int rc = posix_spawn(&pid_, program.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    throw std::runtime_error("posix_spawn " + program + ": " + strerror(rc));
+  }
+  stdoutFd = fds[0];
+}
+
+ChildProcess::~ChildProcess() {
+  if (!reaped && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+  }
+  if (stdoutFd >= 0) close(stdoutFd);
+}
+
+std::string ChildProcess::readLine(int timeoutMs) {
+  int64_t deadline = nowMs() + timeoutMs;
+  for (;;) {
+    auto nl = buffer.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buffer.substr(0, nl);
+      buffer.erase(0, nl + 1);
+      return line;
+    }
+    int64_t left = deadline - nowMs();
+    if (left <= 0) return "";
+    struct pollfd p = {stdoutFd, POLLIN, 0};
+    int n = poll(&p, 1, static_cast<int>(left));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return "";
+    char chunk[4096];
+    ssize_t got = read(stdoutFd, chunk, sizeof(chunk));
+    if (got <= 0) return "";
+    buffer.append(chunk, got);
+  }
+}
+
+void ChildProcess::kill(int signal) {
+  if (!reaped) ::kill(pid_, signal);
+}
+
+int ChildProcess::wait(int timeoutMs) {
+  if (reaped) return status;
+  // Wait for the exit through a pidfd-free path: poll waitpid with WNOHANG against a deadline,
+  // blocking on the child's stdout closing in between (it closes when the child exits).
+  int64_t deadline = nowMs() + timeoutMs;
+  for (;;) {
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped = true;
+      return status;
+    }
+    int64_t left = deadline - nowMs();
+    if (left <= 0) return -1;
+    struct pollfd p = {stdoutFd, POLLIN, 0};
+    int n = poll(&p, 1, static_cast<int>(left < 10 ? left : 10));
+    if (n > 0) {
+      char chunk[4096];
+      ssize_t got = read(stdoutFd, chunk, sizeof(chunk));
+      if (got > 0) buffer.append(chunk, got);
+    }
+  }
+}
+
+TestServer::TestServer(std::vector<std::string> args, std::vector<std::string> env)
+    : process(TROUPE_TEST_SERVER_PATH, args, env) {
+  std::string line = process.readLine(15000);
+  std::istringstream in(line);
+  std::string word;
+  in >> word >> address >> incarnation;
+  if (word != "LISTENING" || address.empty()) {
+    throw std::runtime_error("test server did not start; it printed: '" + line + "'");
+  }
+}
+
+}  // namespace troupe::test

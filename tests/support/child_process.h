@@ -1,0 +1,49 @@
+#pragma once
+// A child process for multi-process tests: started with posix_spawn, its stdout read line by
+// line, stopped (SIGKILL if need be) and reaped when the object goes.
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace troupe::test {
+
+class ChildProcess {
+public:
+  // Starts `program` with `args`; extra environment entries ("NAME=value") are added to ours.
+  ChildProcess(const std::string& program, const std::vector<std::string>& args,
+               const std::vector<std::string>& env = {});
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // The next line the child printed, waiting up to `timeoutMs`; "" on timeout or end of output.
+  std::string readLine(int timeoutMs = 10000);
+
+  // Sends `signal`.
+  void kill(int signal);
+
+  // Waits up to `timeoutMs` for the child to exit and returns its wait status, or -1 on timeout.
+  int wait(int timeoutMs = 10000);
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return !reaped; }
+
+private:
+  pid_t pid_ = -1;
+  int stdoutFd = -1;
+  std::string buffer;
+  bool reaped = false;
+  int status = 0;
+};
+
+// Starts the test server (tests/support/test_server_main.cpp) and reads its LISTENING line.
+struct TestServer {
+  explicit TestServer(std::vector<std::string> args = {}, std::vector<std::string> env = {});
+  ChildProcess process;
+  std::string address;
+  uint64_t incarnation = 0;
+};
+
+}  // namespace troupe::test

@@ -1,0 +1,28 @@
+@0xf2a0007765674196;
+# Interfaces the test suite hosts.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("troupe::test");
+
+interface Calculator {
+  add @0 (a :Int64, b :Int64) -> (sum :Int64);
+  divide @1 (a :Int64, b :Int64) -> (quotient :Int64);  # raises on b == 0
+}
+
+interface ScientificCalculator extends(Calculator) {
+  sqrt @0 (x :Float64) -> (root :Float64);
+}
+
+interface Echo {
+  echo @0 (payload :Data) -> (payload :Data);
+  whoami @1 () -> (pid :UInt32, incarnation :UInt64);
+}
+
+interface Blocker {
+  # Calls to hold() stay in progress until released (or cancelled).
+  hold @0 (tag :Text) -> (tag :Text);
+  release @1 (tag :Text) -> (released :Bool);       # false when no call holds that tag
+  waitStarted @2 (count :UInt32) -> ();             # once `count` holds started in total
+  waitCancelled @3 (count :UInt32) -> ();           # once `count` holds were cancelled in total
+  stats @4 () -> (started :UInt32, finished :UInt32, cancelled :UInt32, maxConcurrent :UInt32);
+}

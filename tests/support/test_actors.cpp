@@ -1,0 +1,145 @@
+#include "tests/support/test_actors.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+#include <kj/debug.h>
+
+namespace troupe::test {
+
+kj::Promise<void> CalculatorImpl::add(AddContext context) {
+  auto p = context.getParams();
+  context.getResults().setSum(p.getA() + p.getB());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> CalculatorImpl::divide(DivideContext context) {
+  auto p = context.getParams();
+  KJ_REQUIRE(p.getB() != 0, "division by zero", p.getA());
+  context.getResults().setQuotient(p.getA() / p.getB());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> CalculatorImpl::sqrt(SqrtContext context) {
+  context.getResults().setRoot(std::sqrt(context.getParams().getX()));
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> EchoImpl::echo(EchoContext context) {
+  auto in = context.getParams().getPayload();
+  context.getResults(capnp::MessageSize{in.size() / sizeof(capnp::word) + 8, 0}).setPayload(in);
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> EchoImpl::whoami(WhoamiContext context) {
+  auto r = context.getResults();
+  r.setPid(static_cast<uint32_t>(getpid()));
+  r.setIncarnation(incarnation);
+  return kj::READY_NOW;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+kj::Promise<void> BlockerState::whenStarted(uint32_t count) {
+  if (started >= count) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waiters.add(Waiter{&started, count, kj::mv(paf.fulfiller)});
+  return kj::mv(paf.promise);
+}
+
+kj::Promise<void> BlockerState::whenCancelled(uint32_t count) {
+  if (cancelled >= count) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waiters.add(Waiter{&cancelled, count, kj::mv(paf.fulfiller)});
+  return kj::mv(paf.promise);
+}
+
+bool BlockerState::release(const std::string& tag) {
+  auto it = held.find(tag);
+  if (it == held.end()) return false;
+  auto fulfiller = kj::mv(it->second);
+  held.erase(it);
+  fulfiller->fulfill();
+  return true;
+}
+
+void BlockerState::changed() {
+  kj::Vector<Waiter> keep;
+  for (auto& w : waiters) {
+    if (*w.counter >= w.target) {
+      w.fulfiller->fulfill();
+    } else {
+      keep.add(kj::mv(w));
+    }
+  }
+  waiters = kj::mv(keep);
+}
+
+namespace {
+
+// Counts a hold as finished or cancelled, whichever happens to it.
+class HoldTracker {
+public:
+  HoldTracker(BlockerState& state, std::string tag) : state(state), tag(kj::mv(tag)) {
+    state.started++;
+    state.running++;
+    if (state.running > state.maxConcurrent) state.maxConcurrent = state.running;
+    state.changed();
+  }
+  ~HoldTracker() noexcept(false) {
+    state.running--;
+    if (done) {
+      state.finished++;
+    } else {
+      state.cancelled++;
+      state.held.erase(tag);
+    }
+    state.changed();
+  }
+  bool done = false;
+
+private:
+  BlockerState& state;
+  std::string tag;
+};
+
+}  // namespace
+
+kj::Promise<void> BlockerImpl::hold(HoldContext context) {
+  std::string tag = context.getParams().getTag().cStr();
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  state.held[tag] = kj::mv(paf.fulfiller);
+  auto tracker = kj::heap<HoldTracker>(state, tag);
+  auto& t = *tracker;
+  return paf.promise
+      .then([context, tag, &t]() mutable {
+        t.done = true;
+        context.getResults().setTag(tag.c_str());
+      })
+      .attach(kj::mv(tracker));
+}
+
+kj::Promise<void> BlockerImpl::release(ReleaseContext context) {
+  context.getResults().setReleased(state.release(context.getParams().getTag().cStr()));
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> BlockerImpl::waitStarted(WaitStartedContext context) {
+  return state.whenStarted(context.getParams().getCount());
+}
+
+kj::Promise<void> BlockerImpl::waitCancelled(WaitCancelledContext context) {
+  return state.whenCancelled(context.getParams().getCount());
+}
+
+kj::Promise<void> BlockerImpl::stats(StatsContext context) {
+  auto r = context.getResults();
+  r.setStarted(state.started);
+  r.setFinished(state.finished);
+  r.setCancelled(state.cancelled);
+  r.setMaxConcurrent(state.maxConcurrent);
+  return kj::READY_NOW;
+}
+
+}  // namespace troupe::test

@@ -1,0 +1,44 @@
+// A replica for multi-process tests: hosts "calc", "echo" and "blocker" (unlimited concurrency),
+// prints "LISTENING <address> <incarnation>" once serving, and serves until SIGTERM/SIGINT.
+//
+//   troupe_test_server [--listen ADDR] [--grace-ms N] [--max-message-bytes N]
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kj/debug.h>
+
+#include "actor/actor_server.h"
+#include "actor/event_loop.h"
+#include "tests/support/test_actors.h"
+
+int main(int argc, char** argv) {
+  kj::StringPtr listen = "tcp://127.0.0.1:0";
+  troupe::ActorServerOptions options;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    kj::StringPtr flag = argv[i];
+    if (flag == "--listen") {
+      listen = argv[i + 1];
+    } else if (flag == "--grace-ms") {
+      options.drainGracePeriod = atoi(argv[i + 1]) * kj::MILLISECONDS;
+    } else if (flag == "--max-message-bytes") {
+      options.maxMessageBytes = strtoull(argv[i + 1], nullptr, 10);
+    } else {
+      fprintf(stderr, "unknown flag %s\n", argv[i]);
+      return 2;
+    }
+  }
+  troupe::EventLoop loop;
+  troupe::ActorServer server(loop, troupe::JobContext::fromEnvironment(), options);
+  troupe::test::BlockerState blocker;
+  server.host<troupe::test::Calculator>("calc", kj::heap<troupe::test::CalculatorImpl>());
+  server.host<troupe::test::Echo>("echo", kj::heap<troupe::test::EchoImpl>(server.incarnation()));
+  server.host<troupe::test::Blocker>("blocker", kj::heap<troupe::test::BlockerImpl>(blocker),
+                                     {.maxConcurrency = 0});
+  auto bound = server.listen(listen);
+  printf("LISTENING %s %llu\n", bound.c_str(), (unsigned long long)server.incarnation());
+  fflush(stdout);
+  server.serveUntilSignal();
+  return 0;
+}
