@@ -22,6 +22,15 @@ kj::Exception ActorRefState::deadlineError(kj::Duration deadline) const {
                            deadline / kj::MILLISECONDS, " ms; it may have run"));
 }
 
+void ActorRefState::callFailed(const kj::Exception& e, uint64_t epoch) {
+  // A broken connection fails calls with DISCONNECTED before the channel may have noticed; drop
+  // it now so the next call connects again. A DISCONNECTED error the actor itself passed on
+  // arrives as a "remote exception" and says nothing about this connection.
+  if (e.getType() != kj::Exception::Type::DISCONNECTED) return;
+  if (kj::StringPtr(e.getDescription()).startsWith("remote exception:")) return;
+  if (epoch == channel->epoch()) channel->disconnect();
+}
+
 void ActorRefState::taskFailed(kj::Exception&& exception) {
   channel->loop().logger()->debug("looking up actor '{}': {}", actorName,
                                   exception.getDescription().cStr());
@@ -83,7 +92,7 @@ kj::Promise<uint64_t> ActorRefBase::ping(CallOptions options) {
         s->incarnation = r.getIncarnation();
         return r.getIncarnation();
       });
-  return withDeadline(kj::mv(promise), options);
+  return finishCall(kj::mv(promise), options);
 }
 
 kj::StringPtr ActorRefBase::actorName() const { return state->actorName.c_str(); }

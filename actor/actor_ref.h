@@ -48,6 +48,9 @@ public:
 
   kj::Exception deadlineError(kj::Duration deadline) const;
 
+  // A call made on connection `epoch` failed with `e`.
+  void callFailed(const kj::Exception& e, uint64_t epoch);
+
   kj::Own<Channel> channel;
   const std::string actorName;
   const ActorRefOptions options;
@@ -90,9 +93,10 @@ public:
   // connection breaks; ask again afterwards.
   capnp::Capability::Client capability();
 
-  // Applies the call's deadline (or the default one) to `promise`.
+  // Applies the call's deadline (or the default one) to `promise`, and drops the connection when
+  // the call fails because it broke, so that the next call connects again.
   template <typename V>
-  kj::Promise<V> withDeadline(kj::Promise<V> promise, const CallOptions& options);
+  kj::Promise<V> finishCall(kj::Promise<V> promise, const CallOptions& options);
 
   // The hosting process's incarnation as last reported by the server; null before the first
   // successful lookup of the actor.
@@ -139,14 +143,19 @@ public:
     using Value = typename detail::PromiseValue<
         std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type;
     kj::Promise<Value> promise = kj::evalNow([&]() -> kj::Promise<Value> { return fn(client()); });
-    return withDeadline(kj::mv(promise), options);
+    return finishCall(kj::mv(promise), options);
   }
 };
 
 // ---------------------------------------------------------------------------------------------
 
 template <typename V>
-kj::Promise<V> ActorRefBase::withDeadline(kj::Promise<V> promise, const CallOptions& options) {
+kj::Promise<V> ActorRefBase::finishCall(kj::Promise<V> promise, const CallOptions& options) {
+  promise = promise.catch_([s = kj::addRef(*state), epoch = state->channel->epoch()](
+                               kj::Exception&& e) mutable -> kj::Promise<V> {
+    s->callFailed(e, epoch);
+    return kj::mv(e);
+  });
   kj::Maybe<kj::Duration> deadline = options.deadline;
   if (deadline == nullptr) deadline = state->options.defaultDeadline;
   KJ_IF_MAYBE(d, deadline) {

@@ -61,6 +61,11 @@ Address Address::parse(kj::StringPtr text) {
     }
   }
   if (a.host.empty()) bad(text, "empty host");
+  for (char c : a.host) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '_' || c == ':' || c == '%' || c == '*';
+    if (!ok) bad(text, "the host may hold only letters, digits and . - _ : % *");
+  }
   if (portText.size() == 0 || portText.size() > 5) bad(text, "bad port");
   uint32_t port = 0;
   for (char c : portText) {
@@ -73,7 +78,8 @@ Address Address::parse(kj::StringPtr text) {
 }
 
 std::string Address::toString() const {
-  if (kind == Kind::UNIX) return "unix:" + path;
+  // "unix://" is read as a prefix, so a path that itself starts with "//" keeps it explicit.
+  if (kind == Kind::UNIX) return (path.rfind("//", 0) == 0 ? "unix://" : "unix:") + path;
   if (host.find(':') != std::string::npos) {
     return "tcp://[" + host + "]:" + std::to_string(port);
   }

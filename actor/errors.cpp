@@ -19,7 +19,7 @@ constexpr CodeInfo CODES[] = {
     {ErrorCode::FAILED, "failed"_kj, kj::Exception::Type::FAILED, false},
     {ErrorCode::OVERLOADED, "overloaded"_kj, kj::Exception::Type::OVERLOADED, false},
     {ErrorCode::DISCONNECTED, "disconnected"_kj, kj::Exception::Type::DISCONNECTED, false},
-    {ErrorCode::UNIMPLEMENTED, "unimplemented"_kj, kj::Exception::Type::UNIMPLEMENTED, true},
+    {ErrorCode::UNIMPLEMENTED, "unimplemented"_kj, kj::Exception::Type::UNIMPLEMENTED, false},
     {ErrorCode::ACTOR_NOT_FOUND, "actor_not_found"_kj, kj::Exception::Type::FAILED, true},
     {ErrorCode::DRAINING, "draining"_kj, kj::Exception::Type::OVERLOADED, true},
     {ErrorCode::UNREACHABLE, "unreachable"_kj, kj::Exception::Type::DISCONNECTED, true},

@@ -21,10 +21,12 @@
 //   DEADLINE_EXCEEDED  OVERLOADED     yes                      the call's deadline passed
 //   INVALID_ARGUMENT   FAILED         no                       a bad name, address or option
 //   MESSAGE_TOO_LARGE  FAILED         no                       a message over the size limit
-//   ADDRESS_IN_USE     FAILED         -                        listen() on an address in use
+//   ADDRESS_IN_USE     FAILED         (not a call error)       listen() on an address in use
 //
 // An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
-// DISCONNECTED, UNIMPLEMENTED). An actor's own exception arrives as FAILED with its message.
+// DISCONNECTED, UNIMPLEMENTED), for which callNeverRan() is false: even UNIMPLEMENTED may come
+// from an actor that ran part-way and then called something missing. An actor's own exception
+// arrives as FAILED with its message.
 
 #include <kj/exception.h>
 #include <kj/string.h>

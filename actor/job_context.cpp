@@ -55,11 +55,17 @@ JobContext JobContext::fromEnvironment() {
 JobContext JobContext::fromEnvironment(EnvLookup getenv) {
   JobContext ctx;
   KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_JOB_ID", "SLURM_JOB_ID"})) {
-    validateJobId(found->value);
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { validateJobId(found->value); })) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str(found->variable, ": ", e->getDescription().slice(
+                     e->getDescription().findFirst(' ').orDefault(0) + 1)));
+    }
     ctx.jobId = found->value.cStr();
   }
+  kj::StringPtr indexSource = "default";
   KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_TASK_INDEX", "SLURM_PROCID", "JOB_COMPLETION_INDEX"})) {
     ctx.taskIndex = parseCount(*found);
+    indexSource = found->variable;
   }
   kj::StringPtr countSource = "default";
   KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_NUM_TASKS", "SLURM_NTASKS"})) {
@@ -70,13 +76,13 @@ JobContext JobContext::fromEnvironment(EnvLookup getenv) {
     }
   }
   if (ctx.taskIndex >= ctx.numTasks) {
-    if (countSource == "default") {
+    if (countSource == "default" && ctx.taskIndex < UINT32_MAX) {
       // An index without a count (a Kubernetes indexed job, say): the job has at least that many.
       ctx.numTasks = ctx.taskIndex + 1;
     } else {
       throwError(ErrorCode::INVALID_ARGUMENT,
-                 kj::str("task index ", ctx.taskIndex, " is not below the task count ",
-                         ctx.numTasks, " (", countSource, ")"));
+                 kj::str("task index ", ctx.taskIndex, " (", indexSource,
+                         ") is not below the task count ", ctx.numTasks, " (", countSource, ")"));
     }
   }
   KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_RESOLVER"})) {

@@ -7,6 +7,8 @@ namespace troupe::detail {
 namespace {
 
 capnp::ReaderOptions readerOptions(uint64_t maxMessageBytes) {
+  // Cap'n Proto checks outgoing messages against this limit too (a sender refuses to send what
+  // its own side would not accept); BoundedMessageStream enforces it on incoming ones.
   capnp::ReaderOptions options;
   options.traversalLimitInWords = maxMessageBytes / sizeof(capnp::word);
   return options;
@@ -17,12 +19,14 @@ capnp::ReaderOptions readerOptions(uint64_t maxMessageBytes) {
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream,
                              capnp::Capability::Client bootstrap, uint64_t maxMessageBytes)
     : stream(kj::mv(stream)),
-      network(*this->stream, capnp::rpc::twoparty::Side::SERVER, readerOptions(maxMessageBytes)),
+      messages(*this->stream, maxMessageBytes),
+      network(messages, capnp::rpc::twoparty::Side::SERVER, readerOptions(maxMessageBytes)),
       rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, uint64_t maxMessageBytes)
     : stream(kj::mv(stream)),
-      network(*this->stream, capnp::rpc::twoparty::Side::CLIENT, readerOptions(maxMessageBytes)),
+      messages(*this->stream, maxMessageBytes),
+      network(messages, capnp::rpc::twoparty::Side::CLIENT, readerOptions(maxMessageBytes)),
       rpc(capnp::makeRpcClient(network)) {}
 
 capnp::Capability::Client RpcConnection::bootstrap() {

@@ -5,6 +5,8 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
+#include "actor/detail/message_stream.h"
+
 namespace troupe::detail {
 
 // Belongs to the loop thread that made the stream. Dropping it closes the connection: calls in
@@ -29,6 +31,7 @@ public:
 
 private:
   kj::Own<kj::AsyncIoStream> stream;
+  BoundedMessageStream messages;
   capnp::TwoPartyVatNetwork network;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
 };
