@@ -1,0 +1,509 @@
+#include "resolver/fixed_resolver.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <deque>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kj/debug.h>
+#include <kj/io.h>
+#include <kj/list.h>
+#include <kj/vector.h>
+
+#include "actor/address.h"
+#include "actor/errors.h"
+
+namespace troupe {
+
+namespace {
+
+using detail::FixedTable;
+
+std::string_view view(kj::StringPtr s) { return std::string_view(s.begin(), s.size()); }
+
+// For error messages: `text` with control characters and non-ASCII bytes escaped, cut to a
+// readable length.
+kj::String printable(std::string_view text) {
+  constexpr size_t LIMIT = 160;
+  kj::Vector<char> out;
+  for (size_t i = 0; i < text.size() && i < LIMIT; ++i) {
+    unsigned char c = text[i];
+    if (c < 0x20 || c >= 0x7f) {
+      auto escaped = kj::str(c < 0x10 ? "\\x0" : "\\x", kj::hex(c));
+      out.addAll(escaped.asArray());
+    } else {
+      out.add(static_cast<char>(c));
+    }
+  }
+  if (text.size() > LIMIT) out.addAll(kj::StringPtr("..."));
+  return kj::heapString(out.begin(), out.size());
+}
+
+// The description of a troupe error without its "troupe.<code>: " tag, for nesting it in
+// another message.
+kj::StringPtr reasonOf(const kj::Exception& e) {
+  kj::StringPtr text = e.getDescription();
+  if (text.startsWith("troupe.")) {
+    KJ_IF_MAYBE(colon, text.findFirst(':')) {
+      if (*colon + 1 < text.size() && text[*colon + 1] == ' ') return text.slice(*colon + 2);
+    }
+  }
+  return text;
+}
+
+// Null when `endpoint.name` is an endpoint name, after filling in its parts; else why not.
+kj::Maybe<kj::String> fillNameParts(Endpoint& endpoint) {
+  kj::StringPtr name(endpoint.name.c_str(), endpoint.name.size());
+  KJ_IF_MAYBE(parts, parseEndpointName(name)) {
+    endpoint.jobId = kj::mv(parts->jobId);
+    endpoint.actor = kj::mv(parts->actor);
+    endpoint.taskIndex = parts->taskIndex;
+    return nullptr;
+  }
+  return kj::str("'", printable(view(name)),
+                 "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, with the job "
+                 "id and actor made of letters, digits, '.', '_' and '-')");
+}
+
+// The address in canonical form, or why it is not one.
+struct ParsedAddress {
+  std::string text;
+  kj::Maybe<kj::String> problem;
+};
+
+ParsedAddress parseAddress(std::string_view text) {
+  ParsedAddress result;
+  auto copy = kj::heapString(text.data(), text.size());  // Address::parse wants a NUL at the end
+  auto parse = [&]() { result.text = Address::parse(copy).toString(); };
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions(parse)) {
+    result.problem = kj::str(reasonOf(*e));
+  }
+  return result;
+}
+
+// One watch. Holds its queue of undelivered events; borrows the table until either goes.
+class WatchImpl final : public Watch {
+public:
+  WatchImpl(FixedTable& table, kj::StringPtr prefix);
+  ~WatchImpl() noexcept(false);
+  KJ_DISALLOW_COPY(WatchImpl);
+
+  kj::Promise<WatchEvent> next() override;
+
+  bool matches(const std::string& name) const {
+    return std::string_view(name).substr(0, prefix.size()) == prefix;
+  }
+
+  // Hands `event` to the pending next(), or queues it.
+  void push(WatchEvent event);
+
+  // The table is going away: rejects a pending next() and leaves later ones to reject once the
+  // queue is empty. The table unlinks this watch itself.
+  void detach();
+
+  kj::ListLink<WatchImpl> link;
+
+private:
+  kj::Maybe<FixedTable&> table;
+  std::string prefix;
+  std::deque<WatchEvent> queue;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<WatchEvent>>> waiter;
+};
+
+// One registration. Borrows the table until either goes; owns the entry of its name only while
+// the entry's `owner` points back at it.
+class RegistrationImpl final : public Registration {
+public:
+  RegistrationImpl(FixedTable& table, std::string name);
+  explicit RegistrationImpl(kj::Exception refusal) : refusal(kj::mv(refusal)) {}
+  ~RegistrationImpl() noexcept(false);
+  KJ_DISALLOW_COPY(RegistrationImpl);
+
+  void setState(EndpointState state) override;
+  kj::Promise<void> whenRegistered() override;
+
+  // The table is going away; it unlinks this registration itself.
+  void detach() { table = nullptr; }
+
+  kj::ListLink<RegistrationImpl> link;
+
+private:
+  kj::Maybe<FixedTable&> table;
+  std::string name;
+  kj::Maybe<kj::Exception> refusal;
+};
+
+}  // namespace
+
+namespace detail {
+
+// The state behind a FixedResolver: the entries, and the watches and registrations that borrow
+// it (linked here so they can be told when it goes, and unlinking themselves when they go first).
+class FixedTable {
+public:
+  FixedTable() = default;
+  KJ_DISALLOW_COPY(FixedTable);
+
+  ~FixedTable() noexcept(false) {
+    for (auto& w : watches) {
+      watches.remove(w);
+      w.detach();
+    }
+    for (auto& r : registrations) {
+      registrations.remove(r);
+      r.detach();
+    }
+  }
+
+  // Stores `endpoint` (its name already validated) and notifies the watches.
+  void put(Endpoint endpoint, kj::Maybe<RegistrationImpl&> owner) {
+    auto it = entries.find(endpoint.name);
+    if (it == entries.end()) {
+      auto& entry = entries[endpoint.name];
+      entry.endpoint = kj::mv(endpoint);
+      entry.owner = owner;
+      notify(WatchEvent::Type::ADDED, entry.endpoint);
+      return;
+    }
+    auto& entry = it->second;
+    entry.owner = owner;
+    if (entry.endpoint == endpoint) return;
+    entry.endpoint = kj::mv(endpoint);
+    notify(WatchEvent::Type::CHANGED, entry.endpoint);
+  }
+
+  // Deletes the entry called `name` if it exists and, when `owner` is given, belongs to it.
+  bool erase(std::string_view name, kj::Maybe<RegistrationImpl&> owner = nullptr) {
+    auto it = entries.find(name);
+    if (it == entries.end()) return false;
+    if (owner != nullptr && !isOwner(it->second, owner)) return false;
+    Endpoint gone = kj::mv(it->second.endpoint);
+    entries.erase(it);
+    notify(WatchEvent::Type::REMOVED, gone);
+    return true;
+  }
+
+  // Sets the state of the entry `owner` still owns.
+  void setState(std::string_view name, RegistrationImpl& owner, EndpointState state) {
+    auto it = entries.find(name);
+    if (it == entries.end() || !isOwner(it->second, owner)) return;
+    auto& endpoint = it->second.endpoint;
+    if (endpoint.state == state) return;
+    endpoint.state = state;
+    notify(WatchEvent::Type::CHANGED, endpoint);
+  }
+
+  // Calls `fn(endpoint)` for each entry under `prefix`, in name order.
+  template <typename Fn>
+  void forEachUnder(kj::StringPtr prefix, Fn&& fn) const {
+    for (auto it = entries.lower_bound(view(prefix));
+         it != entries.end() &&
+         std::string_view(it->first).substr(0, prefix.size()) == view(prefix);
+         ++it) {
+      fn(it->second.endpoint);
+    }
+  }
+
+  kj::List<WatchImpl, &WatchImpl::link> watches;
+  kj::List<RegistrationImpl, &RegistrationImpl::link> registrations;
+
+private:
+  struct Entry {
+    Endpoint endpoint;
+    // The registration that published the entry and still owns it; null for add().
+    kj::Maybe<RegistrationImpl&> owner;
+  };
+
+  static bool isOwner(const Entry& entry, kj::Maybe<RegistrationImpl&> owner) {
+    KJ_IF_MAYBE(mine, entry.owner) {
+      KJ_IF_MAYBE(o, owner) {
+        return mine == o;
+      }
+    }
+    return false;
+  }
+
+  void notify(WatchEvent::Type type, const Endpoint& endpoint) {
+    for (auto& w : watches) {
+      if (w.matches(endpoint.name)) w.push(WatchEvent{type, endpoint});
+    }
+  }
+
+  std::map<std::string, Entry, std::less<>> entries;
+};
+
+}  // namespace detail
+
+// ------------------------------------------------------------------------------------------------
+
+namespace {
+
+WatchImpl::WatchImpl(FixedTable& table, kj::StringPtr prefix)
+    : table(table), prefix(prefix.begin(), prefix.size()) {
+  table.forEachUnder(prefix, [this](const Endpoint& endpoint) {
+    queue.push_back(WatchEvent{WatchEvent::Type::ADDED, endpoint});
+  });
+  queue.push_back(WatchEvent{WatchEvent::Type::SYNCED, Endpoint{}});
+  table.watches.add(*this);
+}
+
+WatchImpl::~WatchImpl() noexcept(false) {
+  KJ_IF_MAYBE(t, table) {
+    t->watches.remove(*this);
+  }
+}
+
+kj::Promise<WatchEvent> WatchImpl::next() {
+  KJ_IF_MAYBE(w, waiter) {
+    KJ_REQUIRE(!(*w)->isWaiting(), "Watch::next() called while an earlier next() is pending");
+    waiter = nullptr;  // that next() promise was dropped
+  }
+  if (!queue.empty()) {
+    WatchEvent event = kj::mv(queue.front());
+    queue.pop_front();
+    return kj::mv(event);
+  }
+  if (table == nullptr) {
+    return makeError(ErrorCode::DISCONNECTED, "the FixedResolver behind this watch was destroyed");
+  }
+  auto paf = kj::newPromiseAndFulfiller<WatchEvent>();
+  waiter = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
+void WatchImpl::push(WatchEvent event) {
+  KJ_IF_MAYBE(w, waiter) {
+    auto fulfiller = kj::mv(*w);
+    waiter = nullptr;
+    if (fulfiller->isWaiting()) {
+      KJ_ASSERT(queue.empty());
+      fulfiller->fulfill(kj::mv(event));
+      return;
+    }
+  }
+  queue.push_back(kj::mv(event));
+}
+
+void WatchImpl::detach() {
+  table = nullptr;
+  KJ_IF_MAYBE(w, waiter) {
+    auto fulfiller = kj::mv(*w);
+    waiter = nullptr;
+    fulfiller->reject(
+        makeError(ErrorCode::DISCONNECTED, "the FixedResolver behind this watch was destroyed"));
+  }
+}
+
+RegistrationImpl::RegistrationImpl(FixedTable& table, std::string name)
+    : table(table), name(kj::mv(name)) {
+  table.registrations.add(*this);
+}
+
+RegistrationImpl::~RegistrationImpl() noexcept(false) {
+  KJ_IF_MAYBE(t, table) {
+    t->registrations.remove(*this);
+    t->erase(name, *this);
+  }
+}
+
+void RegistrationImpl::setState(EndpointState state) {
+  KJ_IF_MAYBE(t, table) {
+    t->setState(name, *this, state);
+  }
+}
+
+kj::Promise<void> RegistrationImpl::whenRegistered() {
+  KJ_IF_MAYBE(e, refusal) {
+    return kj::cp(*e);
+  }
+  return kj::READY_NOW;
+}
+
+// Splits `text` at each of `separators`, dropping empty pieces when `skipEmpty`.
+std::vector<std::string_view> split(std::string_view text, std::string_view separators,
+                                    bool skipEmpty) {
+  std::vector<std::string_view> pieces;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && separators.find(text[i]) == std::string_view::npos) continue;
+    if (i > start || !skipEmpty) pieces.push_back(text.substr(start, i - start));
+    start = i + 1;
+  }
+  return pieces;
+}
+
+std::string_view trim(std::string_view text) {
+  size_t begin = text.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return {};
+  return text.substr(begin, text.find_last_not_of(" \t") + 1 - begin);
+}
+
+kj::Maybe<EndpointState> parseState(std::string_view text) {
+  for (auto state : {EndpointState::STARTING, EndpointState::READY, EndpointState::DRAINING}) {
+    if (text == view(toString(state))) return state;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+
+FixedResolver::FixedResolver() : table(kj::heap<FixedTable>()) {}
+
+FixedResolver::FixedResolver(kj::ArrayPtr<const Endpoint> endpoints) : FixedResolver() {
+  for (auto& endpoint : endpoints) add(endpoint);
+}
+
+FixedResolver::~FixedResolver() noexcept(false) {}
+
+kj::Own<FixedResolver> FixedResolver::parse(kj::StringPtr spec) {
+  auto resolver = kj::heap<FixedResolver>();
+  if (trim(view(spec)).empty()) return resolver;
+  std::map<std::string, size_t, std::less<>> seen;
+  auto entries = split(view(spec), ",", false);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::string_view text = trim(entries[i]);
+    auto fail = [&](kj::StringPtr reason) {
+      throwError(ErrorCode::INVALID_ARGUMENT, kj::str("fixed resolver spec, entry ", i + 1, " '",
+                                                      printable(text), "': ", reason));
+    };
+    if (text.empty()) fail("empty entry");
+    size_t eq = text.find('=');
+    if (eq == std::string_view::npos) fail("expected NAME=ADDRESS");
+    Endpoint endpoint;
+    endpoint.name = std::string(trim(text.substr(0, eq)));
+    KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
+      fail(*problem);
+    }
+    auto address = parseAddress(trim(text.substr(eq + 1)));
+    KJ_IF_MAYBE(problem, address.problem) {
+      fail(*problem);
+    }
+    auto [previous, added] = seen.emplace(endpoint.name, i + 1);
+    if (!added) fail(kj::str("name already given in entry ", previous->second));
+    endpoint.address = kj::mv(address.text);
+    endpoint.state = EndpointState::READY;
+    resolver->table->put(kj::mv(endpoint), nullptr);
+  }
+  return resolver;
+}
+
+kj::Own<FixedResolver> FixedResolver::parseFile(kj::StringPtr text, kj::StringPtr sourceName) {
+  auto resolver = kj::heap<FixedResolver>();
+  std::map<std::string, size_t, std::less<>> seen;
+  auto lines = split(view(text), "\n", false);
+  for (size_t n = 0; n < lines.size(); ++n) {
+    auto fail = [&](kj::StringPtr reason) {
+      throwError(ErrorCode::INVALID_ARGUMENT, kj::str(sourceName, ':', n + 1, ": ", reason));
+    };
+    std::string_view line = lines[n].substr(0, lines[n].find('#'));
+    auto fields = split(line, " \t\r", true);
+    if (fields.size() == 0) continue;
+    if (fields.size() < 2) fail("expected NAME ADDRESS [STATE] [KEY=VALUE ...]");
+
+    Endpoint endpoint;
+    endpoint.name = std::string(fields[0]);
+    KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
+      fail(*problem);
+    }
+    auto address = parseAddress(fields[1]);
+    KJ_IF_MAYBE(problem, address.problem) {
+      fail(*problem);
+    }
+    endpoint.address = kj::mv(address.text);
+    endpoint.state = EndpointState::READY;
+
+    for (size_t f = 2; f < fields.size(); ++f) {
+      std::string_view field = fields[f];
+      size_t eq = field.find('=');
+      if (eq != std::string_view::npos) {
+        if (eq == 0) fail(kj::str("empty key in '", printable(field), "'"));
+        auto [it, added] = endpoint.metadata.emplace(field.substr(0, eq), field.substr(eq + 1));
+        if (!added) fail(kj::str("key '", printable(it->first), "' given twice"));
+      } else if (f == 2) {
+        KJ_IF_MAYBE(state, parseState(field)) {
+          endpoint.state = *state;
+        } else {
+          fail(kj::str("unknown state '", printable(field),
+                       "' (expected starting, ready or draining)"));
+        }
+      } else {
+        fail(kj::str("expected KEY=VALUE, got '", printable(field), "'"));
+      }
+    }
+
+    auto [previous, added] = seen.emplace(endpoint.name, n + 1);
+    if (!added) {
+      fail(kj::str("endpoint '", printable(fields[0]), "' already given on line ",
+                   previous->second));
+    }
+    resolver->table->put(kj::mv(endpoint), nullptr);
+  }
+  return resolver;
+}
+
+kj::Own<FixedResolver> FixedResolver::fromFile(kj::StringPtr path) {
+  auto cannotRead = [&](int error) {
+    throwError(ErrorCode::INVALID_ARGUMENT, kj::str("cannot read fixed resolver file '",
+                                                    printable(view(path)), "': ", strerror(error)));
+  };
+  int fd;
+  do {
+    fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) cannotRead(errno);
+  kj::AutoCloseFd file(fd);
+
+  kj::Vector<char> contents;
+  char buffer[8192];
+  for (;;) {
+    ssize_t n = ::read(file.get(), buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      cannotRead(errno);
+    }
+    if (n == 0) break;
+    contents.addAll(buffer, buffer + n);
+  }
+  auto text = kj::heapString(contents.begin(), contents.size());
+  return parseFile(text, path);
+}
+
+void FixedResolver::add(Endpoint endpoint) {
+  KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
+    throwError(ErrorCode::INVALID_ARGUMENT, *problem);
+  }
+  table->put(kj::mv(endpoint), nullptr);
+}
+
+bool FixedResolver::remove(kj::StringPtr name) { return table->erase(view(name)); }
+
+kj::Promise<kj::Array<Endpoint>> FixedResolver::resolve(kj::StringPtr prefix) {
+  validatePrefix(prefix);
+  kj::Vector<Endpoint> found;
+  table->forEachUnder(prefix, [&](const Endpoint& endpoint) { found.add(endpoint); });
+  return found.releaseAsArray();
+}
+
+kj::Own<Watch> FixedResolver::watch(kj::StringPtr prefix) {
+  validatePrefix(prefix);
+  return kj::heap<WatchImpl>(*table, prefix);
+}
+
+kj::Own<Registration> FixedResolver::registerEndpoint(Endpoint endpoint) {
+  KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
+    return kj::heap<RegistrationImpl>(makeError(ErrorCode::INVALID_ARGUMENT, *problem));
+  }
+  auto registration = kj::heap<RegistrationImpl>(*table, endpoint.name);
+  table->put(kj::mv(endpoint), *registration);
+  return registration;
+}
+
+}  // namespace troupe

@@ -1,0 +1,74 @@
+#pragma once
+// Resolver: where endpoints are published and found. Implementations: FixedResolver (a static
+// table), and later the registry client and etcd.
+
+#include <kj/async.h>
+#include <kj/string.h>
+
+#include "actor/endpoint.h"
+
+namespace troupe {
+
+struct WatchEvent {
+  enum class Type : uint8_t {
+    ADDED,    // a new endpoint under the prefix
+    CHANGED,  // an endpoint's state, address or incarnation changed
+    REMOVED,  // the endpoint is gone
+    SYNCED,   // everything before this reflects the resolver's current view
+  };
+  Type type;
+  Endpoint endpoint;  // empty for SYNCED
+};
+
+// A stream of changes under one prefix, pushed by the resolver. Belongs to the loop thread of
+// the resolver that made it; dropping it ends the watch.
+class Watch {
+public:
+  virtual ~Watch() noexcept(false) = default;
+
+  // The next event: first one ADDED per endpoint present when the watch started, then SYNCED,
+  // then changes as they happen. Only one next() may be outstanding. A resolver that loses and
+  // regains its backend reconciles (ADDED / REMOVED for what differs, then SYNCED again) rather
+  // than ending the watch; a watch that cannot continue rejects with DISCONNECTED.
+  virtual kj::Promise<WatchEvent> next() = 0;
+};
+
+// One published endpoint. Belongs to the loop thread of its resolver; dropping it removes the
+// endpoint from the resolver.
+class Registration {
+public:
+  virtual ~Registration() noexcept(false) = default;
+
+  // Publishes a new state for the endpoint.
+  virtual void setState(EndpointState state) = 0;
+
+  // Resolves once the resolver has accepted the endpoint; rejects with its refusal (for
+  // example INVALID_ARGUMENT for a name that breaks the rules).
+  virtual kj::Promise<void> whenRegistered() = 0;
+};
+
+// Belongs to the loop it was made on.
+class Resolver {
+public:
+  virtual ~Resolver() noexcept(false) = default;
+
+  // The endpoints whose names start with `prefix`, sorted by name. Throws INVALID_ARGUMENT for
+  // a malformed prefix (see validatePrefix).
+  virtual kj::Promise<kj::Array<Endpoint>> resolve(kj::StringPtr prefix) = 0;
+
+  // Watches endpoints whose names start with `prefix`.
+  virtual kj::Own<Watch> watch(kj::StringPtr prefix) = 0;
+
+  // Publishes `endpoint` (its name must be a valid endpoint name) until the returned object is
+  // dropped.
+  virtual kj::Own<Registration> registerEndpoint(Endpoint endpoint) = 0;
+};
+
+// The longest prefix (and endpoint name) resolvers accept, in bytes.
+constexpr size_t MAX_PREFIX_LENGTH = 2 * MAX_NAME_LENGTH + 16;
+
+// Throws INVALID_ARGUMENT unless `prefix` is at most MAX_PREFIX_LENGTH bytes of printable ASCII
+// without spaces. The empty prefix (everything) is valid.
+void validatePrefix(kj::StringPtr prefix);
+
+}  // namespace troupe
