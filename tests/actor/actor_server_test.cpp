@@ -8,7 +8,7 @@
 
 #include "actor/actor_ref.h"
 #include "actor/errors.h"
-#include "tests/support/test_actors.h"
+#include "tests/support/server_fixture.h"
 
 namespace troupe {
 namespace {
@@ -18,58 +18,7 @@ using test::Calculator;
 using test::Echo;
 using test::ScientificCalculator;
 
-// Records what an ActorServer reports about its endpoints.
-class RecordingListener final : public EndpointListener {
-public:
-  void endpointChanged(const Endpoint& e) override {
-    events.add(kj::str(e.name.c_str(), " ", toString(e.state)));
-  }
-  void endpointRemoved(const Endpoint& e) override {
-    events.add(kj::str(e.name.c_str(), " removed"));
-  }
-  kj::Vector<kj::String> events;
-};
-
-class ActorServerTest : public ::testing::Test {
-protected:
-  ActorServerTest() {
-    JobContext job;
-    job.jobId = "job-1";
-    job.taskIndex = 3;
-    job.numTasks = 4;
-    server = kj::heap<ActorServer>(loop, job, ActorServerOptions{.drainGracePeriod = 5 * kj::SECONDS});
-    server->host<ScientificCalculator>("calc", kj::heap<test::CalculatorImpl>());
-    server->host<Echo>("echo", kj::heap<test::EchoImpl>());
-    server->host<Blocker>("blocker", kj::heap<test::BlockerImpl>(blocker), {.maxConcurrency = 0});
-    server->host<Blocker>("serial", kj::heap<test::BlockerImpl>(serial));
-    address = server->listen("tcp://127.0.0.1:0");
-  }
-  ~ActorServerTest() noexcept override {}
-
-  template <typename T>
-  ActorRef<T> ref(kj::StringPtr actor) {
-    return ActorRef<T>::connect(loop, address.c_str(), actor);
-  }
-
-  kj::Promise<capnp::Response<Blocker::HoldResults>> hold(ActorRef<Blocker>& b, kj::StringPtr tag,
-                                                         CallOptions options = {}) {
-    return b.call(
-        [tag](Blocker::Client c) {
-          auto r = c.holdRequest();
-          r.setTag(tag);
-          return r.send();
-        },
-        options);
-  }
-
-  kj::WaitScope& ws() { return loop.waitScope(); }
-
-  EventLoop loop;
-  test::BlockerState blocker;
-  test::BlockerState serial;
-  kj::Own<ActorServer> server;
-  std::string address;
-};
+using ActorServerTest = test::ServerFixture;
 
 TEST_F(ActorServerTest, CallReturnsTheActorsResult) {
   auto calc = ref<Calculator>("calc");

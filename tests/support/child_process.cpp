@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <sstream>
 #include <stdexcept>
 
 extern char** environ;
@@ -112,17 +111,6 @@ int ChildProcess::wait(int timeoutMs) {
       ssize_t got = read(stdoutFd, chunk, sizeof(chunk));
       if (got > 0) buffer.append(chunk, got);
     }
-  }
-}
-
-TestServer::TestServer(std::vector<std::string> args, std::vector<std::string> env)
-    : process(TROUPE_TEST_SERVER_PATH, args, env) {
-  std::string line = process.readLine(15000);
-  std::istringstream in(line);
-  std::string word;
-  in >> word >> address >> incarnation;
-  if (word != "LISTENING" || address.empty()) {
-    throw std::runtime_error("test server did not start; it printed: '" + line + "'");
   }
 }
 

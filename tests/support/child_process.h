@@ -38,12 +38,4 @@ private:
   int status = 0;
 };
 
-// Starts the test server (tests/support/test_server_main.cpp) and reads its LISTENING line.
-struct TestServer {
-  explicit TestServer(std::vector<std::string> args = {}, std::vector<std::string> env = {});
-  ChildProcess process;
-  std::string address;
-  uint64_t incarnation = 0;
-};
-
 }  // namespace troupe::test

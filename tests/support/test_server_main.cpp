@@ -1,5 +1,7 @@
 // A replica for multi-process tests: hosts "calc", "echo" and "blocker" (unlimited concurrency),
-// prints "LISTENING <address> <incarnation>" once serving, and serves until SIGTERM/SIGINT.
+// prints "LISTENING <address> <incarnation>" once serving, then a line per endpoint change
+// ("ENDPOINT <name> <state>", "REMOVED <name>"), and serves until SIGTERM/SIGINT. The job id
+// defaults to "test" (TROUPE_JOB_ID and the other JobContext variables override it).
 //
 //   troupe_test_server [--listen ADDR] [--grace-ms N] [--max-message-bytes N]
 
@@ -12,6 +14,22 @@
 #include "actor/actor_server.h"
 #include "actor/event_loop.h"
 #include "tests/support/test_actors.h"
+
+namespace {
+
+class PrintingListener final : public troupe::EndpointListener {
+public:
+  void endpointChanged(const troupe::Endpoint& e) override {
+    printf("ENDPOINT %s %s\n", e.name.c_str(), troupe::toString(e.state).cStr());
+    fflush(stdout);
+  }
+  void endpointRemoved(const troupe::Endpoint& e) override {
+    printf("REMOVED %s\n", e.name.c_str());
+    fflush(stdout);
+  }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   kj::StringPtr listen = "tcp://127.0.0.1:0";
@@ -30,6 +48,7 @@ int main(int argc, char** argv) {
     }
   }
   troupe::EventLoop loop;
+  setenv("TROUPE_JOB_ID", "test", 0);
   troupe::ActorServer server(loop, troupe::JobContext::fromEnvironment(), options);
   troupe::test::BlockerState blocker;
   server.host<troupe::test::Calculator>("calc", kj::heap<troupe::test::CalculatorImpl>());
@@ -39,6 +58,9 @@ int main(int argc, char** argv) {
   auto bound = server.listen(listen);
   printf("LISTENING %s %llu\n", bound.c_str(), (unsigned long long)server.incarnation());
   fflush(stdout);
+  PrintingListener listener;
+  server.setEndpointListener(listener);
   server.serveUntilSignal();
+  server.setEndpointListener(nullptr);
   return 0;
 }

@@ -1,0 +1,133 @@
+// Bad input reaching a server: it gets a clear error on the side that caused it, and the server
+// keeps serving everyone else.
+
+#include <gtest/gtest.h>
+
+#include "tests/support/server_fixture.h"
+
+namespace troupe {
+namespace {
+
+using test::Blocker;
+using test::Echo;
+
+class BadInputTest : public test::ServerFixture {
+protected:
+  // One echo round trip on a fresh connection: the server still serves.
+  void expectServing() {
+    auto echo = ref<Echo>("echo");
+    auto r = echo.call([](Echo::Client c) {
+                   auto q = c.echoRequest();
+                   q.setPayload(kj::StringPtr("still here").asBytes());
+                   return q.send();
+                 }).wait(ws());
+    EXPECT_EQ(kj::StringPtr(reinterpret_cast<const char*>(r.getPayload().begin()),
+                            r.getPayload().size()),
+              "still here");
+  }
+
+  kj::Promise<capnp::Response<Echo::EchoResults>> echoBytes(ActorRef<Echo>& echo, size_t size) {
+    return echo.call([size](Echo::Client c) {
+      auto q = c.echoRequest(capnp::MessageSize{size / sizeof(capnp::word) + 16, 0});
+      auto data = q.initPayload(size);
+      for (size_t i = 0; i < size; i += 4096) data[i] = static_cast<kj::byte>(i / 4096);
+      return q.send();
+    });
+  }
+
+  // Opens a raw TCP connection to the server.
+  kj::Own<kj::AsyncIoStream> rawConnection() {
+    auto a = Address::parse(address.c_str());
+    return loop.network().parseAddress(a.toKjAddress()).wait(ws())->connect().wait(ws());
+  }
+};
+
+TEST_F(BadInputTest, GarbageBytesCloseOnlyThatConnection) {
+  auto raw = rawConnection();
+  // A frame header claiming 2^31 segments: nonsense.
+  kj::byte garbage[64];
+  memset(garbage, 0xff, sizeof(garbage));
+  raw->write(garbage, sizeof(garbage)).wait(ws());
+  // The server hangs up on it.
+  auto rest = raw->readAllBytes().wait(ws());
+  EXPECT_LT(rest.size(), 4096u);
+  expectServing();
+}
+
+TEST_F(BadInputTest, ATruncatedFrameCloseOnlyThatConnection) {
+  auto raw = rawConnection();
+  // One segment of 1000 words announced, 16 bytes delivered, then the sender goes away.
+  uint32_t header[2] = {0, 1000};
+  raw->write(header, sizeof(header)).wait(ws());
+  raw->write("0123456789abcdef", 16).wait(ws());
+  raw->shutdownWrite();
+  auto rest = raw->readAllBytes().wait(ws());
+  EXPECT_LT(rest.size(), 4096u);
+  expectServing();
+}
+
+TEST_F(BadInputTest, AFrameOverTheLimitIsRefusedBeforeItIsRead) {
+  auto raw = rawConnection();
+  // One segment announced at 1 GiB: over the 512 MiB limit, so nothing is allocated for it.
+  uint32_t header[2] = {0, (1u << 30) / 8};
+  raw->write(header, sizeof(header)).wait(ws());
+  auto rest = raw->readAllBytes().wait(ws());
+  EXPECT_LT(rest.size(), 4096u);
+  expectServing();
+}
+
+TEST_F(BadInputTest, ARequestOverTheSendersLimitFailsOnlyThatCall) {
+  auto echo = ActorRef<Echo>::connect(loop, address.c_str(), "echo",
+                                      {.channel = {.maxMessageBytes = 1 << 20}});
+  try {
+    echoBytes(echo, 2 << 20).wait(ws());
+    FAIL() << "a 2 MiB request over a 1 MiB limit must fail";
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::MESSAGE_TOO_LARGE) << e.getDescription().cStr();
+  }
+  // The same connection still works.
+  auto r = echoBytes(echo, 1000).wait(ws());
+  EXPECT_EQ(r.getPayload().size(), 1000u);
+}
+
+TEST_F(BadInputTest, AMessageOverTheReceiversLimitDropsThatConnectionOnly) {
+  // A server with a 1 MiB limit, a client with the default (512 MiB).
+  ActorServer small(loop, JobContext(), {.maxMessageBytes = 1 << 20});
+  small.host<Echo>("echo", kj::heap<test::EchoImpl>());
+  auto smallAddress = small.listen("tcp://127.0.0.1:0");
+  auto echo = ActorRef<Echo>::connect(loop, smallAddress.c_str(), "echo");
+  try {
+    echoBytes(echo, 2 << 20).wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    auto code = errorCode(e);
+    EXPECT_TRUE(code == ErrorCode::MESSAGE_TOO_LARGE || code == ErrorCode::DISCONNECTED)
+        << e.getDescription().cStr();
+  }
+  // The server still serves.
+  auto other = ActorRef<Echo>::connect(loop, smallAddress.c_str(), "echo");
+  EXPECT_EQ(echoBytes(other, 100).wait(ws()).getPayload().size(), 100u);
+}
+
+TEST_F(BadInputTest, ADefaultConnectionCarriesA256MiBPayload) {
+  auto echo = ref<Echo>("echo");
+  constexpr size_t SIZE = size_t{256} << 20;
+  auto r = echoBytes(echo, SIZE).wait(ws());
+  ASSERT_EQ(r.getPayload().size(), SIZE);
+  EXPECT_EQ(r.getPayload()[4096 * 5], 5);
+}
+
+TEST_F(BadInputTest, AClientThatVanishesMidCallHasItsCallCancelled) {
+  {
+    auto b = ref<Blocker>("blocker");
+    auto p = hold(b, "orphan");
+    blocker.whenStarted(1).wait(ws());
+    // The client and its connection go away with the call in flight.
+  }
+  blocker.whenCancelled(1).wait(ws());
+  EXPECT_EQ(server->callsInFlight(), 0u);
+  expectServing();
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,189 @@
+// How calls start, queue, get cancelled, time out and drain.
+
+#include <gtest/gtest.h>
+
+#include "tests/support/server_fixture.h"
+
+namespace troupe {
+namespace {
+
+using test::Blocker;
+using test::Echo;
+
+class CallLifecycleTest : public test::ServerFixture {};
+
+TEST_F(CallLifecycleTest, CallsToOneActorRunOneAtATimeByDefault) {
+  auto s = ref<Blocker>("serial");
+  auto first = hold(s, "first");
+  auto second = hold(s, "second");
+  serial.whenStarted(1).wait(ws());
+  // The second call arrives and waits for the first.
+  ASSERT_TRUE(pollUntil([&]() { return server->callsInFlight() == 2; }));
+  EXPECT_EQ(serial.started, 1u);
+  ASSERT_TRUE(serial.release("first"));
+  EXPECT_EQ(kj::StringPtr(first.wait(ws()).getTag()), "first");
+  serial.whenStarted(2).wait(ws());
+  ASSERT_TRUE(serial.release("second"));
+  EXPECT_EQ(kj::StringPtr(second.wait(ws()).getTag()), "second");
+  EXPECT_EQ(serial.maxConcurrent, 1u);
+}
+
+TEST_F(CallLifecycleTest, AnActorMayAllowConcurrentCalls) {
+  auto b = ref<Blocker>("blocker");
+  auto first = hold(b, "a");
+  auto second = hold(b, "b");
+  blocker.whenStarted(2).wait(ws());
+  EXPECT_EQ(blocker.maxConcurrent, 2u);
+  blocker.release("b");
+  blocker.release("a");
+  EXPECT_EQ(kj::StringPtr(second.wait(ws()).getTag()), "b");
+  EXPECT_EQ(kj::StringPtr(first.wait(ws()).getTag()), "a");
+}
+
+TEST_F(CallLifecycleTest, DroppingTheCallCancelsItOnTheServer) {
+  auto b = ref<Blocker>("blocker");
+  {
+    auto p = hold(b, "dropped");
+    blocker.whenStarted(1).wait(ws());
+  }
+  blocker.whenCancelled(1).wait(ws());
+  EXPECT_EQ(blocker.cancelled, 1u);
+  EXPECT_EQ(blocker.finished, 0u);
+  EXPECT_EQ(blocker.held.count("dropped"), 0u);
+}
+
+TEST_F(CallLifecycleTest, ACancelledQueuedCallNeverStartsAndFreesItsPlace) {
+  auto s = ref<Blocker>("serial");
+  auto first = hold(s, "first");
+  serial.whenStarted(1).wait(ws());
+  {
+    auto queued = hold(s, "queued");
+    ASSERT_TRUE(pollUntil([&]() { return server->callsInFlight() == 2; }));
+  }
+  ASSERT_TRUE(pollUntil([&]() { return server->callsInFlight() == 1; }));
+  auto third = hold(s, "third");
+  serial.release("first");
+  first.wait(ws());
+  serial.whenStarted(2).wait(ws());
+  EXPECT_EQ(serial.held.count("third"), 1u);
+  EXPECT_EQ(serial.held.count("queued"), 0u);
+  serial.release("third");
+  third.wait(ws());
+  EXPECT_EQ(serial.started, 2u);
+}
+
+TEST_F(CallLifecycleTest, DeadlineExceededCancelsTheCall) {
+  auto b = ref<Blocker>("blocker");
+  try {
+    hold(b, "slow", {.deadline = 30 * kj::MILLISECONDS}).wait(ws());
+    FAIL() << "the call should time out";
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::DEADLINE_EXCEEDED) << e.getDescription().cStr();
+    EXPECT_FALSE(callNeverRan(errorCode(e)));
+  }
+  blocker.whenCancelled(1).wait(ws());
+  EXPECT_EQ(blocker.started, 1u);
+}
+
+TEST_F(CallLifecycleTest, DefaultDeadlineApplies) {
+  auto b = ActorRef<Blocker>::connect(loop, address.c_str(), "blocker",
+                                      {.defaultDeadline = 20 * kj::MILLISECONDS});
+  auto p = hold(b, "slow");
+  try {
+    p.wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::DEADLINE_EXCEEDED);
+  }
+}
+
+TEST_F(CallLifecycleTest, DrainFinishesInFlightCallsAndRefusesNewOnes) {
+  test::RecordingListener listener;
+  server->setEndpointListener(listener);
+  auto b = ref<Blocker>("blocker");
+  auto echo = ref<Echo>("echo");
+  echo.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+
+  auto inFlight = hold(b, "in-flight");
+  blocker.whenStarted(1).wait(ws());
+  auto drained = server->drain();
+  EXPECT_EQ(server->state(), ServerState::DRAINING);
+
+  // A new call is refused, with an error that says it never ran.
+  try {
+    echo.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+    FAIL() << "a call during drain must be refused";
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::DRAINING) << e.getDescription().cStr();
+    EXPECT_EQ(e.getType(), kj::Exception::Type::OVERLOADED);
+    EXPECT_TRUE(callNeverRan(errorCode(e)));
+  }
+  // A new client asking for an actor is refused the same way.
+  auto late = ref<Echo>("echo");
+  try {
+    late.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::DRAINING) << e.getDescription().cStr();
+  }
+
+  // The call in flight completes and its reply arrives.
+  blocker.release("in-flight");
+  EXPECT_EQ(kj::StringPtr(inFlight.wait(ws()).getTag()), "in-flight");
+  drained.wait(ws());
+  EXPECT_EQ(server->state(), ServerState::STOPPED);
+  EXPECT_EQ(blocker.finished, 1u);
+
+  auto events = kj::strArray(listener.events, "; ");
+  EXPECT_NE(strstr(events.cStr(), "job-1/blocker-3 ready"), nullptr) << events.cStr();
+  EXPECT_NE(strstr(events.cStr(), "job-1/blocker-3 draining"), nullptr) << events.cStr();
+  EXPECT_NE(strstr(events.cStr(), "job-1/blocker-3 removed"), nullptr) << events.cStr();
+  EXPECT_EQ(server->endpoints().size(), 0u);
+
+  // After the stop nothing listens.
+  auto after = ref<Echo>("echo");
+  try {
+    after.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::UNREACHABLE) << e.getDescription().cStr();
+  }
+}
+
+TEST_F(CallLifecycleTest, DrainClosesCallsThatOutliveTheGracePeriod) {
+  auto b = ref<Blocker>("blocker");
+  auto stuck = hold(b, "stuck");
+  blocker.whenStarted(1).wait(ws());
+  server->drain(20 * kj::MILLISECONDS).wait(ws());
+  EXPECT_EQ(server->state(), ServerState::STOPPED);
+  try {
+    stuck.wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::DISCONNECTED) << e.getDescription().cStr();
+    EXPECT_FALSE(callNeverRan(errorCode(e)));
+  }
+  EXPECT_EQ(blocker.cancelled, 1u);
+}
+
+TEST_F(CallLifecycleTest, APeerCanAskTheServerToDrain) {
+  auto served = server->serve();
+  auto channel = Channel::open(loop, address.c_str());
+  auto request = channel->host().drainRequest();
+  request.setGraceMillis(1000);
+  request.send().wait(ws());
+  served.wait(ws());
+  EXPECT_EQ(server->state(), ServerState::STOPPED);
+}
+
+TEST_F(CallLifecycleTest, ServeStopsOnSigterm) {
+  auto served = server->serve();
+  auto echo = ref<Echo>("echo");
+  echo.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+  ASSERT_EQ(::kill(::getpid(), SIGTERM), 0);
+  served.wait(ws());
+  EXPECT_EQ(server->state(), ServerState::STOPPED);
+}
+
+}  // namespace
+}  // namespace troupe

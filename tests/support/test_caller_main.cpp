@@ -1,0 +1,36 @@
+// A caller for multi-process tests: connects to the test server at argv[1], starts a call to
+// blocker.hold that never returns, prints "HOLDING" once the server has started it, and waits
+// (the test kills it with the call in flight).
+//
+//   troupe_test_caller ADDRESS hold
+
+#include <stdio.h>
+
+#include "actor/actor_ref.h"
+#include "tests/support/test_actors.h"
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s ADDRESS hold\n", argv[0]);
+    return 2;
+  }
+  using troupe::test::Blocker;
+  troupe::EventLoop loop;
+  auto blocker = troupe::ActorRef<Blocker>::connect(loop, argv[1], "blocker");
+  auto held = blocker.call([](Blocker::Client c) {
+    auto q = c.holdRequest();
+    q.setTag("from-caller");
+    return q.send();
+  });
+  blocker
+      .call([](Blocker::Client c) {
+        auto q = c.waitStartedRequest();
+        q.setCount(1);
+        return q.send();
+      })
+      .wait(loop.waitScope());
+  printf("HOLDING\n");
+  fflush(stdout);
+  held.wait(loop.waitScope());
+  return 0;
+}
