@@ -1,0 +1,152 @@
+// Small-call latency: a 64-byte (and 4 KiB) echo, one call at a time, from this process to a
+// server process. troupe's ActorRef against plain Cap'n Proto RPC (kj's own event loop,
+// TwoPartyClient / TwoPartyServer), measured in the same run.
+//
+// Placement: by default the benchmark and both servers are pinned to CPU 0, which measures the
+// software cost of a call (on this kind of 2-core VM, waking a process on the other core costs
+// 50-100 us and would swamp it). TROUPE_BENCH_PIN=free leaves placement to the scheduler.
+//
+// Each benchmark reports the mean (Google Benchmark's time) and p50 / p99 in counters.
+
+#include <sched.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include "actor/actor_ref.h"
+#include "bench/bench_echo.capnp.h"
+#include "tests/support/child_process.h"
+
+namespace {
+
+using troupe::bench::BenchEcho;
+using Clock = std::chrono::steady_clock;
+
+struct Servers {
+  std::unique_ptr<troupe::test::ChildProcess> troupe;
+  std::unique_ptr<troupe::test::ChildProcess> capnp;
+  std::string troupeAddress;  // host:port
+  std::string capnpAddress;
+};
+Servers* servers = nullptr;
+
+std::string startServer(std::unique_ptr<troupe::test::ChildProcess>& slot, const char* impl) {
+  slot = std::make_unique<troupe::test::ChildProcess>(
+      BENCH_ECHO_SERVER_PATH, std::vector<std::string>{"--impl", impl, "--addr", "127.0.0.1:0"});
+  auto line = slot->readLine();
+  if (line.rfind("LISTENING ", 0) != 0) {
+    fprintf(stderr, "%s server did not start: '%s'\n", impl, line.c_str());
+    exit(1);
+  }
+  return line.substr(strlen("LISTENING "));
+}
+
+// Records per-call latency and reports percentiles.
+class Latencies {
+public:
+  explicit Latencies(benchmark::State& state) : state(state) { samples.reserve(1 << 20); }
+  ~Latencies() {
+    if (samples.empty()) return;
+    std::sort(samples.begin(), samples.end());
+    state.counters["p50_us"] = samples[samples.size() / 2] / 1e3;
+    state.counters["p99_us"] = samples[samples.size() * 99 / 100] / 1e3;
+  }
+  void add(Clock::duration d) {
+    samples.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  }
+
+private:
+  benchmark::State& state;
+  std::vector<int64_t> samples;
+};
+
+kj::Array<kj::byte> payloadOf(size_t size) {
+  auto data = kj::heapArray<kj::byte>(size);
+  for (size_t i = 0; i < size; ++i) data[i] = static_cast<kj::byte>(i * 131 + 7);
+  return data;
+}
+
+void BM_Troupe_ActorRef_PingPong(benchmark::State& state) {
+  auto payload = payloadOf(state.range(0));
+  troupe::EventLoop loop;
+  auto echo = troupe::ActorRef<BenchEcho>::connect(
+      loop, ("tcp://" + servers->troupeAddress).c_str(), "echo");
+  auto call = [&]() {
+    return echo.call([&](BenchEcho::Client c) {
+      auto q = c.echoRequest(capnp::MessageSize{payload.size() / 8 + 4, 0});
+      q.setPayload(payload);
+      return q.send();
+    });
+  };
+  for (int i = 0; i < 200; ++i) call().wait(loop.waitScope());  // connect and warm up
+  Latencies latencies(state);
+  for (auto _ : state) {
+    auto start = Clock::now();
+    auto r = call().wait(loop.waitScope());
+    latencies.add(Clock::now() - start);
+    if (r.getPayload().size() != payload.size()) state.SkipWithError("echo size mismatch");
+  }
+}
+
+void BM_PlainCapnp_PingPong(benchmark::State& state) {
+  auto payload = payloadOf(state.range(0));
+  auto io = kj::setupAsyncIo();
+  auto colon = servers->capnpAddress.rfind(':');
+  auto addr = io.provider->getNetwork()
+                  .parseAddress(servers->capnpAddress.substr(0, colon).c_str(),
+                                atoi(servers->capnpAddress.c_str() + colon + 1))
+                  .wait(io.waitScope);
+  auto stream = addr->connect().wait(io.waitScope);
+  capnp::TwoPartyClient client(*stream);
+  auto echo = client.bootstrap().castAs<BenchEcho>();
+  echo.whenResolved().wait(io.waitScope);
+  auto call = [&]() {
+    auto q = echo.echoRequest(capnp::MessageSize{payload.size() / 8 + 4, 0});
+    q.setPayload(payload);
+    return q.send();
+  };
+  for (int i = 0; i < 200; ++i) call().wait(io.waitScope);
+  Latencies latencies(state);
+  for (auto _ : state) {
+    auto start = Clock::now();
+    auto r = call().wait(io.waitScope);
+    latencies.add(Clock::now() - start);
+    if (r.getPayload().size() != payload.size()) state.SkipWithError("echo size mismatch");
+  }
+}
+
+BENCHMARK(BM_PlainCapnp_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_Troupe_ActorRef_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* pin = getenv("TROUPE_BENCH_PIN");
+  bool pinned = pin == nullptr || std::string(pin) != "free";
+  if (pinned) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    sched_setaffinity(0, sizeof(set), &set);  // inherited by the servers
+  }
+  Servers s;
+  s.troupeAddress = startServer(s.troupe, "troupe");
+  s.capnpAddress = startServer(s.capnp, "capnp");
+  servers = &s;
+  benchmark::AddCustomContext("placement", pinned ? "client and servers pinned to CPU 0"
+                                                  : "free (scheduler decides)");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  servers = nullptr;
+  return 0;
+}

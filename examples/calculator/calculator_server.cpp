@@ -1,0 +1,78 @@
+// A replica hosting one Calculator actor. Run it, note the address it prints, then run
+// calculator_client against it; Ctrl-C (or SIGTERM) drains and stops it.
+//
+//   calculator_server [--listen tcp://127.0.0.1:0]
+
+#include <stdio.h>
+
+#include <numeric>
+#include <vector>
+
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/actor_server.h"
+#include "examples/calculator/calculator.capnp.h"
+
+namespace {
+
+class CalculatorImpl final : public calculator::Calculator::Server {
+public:
+  explicit CalculatorImpl(troupe::EventLoop& loop) : loop(loop) {}
+
+protected:
+  kj::Promise<void> add(AddContext context) override {
+    ++served;
+    auto p = context.getParams();
+    context.getResults().setValue(p.getA() + p.getB());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> divide(DivideContext context) override {
+    ++served;
+    auto p = context.getParams();
+    // An exception reaches the caller as a FAILED error carrying this message.
+    KJ_REQUIRE(p.getB() != 0, "cannot divide by zero");
+    context.getResults().setValue(p.getA() / p.getB());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> sum(SumContext context) override {
+    ++served;
+    // Copy the input, then add it up on a worker thread so the loop keeps serving.
+    auto in = context.getParams().getValues();
+    std::vector<double> values;
+    values.reserve(in.size());
+    for (double v : in) values.push_back(v);
+    return loop.offload([values = std::move(values)]() {
+                 return std::accumulate(values.begin(), values.end(), 0.0);
+               })
+        .then([context](double total) mutable { context.getResults().setValue(total); });
+  }
+
+  kj::Promise<void> calls(CallsContext context) override {
+    context.getResults().setCount(++served);
+    return kj::READY_NOW;
+  }
+
+private:
+  troupe::EventLoop& loop;
+  uint64_t served = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kj::StringPtr listen = "tcp://127.0.0.1:0";
+  if (argc == 3 && kj::StringPtr(argv[1]) == "--listen") listen = argv[2];
+
+  troupe::EventLoop loop({.logger = spdlog::default_logger()});
+  troupe::ActorServer server(loop, troupe::JobContext::fromEnvironment());
+  server.host<calculator::Calculator>("calc", kj::heap<CalculatorImpl>(loop));
+  auto address = server.listen(listen);
+  printf("calculator serving at %s as %s\n", address.c_str(),
+         server.job().endpointName("calc").c_str());
+  fflush(stdout);
+  server.serveUntilSignal();
+  return 0;
+}
