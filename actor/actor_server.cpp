@@ -59,8 +59,10 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
   }
 
   ~Impl() noexcept(false) {
-    // Connections first: they hold the gates, which refer to the actors and the tracker.
+    // Connections first: they hold the gates, which refer to the actors and the tracker. Then
+    // the calls they leave behind, which Cap'n Proto would only cancel on a later turn.
     connectionTasks = nullptr;
+    tracker.abortAll(makeError(ErrorCode::DISCONNECTED, "the actor server was destroyed"));
     acceptTasks = nullptr;
     closeListeners();
   }
@@ -242,6 +244,8 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
     auto address = endpointAddress();
     closeListeners();
     connectionTasks = kj::heap<kj::TaskSet>(*this);  // closes every connection
+    tracker.abortAll(makeError(ErrorCode::DISCONNECTED,
+                               "the server stopped before the call finished; it may have run"));
     state = ServerState::STOPPED;
     tracker.draining = true;
     KJ_IF_MAYBE(l, listener) {

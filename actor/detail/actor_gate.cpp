@@ -6,6 +6,14 @@
 
 namespace troupe::detail {
 
+CallTracker::~CallTracker() noexcept(false) {
+  abortAll(KJ_EXCEPTION(DISCONNECTED, "the actor server was destroyed"));
+}
+
+void CallTracker::abortAll(const kj::Exception& reason) {
+  while (!calls.empty()) calls.front().abort(reason);
+}
+
 void CallTracker::end() {
   KJ_ASSERT(inFlight_ > 0);
   if (--inFlight_ == 0) {
@@ -75,6 +83,43 @@ private:
   kj::Own<kj::PromiseFulfiller<void>> fulfiller;
 };
 
+CallCompletion::CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracker& tracker,
+                               kj::Own<CallSlot> slot, kj::Promise<void> work)
+    : fulfiller(fulfiller), tracker(tracker), slot(kj::mv(slot)), work(nullptr) {
+  tracker.calls.add(*this);
+  // The call ends when its work completes, not when Cap'n Proto later drops this promise (it
+  // keeps it until the caller acknowledges the reply).
+  this->work = work.then(
+                       [this]() {
+                         done();
+                         this->fulfiller.fulfill();
+                       },
+                       [this](kj::Exception&& e) {
+                         done();
+                         this->fulfiller.reject(kj::mv(e));
+                       })
+                   .eagerlyEvaluate(nullptr);
+}
+
+CallCompletion::~CallCompletion() noexcept(false) {
+  // Dropped before the work completed: the caller cancelled.
+  done();
+}
+
+void CallCompletion::done() {
+  KJ_IF_MAYBE(t, tracker) {
+    t->calls.remove(*this);
+    tracker = nullptr;
+    slot->finish();
+  }
+}
+
+void CallCompletion::abort(const kj::Exception& reason) {
+  done();
+  fulfiller.reject(kj::cp(reason));
+  work = nullptr;
+}
+
 void HostedActor::releaseSlot() {
   if (!waiting.empty()) {
     CallSlot* next = waiting.front();
@@ -94,17 +139,8 @@ struct StartedCall final : public kj::Refcounted {
   capnp::ClientHook::VoidPromiseAndPipeline result;
 };
 
-kj::Promise<void> finishing(kj::Promise<void> completion, kj::Own<CallSlot> slot) {
-  auto& s = *slot;
-  // Finish on completion, not when Cap'n Proto later drops the promise (it keeps it until the
-  // caller acknowledges the reply); dropping the slot covers cancellation.
-  return completion
-      .then([&s]() { s.finish(); },
-            [&s](kj::Exception&& e) {
-              s.finish();
-              kj::throwFatalException(kj::mv(e));
-            })
-      .attach(kj::mv(slot));
+kj::Promise<void> finishing(CallTracker& tracker, kj::Promise<void> work, kj::Own<CallSlot> slot) {
+  return kj::newAdaptedPromise<void, CallCompletion>(tracker, kj::mv(slot), kj::mv(work));
 }
 
 const uint GATE_BRAND = 0;
@@ -135,7 +171,7 @@ public:
     auto slot = kj::heap<CallSlot>(actor);
     if (slot->acquire()) {
       auto r = actor.impl->call(interfaceId, methodId, kj::mv(context));
-      return {finishing(kj::mv(r.promise), kj::mv(slot)), kj::mv(r.pipeline)};
+      return {finishing(actor.tracker, kj::mv(r.promise), kj::mv(slot)), kj::mv(r.pipeline)};
     }
 
     // Wait for a slot, then start the call.
@@ -150,7 +186,7 @@ public:
         [](kj::Own<StartedCall>&& call) { return kj::mv(call->result.pipeline); });
     auto completion = start.addBranch().then(
         [](kj::Own<StartedCall>&& call) { return kj::mv(call->result.promise); });
-    return {finishing(kj::mv(completion), kj::mv(slot)),
+    return {finishing(actor.tracker, kj::mv(completion), kj::mv(slot)),
             capnp::newLocalPromisePipeline(kj::mv(pipeline))};
   }
 

@@ -1,7 +1,7 @@
 #pragma once
 // The gate in front of every hosted actor: it admits calls arriving over RPC one at a time (or
 // up to the actor's concurrency), refuses them once the server drains, lets callers cancel them,
-// and counts what is in flight so a drain knows when it may close connections.
+// and keeps every call in progress where the server can count it and, when it goes away, end it.
 //
 // The gate is a capnp::ClientHook wrapping the implementation's own local client, so a call's
 // parameters and results are never copied and the implementation's thisCap() keeps working.
@@ -12,14 +12,47 @@
 
 #include <capnp/capability.h>
 #include <kj/async.h>
+#include <kj/list.h>
+#include <kj/vector.h>
 
 #include "actor/actor_server.h"
 
 namespace troupe::detail {
 
-// Counts the calls accepted by all gates of one server. Loop thread only.
+class CallTracker;
+class CallSlot;
+class HostedActor;
+
+// The promise adapter behind every call's completion: it owns the call's work and its slot, and
+// is listed in the tracker until the call ends. Internal to the gate.
+class CallCompletion {
+public:
+  CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracker& tracker,
+                 kj::Own<CallSlot> slot, kj::Promise<void> work);
+  ~CallCompletion() noexcept(false);
+  KJ_DISALLOW_COPY(CallCompletion);
+
+  // Ends the call now: destroys its work, frees its slot, rejects with `reason`.
+  void abort(const kj::Exception& reason);
+
+  kj::ListLink<CallCompletion> link;
+
+private:
+  void done();
+
+  kj::PromiseFulfiller<void>& fulfiller;
+  kj::Maybe<CallTracker&> tracker;  // null once the call ended
+  kj::Own<CallSlot> slot;
+  kj::Promise<void> work;
+};
+
+// Counts and holds the calls accepted by all gates of one server. Loop thread only.
 class CallTracker {
 public:
+  CallTracker() = default;
+  ~CallTracker() noexcept(false);
+  KJ_DISALLOW_COPY(CallTracker);
+
   void begin() { ++inFlight_; }
   void end();
   uint64_t inFlight() const { return inFlight_; }
@@ -27,15 +60,21 @@ public:
   // Resolves once no call is in flight.
   kj::Promise<void> whenIdle();
 
+  // Ends every call still in progress: its work (the promise its method returned, or its place
+  // in a queue) is destroyed before this returns, and its caller, if still connected, gets
+  // `reason`. Cap'n Proto completes a cancellation only on a later turn of the loop; this makes
+  // sure no actor code runs, and no state it refers to is touched, once the server is gone.
+  void abortAll(const kj::Exception& reason);
+
   // Once set, gates refuse new calls with DRAINING.
   bool draining = false;
 
 private:
+  friend class CallCompletion;
   uint64_t inFlight_ = 0;
   kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> idleWaiters;
+  kj::List<CallCompletion, &CallCompletion::link> calls;
 };
-
-class CallSlot;
 
 // One hosted actor: its implementation, its info and its admission state.
 class HostedActor {

@@ -166,6 +166,22 @@ TEST_F(CallLifecycleTest, DrainClosesCallsThatOutliveTheGracePeriod) {
   EXPECT_EQ(blocker.cancelled, 1u);
 }
 
+TEST_F(CallLifecycleTest, DestroyingTheServerEndsItsCallsAtOnce) {
+  auto b = ref<Blocker>("blocker");
+  auto stuck = hold(b, "stuck");
+  blocker.whenStarted(1).wait(ws());
+  server = nullptr;
+  // The call's work is gone before the destructor returns, not on some later turn.
+  EXPECT_EQ(blocker.cancelled, 1u);
+  EXPECT_EQ(blocker.running, 0u);
+  try {
+    stuck.wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::DISCONNECTED) << e.getDescription().cStr();
+  }
+}
+
 TEST_F(CallLifecycleTest, APeerCanAskTheServerToDrain) {
   auto served = server->serve();
   auto channel = Channel::open(loop, address.c_str());
