@@ -70,18 +70,7 @@ TEST(MultiProcess, ASigkilledServerFailsTheCallInFlightWithDisconnected) {
   test::TestServer server;
   EventLoop loop;
   auto blocker = ActorRef<Blocker>::connect(loop, server.address.c_str(), "blocker");
-  auto held = blocker.call([](Blocker::Client c) {
-    auto q = c.holdRequest();
-    q.setTag("x");
-    return q.send();
-  });
-  blocker
-      .call([](Blocker::Client c) {
-        auto q = c.waitStartedRequest();
-        q.setCount(1);
-        return q.send();
-      })
-      .wait(loop.waitScope());
+  auto held = test::holdStarted(blocker, "x", 1, loop.waitScope());
   server.process.kill(SIGKILL);
   try {
     held.wait(loop.waitScope());
@@ -161,18 +150,7 @@ TEST(MultiProcess, SigtermDrainsRefusesNewCallsAndExitsZero) {
   test::TestServer server({"--grace-ms", "200"});
   EventLoop loop;
   auto blocker = ActorRef<Blocker>::connect(loop, server.address.c_str(), "blocker");
-  auto held = blocker.call([](Blocker::Client c) {
-    auto q = c.holdRequest();
-    q.setTag("stuck");
-    return q.send();
-  });
-  blocker
-      .call([](Blocker::Client c) {
-        auto q = c.waitStartedRequest();
-        q.setCount(1);
-        return q.send();
-      })
-      .wait(loop.waitScope());
+  auto held = test::holdStarted(blocker, "stuck", 1, loop.waitScope());
   server.process.kill(SIGTERM);
   // The server reports its endpoints draining (the test server prints the changes).
   std::string line;

@@ -142,4 +142,23 @@ kj::Promise<void> BlockerImpl::stats(StatsContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<capnp::Response<Blocker::HoldResults>> holdStarted(ActorRef<Blocker>& blocker,
+                                                               kj::StringPtr tag,
+                                                               uint32_t startedCount,
+                                                               kj::WaitScope& ws) {
+  auto held = blocker.call([tag](Blocker::Client c) {
+    auto q = c.holdRequest();
+    q.setTag(tag);
+    return q.send();
+  });
+  blocker
+      .call([startedCount](Blocker::Client c) {
+        auto q = c.waitStartedRequest();
+        q.setCount(startedCount);
+        return q.send();
+      })
+      .wait(ws);
+  return held;
+}
+
 }  // namespace troupe::test

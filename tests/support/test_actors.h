@@ -7,6 +7,7 @@
 #include <kj/async.h>
 #include <kj/vector.h>
 
+#include "actor/actor_ref.h"
 #include "tests/support/test_actors.capnp.h"
 
 namespace troupe::test {
@@ -67,5 +68,12 @@ protected:
 private:
   BlockerState& state;
 };
+
+// Calls blocker.hold(tag) through `blocker` and returns once the server has started it (its
+// `startedCount`-th hold), with the promise of the call, which stays in progress until released.
+kj::Promise<capnp::Response<Blocker::HoldResults>> holdStarted(ActorRef<Blocker>& blocker,
+                                                               kj::StringPtr tag,
+                                                               uint32_t startedCount,
+                                                               kj::WaitScope& ws);
 
 }  // namespace troupe::test

@@ -14,21 +14,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s ADDRESS hold\n", argv[0]);
     return 2;
   }
-  using troupe::test::Blocker;
   troupe::EventLoop loop;
-  auto blocker = troupe::ActorRef<Blocker>::connect(loop, argv[1], "blocker");
-  auto held = blocker.call([](Blocker::Client c) {
-    auto q = c.holdRequest();
-    q.setTag("from-caller");
-    return q.send();
-  });
-  blocker
-      .call([](Blocker::Client c) {
-        auto q = c.waitStartedRequest();
-        q.setCount(1);
-        return q.send();
-      })
-      .wait(loop.waitScope());
+  auto blocker = troupe::ActorRef<troupe::test::Blocker>::connect(loop, argv[1], "blocker");
+  auto held = troupe::test::holdStarted(blocker, "from-caller", 1, loop.waitScope());
   printf("HOLDING\n");
   fflush(stdout);
   held.wait(loop.waitScope());
