@@ -27,6 +27,11 @@ constexpr CodeInfo CODES[] = {
     {ErrorCode::INVALID_ARGUMENT, "invalid_argument"_kj, kj::Exception::Type::FAILED, true},
     {ErrorCode::MESSAGE_TOO_LARGE, "message_too_large"_kj, kj::Exception::Type::FAILED, true},
     {ErrorCode::ADDRESS_IN_USE, "address_in_use"_kj, kj::Exception::Type::FAILED, true},
+    {ErrorCode::JOB_ENDED, "job_ended"_kj, kj::Exception::Type::FAILED, true},
+    {ErrorCode::NAME_TAKEN, "name_taken"_kj, kj::Exception::Type::FAILED, true},
+    {ErrorCode::LEASE_LOST, "lease_lost"_kj, kj::Exception::Type::DISCONNECTED, true},
+    {ErrorCode::NO_ENDPOINTS, "no_endpoints"_kj, kj::Exception::Type::OVERLOADED, true},
+    {ErrorCode::MAY_HAVE_RUN, "may_have_run"_kj, kj::Exception::Type::DISCONNECTED, false},
 };
 
 const CodeInfo& info(ErrorCode code) {

@@ -22,6 +22,17 @@
 //   INVALID_ARGUMENT   FAILED         no                       a bad name, address or option
 //   MESSAGE_TOO_LARGE  FAILED         no                       a message over the size limit
 //   ADDRESS_IN_USE     FAILED         (not a call error)       listen() on an address in use
+//   JOB_ENDED          FAILED         no                       the job has ended: its endpoints
+//                                                              are gone and cannot register
+//   NAME_TAKEN         FAILED         (not a call error)       another live replica holds the
+//                                                              name with the same or a newer
+//                                                              incarnation
+//   LEASE_LOST         DISCONNECTED   (not a call error)       a registration expired or was
+//                                                              replaced: register again
+//   NO_ENDPOINTS       OVERLOADED     no                       a pool has no ready member
+//   MAY_HAVE_RUN       DISCONNECTED   yes                      a pool gave up on a call that was
+//                                                              not marked idempotent after it
+//                                                              may have reached an actor
 //
 // An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
 // DISCONNECTED, UNIMPLEMENTED), for which callNeverRan() is false: even UNIMPLEMENTED may come
@@ -47,6 +58,11 @@ enum class ErrorCode {
   INVALID_ARGUMENT,
   MESSAGE_TOO_LARGE,
   ADDRESS_IN_USE,
+  JOB_ENDED,
+  NAME_TAKEN,
+  LEASE_LOST,
+  NO_ENDPOINTS,
+  MAY_HAVE_RUN,
 };
 
 // The code of any exception: troupe's own when its description carries one (also after it

@@ -100,6 +100,10 @@ public:
     return std::string_view(name).substr(0, prefix.size()) == prefix;
   }
 
+  bool overlapsJob(kj::StringPtr jobId) const {
+    return jobOverlapsPrefix(jobId, kj::StringPtr(prefix.c_str(), prefix.size()));
+  }
+
   // Hands `event` to the pending next(), or queues it.
   void push(WatchEvent event);
 
@@ -199,6 +203,31 @@ public:
     notify(WatchEvent::Type::CHANGED, endpoint);
   }
 
+  // The job's status (RUNNING unless recorded otherwise).
+  JobStatus jobStatus(std::string_view jobId) const {
+    auto it = jobs.find(jobId);
+    if (it != jobs.end()) return it->second;
+    return JobStatus{std::string(jobId), JobState::RUNNING, ""};
+  }
+
+  // Records `status`; ending a job removes its entries, then tells the watches it overlaps.
+  void setJobStatus(JobStatus status) {
+    if (status.state == JobState::RUNNING) {
+      jobs.erase(status.jobId);
+      return;
+    }
+    jobs[status.jobId] = status;
+    kj::Vector<std::string> doomed;
+    for (auto& [name, entry] : entries) {
+      if (entry.endpoint.jobId == status.jobId) doomed.add(name);
+    }
+    for (auto& name : doomed) erase(name);
+    kj::StringPtr jobId(status.jobId.c_str(), status.jobId.size());
+    for (auto& w : watches) {
+      if (w.overlapsJob(jobId)) w.push(WatchEvent{WatchEvent::Type::JOB_ENDED, {}, status});
+    }
+  }
+
   // Calls `fn(endpoint)` for each entry under `prefix`, in name order.
   template <typename Fn>
   void forEachUnder(kj::StringPtr prefix, Fn&& fn) const {
@@ -231,11 +260,12 @@ private:
 
   void notify(WatchEvent::Type type, const Endpoint& endpoint) {
     for (auto& w : watches) {
-      if (w.matches(endpoint.name)) w.push(WatchEvent{type, endpoint});
+      if (w.matches(endpoint.name)) w.push(WatchEvent{type, endpoint, {}});
     }
   }
 
   std::map<std::string, Entry, std::less<>> entries;
+  std::map<std::string, JobStatus, std::less<>> jobs;  // jobs not RUNNING
 };
 
 }  // namespace detail
@@ -247,9 +277,9 @@ namespace {
 WatchImpl::WatchImpl(FixedTable& table, kj::StringPtr prefix)
     : table(table), prefix(prefix.begin(), prefix.size()) {
   table.forEachUnder(prefix, [this](const Endpoint& endpoint) {
-    queue.push_back(WatchEvent{WatchEvent::Type::ADDED, endpoint});
+    queue.push_back(WatchEvent{WatchEvent::Type::ADDED, endpoint, {}});
   });
-  queue.push_back(WatchEvent{WatchEvent::Type::SYNCED, Endpoint{}});
+  queue.push_back(WatchEvent{WatchEvent::Type::SYNCED, Endpoint{}, {}});
   table.watches.add(*this);
 }
 
@@ -476,9 +506,23 @@ kj::Own<FixedResolver> FixedResolver::fromFile(kj::StringPtr path) {
   return parseFile(text, path);
 }
 
+namespace {
+
+kj::Maybe<kj::Exception> jobEndedError(const JobStatus& job) {
+  if (job.state != JobState::ENDED) return nullptr;
+  return makeError(ErrorCode::JOB_ENDED,
+                   kj::str("job '", job.jobId.c_str(), "' has ended (", job.reason.c_str(),
+                           "); its endpoints cannot register"));
+}
+
+}  // namespace
+
 void FixedResolver::add(Endpoint endpoint) {
   KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
     throwError(ErrorCode::INVALID_ARGUMENT, *problem);
+  }
+  KJ_IF_MAYBE(e, jobEndedError(table->jobStatus(endpoint.jobId))) {
+    kj::throwFatalException(kj::mv(*e));
   }
   table->put(kj::mv(endpoint), nullptr);
 }
@@ -501,9 +545,23 @@ kj::Own<Registration> FixedResolver::registerEndpoint(Endpoint endpoint) {
   KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
     return kj::heap<RegistrationImpl>(makeError(ErrorCode::INVALID_ARGUMENT, *problem));
   }
+  KJ_IF_MAYBE(e, jobEndedError(table->jobStatus(endpoint.jobId))) {
+    return kj::heap<RegistrationImpl>(kj::mv(*e));
+  }
   auto registration = kj::heap<RegistrationImpl>(*table, endpoint.name);
   table->put(kj::mv(endpoint), *registration);
   return registration;
+}
+
+kj::Promise<JobStatus> FixedResolver::jobStatus(kj::StringPtr jobId) {
+  validateJobId(jobId);
+  return table->jobStatus(view(jobId));
+}
+
+kj::Promise<void> FixedResolver::setJobStatus(JobStatus status) {
+  validateJobId(kj::StringPtr(status.jobId.c_str(), status.jobId.size()));
+  table->setJobStatus(kj::mv(status));
+  return kj::READY_NOW;
 }
 
 }  // namespace troupe

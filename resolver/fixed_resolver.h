@@ -104,6 +104,13 @@ public:
   // setState() and dropping do nothing.
   kj::Own<Registration> registerEndpoint(Endpoint endpoint) override;
 
+  // Job states, kept in memory as resolver.h describes: ending a job removes its entries (watches
+  // see REMOVED for each, then JOB_ENDED), and add() throws, and registrations are refused with,
+  // JOB_ENDED until the job is set RUNNING again. Both resolve at once; both throw
+  // INVALID_ARGUMENT for a bad job id.
+  kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) override;
+  kj::Promise<void> setJobStatus(JobStatus status) override;
+
 private:
   kj::Own<detail::FixedTable> table;
 };

@@ -4,6 +4,27 @@
 
 namespace troupe {
 
+kj::StringPtr toString(JobState state) {
+  switch (state) {
+    case JobState::RUNNING:
+      return "running";
+    case JobState::ENDED:
+      return "ended";
+  }
+  return "unknown";
+}
+
+bool jobOverlapsPrefix(kj::StringPtr jobId, kj::StringPtr prefix) {
+  // Compare "<jobId>/" with the prefix over the shorter of the two.
+  size_t jobLength = jobId.size() + 1;
+  size_t n = kj::min(jobLength, prefix.size());
+  for (size_t i = 0; i < n; ++i) {
+    char c = i < jobId.size() ? jobId[i] : '/';
+    if (prefix[i] != c) return false;
+  }
+  return true;
+}
+
 void validatePrefix(kj::StringPtr prefix) {
   if (prefix.size() > MAX_PREFIX_LENGTH) {
     throwError(

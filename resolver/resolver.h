@@ -9,16 +9,37 @@
 
 namespace troupe {
 
+enum class JobState : uint8_t {
+  RUNNING,  // replicas may register; a job a resolver has not heard of is RUNNING
+  ENDED,    // its endpoints are gone and its registrations are refused with JOB_ENDED
+};
+
+// "running", "ended".
+kj::StringPtr toString(JobState state);
+
+struct JobStatus {
+  std::string jobId;
+  JobState state = JobState::RUNNING;
+  std::string reason;  // why it ended, for people
+  bool operator==(const JobStatus&) const = default;
+};
+
 struct WatchEvent {
   enum class Type : uint8_t {
-    ADDED,    // a new endpoint under the prefix
-    CHANGED,  // an endpoint's state, address or incarnation changed
-    REMOVED,  // the endpoint is gone
-    SYNCED,   // everything before this reflects the resolver's current view
+    ADDED,      // a new endpoint under the prefix
+    CHANGED,    // an endpoint's state, address or incarnation changed
+    REMOVED,    // the endpoint is gone
+    SYNCED,     // everything before this reflects the resolver's current view
+    JOB_ENDED,  // a job whose endpoints fall under the prefix ended (after their REMOVED events)
   };
   Type type;
-  Endpoint endpoint;  // empty for SYNCED
+  Endpoint endpoint;  // for ADDED, CHANGED, REMOVED
+  JobStatus job;      // for JOB_ENDED
 };
+
+// Whether endpoints of job `jobId` can fall under `prefix`: the prefix starts with "<jobId>/",
+// or "<jobId>/" starts with the prefix. Watches report JOB_ENDED for exactly these jobs.
+bool jobOverlapsPrefix(kj::StringPtr jobId, kj::StringPtr prefix);
 
 // A stream of changes under one prefix, pushed by the resolver. Belongs to the loop thread of
 // the resolver that made it; dropping it ends the watch.
@@ -60,8 +81,16 @@ public:
   virtual kj::Own<Watch> watch(kj::StringPtr prefix) = 0;
 
   // Publishes `endpoint` (its name must be a valid endpoint name) until the returned object is
-  // dropped.
+  // dropped. Its whenRegistered() rejects with JOB_ENDED when the endpoint's job has ended.
   virtual kj::Own<Registration> registerEndpoint(Endpoint endpoint) = 0;
+
+  // The job's state as the resolver knows it (RUNNING for a job it has not heard of).
+  virtual kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) = 0;
+
+  // Records a job's state; launchers call this. Ending a job removes its endpoints (watches see
+  // REMOVED for each, then JOB_ENDED) and refuses its registrations with JOB_ENDED until the job
+  // is set RUNNING again. Throws INVALID_ARGUMENT for a bad job id.
+  virtual kj::Promise<void> setJobStatus(JobStatus status) = 0;
 };
 
 // The longest prefix (and endpoint name) resolvers accept, in bytes.

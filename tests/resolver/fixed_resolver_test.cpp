@@ -45,6 +45,8 @@ kj::StringPtr typeName(Type type) {
       return "REMOVED";
     case Type::SYNCED:
       return "SYNCED";
+    case Type::JOB_ENDED:
+      return "JOB_ENDED";
   }
   return "?";
 }
@@ -52,6 +54,9 @@ kj::StringPtr typeName(Type type) {
 // "ADDED job-1/ps-0 ready", "SYNCED", ...: one event as a comparable line.
 kj::String describe(const WatchEvent& event) {
   if (event.type == Type::SYNCED) return kj::str("SYNCED");
+  if (event.type == Type::JOB_ENDED) {
+    return kj::str("JOB_ENDED ", event.job.jobId.c_str(), " ", event.job.reason.c_str());
+  }
   return kj::str(typeName(event.type), " ", event.endpoint.name.c_str(), " ",
                  toString(event.endpoint.state));
 }
@@ -493,6 +498,59 @@ TEST(FixedResolverRegistration, RegistrationOutlivingItsResolverIsHarmless) {
 
 // ---------------------------------------------------------------------------------------------
 // validatePrefix()
+
+// ---------------------------------------------------------------------------------------------
+// Job states
+
+TEST(FixedResolverJobs, EndingAJobRemovesItsEndpointsAndRefusesNewOnes) {
+  EventLoop loop;
+  auto& ws = loop.waitScope();
+  FixedResolver resolver;
+  EXPECT_EQ(resolver.jobStatus("job-1").wait(ws).state, JobState::RUNNING);
+  auto reg = resolver.registerEndpoint(endpoint("job-1/ps-0", "tcp://h:1", EndpointState::READY));
+  resolver.add(endpoint("job-2/ps-0", "tcp://h:2", EndpointState::READY));
+  auto watch = resolver.watch("job-1/ps-");
+  auto other = resolver.watch("job-2/");
+  EXPECT_EQ(nextEvent(loop, *watch), "ADDED job-1/ps-0 ready");
+  EXPECT_EQ(nextEvent(loop, *watch), "SYNCED");
+  EXPECT_EQ(nextEvent(loop, *other), "ADDED job-2/ps-0 ready");
+  EXPECT_EQ(nextEvent(loop, *other), "SYNCED");
+
+  resolver.setJobStatus({"job-1", JobState::ENDED, "completed"}).wait(ws);
+  EXPECT_EQ(nextEvent(loop, *watch), "REMOVED job-1/ps-0 ready");
+  EXPECT_EQ(nextEvent(loop, *watch), "JOB_ENDED job-1 completed");
+  EXPECT_EQ(nextEvent(loop, *other), "(none)");
+  auto status = resolver.jobStatus("job-1").wait(ws);
+  EXPECT_EQ(status.state, JobState::ENDED);
+  EXPECT_EQ(status.reason, "completed");
+  EXPECT_EQ(resolver.resolve("").wait(ws).size(), 1u);
+
+  auto late = resolver.registerEndpoint(endpoint("job-1/ps-1", "tcp://h:3", EndpointState::READY));
+  auto e = errorFrom([&]() { late->whenRegistered().wait(ws); });
+  EXPECT_EQ(errorCode(e), ErrorCode::JOB_ENDED) << e.getDescription().cStr();
+  EXPECT_EQ(errorCode(errorFrom([&]() {
+              resolver.add(endpoint("job-1/ps-2", "tcp://h:4", EndpointState::READY));
+            })),
+            ErrorCode::JOB_ENDED);
+  reg = nullptr;  // its entry is already gone: nothing more happens
+  EXPECT_EQ(nextEvent(loop, *watch), "(none)");
+
+  // Running again, the job's replicas may register anew.
+  resolver.setJobStatus({"job-1", JobState::RUNNING, ""}).wait(ws);
+  auto again = resolver.registerEndpoint(endpoint("job-1/ps-0", "tcp://h:5", EndpointState::READY));
+  again->whenRegistered().wait(ws);
+  EXPECT_EQ(nextEvent(loop, *watch), "ADDED job-1/ps-0 ready");
+}
+
+TEST(JobOverlapsPrefix, MatchesTheJobsNamespaceOnly) {
+  EXPECT_TRUE(jobOverlapsPrefix("job-1", "job-1/ps-"));
+  EXPECT_TRUE(jobOverlapsPrefix("job-1", "job-1/"));
+  EXPECT_TRUE(jobOverlapsPrefix("job-1", "job-"));
+  EXPECT_TRUE(jobOverlapsPrefix("job-1", ""));
+  EXPECT_FALSE(jobOverlapsPrefix("job-1", "job-10/"));
+  EXPECT_FALSE(jobOverlapsPrefix("job-10", "job-1/"));
+  EXPECT_FALSE(jobOverlapsPrefix("job-1", "job-2"));
+}
 
 TEST(ValidatePrefix, AcceptsPrintableAsciiUpToTheLimit) {
   validatePrefix("");

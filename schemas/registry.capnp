@@ -1,0 +1,74 @@
+@0xa715d8f9d386bce9;
+# The registry: troupe's embedded default resolver, a small Cap'n Proto service. Stable: fields
+# are only ever added, at new ordinals.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("troupe::schema");
+
+using Actor = import "/schemas/actor.capnp";
+
+enum JobState {
+  running @0;   # replicas may register (a job the registry has not heard of counts as running)
+  ended @1;     # its endpoints are gone and registrations are refused
+}
+
+struct JobStatus {
+  jobId @0 :Text;
+  state @1 :JobState;
+  reason @2 :Text;   # why it ended, for people ("completed", "failed: replica 3 exited 1", ...)
+}
+
+struct WatchEvent {
+  union {
+    added @0 :Actor.Endpoint;
+    changed @1 :Actor.Endpoint;    # state, address or incarnation changed
+    removed @2 :Actor.Endpoint;
+    synced @3 :Void;               # every event before this reflects the registry's view
+    jobEnded @4 :JobStatus;        # a job whose endpoints fall under the watched prefix ended
+  }
+}
+
+interface Watcher {
+  # Implemented by the watching client; the registry pushes to it.
+  events @0 (events :List(WatchEvent)) -> ();
+  # Events in order. The registry sends the next batch only after this call returns, so a slow
+  # watcher gets larger batches rather than an unbounded queue of calls.
+}
+
+interface WatchHandle {
+  # Dropping it ends the watch.
+}
+
+interface Lease {
+  # One registration. The entry lives while this capability is held and renewed: releasing it
+  # (or losing the connection that holds it) removes the entry at once; missing renewals for
+  # longer than the TTL removes it then.
+
+  renew @0 () -> (ttlMillis :UInt32);
+  # Extends the lease by its TTL. Fails with "troupe.lease_lost" once the entry is gone (expired,
+  # replaced by a newer incarnation, or its job ended): register again.
+
+  setState @1 (state :Actor.EndpointState) -> ();
+  # Publishes a new state; fails like renew() once the entry is gone.
+}
+
+interface Registry {
+  register @0 (endpoint :Actor.Endpoint, ttlMillis :UInt32) -> (lease :Lease);
+  # Publishes `endpoint` under its name. Refused with "troupe.invalid_argument" for a bad name or
+  # an oversize entry, "troupe.job_ended" when its job has ended, and "troupe.name_taken" when
+  # another live lease holds the name with the same or a newer incarnation. A newer incarnation
+  # replaces the entry and revokes the old lease.
+
+  resolve @1 (prefix :Text) -> (endpoints :List(Actor.Endpoint));
+  # The endpoints whose names start with `prefix`, sorted by name.
+
+  watch @2 (prefix :Text, watcher :Watcher) -> (handle :WatchHandle);
+  # Pushes to `watcher`: `added` for each endpoint under the prefix, `synced`, then changes as
+  # they happen (and `jobEnded` for jobs that end).
+
+  jobStatus @3 (jobId :Text) -> (status :JobStatus);
+
+  setJobStatus @4 (status :JobStatus) -> ();
+  # Launchers report job states. Ending a job removes its endpoints and refuses their
+  # registrations; setting it running again lets replicas register anew.
+}
