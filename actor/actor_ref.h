@@ -129,6 +129,9 @@ public:
   ActorRef(kj::Own<Channel> channel, kj::StringPtr actorName, ActorRefOptions options = {})
       : ActorRefBase(kj::mv(channel), actorName, kj::mv(options)) {}
 
+  // A typed view of `base`, sharing its state; the caller asserts the actor implements T.
+  explicit ActorRef(const ActorRefBase& base) : ActorRefBase(base) {}
+
   // The typed capability, for pipelining or streaming calls. See capability().
   typename T::Client client() { return capability().template castAs<T>(); }
 

@@ -26,3 +26,10 @@ interface Blocker {
   waitCancelled @3 (count :UInt32) -> ();           # once `count` holds were cancelled in total
   stats @4 () -> (started :UInt32, finished :UInt32, cancelled :UInt32, maxConcurrent :UInt32);
 }
+
+interface Member {
+  # One replica of a group, telling which it is.
+  whoami @0 () -> (name :Text);
+  raise @1 (message :Text) -> ();        # always fails with `message`
+  calls @2 () -> (count :UInt64);        # calls to whoami and raise so far
+}

@@ -39,6 +39,22 @@ kj::Promise<void> EchoImpl::whoami(WhoamiContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> MemberImpl::whoami(WhoamiContext context) {
+  ++count;
+  context.getResults().setName(name.c_str());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> MemberImpl::raise(RaiseContext context) {
+  ++count;
+  KJ_FAIL_REQUIRE("raised on request", context.getParams().getMessage());
+}
+
+kj::Promise<void> MemberImpl::calls(CallsContext context) {
+  context.getResults().setCount(count);
+  return kj::READY_NOW;
+}
+
 // ------------------------------------------------------------------------------------------------
 
 kj::Promise<void> BlockerState::whenStarted(uint32_t count) {

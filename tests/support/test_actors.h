@@ -31,6 +31,20 @@ private:
   uint64_t incarnation;
 };
 
+class MemberImpl final : public Member::Server {
+public:
+  explicit MemberImpl(std::string name) : name(kj::mv(name)) {}
+  uint64_t count = 0;
+
+protected:
+  kj::Promise<void> whoami(WhoamiContext context) override;
+  kj::Promise<void> raise(RaiseContext context) override;
+  kj::Promise<void> calls(CallsContext context) override;
+
+private:
+  std::string name;
+};
+
 // Shared between a BlockerImpl and an in-process test, which may wait on it directly.
 struct BlockerState {
   uint32_t started = 0;

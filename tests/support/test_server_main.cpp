@@ -1,4 +1,5 @@
-// A replica for multi-process tests: hosts "calc", "echo" and "blocker" (unlimited concurrency),
+// A replica for multi-process tests: hosts "calc", "echo", "blocker" (unlimited concurrency) and
+// "member" (answers whoami with its endpoint name),
 // prints "LISTENING <address> <incarnation>" once serving, then a line per endpoint change
 // ("ENDPOINT <name> <state>", "REMOVED <name>"), and serves until SIGTERM/SIGINT. The job id
 // defaults to "test" (TROUPE_JOB_ID and the other JobContext variables override it).
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
   server.host<troupe::test::Echo>("echo", kj::heap<troupe::test::EchoImpl>(server.incarnation()));
   server.host<troupe::test::Blocker>("blocker", kj::heap<troupe::test::BlockerImpl>(blocker),
                                      {.maxConcurrency = 0});
+  server.host<troupe::test::Member>(
+      "member", kj::heap<troupe::test::MemberImpl>(server.job().endpointName("member")));
   auto bound = server.listen(listen);
   printf("LISTENING %s %llu\n", bound.c_str(), (unsigned long long)server.incarnation());
   fflush(stdout);

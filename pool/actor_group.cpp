@@ -1,0 +1,265 @@
+#include "pool/actor_group.h"
+
+#include <set>
+
+#include <kj/debug.h>
+#include <kj/vector.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/errors.h"
+
+namespace troupe {
+
+struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
+  Impl(EventLoop& loop, Resolver& resolver, kj::StringPtr jobId, kj::StringPtr actor,
+       ActorGroupOptions options)
+      : loop(loop),
+        resolver(resolver),
+        jobId(jobId.cStr()),
+        actor(actor.cStr()),
+        options(kj::mv(options)),
+        log(this->options.logger ? this->options.logger : loop.logger()),
+        tasks(*this) {
+    validateJobId(jobId);
+    validateActorName(actor);
+    prefix = this->jobId + "/" + this->actor + "-";
+    watch = resolver.watch(prefix.c_str());
+    tasks.add(watchLoop());
+    tasks.add(resolver.jobStatus(jobId).then([this](JobStatus status) {
+      if (status.state == JobState::ENDED) jobHasEnded(kj::mv(status));
+    }));
+  }
+
+  ~Impl() noexcept(false) {
+    // Members (and their connections) before the tasks that reference them.
+    ready.clear();
+    members.clear();
+    channels.clear();
+  }
+
+  void taskFailed(kj::Exception&& e) override {
+    log->warn("group {}: {}", prefix, e.getDescription().cStr());
+  }
+
+  // --- membership
+
+  kj::Promise<void> watchLoop() {
+    return watch->next().then(
+        [this](WatchEvent&& event) {
+          apply(kj::mv(event));
+          return watchLoop();
+        },
+        [this](kj::Exception&& e) {
+          log->error("group {}: the resolver's watch ended: {}", prefix, e.getDescription().cStr());
+          broken = kj::mv(e);
+          changed();
+        });
+  }
+
+  // Whether `endpoint` belongs to this group (the prefix also matches "ps-x-0" for actor "ps").
+  bool isMember(const Endpoint& endpoint) const {
+    return endpoint.jobId == jobId && endpoint.actor == actor;
+  }
+
+  void apply(WatchEvent event) {
+    switch (event.type) {
+      case WatchEvent::Type::ADDED:
+      case WatchEvent::Type::CHANGED:
+        if (isMember(event.endpoint)) upsert(kj::mv(event.endpoint));
+        break;
+      case WatchEvent::Type::REMOVED:
+        if (isMember(event.endpoint)) erase(event.endpoint.name);
+        break;
+      case WatchEvent::Type::SYNCED:
+        synced = true;
+        break;
+      case WatchEvent::Type::JOB_ENDED:
+        if (event.job.jobId == jobId) jobHasEnded(kj::mv(event.job));
+        break;
+    }
+    changed();
+  }
+
+  void upsert(Endpoint endpoint) {
+    auto it = members.find(endpoint.name);
+    if (it == members.end()) {
+      log->debug("group {}: {} joined at {} ({})", prefix, endpoint.name, endpoint.address,
+                 toString(endpoint.state).cStr());
+      auto ref = ActorRefBase(channelFor(endpoint.address), actor.c_str());
+      auto name = endpoint.name;
+      members.emplace(name, kj::heap<GroupMember>(GroupMember{kj::mv(endpoint), kj::mv(ref)}));
+      return;
+    }
+    auto& member = *it->second;
+    if (member.endpoint.address != endpoint.address) {
+      member.ref = ActorRefBase(channelFor(endpoint.address), actor.c_str());
+    }
+    member.endpoint = kj::mv(endpoint);
+    dropUnusedChannels();
+  }
+
+  void erase(const std::string& name) {
+    if (members.erase(name) > 0) {
+      log->debug("group {}: {} left", prefix, name);
+      dropUnusedChannels();
+    }
+  }
+
+  kj::Own<Channel> channelFor(const std::string& address) {
+    auto it = channels.find(address);
+    if (it == channels.end()) {
+      it = channels.emplace(address, Channel::open(loop, address.c_str(), options.channel)).first;
+    }
+    return it->second->addRef();
+  }
+
+  void dropUnusedChannels() {
+    std::set<std::string> used;
+    for (auto& [name, m] : members) used.insert(m->endpoint.address);
+    for (auto it = channels.begin(); it != channels.end();) {
+      it = used.count(it->first) ? std::next(it) : channels.erase(it);
+    }
+  }
+
+  void jobHasEnded(JobStatus status) {
+    if (ended != nullptr) return;
+    log->info("group {}: job {} ended ({})", prefix, status.jobId, status.reason);
+    ended = kj::mv(status);
+    changed();
+  }
+
+  void changed() {
+    ready.clear();
+    for (auto& [name, m] : members) {
+      if (m->endpoint.state == EndpointState::READY) ready.push_back(m.get());
+    }
+    auto waiters = kj::mv(changeWaiters);
+    for (auto& w : waiters) w->fulfill();
+  }
+
+  kj::Promise<void> whenChanged() {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    changeWaiters.add(kj::mv(paf.fulfiller));
+    return kj::mv(paf.promise);
+  }
+
+  // --- waiting
+
+  kj::String describeMembers() const {
+    if (members.empty()) return kj::str("none registered");
+    kj::Vector<kj::String> parts;
+    for (auto& [name, m] : members) {
+      parts.add(kj::str(name.c_str(), " ", toString(m->endpoint.state)));
+    }
+    return kj::str("registered: ", kj::strArray(parts, ", "));
+  }
+
+  kj::Promise<kj::Array<Endpoint>> waitReady(size_t count, kj::TimePoint deadline,
+                                            kj::Duration timeout) {
+    KJ_IF_MAYBE(e, ended) {
+      return makeError(ErrorCode::JOB_ENDED,
+                       kj::str("job '", jobId.c_str(), "' ended (", e->reason.c_str(), ") with ",
+                               ready.size(), " of the ", count, " wanted members of ",
+                               prefix.c_str(), " ready; ", describeMembers()));
+    }
+    KJ_IF_MAYBE(e, broken) {
+      return kj::cp(*e);
+    }
+    if (ready.size() >= count) {
+      auto result = kj::heapArrayBuilder<Endpoint>(count);
+      for (size_t i = 0; i < count; ++i) {
+        handedOut.insert({ready[i]->endpoint.name, ready[i]->endpoint.incarnation});
+        result.add(ready[i]->endpoint);
+      }
+      return result.finish();
+    }
+    auto expired = loop.timer().atTime(deadline).then(
+        [this, count, timeout]() -> kj::Promise<void> {
+          return makeError(ErrorCode::DEADLINE_EXCEEDED,
+                           kj::str("only ", ready.size(), " of the ", count, " wanted members of ",
+                                   prefix.c_str(), " were ready after ",
+                                   timeout / kj::MILLISECONDS, " ms; ", describeMembers()));
+        });
+    return whenChanged().exclusiveJoin(kj::mv(expired)).then([this, count, deadline, timeout]() {
+      return waitReady(count, deadline, timeout);
+    });
+  }
+
+  EventLoop& loop;
+  Resolver& resolver;
+  std::string jobId;
+  std::string actor;
+  std::string prefix;
+  ActorGroupOptions options;
+  std::shared_ptr<spdlog::logger> log;
+
+  kj::Own<Watch> watch;
+  std::map<std::string, kj::Own<Channel>> channels;  // by address
+  std::map<std::string, kj::Own<GroupMember>> members;  // by name
+  std::vector<GroupMember*> ready;                      // READY members, by name
+  std::set<std::pair<std::string, uint64_t>> handedOut;  // (name, incarnation)
+  kj::Maybe<JobStatus> ended;
+  kj::Maybe<kj::Exception> broken;
+  bool synced = false;
+  kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> changeWaiters;
+  kj::TaskSet tasks;
+};
+
+ActorGroupBase::ActorGroupBase(EventLoop& loop, Resolver& resolver, kj::StringPtr jobId,
+                               kj::StringPtr actor, ActorGroupOptions options)
+    : impl(kj::heap<Impl>(loop, resolver, jobId, actor, kj::mv(options))) {}
+
+ActorGroupBase::~ActorGroupBase() noexcept(false) {}
+
+kj::Promise<kj::Array<Endpoint>> ActorGroupBase::waitReady(size_t count, kj::Duration timeout) {
+  return impl->waitReady(count, impl->loop.timer().now() + timeout, timeout);
+}
+
+kj::Array<Endpoint> ActorGroupBase::discoverNew() {
+  kj::Vector<Endpoint> fresh;
+  for (auto* m : impl->ready) {
+    if (impl->handedOut.insert({m->endpoint.name, m->endpoint.incarnation}).second) {
+      fresh.add(m->endpoint);
+    }
+  }
+  return fresh.releaseAsArray();
+}
+
+size_t ActorGroupBase::readyCount() const { return impl->ready.size(); }
+
+kj::Array<Endpoint> ActorGroupBase::members() const {
+  kj::Vector<Endpoint> all;
+  for (auto& [name, m] : impl->members) all.add(m->endpoint);
+  return all.releaseAsArray();
+}
+
+kj::Promise<void> ActorGroupBase::shutdown(kj::Maybe<kj::Duration> grace) {
+  uint32_t millis = 0;
+  KJ_IF_MAYBE(g, grace) {
+    millis = static_cast<uint32_t>(*g / kj::MILLISECONDS);
+  }
+  kj::Vector<kj::Promise<void>> requests;
+  for (auto& [name, m] : impl->members) {
+    auto request = m->ref.channel().host().drainRequest();
+    request.setGraceMillis(millis);
+    requests.add(request.send().ignoreResult().catch_(
+        [log = impl->log, name = name](kj::Exception&& e) {
+          log->warn("asking {} to drain: {}", name, e.getDescription().cStr());
+        }));
+  }
+  return kj::joinPromises(requests.releaseAsArray());
+}
+
+kj::Maybe<const JobStatus&> ActorGroupBase::jobEnded() const { return impl->ended; }
+
+kj::Promise<void> ActorGroupBase::whenChanged() { return impl->whenChanged(); }
+
+kj::ArrayPtr<GroupMember* const> ActorGroupBase::readyMembers() {
+  return kj::ArrayPtr<GroupMember* const>(impl->ready.data(), impl->ready.size());
+}
+
+kj::StringPtr ActorGroupBase::jobId() const { return impl->jobId.c_str(); }
+kj::StringPtr ActorGroupBase::actorName() const { return impl->actor.c_str(); }
+EventLoop& ActorGroupBase::loop() { return impl->loop; }
+
+}  // namespace troupe

@@ -1,0 +1,96 @@
+#pragma once
+// ActorGroup<T>: the replicas of one job that host actor `name`, found through a resolver and
+// kept current by its watch.
+//
+//   troupe::ActorGroup<ParameterServer> group(loop, *resolver, "job-42", "ps");
+//   auto members = group.waitReady(4, 30 * kj::SECONDS).wait(loop.waitScope());
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kj/async.h>
+#include <kj/function.h>
+
+#include "actor/actor_ref.h"
+#include "actor/endpoint.h"
+#include "actor/event_loop.h"
+#include "resolver/resolver.h"
+
+namespace troupe {
+
+struct ActorGroupOptions {
+  // Settings for the connections to members (one per member address, shared by every actor
+  // reached there).
+  ChannelOptions channel;
+
+  // Where the group logs membership changes. Default: the loop's logger.
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+// One member as the group sees it: its endpoint and a handle to its actor.
+struct GroupMember {
+  Endpoint endpoint;
+  ActorRefBase ref;
+};
+
+// The untyped part of ActorGroup<T>. Belongs to the loop it was made on; borrows the resolver,
+// which must outlive it.
+class ActorGroupBase {
+public:
+  ActorGroupBase(EventLoop& loop, Resolver& resolver, kj::StringPtr jobId, kj::StringPtr actor,
+                 ActorGroupOptions options = {});
+  ~ActorGroupBase() noexcept(false);
+  KJ_DISALLOW_COPY(ActorGroupBase);
+
+  // Resolves as soon as `count` members are READY, with those members (sorted by name), which
+  // count as handed out (see discoverNew()). Rejects with JOB_ENDED at once when the job ends
+  // (or has ended), saying how many members had registered, and with DEADLINE_EXCEEDED after
+  // `timeout`, saying how many were ready and which were not. Dropping the promise cancels the
+  // wait.
+  kj::Promise<kj::Array<Endpoint>> waitReady(size_t count, kj::Duration timeout);
+
+  // The READY members not handed out before by waitReady() or discoverNew(), sorted by name; a
+  // member that restarted (new incarnation) counts as new. Marks them handed out.
+  kj::Array<Endpoint> discoverNew();
+
+  // How many members are READY now.
+  size_t readyCount() const;
+
+  // Every member the resolver lists, in any state, sorted by name.
+  kj::Array<Endpoint> members() const;
+
+  // Asks every member to drain (ActorHost.drain), with `grace` (default: each server's own).
+  // Resolves when every request was answered or failed; the members then leave the resolver as
+  // they stop.
+  kj::Promise<void> shutdown(kj::Maybe<kj::Duration> grace = nullptr);
+
+  // The job's end, once the resolver reported it.
+  kj::Maybe<const JobStatus&> jobEnded() const;
+
+  // Resolves at the next membership change (a member added, changed or removed, or the job
+  // ended). For pools that wait for a member to become ready.
+  kj::Promise<void> whenChanged();
+
+  // The READY members in name order, with handles to their actors; valid until the next turn
+  // of the loop.
+  kj::ArrayPtr<GroupMember* const> readyMembers();
+
+  kj::StringPtr jobId() const;
+  kj::StringPtr actorName() const;
+  EventLoop& loop();
+
+private:
+  struct Impl;
+  kj::Own<Impl> impl;
+};
+
+// A group of actors implementing Cap'n Proto interface T.
+template <typename T>
+class ActorGroup : public ActorGroupBase {
+public:
+  using ActorGroupBase::ActorGroupBase;
+};
+
+}  // namespace troupe

@@ -1,0 +1,357 @@
+// ActorGroup and ActorPool over in-process replicas: several ActorServers on one loop, each
+// publishing its endpoints in a FixedResolver, reached over real sockets on port 0.
+
+#include "pool/actor_pool.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+#include <kj/debug.h>
+
+#include "actor/actor_server.h"
+#include "actor/errors.h"
+#include "resolver/endpoint_publisher.h"
+#include "resolver/fixed_resolver.h"
+#include "tests/support/test_actors.h"
+
+namespace troupe {
+namespace {
+
+using test::Blocker;
+using test::Member;
+
+// One replica: an ActorServer of job "job-1" hosting "member" and "blocker", published.
+struct Replica {
+  Replica(EventLoop& loop, Resolver& resolver, uint32_t index, kj::StringPtr job = "job-1") {
+    JobContext ctx;
+    ctx.jobId = job.cStr();
+    ctx.taskIndex = index;
+    ctx.numTasks = 100;
+    server = kj::heap<ActorServer>(loop, ctx, ActorServerOptions{.drainGracePeriod = 2 * kj::SECONDS});
+    auto impl = kj::heap<test::MemberImpl>(ctx.endpointName("member"));
+    member = impl.get();
+    server->host<Member>("member", kj::mv(impl));
+    server->host<Blocker>("blocker", kj::heap<test::BlockerImpl>(blocker), {.maxConcurrency = 0});
+    publisher = kj::heap<EndpointPublisher>(*server, resolver);
+    server->listen("tcp://127.0.0.1:0");
+  }
+  test::BlockerState blocker;
+  test::MemberImpl* member;
+  kj::Own<ActorServer> server;
+  kj::Own<EndpointPublisher> publisher;
+};
+
+class ActorPoolTest : public ::testing::Test {
+protected:
+  ~ActorPoolTest() noexcept override {}
+
+  void startReplicas(uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) replicas.add(kj::heap<Replica>(loop, resolver, i));
+  }
+
+  kj::WaitScope& ws() { return loop.waitScope(); }
+
+  static kj::Promise<std::string> whoami(ActorPool<Member>& pool, CallOptions options = {}) {
+    return pool.call([](Member::Client c) { return c.whoamiRequest().send(); }, options)
+        .then([](auto r) { return std::string(r.getName().cStr()); });
+  }
+
+  EventLoop loop;
+  FixedResolver resolver;
+  kj::Vector<kj::Own<Replica>> replicas;
+};
+
+TEST_F(ActorPoolTest, RoundRobinVisitsMembersInNameOrder) {
+  startReplicas(3);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  auto ready = group.waitReady(3, 10 * kj::SECONDS).wait(ws());
+  ASSERT_EQ(ready.size(), 3u);
+  EXPECT_EQ(ready[0].name, "job-1/member-0");
+  ActorPool<Member> pool(group);
+  kj::Vector<kj::String> order;
+  for (int i = 0; i < 6; ++i) order.add(kj::str(whoami(pool).wait(ws()).c_str()));
+  EXPECT_EQ(kj::strArray(order, ","),
+            "job-1/member-0,job-1/member-1,job-1/member-2,"
+            "job-1/member-0,job-1/member-1,job-1/member-2");
+}
+
+TEST_F(ActorPoolTest, BroadcastReturnsOneResultPerMember) {
+  startReplicas(3);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  group.waitReady(3, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Member> pool(group);
+  auto results = pool.broadcast([](Member::Client c) { return c.whoamiRequest().send(); })
+                     .waitAll(5 * kj::SECONDS)
+                     .wait(ws());
+  ASSERT_EQ(results.size(), 3u);
+  for (uint i = 0; i < 3; ++i) {
+    ASSERT_TRUE(results[i].ok());
+    auto expected = kj::str("job-1/member-", i);
+    EXPECT_EQ(results[i].endpoint.name, expected.cStr());
+    EXPECT_EQ(kj::StringPtr(KJ_ASSERT_NONNULL(results[i].value).getName()), expected);
+    EXPECT_GT(results[i].latency, 0 * kj::NANOSECONDS);
+  }
+}
+
+TEST_F(ActorPoolTest, BroadcastReportsAnUnreachableMemberBesideTheOthers) {
+  startReplicas(2);
+  // A member the resolver still lists though nothing listens at its address any more.
+  uint port;
+  {
+    auto l = loop.network().parseAddress("127.0.0.1", 0).wait(ws())->listen();
+    port = l->getPort();
+  }
+  Endpoint gone;
+  gone.name = "job-1/member-7";
+  gone.address = kj::str("tcp://127.0.0.1:", port).cStr();
+  gone.state = EndpointState::READY;
+  resolver.add(gone);
+
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  group.waitReady(3, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Member> pool(group);
+  auto results = pool.broadcast([](Member::Client c) { return c.whoamiRequest().send(); })
+                     .waitAll(5 * kj::SECONDS)
+                     .wait(ws());
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok());
+  EXPECT_TRUE(results[1].ok());
+  EXPECT_FALSE(results[2].ok());
+  EXPECT_EQ(results[2].endpoint.name, "job-1/member-7");
+  auto& e = KJ_ASSERT_NONNULL(results[2].error);
+  EXPECT_EQ(e.getType(), kj::Exception::Type::DISCONNECTED) << e.getDescription().cStr();
+}
+
+TEST_F(ActorPoolTest, WaitAllReturnsAtTheDeadlineWithTheSlowMemberMarked) {
+  startReplicas(3);
+  ActorGroup<Blocker> group(loop, resolver, "job-1", "blocker");
+  group.waitReady(3, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Blocker> pool(group);
+  // Member 1 holds its call; the others are released as soon as they start.
+  replicas[0]->blocker.whenStarted(1).then([&]() { replicas[0]->blocker.release("t"); }).detach(
+      [](kj::Exception&&) {});
+  replicas[2]->blocker.whenStarted(1).then([&]() { replicas[2]->blocker.release("t"); }).detach(
+      [](kj::Exception&&) {});
+  auto results = pool.broadcast([](Blocker::Client c) {
+                       auto q = c.holdRequest();
+                       q.setTag("t");
+                       return q.send();
+                     })
+                     .waitAll(100 * kj::MILLISECONDS)
+                     .wait(ws());
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok());
+  EXPECT_TRUE(results[2].ok());
+  ASSERT_FALSE(results[1].ok());
+  EXPECT_EQ(errorCode(KJ_ASSERT_NONNULL(results[1].error)), ErrorCode::DEADLINE_EXCEEDED);
+  // The slow call was cancelled on its member.
+  replicas[1]->blocker.whenCancelled(1).wait(ws());
+}
+
+TEST_F(ActorPoolTest, WaitAnyAndQuorumAndNext) {
+  startReplicas(3);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  group.waitReady(3, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Member> pool(group);
+  auto whoamiAll = [&]() {
+    return pool.broadcast([](Member::Client c) { return c.whoamiRequest().send(); });
+  };
+  auto any = whoamiAll().waitAny().wait(ws());
+  EXPECT_TRUE(any.ok());
+
+  auto quorum = whoamiAll().waitQuorum(2, 5 * kj::SECONDS).wait(ws());
+  EXPECT_EQ(quorum.size(), 2u);
+
+  auto stream = whoamiAll();
+  size_t seen = 0;
+  for (;;) {
+    auto next = stream.next().wait(ws());
+    if (next == nullptr) break;
+    EXPECT_TRUE(KJ_ASSERT_NONNULL(next).ok());
+    ++seen;
+  }
+  EXPECT_EQ(seen, 3u);
+
+  // A quorum that cannot be met fails as soon as that is certain.
+  auto failing = pool.broadcast([](Member::Client c) {
+    auto q = c.raiseRequest();
+    q.setMessage("nope");
+    return q.send();
+  });
+  try {
+    failing.waitQuorum(1, 5 * kj::SECONDS).wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_NE(strstr(e.getDescription().cStr(), "cannot be reached"), nullptr)
+        << e.getDescription().cStr();
+  }
+}
+
+TEST_F(ActorPoolTest, WaitReadyThenDiscoverNewHandsOutTheRest) {
+  startReplicas(5);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  auto first = group.waitReady(2, 10 * kj::SECONDS).wait(ws());
+  ASSERT_EQ(first.size(), 2u);
+  while (group.readyCount() < 5) group.whenChanged().wait(ws());
+  auto rest = group.discoverNew();
+  ASSERT_EQ(rest.size(), 3u);
+  std::set<std::string> names;
+  for (auto& e : first) names.insert(e.name);
+  for (auto& e : rest) names.insert(e.name);
+  EXPECT_EQ(names.size(), 5u);
+  EXPECT_EQ(group.discoverNew().size(), 0u);
+  // A replica that comes later is new.
+  replicas.add(kj::heap<Replica>(loop, resolver, 5));
+  while (group.readyCount() < 6) group.whenChanged().wait(ws());
+  auto later = group.discoverNew();
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].name, "job-1/member-5");
+}
+
+TEST_F(ActorPoolTest, WaitReadyFailsAtOnceWhenTheJobEnds) {
+  startReplicas(1);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  auto waiting = group.waitReady(4, 60 * kj::SECONDS);
+  resolver.setJobStatus({"job-1", JobState::ENDED, "replica 2 exited with status 1"}).wait(ws());
+  try {
+    waiting.wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::JOB_ENDED) << e.getDescription().cStr();
+    EXPECT_NE(strstr(e.getDescription().cStr(), "replica 2 exited"), nullptr);
+  }
+  // And for a group made after the end.
+  ActorGroup<Member> late(loop, resolver, "job-1", "member");
+  try {
+    late.waitReady(1, 60 * kj::SECONDS).wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::JOB_ENDED) << e.getDescription().cStr();
+  }
+}
+
+TEST_F(ActorPoolTest, WaitReadyTimesOutSayingWhoIsReady) {
+  startReplicas(2);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  try {
+    group.waitReady(3, 50 * kj::MILLISECONDS).wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::DEADLINE_EXCEEDED) << e.getDescription().cStr();
+    EXPECT_NE(strstr(e.getDescription().cStr(), "only 2 of the 3"), nullptr)
+        << e.getDescription().cStr();
+  }
+}
+
+TEST_F(ActorPoolTest, AnActorsExceptionIsNeverRetried) {
+  startReplicas(2);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  group.waitReady(2, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Member> pool(group);
+  try {
+    pool.call(
+            [](Member::Client c) {
+              auto q = c.raiseRequest();
+              q.setMessage("bad batch");
+              return q.send();
+            },
+            {.idempotent = true})
+        .wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::FAILED);
+    EXPECT_NE(strstr(e.getDescription().cStr(), "bad batch"), nullptr);
+  }
+  EXPECT_EQ(replicas[0]->member->count + replicas[1]->member->count, 1u);
+}
+
+TEST_F(ActorPoolTest, ADrainingMemberIsSkippedEvenForNonIdempotentCalls) {
+  startReplicas(2);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  group.waitReady(2, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Member> pool(group);
+  // Member 0 holds a call so its drain lasts; it leaves the rotation.
+  ActorGroup<Blocker> blockers(loop, resolver, "job-1", "blocker");
+  blockers.waitReady(2, 10 * kj::SECONDS).wait(ws());
+  auto held = ActorRef<Blocker>(blockers.readyMembers()[0]->ref);
+  auto hold = test::holdStarted(held, "keep", 1, ws());
+  auto drained = replicas[0]->server->drain();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(whoami(pool).wait(ws()), "job-1/member-1");
+  replicas[0]->blocker.release("keep");
+  hold.wait(ws());
+  drained.wait(ws());
+}
+
+TEST_F(ActorPoolTest, LeastOutstandingSpreadsHeldCalls) {
+  startReplicas(2);
+  ActorGroup<Blocker> group(loop, resolver, "job-1", "blocker");
+  group.waitReady(2, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Blocker> pool(group, {.balancing = Balancing::LEAST_OUTSTANDING});
+  auto hold = [&](kj::StringPtr tag) {
+    return pool.call([tag](Blocker::Client c) {
+      auto q = c.holdRequest();
+      q.setTag(tag);
+      return q.send();
+    });
+  };
+  auto a = hold("a");
+  auto b = hold("b");
+  auto c = hold("c");
+  auto d = hold("d");
+  replicas[0]->blocker.whenStarted(2).wait(ws());
+  replicas[1]->blocker.whenStarted(2).wait(ws());
+  EXPECT_EQ(pool.outstanding("job-1/blocker-0"), 2u);
+  EXPECT_EQ(pool.outstanding("job-1/blocker-1"), 2u);
+  for (auto& r : replicas) {
+    for (auto tag : {"a", "b", "c", "d"}) r->blocker.release(tag);
+  }
+  a.wait(ws());
+  b.wait(ws());
+  c.wait(ws());
+  d.wait(ws());
+  EXPECT_EQ(pool.outstanding("job-1/blocker-0"), 0u);
+}
+
+TEST_F(ActorPoolTest, ACallWaitsForAMemberToAppear) {
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  ActorPool<Member> pool(group);
+  auto pending = whoami(pool, {.deadline = 10 * kj::SECONDS});
+  EXPECT_FALSE(pending.poll(ws()));
+  startReplicas(1);
+  EXPECT_EQ(pending.wait(ws()), "job-1/member-0");
+}
+
+TEST_F(ActorPoolTest, NoMemberAtAllIsNoEndpoints) {
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  ActorPool<Member> pool(group, {.maxAttempts = 3, .initialBackoff = 1 * kj::MILLISECONDS});
+  try {
+    whoami(pool).wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::NO_ENDPOINTS) << e.getDescription().cStr();
+  }
+}
+
+TEST_F(ActorPoolTest, ThePoolsDeadlineBoundsTheCall) {
+  startReplicas(1);
+  ActorGroup<Blocker> group(loop, resolver, "job-1", "blocker");
+  group.waitReady(1, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Blocker> pool(group);
+  try {
+    pool.call(
+            [](Blocker::Client c) {
+              auto q = c.holdRequest();
+              q.setTag("slow");
+              return q.send();
+            },
+            {.deadline = 30 * kj::MILLISECONDS})
+        .wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::DEADLINE_EXCEEDED) << e.getDescription().cStr();
+  }
+  replicas[0]->blocker.whenCancelled(1).wait(ws());
+}
+
+}  // namespace
+}  // namespace troupe
