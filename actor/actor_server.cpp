@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <set>
+#include <vector>
 
 #include <kj/debug.h>
 #include <kj/vector.h>
@@ -154,9 +156,11 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
   }
 
   void announceAll() {
-    KJ_IF_MAYBE(l, listener) {
-      for (auto& a : actors) l->endpointChanged(endpointOf(*a));
-    }
+    for (auto* l : endpointListeners) announceTo(*l);
+  }
+
+  void announceTo(EndpointListener& l) {
+    for (auto& a : actors) l.endpointChanged(endpointOf(*a));
   }
 
   // --- serving
@@ -248,7 +252,7 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
                                "the server stopped before the call finished; it may have run"));
     state = ServerState::STOPPED;
     tracker.draining = true;
-    KJ_IF_MAYBE(l, listener) {
+    for (auto* l : endpointListeners) {
       for (auto& e : gone) l->endpointRemoved(e);
     }
     log->info("stopped {}", address);
@@ -265,7 +269,7 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
   kj::Vector<kj::Own<detail::HostedActor>> actors;
   kj::Vector<kj::Own<Listener>> listeners;
   std::set<Connection*> connections;
-  kj::Maybe<EndpointListener&> listener;
+  std::vector<EndpointListener*> endpointListeners;
   kj::Maybe<capnp::Capability::Client> bootstrap;
 
   kj::Own<kj::TaskSet> acceptTasks;
@@ -361,9 +365,8 @@ void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema sche
   impl->actors.add(
       kj::heap<detail::HostedActor>(name, schema, kj::mv(actor), options, impl->tracker));
   if (impl->state == ServerState::SERVING) {
-    KJ_IF_MAYBE(l, impl->listener) {
-      l->endpointChanged(impl->endpointOf(*impl->actors.back()));
-    }
+    auto endpoint = impl->endpointOf(*impl->actors.back());
+    for (auto* l : impl->endpointListeners) l->endpointChanged(endpoint);
   }
 }
 
@@ -419,11 +422,16 @@ kj::Array<std::string> ActorServer::listenAddresses() const {
   return KJ_MAP(l, impl->listeners) { return l->text; };
 }
 
-void ActorServer::setEndpointListener(kj::Maybe<EndpointListener&> listener) {
-  impl->listener = listener;
+void ActorServer::addEndpointListener(EndpointListener& listener) {
+  impl->endpointListeners.push_back(&listener);
   if (impl->state == ServerState::SERVING || impl->state == ServerState::DRAINING) {
-    impl->announceAll();
+    impl->announceTo(listener);
   }
+}
+
+void ActorServer::removeEndpointListener(EndpointListener& listener) {
+  auto& ls = impl->endpointListeners;
+  ls.erase(std::remove(ls.begin(), ls.end(), &listener), ls.end());
 }
 
 }  // namespace troupe

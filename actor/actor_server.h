@@ -130,8 +130,9 @@ public:
   uint64_t callsInFlight() const;
 
   // Tells `listener` about endpoint changes from now on, starting with the current endpoints.
-  // It must outlive the server or be removed first. At most one listener at a time.
-  void setEndpointListener(kj::Maybe<EndpointListener&> listener);
+  // It must outlive the server or be removed first. Listeners are told in the order added.
+  void addEndpointListener(EndpointListener& listener);
+  void removeEndpointListener(EndpointListener& listener);
 
   struct Impl;
 

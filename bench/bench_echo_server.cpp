@@ -1,11 +1,12 @@
 // The benchmark servers: an echo actor hosted by troupe's ActorServer, or the same interface
 // served by plain Cap'n Proto (kj::setupAsyncIo + capnp::TwoPartyServer) as the baseline.
 //
-//   bench_echo_server [--impl troupe|capnp] --addr HOST:PORT
+//   bench_echo_server [--impl troupe|capnp] --addr HOST:PORT [--count N]
 //
 // Prints "LISTENING host:port" once it accepts connections (the peer harness's contract) and
-// serves until killed.
+// serves until SIGTERM. With --count N (troupe only), N servers on N ports, one line each.
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 #include <kj/debug.h>
+#include <kj/vector.h>
 
 #include "actor/actor_server.h"
 #include "actor/address.h"
@@ -35,13 +37,23 @@ void announce(const std::string& host, unsigned port) {
   fflush(stdout);
 }
 
-int serveTroupe(const std::string& host, unsigned port) {
+// `count` servers in this process, on one loop, each on its own port (task indexes 0..count-1).
+int serveTroupe(const std::string& host, unsigned port, unsigned count) {
   troupe::EventLoop loop;
-  troupe::ActorServer server(loop, troupe::JobContext());
-  server.host<troupe::bench::BenchEcho>("echo", kj::heap<EchoImpl>());
-  auto bound = troupe::Address::parse(server.listen(("tcp://" + host + ":" + std::to_string(port)).c_str()).c_str());
-  announce(host, bound.port);
-  server.serveUntilSignal();
+  kj::Vector<kj::Own<troupe::ActorServer>> servers;
+  for (unsigned i = 0; i < count; ++i) {
+    troupe::JobContext job;
+    job.jobId = "bench";
+    job.taskIndex = i;
+    job.numTasks = count;
+    auto server = kj::heap<troupe::ActorServer>(loop, job);
+    server->host<troupe::bench::BenchEcho>("echo", kj::heap<EchoImpl>());
+    auto listen = "tcp://" + host + ":" + std::to_string(count == 1 ? port : 0);
+    auto bound = troupe::Address::parse(server->listen(listen.c_str()).c_str());
+    announce(host, bound.port);
+    servers.add(kj::mv(server));
+  }
+  loop.onSignal({SIGTERM, SIGINT}).wait(loop.waitScope());
   return 0;
 }
 
@@ -60,11 +72,14 @@ int serveCapnp(const std::string& host, unsigned port) {
 int main(int argc, char** argv) {
   std::string impl = "troupe";
   std::string addr = "127.0.0.1:0";
+  unsigned count = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--impl") == 0) {
       impl = argv[i + 1];
     } else if (strcmp(argv[i], "--addr") == 0) {
       addr = argv[i + 1];
+    } else if (strcmp(argv[i], "--count") == 0) {
+      count = static_cast<unsigned>(atoi(argv[i + 1]));
     } else {
       fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -79,7 +94,7 @@ int main(int argc, char** argv) {
   unsigned port = static_cast<unsigned>(atoi(addr.c_str() + colon + 1));
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 if (impl == "troupe") {
-                  serveTroupe(host, port);
+                  serveTroupe(host, port, count);
                 } else if (impl == "capnp") {
                   serveCapnp(host, port);
                 } else {

@@ -6,11 +6,11 @@ namespace troupe {
 
 EndpointPublisher::EndpointPublisher(ActorServer& server, Resolver& resolver)
     : server(server), resolver(resolver) {
-  server.setEndpointListener(static_cast<EndpointListener&>(*this));
+  server.addEndpointListener(*this);
 }
 
 EndpointPublisher::~EndpointPublisher() noexcept(false) {
-  server.setEndpointListener(nullptr);
+  server.removeEndpointListener(*this);
 }
 
 kj::Promise<void> EndpointPublisher::whenPublished() {

@@ -13,8 +13,8 @@ namespace troupe {
 
 // Keeps one registration per endpoint of `server` in `resolver`: each endpoint is registered
 // STARTING, set READY once the registration is accepted and the server serves, DRAINING when it
-// drains, and removed when it stops. Borrows both, which must outlive it; it is the server's
-// endpoint listener while it lives (dropping it unsets that and removes the registrations).
+// drains, and removed when it stops. Borrows both, which must outlive it; it listens to the
+// server's endpoints while it lives (dropping it stops that and removes the registrations).
 // Loop thread only.
 class EndpointPublisher final : private EndpointListener {
 public:

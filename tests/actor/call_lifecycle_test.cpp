@@ -99,7 +99,7 @@ TEST_F(CallLifecycleTest, DefaultDeadlineApplies) {
 
 TEST_F(CallLifecycleTest, DrainFinishesInFlightCallsAndRefusesNewOnes) {
   test::RecordingListener listener;
-  server->setEndpointListener(listener);
+  server->addEndpointListener(listener);
   auto b = ref<Blocker>("blocker");
   auto echo = ref<Echo>("echo");
   echo.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());

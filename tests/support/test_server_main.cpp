@@ -2,7 +2,9 @@
 // "member" (answers whoami with its endpoint name),
 // prints "LISTENING <address> <incarnation>" once serving, then a line per endpoint change
 // ("ENDPOINT <name> <state>", "REMOVED <name>"), and serves until SIGTERM/SIGINT. The job id
-// defaults to "test" (TROUPE_JOB_ID and the other JobContext variables override it).
+// defaults to "test" (TROUPE_JOB_ID and the other JobContext variables override it). With
+// TROUPE_RESOLVER set it also publishes its endpoints there, and prints "PUBLISHED" once they
+// are registered.
 //
 //   troupe_test_server [--listen ADDR] [--grace-ms N] [--max-message-bytes N]
 
@@ -14,6 +16,8 @@
 
 #include "actor/actor_server.h"
 #include "actor/event_loop.h"
+#include "resolver/endpoint_publisher.h"
+#include "resolver/open_resolver.h"
 #include "tests/support/test_actors.h"
 
 namespace {
@@ -48,9 +52,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  troupe::EventLoop loop;
   setenv("TROUPE_JOB_ID", "test", 0);
-  troupe::ActorServer server(loop, troupe::JobContext::fromEnvironment(), options);
+  troupe::EventLoop loop;
+  auto job = troupe::JobContext::fromEnvironment();
+  kj::Maybe<kj::Own<troupe::Resolver>> resolver;
+  if (!job.resolver.empty()) resolver = troupe::openResolver(loop, job.resolver.c_str());
+  troupe::ActorServer server(loop, job, options);
   troupe::test::BlockerState blocker;
   server.host<troupe::test::Calculator>("calc", kj::heap<troupe::test::CalculatorImpl>());
   server.host<troupe::test::Echo>("echo", kj::heap<troupe::test::EchoImpl>(server.incarnation()));
@@ -62,8 +69,16 @@ int main(int argc, char** argv) {
   printf("LISTENING %s %llu\n", bound.c_str(), (unsigned long long)server.incarnation());
   fflush(stdout);
   PrintingListener listener;
-  server.setEndpointListener(listener);
+  server.addEndpointListener(listener);
+  kj::Maybe<kj::Own<troupe::EndpointPublisher>> publisher;
+  KJ_IF_MAYBE(r, resolver) {
+    auto p = kj::heap<troupe::EndpointPublisher>(server, **r);
+    p->whenPublished().wait(loop.waitScope());
+    printf("PUBLISHED\n");
+    fflush(stdout);
+    publisher = kj::mv(p);
+  }
   server.serveUntilSignal();
-  server.setEndpointListener(nullptr);
+  server.removeEndpointListener(listener);
   return 0;
 }

@@ -1,0 +1,199 @@
+// Pools: a call through ActorPool against a bare ActorRef, broadcast to 4, 16 and 64 members
+// against the slowest single call, and waitReady(32) after the 32nd registration.
+//
+// The members are echo actors hosted by one server process (bench_echo_server --count 64, one
+// loop, one port per member), listed in a FixedResolver. Pinned to CPU 0 by default, like
+// call_bench; TROUPE_BENCH_PIN=free leaves placement to the scheduler.
+
+#include <sched.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "bench/bench_echo.capnp.h"
+#include "pool/actor_pool.h"
+#include "resolver/fixed_resolver.h"
+#include "tests/support/child_process.h"
+
+namespace {
+
+using troupe::bench::BenchEcho;
+using Clock = std::chrono::steady_clock;
+
+constexpr unsigned MEMBERS = 64;
+std::vector<std::string> addresses;  // tcp://127.0.0.1:port of member i
+
+double micros(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() / 1e3;
+}
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+// A resolver listing members 0..n-1 as "<job>/echo-<i>".
+kj::Own<troupe::FixedResolver> resolverFor(kj::StringPtr job, unsigned n) {
+  auto resolver = kj::heap<troupe::FixedResolver>();
+  for (unsigned i = 0; i < n; ++i) {
+    troupe::Endpoint e;
+    e.name = kj::str(job, "/echo-", i).cStr();
+    e.address = addresses[i];
+    e.state = troupe::EndpointState::READY;
+    resolver->add(e);
+  }
+  return resolver;
+}
+
+auto echo64 = [](BenchEcho::Client c) {
+  static const kj::byte payload[64] = {1, 2, 3};
+  auto q = c.echoRequest(capnp::MessageSize{16, 0});
+  q.setPayload(kj::arrayPtr(payload, sizeof(payload)));
+  return q.send();
+};
+
+void report(benchmark::State& state, std::vector<double>& samples) {
+  state.counters["p50_us"] = percentile(samples, 0.50);
+  state.counters["p99_us"] = percentile(samples, 0.99);
+}
+
+void BM_ActorRef_Call(benchmark::State& state) {
+  troupe::EventLoop loop;
+  auto ref = troupe::ActorRef<BenchEcho>::connect(loop, addresses[0].c_str(), "echo");
+  for (int i = 0; i < 200; ++i) ref.call(echo64).wait(loop.waitScope());
+  std::vector<double> samples;
+  for (auto _ : state) {
+    auto start = Clock::now();
+    ref.call(echo64).wait(loop.waitScope());
+    samples.push_back(micros(Clock::now() - start));
+  }
+  report(state, samples);
+}
+
+void BM_Pool_Call(benchmark::State& state) {
+  troupe::EventLoop loop;
+  auto resolver = resolverFor("one", 1);
+  troupe::ActorGroup<BenchEcho> group(loop, *resolver, "one", "echo");
+  group.waitReady(1, 10 * kj::SECONDS).wait(loop.waitScope());
+  troupe::ActorPool<BenchEcho> pool(group);
+  for (int i = 0; i < 200; ++i) pool.call(echo64).wait(loop.waitScope());
+  std::vector<double> samples;
+  for (auto _ : state) {
+    auto start = Clock::now();
+    pool.call(echo64).wait(loop.waitScope());
+    samples.push_back(micros(Clock::now() - start));
+  }
+  report(state, samples);
+}
+
+// Broadcast to N members; also reports the slowest member's single-call p50, measured first.
+void BM_Broadcast(benchmark::State& state) {
+  unsigned n = static_cast<unsigned>(state.range(0));
+  troupe::EventLoop loop;
+  auto& ws = loop.waitScope();
+  auto resolver = resolverFor("many", n);
+  troupe::ActorGroup<BenchEcho> group(loop, *resolver, "many", "echo");
+  group.waitReady(n, 10 * kj::SECONDS).wait(ws);
+  troupe::ActorPool<BenchEcho> pool(group);
+
+  double slowest = 0;
+  for (auto* member : group.readyMembers()) {
+    auto ref = troupe::ActorRef<BenchEcho>(member->ref);
+    std::vector<double> single;
+    for (int i = 0; i < 300; ++i) {
+      auto start = Clock::now();
+      ref.call(echo64).wait(ws);
+      if (i >= 50) single.push_back(micros(Clock::now() - start));
+    }
+    slowest = std::max(slowest, percentile(single, 0.5));
+  }
+  for (int i = 0; i < 20; ++i) pool.broadcast(echo64).waitAll(10 * kj::SECONDS).wait(ws);
+
+  std::vector<double> samples;
+  for (auto _ : state) {
+    auto start = Clock::now();
+    auto results = pool.broadcast(echo64).waitAll(10 * kj::SECONDS).wait(ws);
+    samples.push_back(micros(Clock::now() - start));
+    for (auto& r : results) {
+      if (!r.ok()) state.SkipWithError("a member failed");
+    }
+  }
+  report(state, samples);
+  state.counters["slowest_single_p50_us"] = slowest;
+  state.counters["extra_per_member_us"] = (percentile(samples, 0.5) - slowest) / n;
+}
+
+// waitReady(32) when 31 members are READY: time from the 32nd member's registration to the
+// promise resolving (the watch delivering the event, the group noticing, the waiter waking).
+void BM_WaitReady32(benchmark::State& state) {
+  troupe::EventLoop loop;
+  auto& ws = loop.waitScope();
+  std::vector<double> samples;
+  for (auto _ : state) {
+    state.PauseTiming();
+    troupe::FixedResolver resolver;
+    troupe::ActorGroup<BenchEcho> group(loop, resolver, "ready", "echo");
+    for (unsigned i = 0; i < 31; ++i) {
+      troupe::Endpoint e;
+      e.name = kj::str("ready/echo-", i).cStr();
+      e.address = addresses[i];
+      e.state = troupe::EndpointState::READY;
+      resolver.add(e);
+    }
+    auto waiting = group.waitReady(32, 10 * kj::SECONDS);
+    waiting.poll(ws);
+    troupe::Endpoint last;
+    last.name = "ready/echo-31";
+    last.address = addresses[31];
+    last.state = troupe::EndpointState::READY;
+    state.ResumeTiming();
+    auto start = Clock::now();
+    resolver.add(last);
+    waiting.wait(ws);
+    samples.push_back(micros(Clock::now() - start));
+  }
+  report(state, samples);
+}
+
+BENCHMARK(BM_ActorRef_Call)->UseRealTime();
+BENCHMARK(BM_Pool_Call)->UseRealTime();
+BENCHMARK(BM_Broadcast)->Arg(4)->Arg(16)->Arg(64)->UseRealTime();
+BENCHMARK(BM_WaitReady32)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* pin = getenv("TROUPE_BENCH_PIN");
+  bool pinned = pin == nullptr || std::string(pin) != "free";
+  if (pinned) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    sched_setaffinity(0, sizeof(set), &set);
+  }
+  troupe::test::ChildProcess server(
+      BENCH_ECHO_SERVER_PATH, {"--impl", "troupe", "--addr", "127.0.0.1:0", "--count",
+                               std::to_string(MEMBERS)});
+  for (unsigned i = 0; i < MEMBERS; ++i) {
+    auto line = server.readLine();
+    if (line.rfind("LISTENING ", 0) != 0) {
+      fprintf(stderr, "echo server did not start: '%s'\n", line.c_str());
+      return 1;
+    }
+    addresses.push_back("tcp://" + line.substr(strlen("LISTENING ")));
+  }
+  benchmark::AddCustomContext("placement", pinned ? "client and servers pinned to CPU 0"
+                                                  : "free (scheduler decides)");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
