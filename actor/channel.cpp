@@ -64,9 +64,13 @@ void Channel::startConnecting() {
             return ref.connect().attach(kj::mv(addr));
           })
           .then([this, attempt](kj::Own<kj::AsyncIoStream> stream) -> schema::ActorHost::Client {
+            if (attempt != epoch_) {
+              // disconnect() was called while this attempt was under way: drop the stream.
+              kj::throwFatalException(KJ_EXCEPTION(
+                  DISCONNECTED, "the connection was dropped by disconnect() while it was made"));
+            }
             auto conn = kj::heap<detail::RpcConnection>(kj::mv(stream), options.maxMessageBytes);
             auto cap = conn->bootstrap().castAs<schema::ActorHost>();
-            if (attempt != epoch_) return cap;  // superseded by disconnect(); let it go
             tasks->add(conn->onDisconnect().then([this, attempt]() {
               if (attempt == epoch_) reset();
             }));

@@ -14,10 +14,13 @@ UvTimer::UvTimer(uv_loop_t* loop)
 }
 
 void UvTimer::onFire(uv_timer_t* handle) {
-  // Only wakes uv_run; UvEventPort advances the timer after every iteration. libuv measures
+  // UvEventPort fires kj's timers (advance()) once uv_run returns. libuv runs due timers before
+  // it polls, and with no other timer left it would then poll with no timeout at all, so ask
+  // uv_run to return after this iteration (uv_stop makes the poll non-blocking). libuv measures
   // time with a coarse clock, so this may come a little early: advance() re-arms if so.
   auto* self = static_cast<UvTimer*>(handle->data);
   if (self != nullptr) self->armed = false;
+  uv_stop(handle->loop);
 }
 
 kj::TimePoint UvTimer::now() const { return clock.now(); }

@@ -48,6 +48,24 @@ TEST(EventLoop, CancelledTimerDoesNotFire) {
   EXPECT_FALSE(fired);
 }
 
+TEST(EventLoop, ATimerDueWhileTheLoopWasBusyStillFires) {
+  // The timer comes due while the thread is busy, so libuv finds it expired as soon as it next
+  // runs; with nothing else to do, the loop must still wake up for it (before the fix it slept
+  // in epoll with no timeout, and this test hung until ctest's timeout).
+  EventLoop loop;
+  auto& timer = loop.timer();
+  int fired = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto due = timer.now() + 1 * kj::MILLISECONDS;
+    auto promise = timer.atTime(due).then([&]() { ++fired; });
+    while (timer.now() < due + 2 * kj::MILLISECONDS) {
+    }
+    promise.wait(loop.waitScope());
+    EXPECT_GE(timer.now(), due);
+  }
+  EXPECT_EQ(fired, 20);
+}
+
 TEST(EventLoop, TimeoutRejectsSlowPromise) {
   EventLoop loop;
   auto never = kj::Promise<int>(kj::NEVER_DONE);

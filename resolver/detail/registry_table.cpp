@@ -1,0 +1,383 @@
+#include "resolver/detail/registry_table.h"
+
+#include <kj/debug.h>
+#include <kj/vector.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/address.h"
+#include "actor/errors.h"
+#include "resolver/detail/registry_wire.h"
+
+namespace troupe::detail {
+
+namespace {
+
+std::string_view view(kj::StringPtr s) { return std::string_view(s.begin(), s.size()); }
+kj::StringPtr ptr(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
+
+bool startsWith(const std::string& name, std::string_view prefix) {
+  return std::string_view(name).substr(0, prefix.size()) == prefix;
+}
+
+// The description of a troupe error without its "troupe.<code>: " tag, for nesting it in
+// another message.
+kj::StringPtr reasonOf(const kj::Exception& e) {
+  kj::StringPtr text = e.getDescription();
+  if (text.startsWith("troupe.")) {
+    KJ_IF_MAYBE(colon, text.findFirst(':')) {
+      if (*colon + 1 < text.size() && text[*colon + 1] == ' ') return text.slice(*colon + 2);
+    }
+  }
+  return text;
+}
+
+// A rough upper bound of an event's size on the wire, for cutting batches.
+size_t eventBytes(const WatchEvent& event) {
+  return 128 + endpointBytes(event.endpoint) + event.endpoint.jobId.size() +
+         event.endpoint.actor.size() + 16 * event.endpoint.metadata.size() +
+         event.job.jobId.size() + event.job.reason.size();
+}
+
+int64_t millis(kj::Duration d) { return d / kj::MILLISECONDS; }
+
+}  // namespace
+
+RegistryTable::RegistryTable(EventLoop& loop, const RegistryServerOptions& options,
+                             std::shared_ptr<spdlog::logger> log)
+    : loop(loop),
+      options(options),
+      log(kj::mv(log)),
+      tasks(kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this))) {}
+
+RegistryTable::~RegistryTable() noexcept(false) {}
+
+void RegistryTable::taskFailed(kj::Exception&& exception) {
+  log->warn("registry task failed: {}", exception.getDescription().cStr());
+}
+
+void RegistryTable::checkRunning() const {
+  if (!running) throwError(ErrorCode::DISCONNECTED, "the registry has stopped");
+}
+
+// ------------------------------------------------------------------------------------------------
+// Entries and leases
+
+RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis) {
+  checkRunning();
+  auto refuse = [&](ErrorCode code, kj::StringPtr message) {
+    log->warn("refused registration of '{}': {}", printable(ptr(endpoint.name)).cStr(),
+              message.cStr());
+    throwError(code, message);
+  };
+
+  KJ_IF_MAYBE(parts, parseEndpointName(ptr(endpoint.name))) {
+    endpoint.jobId = kj::mv(parts->jobId);
+    endpoint.actor = kj::mv(parts->actor);
+    endpoint.taskIndex = parts->taskIndex;
+  } else {
+    refuse(ErrorCode::INVALID_ARGUMENT,
+           kj::str("'", printable(ptr(endpoint.name)),
+                   "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, with the "
+                   "job id and actor made of letters, digits, '.', '_' and '-')"));
+  }
+  size_t bytes = endpointBytes(endpoint);
+  if (bytes > options.maxEndpointBytes) {
+    refuse(ErrorCode::INVALID_ARGUMENT,
+           kj::str("endpoint '", endpoint.name.c_str(), "' is ", bytes,
+                   " bytes (name, address and metadata); the registry's limit is ",
+                   options.maxEndpointBytes));
+  }
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                endpoint.address = Address::parse(ptr(endpoint.address)).toString();
+              })) {
+    refuse(ErrorCode::INVALID_ARGUMENT,
+           kj::str("endpoint '", endpoint.name.c_str(), "' has a bad address: ", reasonOf(*e)));
+  }
+  auto ended = endedJobs.find(endpoint.jobId);
+  if (ended != endedJobs.end()) {
+    refuse(ErrorCode::JOB_ENDED,
+           kj::str("job '", endpoint.jobId.c_str(), "' has ended (", ended->second.reason.c_str(),
+                   "); its endpoints cannot register"));
+  }
+
+  kj::Duration ttl = ttlMillis == 0 ? options.defaultTtl : ttlMillis * kj::MILLISECONDS;
+  if (ttl < options.minTtl) ttl = options.minTtl;
+  if (ttl > options.maxTtl) ttl = options.maxTtl;
+  uint64_t leaseId = nextLeaseId++;
+  auto deadline = loop.timer().now() + ttl;
+
+  auto it = entries.find(endpoint.name);
+  if (it != entries.end()) {
+    auto& entry = it->second;
+    if (endpoint.incarnation <= entry.endpoint.incarnation) {
+      refuse(ErrorCode::NAME_TAKEN,
+             kj::str("'", endpoint.name.c_str(), "' is held by a live registration of incarnation ",
+                     entry.endpoint.incarnation, " at ", entry.endpoint.address.c_str(),
+                     " (this one has incarnation ", endpoint.incarnation,
+                     "); only a newer incarnation replaces it"));
+    }
+    log->info(
+        "'{}' replaced by incarnation {} at {} (was incarnation {} at {}); the old lease is "
+        "revoked",
+        endpoint.name, endpoint.incarnation, endpoint.address, entry.endpoint.incarnation,
+        entry.endpoint.address);
+    leaseNames.erase(entry.leaseId);
+    deadlines.erase({entry.deadline, entry.leaseId});
+    entry.endpoint = kj::mv(endpoint);
+    entry.leaseId = leaseId;
+    entry.ttl = ttl;
+    entry.deadline = deadline;
+    leaseNames.emplace(leaseId, it->first);
+    deadlines.emplace(deadline, leaseId);
+    armTimer();
+    notify(WatchEvent::Type::CHANGED, entry.endpoint);
+    return Granted{leaseId, ttl};
+  }
+
+  log->info("registered '{}' at {} (incarnation {}, {}, ttl {} ms)", endpoint.name,
+            endpoint.address, endpoint.incarnation, toString(endpoint.state).cStr(), millis(ttl));
+  std::string name = endpoint.name;
+  auto& entry =
+      entries.emplace(name, Entry{kj::mv(endpoint), leaseId, ttl, deadline}).first->second;
+  leaseNames.emplace(leaseId, name);
+  deadlines.emplace(deadline, leaseId);
+  armTimer();
+  notify(WatchEvent::Type::ADDED, entry.endpoint);
+  return Granted{leaseId, ttl};
+}
+
+RegistryTable::Entry& RegistryTable::leased(kj::StringPtr name, uint64_t leaseId,
+                                            kj::StringPtr what) {
+  checkRunning();
+  auto it = entries.find(view(name));
+  if (it == entries.end() || it->second.leaseId != leaseId) {
+    throwError(ErrorCode::LEASE_LOST,
+               kj::str("cannot ", what, " '", name, "': its lease is gone (expired, replaced by a ",
+                       "newer incarnation, or its job ended); register again"));
+  }
+  return it->second;
+}
+
+kj::Duration RegistryTable::renew(kj::StringPtr name, uint64_t leaseId) {
+  auto& entry = leased(name, leaseId, "renew");
+  setDeadline(entry, loop.timer().now() + entry.ttl);
+  return entry.ttl;
+}
+
+void RegistryTable::setState(kj::StringPtr name, uint64_t leaseId, EndpointState state) {
+  auto& entry = leased(name, leaseId, "set the state of");
+  if (entry.endpoint.state == state) return;
+  log->info("'{}' is {}", entry.endpoint.name, toString(state).cStr());
+  entry.endpoint.state = state;
+  notify(WatchEvent::Type::CHANGED, entry.endpoint);
+}
+
+void RegistryTable::release(kj::StringPtr name, uint64_t leaseId) {
+  if (!running) return;
+  auto it = entries.find(view(name));
+  if (it == entries.end() || it->second.leaseId != leaseId) return;
+  erase(it, "its lease was released");
+}
+
+void RegistryTable::setDeadline(Entry& entry, kj::TimePoint deadline) {
+  deadlines.erase({entry.deadline, entry.leaseId});
+  entry.deadline = deadline;
+  deadlines.emplace(deadline, entry.leaseId);
+  armTimer();
+}
+
+void RegistryTable::erase(std::map<std::string, Entry, std::less<>>::iterator it,
+                          kj::StringPtr why) {
+  auto& entry = it->second;
+  leaseNames.erase(entry.leaseId);
+  deadlines.erase({entry.deadline, entry.leaseId});
+  Endpoint gone = kj::mv(entry.endpoint);
+  entries.erase(it);
+  log->info("removed '{}' at {} ({})", gone.name, gone.address, why.cStr());
+  notify(WatchEvent::Type::REMOVED, gone);
+}
+
+void RegistryTable::armTimer() {
+  if (deadlines.empty()) return;
+  auto earliest = deadlines.begin()->first;
+  KJ_IF_MAYBE(at, timerAt) {
+    if (*at <= earliest) return;  // fires first and re-arms for the rest
+  }
+  timerAt = earliest;
+  uint64_t generation = ++timerGeneration;
+  tasks->add(loop.timer().atTime(earliest).then([this, generation]() {
+    if (generation != timerGeneration) return;
+    timerAt = nullptr;
+    expire();
+    armTimer();
+  }));
+}
+
+void RegistryTable::expire() {
+  auto now = loop.timer().now();
+  while (!deadlines.empty() && deadlines.begin()->first <= now) {
+    uint64_t leaseId = deadlines.begin()->second;
+    auto name = leaseNames.find(leaseId);
+    KJ_ASSERT(name != leaseNames.end());
+    auto it = entries.find(name->second);
+    KJ_ASSERT(it != entries.end());
+    auto why = kj::str("expired: no renewal within its ttl of ", millis(it->second.ttl), " ms");
+    erase(it, why);
+  }
+}
+
+kj::Array<Endpoint> RegistryTable::resolve(kj::StringPtr prefix) {
+  checkRunning();
+  validatePrefix(prefix);
+  kj::Vector<Endpoint> found;
+  for (auto it = entries.lower_bound(view(prefix));
+       it != entries.end() && startsWith(it->first, view(prefix)); ++it) {
+    found.add(it->second.endpoint);
+  }
+  return found.releaseAsArray();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Watchers
+
+uint64_t RegistryTable::addWatcher(kj::StringPtr prefix, schema::Watcher::Client client) {
+  checkRunning();
+  validatePrefix(prefix);
+  uint64_t id = nextWatcherId++;
+  auto& watcher =
+      watchers
+          .emplace(id,
+                   Watcher{std::string(prefix.cStr(), prefix.size()), kj::mv(client), {}, false})
+          .first->second;
+  for (auto it = entries.lower_bound(view(prefix));
+       it != entries.end() && startsWith(it->first, view(prefix)); ++it) {
+    watcher.queue.push_back(WatchEvent{WatchEvent::Type::ADDED, it->second.endpoint, {}});
+  }
+  watcher.queue.push_back(WatchEvent{WatchEvent::Type::SYNCED, {}, {}});
+  log->debug("watcher {} on '{}' added", id, watcher.prefix);
+  send(id, watcher);
+  return id;
+}
+
+void RegistryTable::removeWatcher(uint64_t id) {
+  if (watchers.erase(id) > 0) log->debug("watcher {} removed (its handle was released)", id);
+}
+
+void RegistryTable::notify(WatchEvent::Type type, const Endpoint& endpoint) {
+  kj::Vector<uint64_t> ids;
+  for (auto& [id, watcher] : watchers) {
+    if (startsWith(endpoint.name, watcher.prefix)) ids.add(id);
+  }
+  for (auto id : ids) {
+    auto it = watchers.find(id);
+    if (it != watchers.end()) push(id, it->second, WatchEvent{type, endpoint, {}});
+  }
+}
+
+void RegistryTable::push(uint64_t id, Watcher& watcher, WatchEvent event) {
+  if (watcher.queue.size() >= options.maxQueuedEvents) {
+    dropWatcher(id, kj::str("it fell ", watcher.queue.size(), " events behind"));
+    return;
+  }
+  watcher.queue.push_back(kj::mv(event));
+  send(id, watcher);
+}
+
+void RegistryTable::send(uint64_t id, Watcher& watcher) {
+  if (watcher.sending || watcher.queue.empty()) return;
+  const size_t batchLimit = kj::min(options.maxMessageBytes / 4, size_t{4} << 20);
+  size_t count = 0;
+  size_t bytes = 0;
+  while (count < watcher.queue.size()) {
+    size_t more = eventBytes(watcher.queue[count]);
+    if (count > 0 && bytes + more > batchLimit) break;
+    bytes += more;
+    ++count;
+  }
+  auto request =
+      watcher.client.eventsRequest(capnp::MessageSize{bytes / sizeof(capnp::word) + 16, 0});
+  auto list = request.initEvents(count);
+  for (size_t i = 0; i < count; ++i) {
+    writeWatchEvent(watcher.queue.front(), list[i]);
+    watcher.queue.pop_front();
+  }
+  watcher.sending = true;
+  tasks->add(request.send().then(
+      [this, id](capnp::Response<schema::Watcher::EventsResults>&&) {
+        auto it = watchers.find(id);
+        if (it == watchers.end()) return;
+        it->second.sending = false;
+        send(id, it->second);
+      },
+      [this, id](kj::Exception&& e) {
+        if (watchers.count(id) == 0) return;
+        // A watcher whose connection went is expected; one that throws is worth a warning.
+        bool expected = errorCode(e) == ErrorCode::DISCONNECTED;
+        dropWatcher(id, kj::str("its events() call failed: ", e.getDescription()), expected);
+      }));
+}
+
+void RegistryTable::dropWatcher(uint64_t id, kj::StringPtr why, bool expected) {
+  auto it = watchers.find(id);
+  if (it == watchers.end()) return;
+  log->log(expected ? spdlog::level::info : spdlog::level::warn, "dropped watcher {} on '{}': {}",
+           id, it->second.prefix, why.cStr());
+  watchers.erase(it);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Jobs
+
+JobStatus RegistryTable::jobStatus(kj::StringPtr jobId) {
+  checkRunning();
+  validateJobId(jobId);
+  auto it = endedJobs.find(view(jobId));
+  if (it != endedJobs.end()) return it->second;
+  return JobStatus{std::string(jobId.cStr(), jobId.size()), JobState::RUNNING, ""};
+}
+
+void RegistryTable::setJobStatus(JobStatus status) {
+  checkRunning();
+  kj::StringPtr jobId = ptr(status.jobId);
+  validateJobId(jobId);
+  if (status.state == JobState::RUNNING) {
+    if (endedJobs.erase(status.jobId) > 0) {
+      log->info("job '{}' is running again; its endpoints may register", status.jobId);
+    }
+    return;
+  }
+  log->info("job '{}' ended ({}); removing its endpoints", status.jobId, status.reason);
+  endedJobs[status.jobId] = status;
+  kj::Vector<std::string> doomed;
+  for (auto& [name, entry] : entries) {
+    if (entry.endpoint.jobId == status.jobId) doomed.add(name);
+  }
+  for (auto& name : doomed) {
+    auto it = entries.find(name);
+    if (it != entries.end()) erase(it, "its job ended");
+  }
+  kj::Vector<uint64_t> ids;
+  for (auto& [id, watcher] : watchers) {
+    if (jobOverlapsPrefix(jobId, ptr(watcher.prefix))) ids.add(id);
+  }
+  for (auto id : ids) {
+    auto it = watchers.find(id);
+    if (it != watchers.end())
+      push(id, it->second, WatchEvent{WatchEvent::Type::JOB_ENDED, {}, status});
+  }
+}
+
+void RegistryTable::shutdown() {
+  if (!running) return;
+  running = false;
+  if (!entries.empty()) log->info("registry stopped; forgetting {} endpoints", entries.size());
+  tasks = kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this));
+  entries.clear();
+  leaseNames.clear();
+  deadlines.clear();
+  timerAt = nullptr;
+  watchers.clear();
+  endedJobs.clear();
+}
+
+}  // namespace troupe::detail

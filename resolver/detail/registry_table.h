@@ -1,0 +1,123 @@
+#pragma once
+// The state behind a RegistryServer: entries with their leases and deadlines, watchers with
+// their queues, and job states. The Cap'n Proto objects (Registry, Lease, WatchHandle) are thin
+// wrappers that call into it.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+
+#include <kj/async.h>
+#include <kj/refcount.h>
+
+#include "actor/event_loop.h"
+#include "resolver/registry_server.h"
+#include "resolver/resolver.h"
+#include "schemas/registry.capnp.h"
+
+namespace troupe::detail {
+
+// Shared (kj::addRef) by the RegistryServer and every capability it handed out, so that a
+// capability outliving the server finds the table shut down rather than dangling. Loop thread
+// only.
+class RegistryTable final : public kj::Refcounted, private kj::TaskSet::ErrorHandler {
+public:
+  RegistryTable(EventLoop& loop, const RegistryServerOptions& options,
+                std::shared_ptr<spdlog::logger> log);
+  ~RegistryTable() noexcept(false);
+  KJ_DISALLOW_COPY(RegistryTable);
+
+  struct Granted {
+    uint64_t leaseId;  // identifies this registration's lease for renew/setState/release
+    kj::Duration ttl;  // the TTL granted
+  };
+
+  // Validates and publishes `endpoint` (jobId, actor and taskIndex are filled in from its name;
+  // the address is stored in canonical form). Throws INVALID_ARGUMENT, JOB_ENDED or NAME_TAKEN
+  // (see registry.capnp), and DISCONNECTED after shutdown().
+  Granted add(Endpoint endpoint, uint32_t ttlMillis);
+
+  // Extends the lease's deadline and returns its TTL. Throws LEASE_LOST when `leaseId` no longer
+  // holds `name`.
+  kj::Duration renew(kj::StringPtr name, uint64_t leaseId);
+
+  // Publishes a new state for the lease's entry. Throws like renew().
+  void setState(kj::StringPtr name, uint64_t leaseId, EndpointState state);
+
+  // The Lease capability was released: removes the entry if `leaseId` still holds it.
+  void release(kj::StringPtr name, uint64_t leaseId);
+
+  // Entries under `prefix`, sorted by name. Throws INVALID_ARGUMENT for a malformed prefix.
+  kj::Array<Endpoint> resolve(kj::StringPtr prefix);
+
+  // Adds a watcher and queues its snapshot (ADDED per entry, then SYNCED). Returns its id.
+  uint64_t addWatcher(kj::StringPtr prefix, schema::Watcher::Client watcher);
+
+  // Forgets the watcher (its WatchHandle was released). A batch in flight completes unheeded.
+  void removeWatcher(uint64_t id);
+
+  JobStatus jobStatus(kj::StringPtr jobId);
+  void setJobStatus(JobStatus status);
+
+  // Forgets everything; later calls throw DISCONNECTED.
+  void shutdown();
+
+  size_t endpointCount() const { return entries.size(); }
+  size_t watcherCount() const { return watchers.size(); }
+
+private:
+  struct Entry {
+    Endpoint endpoint;
+    uint64_t leaseId;
+    kj::Duration ttl;
+    kj::TimePoint deadline;
+  };
+
+  struct Watcher {
+    std::string prefix;
+    schema::Watcher::Client client;
+    std::deque<WatchEvent> queue;
+    bool sending = false;
+  };
+
+  void taskFailed(kj::Exception&& exception) override;
+  void checkRunning() const;
+
+  // Looks up the entry `leaseId` holds; throws LEASE_LOST when it holds none.
+  Entry& leased(kj::StringPtr name, uint64_t leaseId, kj::StringPtr what);
+
+  void setDeadline(Entry& entry, kj::TimePoint deadline);
+  void erase(std::map<std::string, Entry, std::less<>>::iterator it, kj::StringPtr why);
+  void armTimer();
+  void expire();
+
+  void notify(WatchEvent::Type type, const Endpoint& endpoint);
+  void push(uint64_t id, Watcher& watcher, WatchEvent event);
+  void send(uint64_t id, Watcher& watcher);
+  void dropWatcher(uint64_t id, kj::StringPtr why, bool expected = false);
+
+  EventLoop& loop;
+  const RegistryServerOptions options;
+  std::shared_ptr<spdlog::logger> log;
+  bool running = true;
+
+  std::map<std::string, Entry, std::less<>> entries;
+  std::map<uint64_t, std::string> leaseNames;              // live leases -> their entry
+  std::set<std::pair<kj::TimePoint, uint64_t>> deadlines;  // (deadline, leaseId)
+  uint64_t nextLeaseId = 1;
+  kj::Maybe<kj::TimePoint> timerAt;  // when the armed expiry timer fires
+  uint64_t timerGeneration = 0;      // timers armed earlier than the last one do nothing
+
+  std::map<uint64_t, Watcher> watchers;
+  uint64_t nextWatcherId = 1;
+
+  std::map<std::string, JobStatus, std::less<>> endedJobs;
+
+  kj::Own<kj::TaskSet> tasks;  // expiry timers, events() calls in flight
+};
+
+}  // namespace troupe::detail

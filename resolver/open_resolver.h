@@ -1,0 +1,24 @@
+#pragma once
+// openResolver: a Resolver from a URL, as JobContext::resolver and TROUPE_RESOLVER carry it.
+
+#include <kj/memory.h>
+#include <kj/string.h>
+
+#include "actor/event_loop.h"
+#include "resolver/resolver.h"
+
+namespace troupe {
+
+// Opens the resolver `url` names, on `loop` (the resolver belongs to it; the caller owns it):
+//
+//   registry://HOST:PORT      a RegistryResolver (default options) over TCP; PORT defaults to 7700
+//   registry+unix:PATH        a RegistryResolver over a unix socket
+//   fixed:NAME=ADDR,...       FixedResolver::parse(the rest)
+//   file:PATH                 FixedResolver::fromFile(PATH), read now
+//
+// Throws INVALID_ARGUMENT naming `url` for any other scheme, and whatever the chosen resolver's
+// constructor or parser throws (INVALID_ARGUMENT for a malformed address, spec or file). Does not
+// contact a registry yet.
+kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url);
+
+}  // namespace troupe

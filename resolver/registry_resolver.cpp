@@ -1,0 +1,117 @@
+#include "resolver/registry_resolver.h"
+
+#include <kj/debug.h>
+
+#include "actor/errors.h"
+#include "resolver/detail/registry_link.h"
+#include "resolver/detail/registry_registration.h"
+#include "resolver/detail/registry_watch.h"
+#include "resolver/detail/registry_wire.h"
+
+namespace troupe {
+
+namespace {
+
+// The troupe address behind a registry URL.
+kj::String registryAddress(kj::StringPtr url) {
+  if (url.startsWith("registry://")) {
+    auto rest = url.slice(strlen("registry://"));
+    if (rest.size() == 0) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("registry URL '", detail::printable(url), "' names no host"));
+    }
+    // A port is needed; 7700 (troupe-registry's default) when none is given.
+    bool hasPort = false;
+    if (rest[0] == '[') {
+      KJ_IF_MAYBE(close, rest.findFirst(']')) {
+        hasPort = *close + 1 < rest.size() && rest[*close + 1] == ':';
+      }
+    } else {
+      hasPort = rest.findFirst(':') != nullptr;
+    }
+    return hasPort ? kj::str("tcp://", rest) : kj::str("tcp://", rest, ":7700");
+  }
+  if (url.startsWith("registry+unix:"))
+    return kj::str("unix:", url.slice(strlen("registry+unix:")));
+  if (url.startsWith("tcp://") || url.startsWith("unix:")) return kj::str(url);
+  throwError(ErrorCode::INVALID_ARGUMENT,
+             kj::str("'", detail::printable(url),
+                     "' is not a registry address (expected registry://HOST:PORT, "
+                     "registry+unix:PATH, tcp://HOST:PORT or unix:PATH)"));
+}
+
+kj::StringPtr ptr(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
+
+}  // namespace
+
+RegistryResolver::RegistryResolver(EventLoop& loop, kj::StringPtr address,
+                                   RegistryResolverOptions options)
+    : link(kj::refcounted<detail::RegistryLink>(loop, registryAddress(address), kj::mv(options))) {}
+
+RegistryResolver::~RegistryResolver() noexcept(false) {}
+
+kj::Promise<kj::Array<Endpoint>> RegistryResolver::resolve(kj::StringPtr prefix) {
+  validatePrefix(prefix);
+  using Response = capnp::Response<schema::Registry::ResolveResults>;
+  return link
+      ->call<Response>("resolve",
+                       [prefix = kj::str(prefix)](schema::Registry::Client registry) {
+                         auto request = registry.resolveRequest();
+                         request.setPrefix(prefix);
+                         return request.send();
+                       })
+      .then([](Response&& response) {
+        auto list = response.getEndpoints();
+        auto result = kj::heapArrayBuilder<Endpoint>(list.size());
+        for (auto e : list) result.add(Endpoint::fromCapnp(e));
+        return result.finish();
+      });
+}
+
+kj::Own<Watch> RegistryResolver::watch(kj::StringPtr prefix) {
+  validatePrefix(prefix);
+  return kj::heap<detail::RegistryWatch>(kj::addRef(*link), prefix);
+}
+
+kj::Own<Registration> RegistryResolver::registerEndpoint(Endpoint endpoint) {
+  KJ_IF_MAYBE(parts, parseEndpointName(ptr(endpoint.name))) {
+    endpoint.jobId = kj::mv(parts->jobId);
+    endpoint.actor = kj::mv(parts->actor);
+    endpoint.taskIndex = parts->taskIndex;
+    return kj::heap<detail::RegistryRegistration>(kj::addRef(*link), kj::mv(endpoint));
+  }
+  return kj::heap<detail::RegistryRegistration>(
+      kj::addRef(*link),
+      makeError(ErrorCode::INVALID_ARGUMENT,
+                kj::str("'", detail::printable(ptr(endpoint.name)),
+                        "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, with "
+                        "the job id and actor made of letters, digits, '.', '_' and '-')")));
+}
+
+kj::Promise<JobStatus> RegistryResolver::jobStatus(kj::StringPtr jobId) {
+  validateJobId(jobId);
+  using Response = capnp::Response<schema::Registry::JobStatusResults>;
+  return link
+      ->call<Response>("jobStatus",
+                       [jobId = kj::str(jobId)](schema::Registry::Client registry) {
+                         auto request = registry.jobStatusRequest();
+                         request.setJobId(jobId);
+                         return request.send();
+                       })
+      .then([](Response&& response) { return detail::readJobStatus(response.getStatus()); });
+}
+
+kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status) {
+  validateJobId(ptr(status.jobId));
+  using Response = capnp::Response<schema::Registry::SetJobStatusResults>;
+  return link
+      ->call<Response>("setJobStatus",
+                       [status = kj::mv(status)](schema::Registry::Client registry) {
+                         auto request = registry.setJobStatusRequest();
+                         detail::writeJobStatus(status, request.initStatus());
+                         return request.send();
+                       })
+      .then([](Response&&) {});
+}
+
+}  // namespace troupe

@@ -1,0 +1,114 @@
+#pragma once
+// RegistryResolver: the Resolver of a RegistryServer (the `troupe-registry` daemon or one
+// embedded in another process), reached over one Cap'n Proto connection.
+
+#include <memory>
+
+#include <kj/time.h>
+
+#include "actor/event_loop.h"
+#include "actor/limits.h"
+#include "resolver/resolver.h"
+
+namespace troupe {
+
+namespace detail {
+class RegistryLink;
+}
+
+struct RegistryResolverOptions {
+  // Lease TTL asked of the registry for each registration: the registry removes an endpoint
+  // whose process stopped renewing (frozen, partitioned) this long after the last renewal. The
+  // registry clamps it to its own bounds. Default 10 s.
+  kj::Duration ttl = 10 * kj::SECONDS;
+
+  // How often registrations renew their lease; 0 (the default) means ttl / 3. When a renewal
+  // reports a shorter granted TTL, renewals come at a third of that instead.
+  kj::Duration renewInterval = 0 * kj::SECONDS;
+
+  // Waits between attempts to reach the registry again (re-registering, re-subscribing a watch):
+  // the first retry after `reconnectBackoffInitial`, each next one twice as long up to
+  // `reconnectBackoffMax`, each with random jitter (between half and all of it). Defaults
+  // 100 ms and 5 s.
+  kj::Duration reconnectBackoffInitial = 100 * kj::MILLISECONDS;
+  kj::Duration reconnectBackoffMax = 5 * kj::SECONDS;
+
+  // Deadline of each call to the registry (register, renew, watch, resolve, jobStatus,
+  // setJobStatus), connecting included. Default 10 s.
+  kj::Duration callTimeout = 10 * kj::SECONDS;
+
+  // Largest message sent or accepted on the connection, in bytes. Default
+  // DEFAULT_MAX_MESSAGE_BYTES.
+  uint64_t maxMessageBytes = DEFAULT_MAX_MESSAGE_BYTES;
+
+  // Where the resolver logs (registrations, retries, lost leases). Default: the loop's logger.
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+// Belongs to the loop it was made on; everything it hands out (watches, registrations, promises)
+// is used on that loop's thread. One connection to the registry, made when first needed and
+// made again after it breaks, carries every call, registration and watch.
+//
+// Registrations and watches keep the connection (not the resolver) alive: they go on working
+// after the resolver is dropped, and each ends when dropped itself.
+//
+// While it holds registrations, the resolver also keeps a watch on the prefix "~troupe.liveness"
+// (which matches no endpoint name), so that it learns at once when the connection breaks: the
+// registry's restart then brings registrations back within the reconnect backoff, not at the
+// next renewal.
+class RegistryResolver final : public Resolver {
+public:
+  // `address` is "registry://HOST:PORT" (TCP) or "registry+unix:PATH" (a unix socket), or a
+  // plain troupe address ("tcp://HOST:PORT", "unix:PATH"). Throws INVALID_ARGUMENT for anything
+  // else. Does not connect yet.
+  RegistryResolver(EventLoop& loop, kj::StringPtr address, RegistryResolverOptions options = {});
+  ~RegistryResolver() noexcept(false);
+  KJ_DISALLOW_COPY(RegistryResolver);
+
+  // The registry's endpoints under `prefix`, sorted by name. Throws INVALID_ARGUMENT for a
+  // malformed prefix (validatePrefix). Rejects with UNREACHABLE when no connection to the
+  // registry can be made, DEADLINE_EXCEEDED when it does not answer within callTimeout, and
+  // DISCONNECTED when the connection broke twice during the call (it is retried once).
+  kj::Promise<kj::Array<Endpoint>> resolve(kj::StringPtr prefix) override;
+
+  // A watch fed by the registry (see Watch). Throws INVALID_ARGUMENT for a malformed prefix.
+  // When the connection breaks, or the registry drops the watch, it subscribes again (with the
+  // reconnect backoff, for as long as it takes) and reconciles: once the new snapshot is
+  // complete it reports REMOVED for endpoints it had reported that are gone (followed by
+  // JOB_ENDED for their jobs that the registry says have ended), ADDED for new ones, CHANGED for
+  // those that differ, then SYNCED. Nothing is reported twice and no event is lost: events queue
+  // until next() takes them. next() rejects (once the queue is drained) only when the registry
+  // refuses the watch itself, with the registry's error. Dropping the watch ends it.
+  kj::Own<Watch> watch(kj::StringPtr prefix) override;
+
+  // Registers `endpoint` in the background and keeps it registered until the returned object is
+  // dropped: renews the lease every renewInterval, forwards setState(), and registers again
+  // (with the current state) when the lease is lost or the connection breaks, retrying with the
+  // reconnect backoff while the registry is unreachable (a registry that is down at start is
+  // waited for; the first failure is logged at warn). jobId, actor and taskIndex are taken from
+  // the name.
+  //
+  // whenRegistered() resolves at the first success and rejects with the refusal when the first
+  // attempt is refused for good: INVALID_ARGUMENT (also for a bad name, without contacting the
+  // registry), JOB_ENDED or NAME_TAKEN. After a success, a re-registration refused with
+  // JOB_ENDED or INVALID_ARGUMENT stops the registration (logged); one refused with NAME_TAKEN
+  // is retried with backoff (the holder may be this registration's own lease on a connection
+  // the registry has not yet seen close; it expires within its TTL).
+  //
+  // Dropping the registration releases the lease, which removes the endpoint at once; a pending
+  // whenRegistered() then rejects with DISCONNECTED.
+  kj::Own<Registration> registerEndpoint(Endpoint endpoint) override;
+
+  // The registry's record of the job (RUNNING for a job it has not heard of). Throws
+  // INVALID_ARGUMENT for a bad job id; rejects like resolve().
+  kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) override;
+
+  // Records a job's state in the registry (see Resolver::setJobStatus). Throws INVALID_ARGUMENT
+  // for a bad job id; rejects like resolve().
+  kj::Promise<void> setJobStatus(JobStatus status) override;
+
+private:
+  kj::Own<detail::RegistryLink> link;
+};
+
+}  // namespace troupe

@@ -1,0 +1,240 @@
+#include "resolver/registry_server.h"
+
+#include <set>
+
+#include <kj/debug.h>
+#include <kj/vector.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/address.h"
+#include "actor/detail/listen_socket.h"
+#include "actor/detail/rpc_connection.h"
+#include "actor/errors.h"
+#include "resolver/detail/registry_table.h"
+#include "resolver/detail/registry_wire.h"
+
+namespace troupe {
+
+namespace {
+
+using detail::RegistryTable;
+
+// One registration, held by the registrant. Releasing it removes the entry it still holds.
+class LeaseImpl final : public schema::Lease::Server {
+public:
+  LeaseImpl(kj::Own<RegistryTable> table, std::string name, uint64_t leaseId)
+      : table(kj::mv(table)), name(kj::mv(name)), leaseId(leaseId) {}
+
+  ~LeaseImpl() noexcept(false) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([this]() { table->release(key(), leaseId); })) {
+      KJ_LOG(ERROR, "releasing a lease failed", *e);
+    }
+  }
+
+protected:
+  kj::Promise<void> renew(RenewContext context) override {
+    auto ttl = table->renew(key(), leaseId);
+    context.getResults().setTtlMillis(static_cast<uint32_t>(ttl / kj::MILLISECONDS));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> setState(SetStateContext context) override {
+    table->setState(key(), leaseId, fromCapnp(context.getParams().getState()));
+    return kj::READY_NOW;
+  }
+
+private:
+  kj::StringPtr key() const { return kj::StringPtr(name.c_str(), name.size()); }
+
+  kj::Own<RegistryTable> table;
+  std::string name;
+  uint64_t leaseId;
+};
+
+// Held by the watching client; releasing it ends the watch.
+class WatchHandleImpl final : public schema::WatchHandle::Server {
+public:
+  WatchHandleImpl(kj::Own<RegistryTable> table, uint64_t id) : table(kj::mv(table)), id(id) {}
+  ~WatchHandleImpl() noexcept(false) { table->removeWatcher(id); }
+
+private:
+  kj::Own<RegistryTable> table;
+  uint64_t id;
+};
+
+class RegistryImpl final : public schema::Registry::Server {
+public:
+  explicit RegistryImpl(kj::Own<RegistryTable> table) : table(kj::mv(table)) {}
+
+protected:
+  kj::Promise<void> register_(RegisterContext context) override {
+    auto params = context.getParams();
+    auto endpoint = Endpoint::fromCapnp(params.getEndpoint());
+    std::string name = endpoint.name;
+    auto granted = table->add(kj::mv(endpoint), params.getTtlMillis());
+    context.getResults().setLease(
+        kj::heap<LeaseImpl>(kj::addRef(*table), kj::mv(name), granted.leaseId));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> resolve(ResolveContext context) override {
+    auto found = table->resolve(context.getParams().getPrefix());
+    context.releaseParams();
+    size_t words = 16;
+    for (auto& e : found) words += (detail::endpointBytes(e) + 256) / sizeof(capnp::word);
+    context.initResults(capnp::MessageSize{words, 0});
+    auto list = context.getResults().initEndpoints(found.size());
+    for (size_t i = 0; i < found.size(); ++i) found[i].toCapnp(list[i]);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> watch(WatchContext context) override {
+    auto params = context.getParams();
+    auto id = table->addWatcher(params.getPrefix(), params.getWatcher());
+    context.getResults().setHandle(kj::heap<WatchHandleImpl>(kj::addRef(*table), id));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> jobStatus(JobStatusContext context) override {
+    auto status = table->jobStatus(context.getParams().getJobId());
+    detail::writeJobStatus(status, context.getResults().initStatus());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> setJobStatus(SetJobStatusContext context) override {
+    table->setJobStatus(detail::readJobStatus(context.getParams().getStatus()));
+    return kj::READY_NOW;
+  }
+
+private:
+  kj::Own<RegistryTable> table;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+
+struct RegistryServer::Impl final : public kj::TaskSet::ErrorHandler {
+  Impl(EventLoop& loop, RegistryServerOptions options)
+      : loop(loop),
+        options(kj::mv(options)),
+        log(this->options.logger ? this->options.logger : loop.logger()),
+        table(kj::refcounted<RegistryTable>(loop, this->options, log)),
+        registry(kj::heap<RegistryImpl>(kj::addRef(*table))),
+        acceptTasks(kj::heap<kj::TaskSet>(*this)),
+        connectionTasks(kj::heap<kj::TaskSet>(*this)) {}
+
+  ~Impl() noexcept(false) {
+    // The table first, so that the leases released as connections close remove nothing one by
+    // one.
+    table->shutdown();
+    acceptTasks = nullptr;
+    connectionTasks = nullptr;
+    closeListeners();
+  }
+
+  struct Listener {
+    detail::ListenSocket socket;
+    std::string text;
+  };
+
+  // One accepted connection; lives in connectionTasks until its peer goes.
+  class Connection {
+  public:
+    Connection(Impl& server, kj::Own<kj::AsyncIoStream> stream)
+        : server(server), rpc(kj::mv(stream), server.registry, server.options.maxMessageBytes) {
+      server.connections.insert(this);
+    }
+    ~Connection() noexcept(false) { server.connections.erase(this); }
+    Impl& server;
+    detail::RpcConnection rpc;
+  };
+
+  void taskFailed(kj::Exception&& exception) override {
+    // A peer that sent garbage or hung up: its connection closes, the registry keeps serving.
+    log->debug("registry connection ended: {}", exception.getDescription().cStr());
+  }
+
+  kj::Promise<void> acceptLoop(Listener& l) {
+    return l.socket.receiver->accept().then(
+        [this, &l](kj::Own<kj::AsyncIoStream> stream) {
+          auto connection = kj::heap<Connection>(*this, kj::mv(stream));
+          auto disconnected = connection->rpc.onDisconnect();
+          connectionTasks->add(disconnected.attach(kj::mv(connection)));
+          return acceptLoop(l);
+        },
+        [this, &l](kj::Exception&& e) {
+          // Out of file descriptors, say: keep the listener and try again shortly.
+          log->warn("accept on {} failed: {}; retrying in 100 ms", l.text,
+                    e.getDescription().cStr());
+          return loop.timer().afterDelay(100 * kj::MILLISECONDS).then([this, &l]() {
+            return acceptLoop(l);
+          });
+        });
+  }
+
+  void closeListeners() {
+    for (auto& l : listeners) {
+      l->socket.receiver = nullptr;
+      if (l->socket.ownsPath) detail::removeSocketFile(l->socket.bound);
+    }
+    listeners.clear();
+  }
+
+  EventLoop& loop;
+  RegistryServerOptions options;
+  std::shared_ptr<spdlog::logger> log;
+  kj::Own<RegistryTable> table;
+  schema::Registry::Client registry;
+  bool stopped = false;
+  kj::Vector<kj::Own<Listener>> listeners;
+  std::set<Connection*> connections;
+  kj::Own<kj::TaskSet> acceptTasks;
+  kj::Own<kj::TaskSet> connectionTasks;
+};
+
+RegistryServer::RegistryServer(EventLoop& loop, RegistryServerOptions options)
+    : impl(kj::heap<Impl>(loop, kj::mv(options))) {
+  KJ_REQUIRE(impl->options.minTtl > 0 * kj::SECONDS && impl->options.minTtl <= impl->options.maxTtl,
+             "RegistryServerOptions: need 0 < minTtl <= maxTtl");
+}
+
+RegistryServer::~RegistryServer() noexcept(false) {}
+
+std::string RegistryServer::listen(kj::StringPtr text) {
+  KJ_REQUIRE(!impl->stopped, "cannot listen on a registry that has stopped");
+  auto address = Address::parse(text);
+  auto l = kj::heap<Impl::Listener>();
+  l->socket = detail::openListenSocket(impl->loop.lowLevelIo(), address);
+  l->text = l->socket.bound.toString();
+  auto bound = l->text;
+  auto& ref = *l;
+  impl->listeners.add(kj::mv(l));
+  impl->acceptTasks->add(impl->acceptLoop(ref));
+  impl->log->info("registry listening on {}", bound);
+  return bound;
+}
+
+schema::Registry::Client RegistryServer::capability() { return impl->registry; }
+
+kj::Promise<void> RegistryServer::stop() {
+  if (impl->stopped) return kj::READY_NOW;
+  impl->stopped = true;
+  auto count = impl->connections.size();
+  impl->table->shutdown();
+  impl->acceptTasks = kj::heap<kj::TaskSet>(*impl);
+  impl->closeListeners();
+  impl->connectionTasks = kj::heap<kj::TaskSet>(*impl);  // closes every connection
+  impl->log->info("registry stopped ({} connections closed)", count);
+  return kj::READY_NOW;
+}
+
+kj::Array<std::string> RegistryServer::listenAddresses() const {
+  return KJ_MAP(l, impl->listeners) { return l->text; };
+}
+
+size_t RegistryServer::endpointCount() const { return impl->table->endpointCount(); }
+size_t RegistryServer::watcherCount() const { return impl->table->watcherCount(); }
+size_t RegistryServer::connectionCount() const { return impl->connections.size(); }
+
+}  // namespace troupe

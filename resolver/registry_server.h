@@ -1,0 +1,105 @@
+#pragma once
+// RegistryServer: troupe's embedded default registry. A small Cap'n Proto service implementing
+// schema::Registry (schemas/registry.capnp), run inside any process (a test, a launcher, a
+// coordinator) or on its own as the `troupe-registry` daemon. Clients reach it through
+// RegistryResolver.
+
+#include <memory>
+#include <string>
+
+#include <kj/async.h>
+#include <kj/time.h>
+
+#include "actor/event_loop.h"
+#include "schemas/registry.capnp.h"
+
+namespace troupe {
+
+namespace detail {
+class RegistryTable;
+}
+
+struct RegistryServerOptions {
+  // Lease TTL granted when a registration asks for 0. Default 10 s.
+  kj::Duration defaultTtl = 10 * kj::SECONDS;
+
+  // Requested TTLs are clamped to [minTtl, maxTtl]. Defaults 100 ms and 5 min. A registrant
+  // must renew within the granted TTL (Lease.renew returns it).
+  kj::Duration minTtl = 100 * kj::MILLISECONDS;
+  kj::Duration maxTtl = 5 * kj::MINUTES;
+
+  // Largest endpoint accepted, counting its name, address and metadata keys and values, in
+  // bytes; larger registrations are refused with INVALID_ARGUMENT. Default 64 KiB.
+  size_t maxEndpointBytes = 64 * 1024;
+
+  // Events queued for one watcher whose events() call has not returned; a watcher that falls
+  // further behind is dropped (its client sees the Watcher capability released and subscribes
+  // again). Default 1,000,000.
+  size_t maxQueuedEvents = 1000000;
+
+  // Largest message accepted or sent on a connection, in bytes. A registry's messages are
+  // small; the limit bounds what one client can make it allocate. Clients may use a larger
+  // limit. Default 64 MiB.
+  uint64_t maxMessageBytes = uint64_t{64} << 20;
+
+  // Where the registry logs: info for registrations, removals and expiries, warn for refusals.
+  // Default: the loop's logger.
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+// An in-memory registry of endpoints, leases, watchers and job states. Belongs to the loop it
+// was made with (single-threaded: every call and every capability it hands out is served on that
+// loop's thread); destroy it before that loop.
+//
+// Registrations are Lease capabilities. An entry lives while its lease is held and renewed: the
+// entry is removed at once when the Lease capability is released (dropped by its holder, or
+// released by Cap'n Proto when the holder's connection goes), and removed when no renew()
+// arrived within the TTL. A newer incarnation of the same name replaces the entry and revokes
+// the old lease (its renew() and setState() fail with LEASE_LOST; releasing it later leaves the
+// new entry alone). Everything is lost when the registry stops: registrants re-register (as
+// RegistryResolver does by itself).
+//
+// Destroying it closes every listener and connection at once; capabilities still held
+// in-process then fail with DISCONNECTED.
+class RegistryServer final {
+public:
+  RegistryServer(EventLoop& loop, RegistryServerOptions options = {});
+  ~RegistryServer() noexcept(false);
+  KJ_DISALLOW_COPY(RegistryServer);
+
+  // Starts listening on `address` ("tcp://host:port" with port 0 for any free port, or
+  // "unix:/path") and returns the address bound, with the port filled in. May be called more
+  // than once. Throws INVALID_ARGUMENT for a malformed address, ADDRESS_IN_USE when it is taken,
+  // and FAILED after stop(). A stale unix socket file (nothing listening behind it) is replaced;
+  // the file is removed again on stop.
+  std::string listen(kj::StringPtr address);
+
+  // The Registry capability served to every connection, for use in this process (tests, a
+  // launcher beside the registry). Valid until stop(); its calls fail with DISCONNECTED after.
+  schema::Registry::Client capability();
+
+  // Stops: closes the listeners and every connection (their leases and watchers go with them),
+  // forgets every entry and job state, and fails later calls on capabilities still held with
+  // DISCONNECTED. Watchers are not told (their connections close). Resolves once done; calling
+  // it again resolves at once.
+  kj::Promise<void> stop();
+
+  // Addresses bound by listen(), in order; empty after stop().
+  kj::Array<std::string> listenAddresses() const;
+
+  // Live entries.
+  size_t endpointCount() const;
+
+  // Live watchers.
+  size_t watcherCount() const;
+
+  // Open client connections.
+  size_t connectionCount() const;
+
+  struct Impl;
+
+private:
+  kj::Own<Impl> impl;
+};
+
+}  // namespace troupe

@@ -1,0 +1,221 @@
+// The registry across processes: the troupe-registry daemon and registrant processes
+// (tests/support/test_registrant_main.cpp) in children, watched from this process. Covers a
+// registrant that dies or freezes, a daemon that starts late, is SIGKILLed and restarted, or is
+// stopped with SIGTERM.
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <set>
+
+#include <gtest/gtest.h>
+#include <kj/debug.h>
+
+#include "actor/errors.h"
+#include "resolver/registry_resolver.h"
+#include "tests/support/registry_helpers.h"
+
+namespace troupe {
+namespace {
+
+using test::await;
+using test::endpoint;
+using test::next;
+using test::RegistryProcess;
+
+// "registry+unix:/path" for "unix:/path", "registry://h:p" for "tcp://h:p".
+std::string registryUrl(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0) return "registry+unix:" + address.substr(strlen("unix:"));
+  return "registry://" + address.substr(strlen("tcp://"));
+}
+
+// A registrant process for `name`, registering with the registry at `url`.
+test::ChildProcess registrant(const std::string& url, const std::string& name,
+                              std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{url, name};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return test::ChildProcess(TROUPE_TEST_REGISTRANT_PATH, args);
+}
+
+// Names present according to a watch's events, checked for consistency.
+struct View {
+  void apply(const WatchEvent& event) {
+    auto line = test::describe(event);
+    log.push_back(line);
+    auto& name = event.endpoint.name;
+    if (event.type == WatchEvent::Type::ADDED) {
+      if (!names.insert(name).second) problems.push_back("duplicate " + line);
+    } else if (event.type == WatchEvent::Type::REMOVED || event.type == WatchEvent::Type::CHANGED) {
+      if (names.count(name) == 0) problems.push_back("unknown " + line);
+      if (event.type == WatchEvent::Type::REMOVED) names.erase(name);
+    } else if (event.type == WatchEvent::Type::SYNCED) {
+      ++synced;
+    }
+  }
+  std::string list() const {
+    std::string out;
+    for (auto& n : names) out += (out.empty() ? "" : ",") + n;
+    return out;
+  }
+  size_t count(const std::string& line) const {
+    size_t n = 0;
+    for (auto& l : log) n += l == line;
+    return n;
+  }
+  std::set<std::string> names;
+  std::vector<std::string> log;
+  std::vector<std::string> problems;
+  int synced = 0;
+};
+
+class RegistryProcessTest : public ::testing::Test {
+protected:
+  RegistryProcessTest()
+      : sink(std::make_shared<test::LineSink>()),
+        loop(EventLoopOptions{.logger = test::loggerFor(sink)}) {}
+  ~RegistryProcessTest() noexcept override {}
+
+  kj::Own<Registration> registered(Resolver& resolver, Endpoint e) {
+    auto registration = resolver.registerEndpoint(kj::mv(e));
+    await(loop, registration->whenRegistered());
+    return registration;
+  }
+
+  static int exitCode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+  std::shared_ptr<test::LineSink> sink;
+  EventLoop loop;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_F(RegistryProcessTest, TheDaemonServesAndExitsZeroOnSigterm) {
+  RegistryProcess registry("tcp://127.0.0.1:0");
+  RegistryResolver client(loop, registryUrl(registry.address).c_str());
+  auto registration = registered(client, endpoint("job/ps-0"));
+  auto found = await(loop, client.resolve(""));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].name, "job/ps-0");
+  registration = nullptr;
+
+  registry.process.kill(SIGTERM);
+  EXPECT_EQ(exitCode(registry.process.wait()), 0);
+}
+
+TEST_F(RegistryProcessTest, TheDaemonExitsOneWhenItCannotListen) {
+  test::TempSocket socket("taken");
+  auto listen = "unix:" + socket.path;
+  RegistryProcess first(listen);
+  test::ChildProcess second(TROUPE_REGISTRY_PATH, {"--listen", listen});
+  EXPECT_EQ(exitCode(second.wait()), 1);
+  test::ChildProcess bad(TROUPE_REGISTRY_PATH, {"--frobnicate", "1"});
+  EXPECT_EQ(exitCode(bad.wait()), 2);
+}
+
+TEST_F(RegistryProcessTest, AKilledRegistrantIsRemovedAtOnce) {
+  test::TempSocket socket("killed");
+  RegistryProcess registry("unix:" + socket.path);
+  auto url = registryUrl(registry.address);
+  RegistryResolver client(loop, url.c_str());
+  auto watch = client.watch("job/");
+  EXPECT_EQ(next(loop, *watch), "SYNCED");
+
+  // A five-minute lease: only the closed connection can explain a prompt removal.
+  auto child = registrant(url, "job/ps-0", {"--ttl-ms", "300000"});
+  EXPECT_EQ(next(loop, *watch), "ADDED job/ps-0 ready");
+  EXPECT_EQ(child.readLine(), "REGISTERED job/ps-0");
+  child.kill(SIGKILL);
+  child.wait();
+  EXPECT_EQ(next(loop, *watch), "REMOVED job/ps-0 ready");
+}
+
+TEST_F(RegistryProcessTest, AFrozenRegistrantExpiresAfterItsTtlAndReturnsWhenThawed) {
+  test::TempSocket socket("frozen");
+  RegistryProcess registry("unix:" + socket.path);
+  auto url = registryUrl(registry.address);
+  RegistryResolver client(loop, url.c_str());
+  auto watch = client.watch("job/");
+  EXPECT_EQ(next(loop, *watch), "SYNCED");
+
+  // Renewals every 100 ms leave a wide margin (900 ms) before the frozen one is missed.
+  auto child = registrant(url, "job/ps-0", {"--ttl-ms", "1000", "--renew-ms", "100"});
+  EXPECT_EQ(next(loop, *watch), "ADDED job/ps-0 ready");
+  child.kill(SIGSTOP);  // its connection stays open, its renewals stop
+  EXPECT_EQ(next(loop, *watch), "REMOVED job/ps-0 ready");
+  child.kill(SIGCONT);  // its next renewal finds the lease lost, and it registers again
+  EXPECT_EQ(next(loop, *watch), "ADDED job/ps-0 ready");
+  child.kill(SIGTERM);
+  EXPECT_EQ(exitCode(child.wait()), 0);
+  EXPECT_EQ(next(loop, *watch), "REMOVED job/ps-0 ready");
+}
+
+TEST_F(RegistryProcessTest, ARefusedRegistrantSaysWhy) {
+  test::TempSocket socket("refused");
+  RegistryProcess registry("unix:" + socket.path);
+  auto url = registryUrl(registry.address);
+  RegistryResolver client(loop, url.c_str());
+  await(loop, client.setJobStatus({"job", JobState::ENDED, "completed"}));
+  auto child = registrant(url, "job/ps-0");
+  auto line = child.readLine();
+  EXPECT_EQ(line.rfind("REFUSED job_ended ", 0), 0u) << line;
+  EXPECT_EQ(exitCode(child.wait()), 3);
+}
+
+TEST_F(RegistryProcessTest, ADaemonStartedLaterIsWaitedFor) {
+  test::TempSocket socket("later");
+  auto& path = socket.path;
+  RegistryResolver client(loop, ("registry+unix:" + path).c_str(),
+                          {.reconnectBackoffInitial = 20 * kj::MILLISECONDS});
+  auto registration = client.registerEndpoint(endpoint("job/ps-0"));
+  await(loop, sink->whenLogged("cannot register 'job/ps-0'"));
+
+  RegistryProcess registry("unix:" + path);
+  await(loop, registration->whenRegistered());
+  auto found = await(loop, client.resolve(""));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].name, "job/ps-0");
+}
+
+TEST_F(RegistryProcessTest,
+       AfterTheDaemonIsKilledAndRestartedRegistrationsReturnAndWatchesReconcile) {
+  test::TempSocket socket("restart");
+  auto& path = socket.path;
+  auto listen = "unix:" + path;
+  auto url = "registry+unix:" + path;
+  auto first = kj::heap<RegistryProcess>(listen);
+  RegistryResolver client(loop, url.c_str(),
+                          {.reconnectBackoffInitial = 20 * kj::MILLISECONDS,
+                           .reconnectBackoffMax = 200 * kj::MILLISECONDS});
+  auto a = registered(client, endpoint("job/a-0", "tcp://127.0.0.1:4000"));
+  auto b = registered(client, endpoint("job/b-0", "tcp://127.0.0.1:4001"));
+  auto c = registrant(url, "job/c-0", {"--address", "tcp://127.0.0.1:4002"});
+  auto watch = client.watch("job/");
+  View view;
+  while (view.synced < 1 || view.list() != "job/a-0,job/b-0,job/c-0") {
+    view.apply(test::nextEvent(loop, *watch));
+  }
+  int syncedBefore = view.synced;
+
+  first->process.kill(SIGKILL);  // no goodbye: its socket file stays behind
+  first->process.wait();
+  first = nullptr;
+  b = nullptr;  // b leaves while the registry is away
+  RegistryProcess second(listen);
+
+  // Without anyone asking, a and c register again, and the watch comes back with a snapshot of
+  // the new registry, reconciled against what it had reported.
+  while (view.synced <= syncedBefore || view.list() != "job/a-0,job/c-0") {
+    view.apply(test::nextEvent(loop, *watch));
+  }
+  EXPECT_TRUE(view.problems.empty()) << view.problems[0];
+  EXPECT_EQ(view.count("REMOVED job/b-0 ready"), 1u);
+  auto found = await(loop, client.resolve("job/"));
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].name, "job/a-0");
+  EXPECT_EQ(found[0].address, "tcp://127.0.0.1:4000");
+  EXPECT_EQ(found[1].name, "job/c-0");
+  EXPECT_EQ(found[1].address, "tcp://127.0.0.1:4002");
+}
+
+}  // namespace
+}  // namespace troupe
