@@ -7,9 +7,36 @@
 
 namespace troupe {
 
+namespace {
+
+// Applies "?ttl_ms=N" (the only option a registry URL takes) to `options`.
+void applyQuery(kj::StringPtr url, kj::StringPtr query, RegistryResolverOptions& options) {
+  auto bad = [&](kj::StringPtr why) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("resolver URL '", detail::printable(url), "': ", why));
+  };
+  if (!query.startsWith("ttl_ms=")) bad("the only option is ?ttl_ms=MILLISECONDS");
+  auto digits = query.slice(strlen("ttl_ms="));
+  if (digits.size() == 0 || digits.size() > 9) bad("ttl_ms takes 1 to 9 digits");
+  uint64_t ms = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') bad("ttl_ms takes a number of milliseconds");
+    ms = ms * 10 + (c - '0');
+  }
+  if (ms == 0) bad("ttl_ms must be positive");
+  options.ttl = ms * kj::MILLISECONDS;
+}
+
+}  // namespace
+
 kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
   if (url.startsWith("registry://") || url.startsWith("registry+unix:")) {
-    return kj::heap<RegistryResolver>(loop, url);
+    RegistryResolverOptions options;
+    KJ_IF_MAYBE(q, url.findFirst('?')) {
+      applyQuery(url, url.slice(*q + 1), options);
+      return kj::heap<RegistryResolver>(loop, kj::heapString(url.slice(0, *q)), options);
+    }
+    return kj::heap<RegistryResolver>(loop, url, options);
   }
   if (url.startsWith("fixed:")) return FixedResolver::parse(url.slice(strlen("fixed:")));
   if (url.startsWith("file:")) {

@@ -13,6 +13,11 @@ namespace troupe {
 //
 //   registry://HOST:PORT      a RegistryResolver (default options) over TCP; PORT defaults to 7700
 //   registry+unix:PATH        a RegistryResolver over a unix socket
+//
+// A registry URL may end in "?ttl_ms=N" to ask for N-millisecond leases (RegistryResolverOptions
+// ttl; default 10 s): a replica that freezes leaves the registry that long after its last
+// renewal.
+//
 //   fixed:NAME=ADDR,...       FixedResolver::parse(the rest)
 //   file:PATH                 FixedResolver::fromFile(PATH), read now
 //

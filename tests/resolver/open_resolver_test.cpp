@@ -35,6 +35,12 @@ TEST(OpenResolver, RegistryUrlsOpenARegistryResolver) {
     ASSERT_EQ(found.size(), 1u) << url;
     EXPECT_EQ(found[0].name, "job/ps-0");
   }
+  // Lease options ride on the URL.
+  auto shortLeases = openResolver(loop, ("registry+unix:" + path + "?ttl_ms=500").c_str());
+  auto registration = shortLeases->registerEndpoint(test::endpoint("job/ps-9"));
+  await(loop, registration->whenRegistered());
+  EXPECT_EQ(await(loop, shortLeases->resolve("job/ps-9")).size(), 1u);
+
   // Without a port, the daemon's default one; nothing is contacted yet.
   auto byDefault = openResolver(loop, "registry://localhost");
   EXPECT_NE(dynamic_cast<RegistryResolver*>(byDefault.get()), nullptr);
@@ -72,7 +78,8 @@ TEST(OpenResolver, FileUrlsReadAFixedResolverFile) {
 TEST(OpenResolver, AnythingElseIsRefusedNamingTheUrl) {
   EventLoop loop;
   for (auto url : {"", "bogus://host:1", "registry:/x", "http://127.0.0.1:7700", "fixed",
-                   "tcp://127.0.0.1:7700"}) {
+                   "tcp://127.0.0.1:7700", "registry://h:1?ttl_ms=abc", "registry://h:1?ttl_ms=0",
+                   "registry://h:1?ttl=5", "registry+unix:/tmp/r.sock?ttl_ms="}) {
     auto e = test::thrownBy([&]() { openResolver(loop, url); });
     EXPECT_EQ(e.code, ErrorCode::INVALID_ARGUMENT) << url << ": " << e.text;
     EXPECT_TRUE(e.mentions(url)) << e.text;
