@@ -19,6 +19,7 @@
 #include "bench/bench_echo.capnp.h"
 #include "pool/actor_pool.h"
 #include "resolver/fixed_resolver.h"
+#include "resolver/open_resolver.h"
 #include "tests/support/child_process.h"
 
 namespace {
@@ -28,6 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr unsigned MEMBERS = 64;
 std::vector<std::string> addresses;  // tcp://127.0.0.1:port of member i
+std::string registryUrl;             // the troupe-registry daemon
 
 double micros(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() / 1e3;
@@ -162,10 +164,47 @@ void BM_WaitReady32(benchmark::State& state) {
   report(state, samples);
 }
 
+// The same over the registry daemon: 31 endpoints registered through a RegistryResolver, then
+// the time from the 32nd registerEndpoint() to waitReady(32) resolving (a register call to the
+// registry, its push to the group's watch, the group waking the waiter).
+void BM_WaitReady32_Registry(benchmark::State& state) {
+  troupe::EventLoop loop;
+  auto& ws = loop.waitScope();
+  auto resolver = troupe::openResolver(loop, registryUrl.c_str());
+  std::vector<double> samples;
+  uint64_t round = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto job = kj::str("ready", round++);
+    troupe::ActorGroup<BenchEcho> group(loop, *resolver, job, "echo");
+    kj::Vector<kj::Own<troupe::Registration>> registrations;
+    auto endpoint = [&](unsigned i) {
+      troupe::Endpoint e;
+      e.name = kj::str(job, "/echo-", i).cStr();
+      e.address = addresses[i];
+      e.state = troupe::EndpointState::READY;
+      return e;
+    };
+    for (unsigned i = 0; i < 31; ++i) {
+      registrations.add(resolver->registerEndpoint(endpoint(i)));
+      registrations.back()->whenRegistered().wait(ws);
+    }
+    auto waiting = group.waitReady(32, 10 * kj::SECONDS);
+    while (group.readyCount() < 31) group.whenChanged().wait(ws);
+    state.ResumeTiming();
+    auto start = Clock::now();
+    registrations.add(resolver->registerEndpoint(endpoint(31)));
+    waiting.wait(ws);
+    samples.push_back(micros(Clock::now() - start));
+  }
+  report(state, samples);
+}
+
 BENCHMARK(BM_ActorRef_Call)->UseRealTime();
 BENCHMARK(BM_Pool_Call)->UseRealTime();
 BENCHMARK(BM_Broadcast)->Arg(4)->Arg(16)->Arg(64)->UseRealTime();
 BENCHMARK(BM_WaitReady32)->UseRealTime();
+BENCHMARK(BM_WaitReady32_Registry)->UseRealTime()->Iterations(200);
 
 }  // namespace
 
@@ -189,6 +228,14 @@ int main(int argc, char** argv) {
     }
     addresses.push_back("tcp://" + line.substr(strlen("LISTENING ")));
   }
+  troupe::test::ChildProcess registry(
+      TROUPE_REGISTRY_PATH, {"--listen", "tcp://127.0.0.1:0", "--log-level", "warn"});
+  auto line = registry.readLine();
+  if (line.rfind("LISTENING ", 0) != 0) {
+    fprintf(stderr, "troupe-registry did not start: '%s'\n", line.c_str());
+    return 1;
+  }
+  registryUrl = "registry://" + line.substr(strlen("LISTENING tcp://"));
   benchmark::AddCustomContext("placement", pinned ? "client and servers pinned to CPU 0"
                                                   : "free (scheduler decides)");
   benchmark::Initialize(&argc, argv);

@@ -28,6 +28,7 @@ namespace {
 
 constexpr const char* USAGE =
     "usage: troupe-registry [--listen ADDRESS]... [--default-ttl-ms N] [--max-endpoint-bytes N]\n"
+    "                       [--log-level trace|debug|info|warn|error|off]\n"
     "  ADDRESS: tcp://HOST:PORT (default tcp://0.0.0.0:7700) or unix:PATH\n";
 
 bool parseNumber(const char* text, uint64_t& out) {
@@ -44,6 +45,7 @@ bool parseNumber(const char* text, uint64_t& out) {
 int main(int argc, char** argv) {
   std::vector<std::string> addresses;
   troupe::RegistryServerOptions options;
+  auto level = spdlog::level::info;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -62,6 +64,10 @@ int main(int argc, char** argv) {
       options.defaultTtl = static_cast<int64_t>(number) * kj::MILLISECONDS;
     } else if (flag == "--max-endpoint-bytes" && parseNumber(value, number) && number > 0) {
       options.maxEndpointBytes = number;
+    } else if (flag == "--log-level" && spdlog::level::from_str(value) != spdlog::level::off) {
+      level = spdlog::level::from_str(value);
+    } else if (flag == "--log-level" && std::string(value) == "off") {
+      level = spdlog::level::off;
     } else {
       fprintf(stderr, "troupe-registry: bad argument %s %s\n%s", flag.c_str(), value, USAGE);
       return 2;
@@ -71,6 +77,7 @@ int main(int argc, char** argv) {
 
   // A daemon's logs go to stderr; stdout carries only the LISTENING lines.
   auto logger = spdlog::stderr_color_mt("troupe-registry");
+  logger->set_level(level);
   spdlog::set_default_logger(logger);
   options.logger = spdlog::default_logger();
 

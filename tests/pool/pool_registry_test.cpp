@@ -2,6 +2,7 @@
 // daemon (also a child process): members killed, frozen, restarted, and the registry restarted.
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <set>
 
@@ -164,6 +165,24 @@ TEST_F(PoolRegistryTest, ARestartedReplicaReplacesItsEntryWithTheNewIncarnation)
       loop, pool.call([](Echo::Client c) { return c.whoamiRequest().send(); }));
   EXPECT_EQ(who.getPid(), static_cast<uint32_t>(replacement->process.pid()));
   EXPECT_EQ(who.getIncarnation(), replacement->incarnation);
+}
+
+TEST_F(PoolRegistryTest, HostActorRegistersByItselfAndLeavesOnSigterm) {
+  test::ChildProcess replica(TROUPE_TEST_HOST_ACTOR_PATH, {},
+                             {"TROUPE_RESOLVER=" + url, "TROUPE_JOB_ID=hosted",
+                              "TROUPE_TASK_INDEX=2", "TROUPE_NUM_TASKS=3"});
+  ActorGroup<Member> group(loop, *resolver, "hosted", "member");
+  auto ready = test::await(loop, group.waitReady(1, 10 * kj::SECONDS));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].name, "hosted/member-2");
+  ActorPool<Member> pool(group);
+  EXPECT_EQ(test::await(loop, whoami(pool)), "hosted/member-2");
+
+  replica.kill(SIGTERM);
+  int status = replica.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  while (group.members().size() > 0) test::await(loop, group.whenChanged());
 }
 
 TEST_F(PoolRegistryTest, EndingTheJobFailsWaitReadyAtOnce) {

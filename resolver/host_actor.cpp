@@ -1,0 +1,55 @@
+#include "resolver/host_actor.h"
+
+#include <stdio.h>
+
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include "resolver/endpoint_publisher.h"
+#include "resolver/open_resolver.h"
+
+namespace troupe {
+
+void serveReplica(EventLoop& loop, ActorServer& server) {
+  auto& job = server.job();
+  if (server.state() == ServerState::STARTING) {
+    server.listen(job.advertiseHost.empty() ? "tcp://127.0.0.1:0" : "tcp://0.0.0.0:0");
+  }
+  if (job.resolver.empty()) {
+    loop.logger()->info("serving {} without a resolver (TROUPE_RESOLVER is not set)",
+                        server.listenAddresses()[0]);
+    server.serveUntilSignal();
+    return;
+  }
+  auto resolver = openResolver(loop, job.resolver.c_str());
+  auto publisher = kj::heap<EndpointPublisher>(server, *resolver);
+  publisher->whenPublished().wait(loop.waitScope());
+  loop.logger()->info("published {} endpoint(s) of job '{}' task {} in {}",
+                      server.endpoints().size(), job.jobId, job.taskIndex, job.resolver);
+  server.serveUntilSignal();
+  // The drain already removed the endpoints; dropping the publisher releases the leases.
+}
+
+namespace detail {
+
+int hostCapability(EventLoop& loop, kj::StringPtr name, capnp::InterfaceSchema schema,
+                   capnp::Capability::Client actor, HostOptions options) {
+  auto& log = loop.logger();
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                ActorServer server(loop, JobContext::fromEnvironment(), kj::mv(options.server));
+                server.hostCapability(name, schema, kj::mv(actor), options.actor);
+                if (!options.listen.empty()) server.listen(options.listen.c_str());
+                serveReplica(loop, server);
+              })) {
+    // main()'s caller sees this even when the loop's logger is silent.
+    log->error("replica hosting '{}' stopped: {}", name.cStr(), e->getDescription().cStr());
+    fprintf(stderr, "troupe: replica hosting '%s' stopped: %s\n", name.cStr(),
+            e->getDescription().cStr());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace detail
+
+}  // namespace troupe

@@ -1,0 +1,57 @@
+#pragma once
+// hostActor: the one-liner a replica's main() uses.
+//
+//   int main() {
+//     troupe::EventLoop loop;
+//     return troupe::hostActor<ParameterServer>(loop, "ps", kj::heap<ParameterServerImpl>(dims));
+//   }
+
+#include <memory>
+#include <string>
+
+#include "actor/actor_server.h"
+#include "actor/event_loop.h"
+#include "actor/job_context.h"
+
+namespace troupe {
+
+struct HostOptions {
+  // Where to listen; "" (the default) means tcp://127.0.0.1:0, or tcp://0.0.0.0:0 when the job
+  // names an advertise host (TROUPE_ADVERTISE_HOST), so that other machines can reach it.
+  std::string listen;
+
+  // The server's settings (drain grace period, message limit, ...).
+  ActorServerOptions server;
+
+  // The actor's settings (concurrency, cancellation).
+  ActorOptions actor;
+};
+
+// Serves `server` as a replica of `job`: listens if it does not yet, publishes its endpoints in
+// the job's resolver (job.resolver, when set: registry://, fixed:, file:), serves until SIGTERM,
+// SIGINT or a drain request, drains, and unpublishes. Blocks: call it from main() (it waits on
+// the loop). Throws what listening or opening the resolver throws, and the resolver's refusal
+// of the registration (JOB_ENDED, NAME_TAKEN, INVALID_ARGUMENT).
+void serveReplica(EventLoop& loop, ActorServer& server);
+
+// Hosts `impl` as actor `name` of interface T in a replica of the job this process belongs to
+// (JobContext::fromEnvironment()), and serves it with serveReplica(). Returns the process's exit
+// status: 0 after a clean stop, 1 (having logged why) when the replica could not start.
+template <typename T, typename Impl>
+int hostActor(EventLoop& loop, kj::StringPtr name, kj::Own<Impl> impl, HostOptions options = {});
+
+namespace detail {
+// hostActor's untyped part: everything after the actor exists.
+int hostCapability(EventLoop& loop, kj::StringPtr name, capnp::InterfaceSchema schema,
+                   capnp::Capability::Client actor, HostOptions options);
+}  // namespace detail
+
+template <typename T, typename Impl>
+int hostActor(EventLoop& loop, kj::StringPtr name, kj::Own<Impl> impl, HostOptions options) {
+  static_assert(std::is_base_of_v<typename T::Server, Impl>,
+                "hostActor<T>(loop, name, impl): impl must implement T::Server");
+  return detail::hostCapability(loop, name, capnp::Schema::from<T>(),
+                                capnp::Capability::Client(kj::mv(impl)), kj::mv(options));
+}
+
+}  // namespace troupe
