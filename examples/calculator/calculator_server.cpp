@@ -1,5 +1,7 @@
 // A replica hosting one Calculator actor. Run it, note the address it prints, then run
-// calculator_client against it; Ctrl-C (or SIGTERM) drains and stops it.
+// calculator_client against it; Ctrl-C (or SIGTERM) drains and stops it. With TROUPE_RESOLVER
+// set (e.g. registry://127.0.0.1:7700) it also publishes itself there as
+// <TROUPE_JOB_ID>/calc-<TROUPE_TASK_INDEX>, for clients that find it through a pool.
 //
 //   calculator_server [--listen tcp://127.0.0.1:0]
 
@@ -12,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actor/actor_server.h"
+#include "resolver/host_actor.h"
 #include "examples/calculator/calculator.capnp.h"
 
 namespace {
@@ -73,6 +76,6 @@ int main(int argc, char** argv) {
   printf("calculator serving at %s as %s\n", address.c_str(),
          server.job().endpointName("calc").c_str());
   fflush(stdout);
-  server.serveUntilSignal();
+  troupe::serveReplica(loop, server);
   return 0;
 }
