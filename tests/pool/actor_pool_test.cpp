@@ -312,6 +312,22 @@ TEST_F(ActorPoolTest, LeastOutstandingSpreadsHeldCalls) {
   EXPECT_EQ(pool.outstanding("job-1/blocker-0"), 0u);
 }
 
+TEST_F(ActorPoolTest, ShutdownDrainsEveryMemberAndTheyLeave) {
+  startReplicas(3);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  group.waitReady(3, 10 * kj::SECONDS).wait(ws());
+  group.shutdown(1 * kj::SECONDS).wait(ws());
+  // Each server got the request and drains (nothing is in flight, so it stops at once); the
+  // group sees the members go.
+  for (auto& r : replicas) {
+    EXPECT_NE(r->server->state(), ServerState::SERVING);
+    r->server->drain().wait(ws());  // joins the drain the group asked for
+    EXPECT_EQ(r->server->state(), ServerState::STOPPED);
+  }
+  while (group.members().size() > 0) group.whenChanged().wait(ws());
+  EXPECT_EQ(group.readyCount(), 0u);
+}
+
 TEST_F(ActorPoolTest, ACallWaitsForAMemberToAppear) {
   ActorGroup<Member> group(loop, resolver, "job-1", "member");
   ActorPool<Member> pool(group);
