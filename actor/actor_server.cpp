@@ -213,17 +213,19 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
     announceAll();
 
     auto deadline = loop.timer().now() + grace;
-    auto callsDone = tracker.whenIdle()
-                         .then([]() {
-                           // Let the RPC system turn the last results into replies.
-                           return kj::evalLast([]() {});
-                         })
-                         .then([this, deadline]() { return flush(deadline + FLUSH_ALLOWANCE); });
     auto graceOver = loop.timer().atTime(deadline).then([this]() {
       log->warn("grace period over with {} calls in flight; closing their connections",
                 tracker.inFlight());
     });
-    drainDone = callsDone.exclusiveJoin(kj::mv(graceOver))
+    // Calls first, within the grace period; then the replies already produced get a little
+    // longer to reach the wire.
+    drainDone = tracker.whenIdle()
+                    .exclusiveJoin(kj::mv(graceOver))
+                    .then([]() {
+                      // Let the RPC system turn the last results into replies.
+                      return kj::evalLast([]() {});
+                    })
+                    .then([this, deadline]() { return flush(deadline + FLUSH_ALLOWANCE); })
                     .then([this]() { stop(); })
                     .eagerlyEvaluate([this](kj::Exception&& e) {
                       log->error("drain failed: {}", e.getDescription().cStr());
@@ -251,6 +253,7 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
     tracker.abortAll(makeError(ErrorCode::DISCONNECTED,
                                "the server stopped before the call finished; it may have run"));
     state = ServerState::STOPPED;
+    signals = nullptr;  // signals have their default effect again
     tracker.draining = true;
     for (auto* l : endpointListeners) {
       for (auto& e : gone) l->endpointRemoved(e);
@@ -275,6 +278,7 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
   kj::Own<kj::TaskSet> acceptTasks;
   kj::Own<kj::TaskSet> connectionTasks;
   kj::ForkedPromise<void> drainStarted = nullptr;
+  kj::Maybe<kj::Promise<void>> signals;  // while serve() runs
   kj::Own<kj::PromiseFulfiller<void>> drainStartedFulfiller;
   kj::Maybe<kj::ForkedPromise<void>> drainDone;
 };
@@ -393,10 +397,16 @@ kj::Promise<void> ActorServer::serve() {
   if (impl->state == ServerState::STARTING) {
     listen(impl->job.advertiseHost.empty() ? "tcp://127.0.0.1:0" : "tcp://0.0.0.0:0");
   }
-  auto signal = impl->loop.onSignal({SIGTERM, SIGINT}).then([this](int signum) {
-    impl->log->info("received {}; draining", strsignal(signum));
-  });
-  return signal.exclusiveJoin(impl->drainStarted.addBranch()).then([this]() { return drain(); });
+  // SIGTERM and SIGINT start a drain, and keep being caught until the server stops: one that
+  // arrives while a drain asked for otherwise is under way (a launcher stopping the replica
+  // after ActorGroup::shutdown(), say) joins that drain instead of killing the process.
+  impl->signals = impl->loop.onSignal({SIGTERM, SIGINT})
+                      .then([this](int signum) {
+                        impl->log->info("received {}; draining", strsignal(signum));
+                        impl->startDrain(impl->options.drainGracePeriod);
+                      })
+                      .eagerlyEvaluate(nullptr);
+  return impl->drainStarted.addBranch().then([this]() { return drain(); });
 }
 
 void ActorServer::serveUntilSignal() { serve().wait(impl->loop.waitScope()); }

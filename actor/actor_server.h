@@ -82,7 +82,7 @@ public:
 
   // Hosts `impl` under `name` as an actor of interface T. The actor is reachable at once on
   // every listener and published as "<job_id>/<name>-<task_index>". Throws INVALID_ARGUMENT for a
-  // bad name or one already hosted, and after drain() started.
+  // bad name or one already hosted, and FAILED once drain() started.
   template <typename T, typename Impl>
   void host(kj::StringPtr name, kj::Own<Impl> impl, ActorOptions options = {}) {
     static_assert(std::is_base_of_v<typename T::Server, Impl>,
@@ -98,13 +98,17 @@ public:
   // Starts listening on `address` ("tcp://host:port" with port 0 for any free port, or
   // "unix:/path") and returns the address bound, with the port filled in. May be called more
   // than once. The first call moves the server to SERVING and its endpoints to READY. Throws
-  // INVALID_ARGUMENT for a malformed address and ADDRESS_IN_USE when it is taken. A stale unix
-  // socket file (nothing listening behind it) is replaced; it is removed again on stop.
+  // INVALID_ARGUMENT for a malformed address, ADDRESS_IN_USE when it is taken, and FAILED once
+  // drain() started. A stale unix socket file (nothing listening behind it) is replaced; it is
+  // removed again on stop.
   std::string listen(kj::StringPtr address);
 
   // Serves until SIGTERM or SIGINT arrives, or a drain is requested (drain() or a peer's
-  // ActorHost.drain), then drains and resolves once stopped. Listens on tcp://127.0.0.1:0
-  // first if listen() was never called (tcp://0.0.0.0:0 when JobContext::advertiseHost is set).
+  // ActorHost.drain), then drains and resolves once stopped. The signals are caught until the
+  // server stops, so one arriving during a drain joins it; after the server stopped (or after a
+  // second signal) they have their default effect again. Listens on tcp://127.0.0.1:0 first if
+  // listen() was never called (tcp://0.0.0.0:0 when JobContext::advertiseHost is set). The
+  // server must outlive the returned promise, and that of drain().
   kj::Promise<void> serve();
 
   // serve().wait(loop.waitScope()): the last line of a replica's main().
@@ -116,6 +120,7 @@ public:
   // and endpoints are removed. Resolves when stopped; calling it again joins the same drain.
   kj::Promise<void> drain(kj::Maybe<kj::Duration> grace = nullptr);
 
+  // Where the server is in its life; this process start's incarnation; the job it serves.
   ServerState state() const;
   uint64_t incarnation() const;
   const JobContext& job() const;

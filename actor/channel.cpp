@@ -33,6 +33,11 @@ Channel::Channel(EventLoop& loop, Address address, ChannelOptions options)
       tasks(kj::heap<kj::TaskSet>(*errorHandler)) {}
 
 Channel::~Channel() noexcept(false) {
+  // A connection attempt refers to this channel; capabilities obtained from host() may outlive
+  // it and keep the attempt's promise alive, so end the attempt itself now.
+  connecting.cancel(makeError(ErrorCode::UNREACHABLE,
+                              kj::str("the channel to ", addressText.c_str(),
+                                      " was closed before it connected")));
   // Capabilities and the connection go before the tasks that watch them.
   pending = nullptr;
   direct = nullptr;
@@ -92,7 +97,7 @@ void Channel::startConnecting() {
                            kj::str("cannot connect to ", addressText.c_str(), ": ",
                                    e.getDescription())));
                      });
-  pending = schema::ActorHost::Client(kj::mv(guarded));
+  pending = schema::ActorHost::Client(connecting.wrap(kj::mv(guarded)));
 }
 
 void Channel::reset() {

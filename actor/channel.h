@@ -56,6 +56,7 @@ public:
   // Drops the current connection (calls in flight on it fail with DISCONNECTED).
   void disconnect();
 
+  // Where the channel connects, and the loop it belongs to.
   const Address& address() const { return address_; }
   EventLoop& loop() { return loop_; }
 
@@ -74,6 +75,7 @@ private:
   kj::Maybe<kj::Own<detail::RpcConnection>> connection;
   kj::Own<ErrorHandler> errorHandler;
   kj::Own<kj::TaskSet> tasks;
+  kj::Canceler connecting;  // the connection attempt, which refers to this channel
 };
 
 }  // namespace troupe

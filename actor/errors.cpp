@@ -65,25 +65,54 @@ bool contains(kj::StringPtr haystack, kj::StringPtr needle) {
 
 }  // namespace
 
-ErrorCode errorCode(const kj::Exception& exception) {
-  kj::StringPtr text = exception.getDescription();
-  // The code sits at the start, or after the "remote exception: " Cap'n Proto adds on the way.
-  for (size_t i = 0; i + PREFIX.size() < text.size(); ++i) {
-    if (memcmp(text.begin() + i, PREFIX.begin(), PREFIX.size()) != 0) continue;
-    if (i > 0 && text[i - 1] != ' ') continue;
-    kj::StringPtr rest = text.slice(i + PREFIX.size());
-    for (auto& c : CODES) {
-      if (rest.startsWith(c.name) && rest.size() > c.name.size() && rest[c.name.size()] == ':') {
-        return c.code;
-      }
+namespace {
+
+constexpr kj::StringPtr REMOTE = "remote exception: "_kj;
+
+// The troupe code tagged at the very start of `text`, if any.
+kj::Maybe<const CodeInfo&> taggedCode(kj::StringPtr text) {
+  if (!text.startsWith(PREFIX)) return nullptr;
+  kj::StringPtr rest = text.slice(PREFIX.size());
+  for (auto& c : CODES) {
+    if (rest.startsWith(c.name) && rest.size() > c.name.size() && rest[c.name.size()] == ':') {
+      return c;
     }
   }
-  // Cap'n Proto's own size checks, on either side of the wire.
-  if (contains(text, "larger than our single-message size limit"_kj) ||
-      contains(text, "Message is too large"_kj)) {
+  return nullptr;
+}
+
+// The code troupe attached to `exception` itself: tagged at the start of an exception raised in
+// this process, or right after the one "remote exception: " Cap'n Proto adds when the server
+// that raised it answers. A tag found deeper was passed on by an actor from some other call and
+// says nothing about this one; a tag whose code's type differs from the exception's is not ours.
+kj::Maybe<const CodeInfo&> ownCode(const kj::Exception& exception) {
+  kj::StringPtr text = exception.getDescription();
+  if (text.startsWith(REMOTE)) text = text.slice(REMOTE.size());
+  KJ_IF_MAYBE(c, taggedCode(text)) {
+    if (c->type == exception.getType()) return *c;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+ErrorCode errorCode(const kj::Exception& exception) {
+  KJ_IF_MAYBE(c, ownCode(exception)) {
+    return c->code;
+  }
+  kj::StringPtr text = exception.getDescription();
+  // Cap'n Proto's own size checks, raised in this process: on an outgoing message, and in a
+  // message reader.
+  if (!text.startsWith(REMOTE) && (contains(text, "larger than our single-message size limit"_kj) ||
+                                   contains(text, "Message is too large"_kj))) {
     return ErrorCode::MESSAGE_TOO_LARGE;
   }
   return codeOfType(exception.getType());
+}
+
+bool raisedByActor(const kj::Exception& exception) {
+  if (!kj::StringPtr(exception.getDescription()).startsWith(REMOTE)) return false;
+  return ownCode(exception) == nullptr;
 }
 
 kj::StringPtr errorCodeName(ErrorCode code) { return info(code).name; }

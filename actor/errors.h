@@ -36,8 +36,15 @@
 //
 // An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
 // DISCONNECTED, UNIMPLEMENTED), for which callNeverRan() is false: even UNIMPLEMENTED may come
-// from an actor that ran part-way and then called something missing. An actor's own exception
-// arrives as FAILED with its message.
+// from an actor that ran part-way and then called something missing.
+//
+// An exception an actor raised reaches the caller with its message and its kj type (FAILED for a
+// failed KJ_REQUIRE or a std::exception; whatever type the actor chose otherwise), and
+// raisedByActor() says it came from the actor rather than from troupe or the connection. Pools
+// never retry such a call. An actor that passes on a troupe error of its own (say UNREACHABLE
+// from a call it made) does not make its caller's call look unreachable: the server prefixes
+// such messages with "raised by actor '<name>': ", and only a code troupe itself attached to
+// this call counts.
 
 #include <kj/exception.h>
 #include <kj/string.h>
@@ -78,6 +85,10 @@ kj::Exception::Type errorType(ErrorCode code);
 // True when the code guarantees the call never reached the actor, so even a non-idempotent call
 // may be sent again (elsewhere or later).
 bool callNeverRan(ErrorCode code);
+
+// True when `exception` came back from the server and was raised by the actor's own code (not
+// by troupe on the server, and not by the connection or this process).
+bool raisedByActor(const kj::Exception& exception);
 
 // Builds troupe's exception for `code`: type errorType(code), description
 // "troupe.<name>: <message>".

@@ -138,6 +138,12 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   }
 
   kj::Promise<void> whenChanged() {
+    // Forget waiters whose promise was dropped, so many abandoned waits do not pile up.
+    kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> live;
+    for (auto& w : changeWaiters) {
+      if (w->isWaiting()) live.add(kj::mv(w));
+    }
+    changeWaiters = kj::mv(live);
     auto paf = kj::newPromiseAndFulfiller<void>();
     changeWaiters.add(kj::mv(paf.fulfiller));
     return kj::mv(paf.promise);

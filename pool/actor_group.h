@@ -29,7 +29,8 @@ struct ActorGroupOptions {
   std::shared_ptr<spdlog::logger> logger;
 };
 
-// One member as the group sees it: its endpoint and a handle to its actor.
+// One member as the group sees it: its endpoint and a handle to its actor (sharing the group's
+// connection to the member's address). Owned by the group.
 struct GroupMember {
   Endpoint endpoint;
   ActorRefBase ref;
@@ -77,6 +78,7 @@ public:
   // of the loop.
   kj::ArrayPtr<GroupMember* const> readyMembers();
 
+  // The job and actor the group follows, and the loop it belongs to.
   kj::StringPtr jobId() const;
   kj::StringPtr actorName() const;
   EventLoop& loop();

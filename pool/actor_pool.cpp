@@ -12,7 +12,14 @@ namespace troupe {
 ActorPoolBase::ActorPoolBase(ActorGroupBase& group, ActorPoolOptions options)
     : group_(group), options_(kj::mv(options)) {}
 
-kj::Exception ActorPoolBase::deadlineError(kj::Duration deadline) {
+kj::Exception ActorPoolBase::deadlineError(kj::Duration deadline,
+                                           const detail::CallProgress& progress) {
+  if (!progress.attempted) {
+    return makeError(ErrorCode::NO_ENDPOINTS,
+                     kj::str("no member of ", group_.jobId(), "/", group_.actorName(),
+                             "- was ready within ", deadline / kj::MILLISECONDS,
+                             " ms; the call was not sent"));
+  }
   return makeError(ErrorCode::DEADLINE_EXCEEDED,
                    kj::str("call to ", group_.jobId(), "/", group_.actorName(),
                            "-* did not finish within ", deadline / kj::MILLISECONDS,
@@ -52,8 +59,19 @@ double jitter() {
 
 }  // namespace
 
+Outstanding::Outstanding(ActorPoolBase& pool, std::string member)
+    : pool(pool), member(kj::mv(member)) {
+  ++pool.outstanding_[this->member];
+}
+
+Outstanding::~Outstanding() noexcept(false) {
+  auto it = pool.outstanding_.find(member);
+  if (it != pool.outstanding_.end() && --it->second == 0) pool.outstanding_.erase(it);
+}
+
 PoolCall::PoolCall(ActorPoolBase& pool, const CallOptions& options)
     : pool(pool),
+      progress_(kj::refcounted<CallProgress>()),
       idempotent(options.idempotent),
       deadline_(options.deadline.orDefault(pool.options().defaultDeadline)) {}
 
@@ -88,18 +106,13 @@ kj::Maybe<GroupMember&> PoolCall::pick() {
     }
   }
   ++attempts;
-  ++pool.outstanding_[chosen->endpoint.name];
+  progress_->attempted = true;
   return *chosen;
-}
-
-void PoolCall::done(const std::string& member) {
-  auto it = pool.outstanding_.find(member);
-  if (it != pool.outstanding_.end() && --it->second == 0) pool.outstanding_.erase(it);
 }
 
 kj::Promise<void> PoolCall::afterFailure(kj::Exception&& e, const Endpoint& member) {
   auto code = errorCode(e);
-  if (isFinal(code)) return kj::mv(e);
+  if (raisedByActor(e) || isFinal(code)) return kj::mv(e);
   bool retry = callNeverRan(code) || idempotent;
   if (!retry) {
     return makeError(ErrorCode::MAY_HAVE_RUN,
@@ -118,16 +131,11 @@ kj::Promise<void> PoolCall::afterFailure(kj::Exception&& e, const Endpoint& memb
 }
 
 kj::Promise<void> PoolCall::afterNoMember() {
-  ++attempts;
-  auto e = makeError(ErrorCode::NO_ENDPOINTS,
-                     kj::str("no member of ", pool.group().jobId(), "/", pool.group().actorName(),
-                             "- is ready"));
   KJ_IF_MAYBE(job, pool.group().jobEnded()) {
     return makeError(ErrorCode::JOB_ENDED, kj::str("job '", job->jobId.c_str(), "' has ended (",
                                                    job->reason.c_str(), ")"));
   }
-  // Wait for the group to change or for the backoff, whichever comes first.
-  return retryLater(kj::mv(e), false).exclusiveJoin(pool.group().whenChanged());
+  return pool.group().whenChanged();
 }
 
 kj::Promise<void> PoolCall::retryLater(kj::Exception&& e, bool immediately) {

@@ -44,30 +44,49 @@ class ActorPoolBase;
 
 namespace detail {
 
+// What the deadline needs to know of a call, shared with it.
+struct CallProgress final : public kj::Refcounted {
+  bool attempted = false;  // an attempt reached (or tried to reach) a member
+};
+
+// Counts one attempt in flight to `member` for LEAST_OUTSTANDING, until dropped (whether the
+// attempt finished, failed or was cancelled).
+class Outstanding {
+public:
+  Outstanding(ActorPoolBase& pool, std::string member);
+  ~Outstanding() noexcept(false);
+  KJ_DISALLOW_COPY(Outstanding);
+
+private:
+  ActorPoolBase& pool;
+  std::string member;
+};
+
 // The retry decisions of one call(), independent of T. Loop thread only.
 class PoolCall {
 public:
   PoolCall(ActorPoolBase& pool, const CallOptions& options);
   KJ_DISALLOW_COPY(PoolCall);
 
-  // The member for the next attempt, counted as outstanding until `done()`; null when no
-  // member is READY.
+  // The member for the next attempt; null when no member is READY.
   kj::Maybe<GroupMember&> pick();
-  void done(const std::string& member);
 
   // After attempt `member` failed with `e`: resolves when the call should be tried again, or
   // rejects with the error the caller gets (see ActorPool::call).
   kj::Promise<void> afterFailure(kj::Exception&& e, const Endpoint& member);
 
-  // No member was READY: resolves when it is worth trying again.
+  // No member was READY: resolves when the group changed (rejects with JOB_ENDED when the job
+  // has ended). Waiting for a member does not count against maxAttempts; the deadline bounds it.
   kj::Promise<void> afterNoMember();
 
   kj::Duration deadline() const { return deadline_; }
+  kj::Own<CallProgress> progress() { return kj::addRef(*progress_); }
 
 private:
   kj::Promise<void> retryLater(kj::Exception&& e, bool immediately);
 
   ActorPoolBase& pool;
+  kj::Own<CallProgress> progress_;
   bool idempotent;
   kj::Duration deadline_;
   uint32_t attempts = 0;
@@ -76,12 +95,14 @@ private:
 
 }  // namespace detail
 
-// The untyped part of ActorPool<T>. Borrows the group, which must outlive it.
+// The untyped part of ActorPool<T>. Borrows the group, which must outlive it; the pool must in
+// turn outlive the promises its calls return.
 class ActorPoolBase {
 public:
   explicit ActorPoolBase(ActorGroupBase& group, ActorPoolOptions options = {});
   KJ_DISALLOW_COPY(ActorPoolBase);
 
+  // The group the pool draws members from.
   ActorGroupBase& group() { return group_; }
   const ActorPoolOptions& options() const { return options_; }
 
@@ -89,10 +110,13 @@ public:
   uint32_t outstanding(const std::string& member) const;
 
 protected:
-  kj::Exception deadlineError(kj::Duration deadline);
+  // The error a call gets when its deadline passes: NO_ENDPOINTS when no member was ever ready
+  // for it (it never ran), else DEADLINE_EXCEEDED.
+  kj::Exception deadlineError(kj::Duration deadline, const detail::CallProgress& progress);
 
 private:
   friend class detail::PoolCall;
+  friend class detail::Outstanding;
 
   ActorGroupBase& group_;
   ActorPoolOptions options_;
@@ -113,10 +137,11 @@ public:
   // member was ready) the call is sent again, to another member when there is one, else after
   // a backoff. When it fails after it may have reached the actor (DISCONNECTED, OVERLOADED), it
   // is sent again only if `options.idempotent`; otherwise it rejects with MAY_HAVE_RUN, which
-  // names the member and the original error. An exception the actor raised (FAILED,
-  // UNIMPLEMENTED, ...) is never retried. Everything happens within the call's deadline
-  // (options.deadline, else the pool's default), after which it rejects with
-  // DEADLINE_EXCEEDED; and within options().maxAttempts. Dropping the promise cancels the call.
+  // names the member and the original error. An exception the actor raised (raisedByActor(),
+  // whatever its type) is never retried. While no member is READY the call waits for one.
+  // Everything happens within the call's deadline (options.deadline, else the pool's default),
+  // after which it rejects with DEADLINE_EXCEEDED, or NO_ENDPOINTS if no member was ever ready
+  // for it; and within options().maxAttempts attempts. Dropping the promise cancels the call.
   template <typename Fn>
   auto call(Fn&& fn, CallOptions options = {}) -> kj::Promise<typename detail::PromiseValue<
       std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type> {
@@ -126,7 +151,9 @@ public:
     auto deadline = state->deadline();
     auto& loop = group().loop();
     auto expired = loop.timer().afterDelay(deadline).then(
-        [this, deadline]() -> kj::Promise<Value> { return deadlineError(deadline); });
+        [this, deadline, progress = state->progress()]() -> kj::Promise<Value> {
+          return deadlineError(deadline, *progress);
+        });
     return attempt<Value>(kj::mv(state), kj::fwd<Fn>(fn), options.idempotent)
         .exclusiveJoin(kj::mv(expired));
   }
@@ -159,18 +186,12 @@ private:
     KJ_IF_MAYBE(member, state->pick()) {
       auto endpoint = member->endpoint;
       auto ref = ActorRef<T>(member->ref);
-      auto promise = ref.call(fn, CallOptions{.idempotent = idempotent});
-      // Taken before the handlers are built: the order of their construction is unspecified.
-      detail::PoolCall* call = state.get();
-      std::string name = endpoint.name;
+      auto promise = ref.call(fn, CallOptions{.idempotent = idempotent})
+                         .attach(kj::heap<detail::Outstanding>(*this, endpoint.name));
       return promise.then(
-          [call, name = kj::mv(name)](Value&& v) -> kj::Promise<Value> {
-            call->done(name);
-            return kj::mv(v);
-          },
+          [](Value&& v) -> kj::Promise<Value> { return kj::mv(v); },
           [this, state = kj::mv(state), fn = kj::mv(fn), idempotent,
            endpoint = kj::mv(endpoint)](kj::Exception&& e) mutable -> kj::Promise<Value> {
-            state->done(endpoint.name);
             auto& s = *state;
             return s.afterFailure(kj::mv(e), endpoint)
                 .then([this, state = kj::mv(state), fn = kj::mv(fn), idempotent]() mutable {

@@ -84,8 +84,10 @@ private:
 };
 
 CallCompletion::CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracker& tracker,
-                               kj::Own<CallSlot> slot, kj::Promise<void> work)
-    : fulfiller(fulfiller), tracker(tracker), slot(kj::mv(slot)), work(nullptr) {
+                               const std::string& actorName, kj::Own<CallSlot> slot,
+                               kj::Promise<void> work)
+    : fulfiller(fulfiller), tracker(tracker), actorName(actorName), slot(kj::mv(slot)),
+      work(nullptr) {
   tracker.calls.add(*this);
   // The call ends when its work completes, not when Cap'n Proto later drops this promise (it
   // keeps it until the caller acknowledges the reply).
@@ -96,9 +98,19 @@ CallCompletion::CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracke
                        },
                        [this](kj::Exception&& e) {
                          done();
-                         this->fulfiller.reject(kj::mv(e));
+                         this->fulfiller.reject(ownedByActor(kj::mv(e)));
                        })
                    .eagerlyEvaluate(nullptr);
+}
+
+kj::Exception CallCompletion::ownedByActor(kj::Exception&& e) {
+  // A troupe error the actor passes on (from a call of its own, say) must not read, at the
+  // caller, as what troupe said about the caller's call.
+  if (!kj::StringPtr(e.getDescription()).startsWith("troupe.")) return kj::mv(e);
+  kj::Exception renamed(e.getType(), e.getFile(), e.getLine(),
+                        kj::str("raised by actor '", actorName.c_str(), "': ", e.getDescription()));
+  for (void* trace : e.getStackTrace()) renamed.addTrace(trace);
+  return renamed;
 }
 
 CallCompletion::~CallCompletion() noexcept(false) {
@@ -139,8 +151,10 @@ struct StartedCall final : public kj::Refcounted {
   capnp::ClientHook::VoidPromiseAndPipeline result;
 };
 
-kj::Promise<void> finishing(CallTracker& tracker, kj::Promise<void> work, kj::Own<CallSlot> slot) {
-  return kj::newAdaptedPromise<void, CallCompletion>(tracker, kj::mv(slot), kj::mv(work));
+kj::Promise<void> finishing(HostedActor& actor, CallTracker& tracker, kj::Promise<void> work,
+                            kj::Own<CallSlot> slot) {
+  return kj::newAdaptedPromise<void, CallCompletion>(tracker, actor.name, kj::mv(slot),
+                                                     kj::mv(work));
 }
 
 const uint GATE_BRAND = 0;
@@ -171,7 +185,8 @@ public:
     auto slot = kj::heap<CallSlot>(actor);
     if (slot->acquire()) {
       auto r = actor.impl->call(interfaceId, methodId, kj::mv(context));
-      return {finishing(actor.tracker, kj::mv(r.promise), kj::mv(slot)), kj::mv(r.pipeline)};
+      return {finishing(actor, actor.tracker, kj::mv(r.promise), kj::mv(slot)),
+              kj::mv(r.pipeline)};
     }
 
     // Wait for a slot, then start the call.
@@ -186,7 +201,7 @@ public:
         [](kj::Own<StartedCall>&& call) { return kj::mv(call->result.pipeline); });
     auto completion = start.addBranch().then(
         [](kj::Own<StartedCall>&& call) { return kj::mv(call->result.promise); });
-    return {finishing(actor.tracker, kj::mv(completion), kj::mv(slot)),
+    return {finishing(actor, actor.tracker, kj::mv(completion), kj::mv(slot)),
             capnp::newLocalPromisePipeline(kj::mv(pipeline))};
   }
 

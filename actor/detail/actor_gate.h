@@ -28,7 +28,7 @@ class HostedActor;
 class CallCompletion {
 public:
   CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracker& tracker,
-                 kj::Own<CallSlot> slot, kj::Promise<void> work);
+                 const std::string& actorName, kj::Own<CallSlot> slot, kj::Promise<void> work);
   ~CallCompletion() noexcept(false);
   KJ_DISALLOW_COPY(CallCompletion);
 
@@ -39,9 +39,11 @@ public:
 
 private:
   void done();
+  kj::Exception ownedByActor(kj::Exception&& e);
 
   kj::PromiseFulfiller<void>& fulfiller;
   kj::Maybe<CallTracker&> tracker;  // null once the call ended
+  const std::string& actorName;     // the HostedActor's, which outlives the call's accounting
   kj::Own<CallSlot> slot;
   kj::Promise<void> work;
 };

@@ -47,8 +47,8 @@ public:
          int event)
       : fulfiller(fulfiller), slot(slot) {
     KJ_REQUIRE(slot == nullptr, "only one waiter of each kind at a time");
+    watcher.want(event);  // may throw: take the slot only once interest is registered
     slot = *this;
-    watcher.want(event);
   }
   ~Waiter() noexcept(false) {
     KJ_IF_MAYBE(current, slot) {

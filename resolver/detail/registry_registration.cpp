@@ -169,7 +169,10 @@ void RegistryRegistration::failed(kj::Exception&& e, uint64_t epoch) {
   auto code = errorCode(e);
   bool wasHeld = phase == Phase::HELD;
   lease = nullptr;
-  if (code == ErrorCode::DISCONNECTED) link->connectionBroken(epoch);
+  // A registry that stopped answering (a partition leaves no RST) is as good as gone.
+  if (code == ErrorCode::DISCONNECTED || code == ErrorCode::DEADLINE_EXCEEDED) {
+    link->connectionBroken(epoch);
+  }
 
   if (code == ErrorCode::INVALID_ARGUMENT || code == ErrorCode::JOB_ENDED ||
       (code == ErrorCode::NAME_TAKEN && !everRegistered)) {

@@ -158,7 +158,9 @@ void RegistryWatch::lost(uint64_t id, kj::Exception&& why) {
     }
     return;
   }
-  if (code == ErrorCode::DISCONNECTED) link->connectionBroken(subscriptionEpoch);
+  if (code == ErrorCode::DISCONNECTED || code == ErrorCode::DEADLINE_EXCEEDED) {
+    link->connectionBroken(subscriptionEpoch);
+  }
 
   phase = Phase::WAITING;
   uint64_t gen = ++subscription;

@@ -182,6 +182,48 @@ TEST_F(CallLifecycleTest, DestroyingTheServerEndsItsCallsAtOnce) {
   }
 }
 
+TEST_F(CallLifecycleTest, ASigtermDuringADrainJoinsItInsteadOfKillingTheProcess) {
+  auto served = server->serve();
+  auto b = ref<Blocker>("blocker");
+  auto held = hold(b, "busy");
+  blocker.whenStarted(1).wait(ws());
+  auto drained = server->drain();
+  // A launcher's SIGTERM arriving now must not kill the process (it would end this test).
+  ASSERT_EQ(::kill(::getpid(), SIGTERM), 0);
+  auto echo = ref<Echo>("echo");
+  try {
+    echo.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::DRAINING);
+  }
+  blocker.release("busy");
+  EXPECT_EQ(kj::StringPtr(held.wait(ws()).getTag()), "busy");
+  drained.wait(ws());
+  served.wait(ws());
+  EXPECT_EQ(server->state(), ServerState::STOPPED);
+}
+
+TEST_F(CallLifecycleTest, ACapabilityOutlivingItsRefFailsCleanly) {
+  // Nothing listens here; the connection attempt is still under way when the ref goes.
+  uint port;
+  {
+    auto l = loop.network().parseAddress("127.0.0.1", 0).wait(ws())->listen();
+    port = l->getPort();
+  }
+  kj::Promise<capnp::Response<Echo::WhoamiResults>> call = nullptr;
+  {
+    auto echo = ActorRef<Echo>::connect(loop, kj::str("tcp://127.0.0.1:", port), "echo");
+    call = echo.client().whoamiRequest().send();
+  }
+  try {
+    call.wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::UNREACHABLE) << e.getDescription().cStr();
+  }
+}
+
 TEST_F(CallLifecycleTest, APeerCanAskTheServerToDrain) {
   auto served = server->serve();
   auto channel = Channel::open(loop, address.c_str());

@@ -118,16 +118,29 @@ TEST(ErrorsTest, CodeSurvivesCapnpRemoteExceptionPrefix) {
     auto remote = plain(original.getType(), kj::str("remote exception: ", original.getDescription()));
     EXPECT_EQ(errorCode(remote), row.code);
   }
-  // Forwarded twice (through a proxy).
-  EXPECT_EQ(errorCode(plain(Type::OVERLOADED, "remote exception: remote exception: troupe.draining: x")),
-            ErrorCode::DRAINING);
+  // Passed on by an actor from a call of its own (a second prefix): not about this call.
+  auto forwarded = plain(Type::OVERLOADED, "remote exception: remote exception: troupe.draining: x");
+  EXPECT_EQ(errorCode(forwarded), ErrorCode::OVERLOADED);
+  EXPECT_TRUE(raisedByActor(forwarded));
 }
 
-TEST(ErrorsTest, DescriptionCodeWinsOverTheType) {
-  // The code is read from the description, not re-derived from the type.
-  EXPECT_EQ(errorCode(plain(Type::FAILED, "troupe.draining: bye")), ErrorCode::DRAINING);
+TEST(ErrorsTest, ATagWhoseTypeDiffersIsNotACode) {
+  EXPECT_EQ(errorCode(plain(Type::FAILED, "troupe.draining: bye")), ErrorCode::FAILED);
   EXPECT_EQ(errorCode(plain(Type::DISCONNECTED, "remote exception: troupe.deadline_exceeded: 5s")),
-            ErrorCode::DEADLINE_EXCEEDED);
+            ErrorCode::DISCONNECTED);
+}
+
+TEST(ErrorsTest, RaisedByActorTellsTheActorsExceptionsFromTroupes) {
+  // From the server, untagged: the actor's own.
+  EXPECT_TRUE(raisedByActor(plain(Type::FAILED, "remote exception: divide by zero")));
+  EXPECT_TRUE(raisedByActor(plain(Type::OVERLOADED, "remote exception: queue full")));
+  // An actor passing on a troupe error of its own, as the server rewrites it.
+  EXPECT_TRUE(raisedByActor(plain(
+      Type::DISCONNECTED, "remote exception: raised by actor 'calc': troupe.unreachable: x")));
+  // troupe's own, from the server or from this process.
+  EXPECT_FALSE(raisedByActor(plain(Type::OVERLOADED, "remote exception: troupe.draining: x")));
+  EXPECT_FALSE(raisedByActor(makeError(ErrorCode::UNREACHABLE, "cannot connect")));
+  EXPECT_FALSE(raisedByActor(plain(Type::DISCONNECTED, "Peer disconnected.")));
 }
 
 TEST(ErrorsTest, CodeWithNothingAfterTheColon) {
@@ -180,8 +193,10 @@ TEST(ErrorsTest, CapnpSizeLimitMessagesAreMessageTooLarge) {
                          "large.  To increase the limit on the receiving end, see "
                          "capnp::ReaderOptions.");
   EXPECT_EQ(errorCode(receiving), ErrorCode::MESSAGE_TOO_LARGE);
+  // troupe's own framing reports a receiver's refusal with its tag; Cap'n Proto's text coming
+  // back from a server is an actor's business.
   auto remote = plain(Type::DISCONNECTED, kj::str("remote exception: ", receiving.getDescription()));
-  EXPECT_EQ(errorCode(remote), ErrorCode::MESSAGE_TOO_LARGE);
+  EXPECT_EQ(errorCode(remote), ErrorCode::DISCONNECTED);
 }
 
 TEST(ErrorsTest, RealCapnpReaderSizeLimitIsMessageTooLarge) {

@@ -310,6 +310,12 @@ TEST_F(ActorPoolTest, LeastOutstandingSpreadsHeldCalls) {
   c.wait(ws());
   d.wait(ws());
   EXPECT_EQ(pool.outstanding("job-1/blocker-0"), 0u);
+  // A call cancelled by its caller stops counting too.
+  {
+    auto dropped = hold("e");
+    EXPECT_EQ(pool.outstanding("job-1/blocker-0") + pool.outstanding("job-1/blocker-1"), 1u);
+  }
+  EXPECT_EQ(pool.outstanding("job-1/blocker-0") + pool.outstanding("job-1/blocker-1"), 0u);
 }
 
 TEST_F(ActorPoolTest, ShutdownDrainsEveryMemberAndTheyLeave) {
@@ -337,14 +343,66 @@ TEST_F(ActorPoolTest, ACallWaitsForAMemberToAppear) {
   EXPECT_EQ(pending.wait(ws()), "job-1/member-0");
 }
 
-TEST_F(ActorPoolTest, NoMemberAtAllIsNoEndpoints) {
+TEST_F(ActorPoolTest, NoMemberUntilTheDeadlineIsNoEndpoints) {
   ActorGroup<Member> group(loop, resolver, "job-1", "member");
-  ActorPool<Member> pool(group, {.maxAttempts = 3, .initialBackoff = 1 * kj::MILLISECONDS});
+  ActorPool<Member> pool(group, {.maxAttempts = 2});
+  // Unrelated activity in the group does not use up the call's attempts: it waits for a READY
+  // member until its deadline.
+  Endpoint starting;
+  starting.name = "job-1/member-9";
+  starting.address = "tcp://127.0.0.1:1";
+  starting.state = EndpointState::STARTING;
+  auto pending = whoami(pool, {.deadline = 50 * kj::MILLISECONDS});
+  for (int i = 0; i < 5; ++i) {
+    resolver.add(starting);
+    resolver.remove(starting.name);
+  }
   try {
-    whoami(pool).wait(ws());
+    pending.wait(ws());
     FAIL();
   } catch (const kj::Exception& e) {
     EXPECT_EQ(errorCode(e), ErrorCode::NO_ENDPOINTS) << e.getDescription().cStr();
+    EXPECT_TRUE(callNeverRan(errorCode(e)));
+  }
+}
+
+TEST_F(ActorPoolTest, AnActorPassingOnATroupeErrorIsNotRetried) {
+  startReplicas(2);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  group.waitReady(2, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Member> pool(group);
+  // An actor that failed with what looks like troupe's "never ran" codes: it did run.
+  auto throwing = [&](kj::StringPtr description, kj::Exception::Type type, bool idempotent) {
+    return pool.call(
+        [description, type](Member::Client c) {
+          auto q = c.throwRequest();
+          q.setDescription(description);
+          q.setType(static_cast<uint8_t>(type));
+          return q.send();
+        },
+        {.idempotent = idempotent});
+  };
+  struct Case {
+    kj::StringPtr description;
+    kj::Exception::Type type;
+  };
+  for (auto c : {Case{"troupe.unreachable: downstream gone", kj::Exception::Type::DISCONNECTED},
+                 Case{"troupe.draining: downstream drains", kj::Exception::Type::OVERLOADED},
+                 Case{"queue full", kj::Exception::Type::OVERLOADED}}) {
+    for (bool idempotent : {false, true}) {
+      uint64_t before = replicas[0]->member->count + replicas[1]->member->count;
+      try {
+        throwing(c.description, c.type, idempotent).wait(ws());
+        ADD_FAILURE() << "the actor's exception must come back";
+      } catch (const kj::Exception& e) {
+        EXPECT_TRUE(raisedByActor(e)) << e.getDescription().cStr();
+        EXPECT_EQ(e.getType(), c.type);
+        EXPECT_FALSE(callNeverRan(errorCode(e))) << e.getDescription().cStr();
+        EXPECT_NE(strstr(e.getDescription().cStr(), c.description.cStr()), nullptr);
+      }
+      EXPECT_EQ(replicas[0]->member->count + replicas[1]->member->count, before + 1)
+          << c.description.cStr() << (idempotent ? " (idempotent)" : "");
+    }
   }
 }
 
@@ -367,6 +425,7 @@ TEST_F(ActorPoolTest, ThePoolsDeadlineBoundsTheCall) {
     EXPECT_EQ(errorCode(e), ErrorCode::DEADLINE_EXCEEDED) << e.getDescription().cStr();
   }
   replicas[0]->blocker.whenCancelled(1).wait(ws());
+  EXPECT_EQ(pool.outstanding("job-1/blocker-0"), 0u);
 }
 
 }  // namespace

@@ -31,5 +31,8 @@ interface Member {
   # One replica of a group, telling which it is.
   whoami @0 () -> (name :Text);
   raise @1 (message :Text) -> ();        # always fails with `message`
-  calls @2 () -> (count :UInt64);        # calls to whoami and raise so far
+  calls @2 () -> (count :UInt64);        # calls to whoami, raise and throw so far
+  throw @3 (description :Text, type :UInt8) -> ();
+  # Fails with exactly this kj::Exception (type: 0 FAILED, 1 OVERLOADED, 2 DISCONNECTED,
+  # 3 UNIMPLEMENTED).
 }

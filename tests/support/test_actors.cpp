@@ -50,6 +50,13 @@ kj::Promise<void> MemberImpl::raise(RaiseContext context) {
   KJ_FAIL_REQUIRE("raised on request", context.getParams().getMessage());
 }
 
+kj::Promise<void> MemberImpl::throw_(ThrowContext context) {
+  ++count;
+  auto p = context.getParams();
+  return kj::Exception(static_cast<kj::Exception::Type>(p.getType()), __FILE__, __LINE__,
+                       kj::str(p.getDescription()));
+}
+
 kj::Promise<void> MemberImpl::calls(CallsContext context) {
   context.getResults().setCount(count);
   return kj::READY_NOW;

@@ -40,6 +40,7 @@ protected:
   kj::Promise<void> whoami(WhoamiContext context) override;
   kj::Promise<void> raise(RaiseContext context) override;
   kj::Promise<void> calls(CallsContext context) override;
+  kj::Promise<void> throw_(ThrowContext context) override;
 
 private:
   std::string name;
