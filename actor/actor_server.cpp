@@ -3,8 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <vector>
 
@@ -14,8 +14,7 @@
 
 #include "actor/address.h"
 #include "actor/detail/actor_gate.h"
-#include "actor/detail/listen_socket.h"
-#include "actor/detail/rpc_connection.h"
+#include "actor/detail/rpc_acceptor.h"
 #include "actor/errors.h"
 
 namespace troupe {
@@ -45,7 +44,9 @@ constexpr kj::Duration FLUSH_ALLOWANCE = 1 * kj::SECONDS;
 
 // ------------------------------------------------------------------------------------------------
 
-struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
+capnp::Capability::Client newActorHost(ActorServer::Impl& server);
+
+struct ActorServer::Impl final {
   Impl(EventLoop& loop, JobContext job, ActorServerOptions options)
       : loop(loop),
         job(kj::mv(job)),
@@ -53,8 +54,9 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
         log(this->options.logger ? this->options.logger : loop.logger()),
         incarnation(this->options.incarnation != 0 ? this->options.incarnation
                                                    : freshIncarnation()),
-        acceptTasks(kj::heap<kj::TaskSet>(*this)),
-        connectionTasks(kj::heap<kj::TaskSet>(*this)) {
+        acceptor(kj::heap<detail::RpcAcceptor>(loop, newActorHost(*this),
+                                               this->options.maxMessageBytes, log,
+                                               "actor server")) {
     auto paf = kj::newPromiseAndFulfiller<void>();
     drainStarted = paf.promise.fork();
     drainStartedFulfiller = kj::mv(paf.fulfiller);
@@ -63,35 +65,9 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
   ~Impl() noexcept(false) {
     // Connections first: they hold the gates, which refer to the actors and the tracker. Then
     // the calls they leave behind, which Cap'n Proto would only cancel on a later turn.
-    connectionTasks = nullptr;
+    acceptor = nullptr;
     tracker.abortAll(makeError(ErrorCode::DISCONNECTED, "the actor server was destroyed"));
-    acceptTasks = nullptr;
-    closeListeners();
   }
-
-  struct Listener {
-    detail::ListenSocket socket;
-    std::string text;
-  };
-
-  // One accepted connection; lives in connectionTasks until its peer goes.
-  class Connection {
-  public:
-    Connection(Impl& server, kj::Own<kj::AsyncIoStream> stream)
-        : server(server),
-          rpc(kj::mv(stream), server.bootstrapCap(), server.options.maxMessageBytes) {
-      server.connections.insert(this);
-    }
-    ~Connection() noexcept(false) { server.connections.erase(this); }
-    Impl& server;
-    detail::RpcConnection rpc;
-  };
-
-  void taskFailed(kj::Exception&& exception) override {
-    log->debug("connection task ended: {}", exception.getDescription().cStr());
-  }
-
-  capnp::Capability::Client bootstrapCap();
 
   // --- actors
 
@@ -135,8 +111,9 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
 
   std::string endpointAddress() const {
     if (!options.advertiseAddress.empty()) return options.advertiseAddress;
-    if (listeners.empty()) return "";
-    Address a = listeners[0]->socket.bound;
+    auto bound = acceptor->bound();
+    if (bound.size() == 0) return "";
+    Address a = bound[0];
     if (a.kind == Address::Kind::TCP && isWildcardHost(a.host)) {
       a.host = job.advertiseHost.empty() ? machineName() : job.advertiseHost;
     }
@@ -165,36 +142,12 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
 
   // --- serving
 
-  kj::Promise<void> acceptLoop(Listener& l) {
-    return l.socket.receiver->accept().then(
-        [this, &l](kj::Own<kj::AsyncIoStream> stream) {
-          startConnection(kj::mv(stream));
-          return acceptLoop(l);
-        },
-        [this, &l](kj::Exception&& e) {
-          // Out of file descriptors, say: keep the listener and try again shortly.
-          log->warn("accept on {} failed: {}; retrying in 100 ms", l.text,
-                    e.getDescription().cStr());
-          return loop.timer().afterDelay(100 * kj::MILLISECONDS).then([this, &l]() {
-            return acceptLoop(l);
-          });
-        });
-  }
-
-  void startConnection(kj::Own<kj::AsyncIoStream> stream) {
-    auto connection = kj::heap<Connection>(*this, kj::mv(stream));
-    auto disconnected = connection->rpc.onDisconnect();
-    connectionTasks->add(disconnected.attach(kj::mv(connection)));
-  }
-
   // Resolves once every connection has written what it queued, or at `limit`.
   kj::Promise<void> flush(kj::TimePoint limit) {
-    for (auto* c : connections) {
-      if (c->rpc.queuedMessages() > 0 && loop.timer().now() < limit) {
-        return loop.timer().afterDelay(1 * kj::MILLISECONDS).then([this, limit]() {
-          return flush(limit);
-        });
-      }
+    if (acceptor->anyQueued() && loop.timer().now() < limit) {
+      return loop.timer().afterDelay(1 * kj::MILLISECONDS).then([this, limit]() {
+        return flush(limit);
+      });
     }
     return kj::READY_NOW;
   }
@@ -234,22 +187,13 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
                     .fork();
   }
 
-  void closeListeners() {
-    for (auto& l : listeners) {
-      l->socket.receiver = nullptr;
-      if (l->socket.ownsPath) detail::removeSocketFile(l->socket.bound);
-    }
-    listeners.clear();
-  }
-
   void stop() {
     if (state == ServerState::STOPPED) return;
     auto gone = kj::heapArrayBuilder<Endpoint>(actors.size());
     for (auto& a : actors) gone.add(endpointOf(*a));
-    acceptTasks = kj::heap<kj::TaskSet>(*this);
     auto address = endpointAddress();
-    closeListeners();
-    connectionTasks = kj::heap<kj::TaskSet>(*this);  // closes every connection
+    acceptor->closeListeners();
+    acceptor->closeConnections();
     tracker.abortAll(makeError(ErrorCode::DISCONNECTED,
                                "the server stopped before the call finished; it may have run"));
     state = ServerState::STOPPED;
@@ -270,13 +214,9 @@ struct ActorServer::Impl final : public kj::TaskSet::ErrorHandler {
 
   detail::CallTracker tracker;
   kj::Vector<kj::Own<detail::HostedActor>> actors;
-  kj::Vector<kj::Own<Listener>> listeners;
-  std::set<Connection*> connections;
   std::vector<EndpointListener*> endpointListeners;
-  kj::Maybe<capnp::Capability::Client> bootstrap;
 
-  kj::Own<kj::TaskSet> acceptTasks;
-  kj::Own<kj::TaskSet> connectionTasks;
+  kj::Own<detail::RpcAcceptor> acceptor;
   kj::ForkedPromise<void> drainStarted = nullptr;
   kj::Maybe<kj::Promise<void>> signals;  // while serve() runs
   kj::Own<kj::PromiseFulfiller<void>> drainStartedFulfiller;
@@ -337,13 +277,8 @@ private:
 
 }  // namespace
 
-capnp::Capability::Client ActorServer::Impl::bootstrapCap() {
-  KJ_IF_MAYBE(b, bootstrap) {
-    return *b;
-  }
-  capnp::Capability::Client cap = kj::heap<ActorHostImpl>(*this);
-  bootstrap = cap;
-  return cap;
+capnp::Capability::Client newActorHost(ActorServer::Impl& server) {
+  return kj::heap<ActorHostImpl>(server);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -377,14 +312,7 @@ void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema sche
 std::string ActorServer::listen(kj::StringPtr text) {
   KJ_REQUIRE(impl->state == ServerState::STARTING || impl->state == ServerState::SERVING,
              "cannot listen on a server that drains or has stopped");
-  auto address = Address::parse(text);
-  auto l = kj::heap<Impl::Listener>();
-  l->socket = detail::openListenSocket(impl->loop.lowLevelIo(), address);
-  l->text = l->socket.bound.toString();
-  auto bound = l->text;
-  auto& ref = *l;
-  impl->listeners.add(kj::mv(l));
-  impl->acceptTasks->add(impl->acceptLoop(ref));
+  auto bound = impl->acceptor->listen(text).toString();
   impl->log->info("listening on {} (incarnation {})", bound, impl->incarnation);
   if (impl->state == ServerState::STARTING) {
     impl->state = ServerState::SERVING;
@@ -429,7 +357,7 @@ kj::Array<Endpoint> ActorServer::endpoints() const {
 }
 
 kj::Array<std::string> ActorServer::listenAddresses() const {
-  return KJ_MAP(l, impl->listeners) { return l->text; };
+  return KJ_MAP(a, impl->acceptor->bound()) { return a.toString(); };
 }
 
 void ActorServer::addEndpointListener(EndpointListener& listener) {

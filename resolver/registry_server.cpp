@@ -1,14 +1,11 @@
 #include "resolver/registry_server.h"
 
-#include <set>
-
 #include <kj/debug.h>
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
 #include "actor/address.h"
-#include "actor/detail/listen_socket.h"
-#include "actor/detail/rpc_connection.h"
+#include "actor/detail/rpc_acceptor.h"
 #include "actor/errors.h"
 #include "resolver/detail/registry_table.h"
 #include "resolver/detail/registry_wire.h"
@@ -114,71 +111,21 @@ private:
 
 // ------------------------------------------------------------------------------------------------
 
-struct RegistryServer::Impl final : public kj::TaskSet::ErrorHandler {
+struct RegistryServer::Impl final {
   Impl(EventLoop& loop, RegistryServerOptions options)
       : loop(loop),
         options(kj::mv(options)),
         log(this->options.logger ? this->options.logger : loop.logger()),
         table(kj::refcounted<RegistryTable>(loop, this->options, log)),
         registry(kj::heap<RegistryImpl>(kj::addRef(*table))),
-        acceptTasks(kj::heap<kj::TaskSet>(*this)),
-        connectionTasks(kj::heap<kj::TaskSet>(*this)) {}
+        acceptor(kj::heap<detail::RpcAcceptor>(loop, registry, this->options.maxMessageBytes, log,
+                                               "registry")) {}
 
   ~Impl() noexcept(false) {
     // The table first, so that the leases released as connections close remove nothing one by
     // one.
     table->shutdown();
-    acceptTasks = nullptr;
-    connectionTasks = nullptr;
-    closeListeners();
-  }
-
-  struct Listener {
-    detail::ListenSocket socket;
-    std::string text;
-  };
-
-  // One accepted connection; lives in connectionTasks until its peer goes.
-  class Connection {
-  public:
-    Connection(Impl& server, kj::Own<kj::AsyncIoStream> stream)
-        : server(server), rpc(kj::mv(stream), server.registry, server.options.maxMessageBytes) {
-      server.connections.insert(this);
-    }
-    ~Connection() noexcept(false) { server.connections.erase(this); }
-    Impl& server;
-    detail::RpcConnection rpc;
-  };
-
-  void taskFailed(kj::Exception&& exception) override {
-    // A peer that sent garbage or hung up: its connection closes, the registry keeps serving.
-    log->debug("registry connection ended: {}", exception.getDescription().cStr());
-  }
-
-  kj::Promise<void> acceptLoop(Listener& l) {
-    return l.socket.receiver->accept().then(
-        [this, &l](kj::Own<kj::AsyncIoStream> stream) {
-          auto connection = kj::heap<Connection>(*this, kj::mv(stream));
-          auto disconnected = connection->rpc.onDisconnect();
-          connectionTasks->add(disconnected.attach(kj::mv(connection)));
-          return acceptLoop(l);
-        },
-        [this, &l](kj::Exception&& e) {
-          // Out of file descriptors, say: keep the listener and try again shortly.
-          log->warn("accept on {} failed: {}; retrying in 100 ms", l.text,
-                    e.getDescription().cStr());
-          return loop.timer().afterDelay(100 * kj::MILLISECONDS).then([this, &l]() {
-            return acceptLoop(l);
-          });
-        });
-  }
-
-  void closeListeners() {
-    for (auto& l : listeners) {
-      l->socket.receiver = nullptr;
-      if (l->socket.ownsPath) detail::removeSocketFile(l->socket.bound);
-    }
-    listeners.clear();
+    acceptor = nullptr;
   }
 
   EventLoop& loop;
@@ -187,10 +134,7 @@ struct RegistryServer::Impl final : public kj::TaskSet::ErrorHandler {
   kj::Own<RegistryTable> table;
   schema::Registry::Client registry;
   bool stopped = false;
-  kj::Vector<kj::Own<Listener>> listeners;
-  std::set<Connection*> connections;
-  kj::Own<kj::TaskSet> acceptTasks;
-  kj::Own<kj::TaskSet> connectionTasks;
+  kj::Own<detail::RpcAcceptor> acceptor;
 };
 
 RegistryServer::RegistryServer(EventLoop& loop, RegistryServerOptions options)
@@ -203,14 +147,7 @@ RegistryServer::~RegistryServer() noexcept(false) {}
 
 std::string RegistryServer::listen(kj::StringPtr text) {
   KJ_REQUIRE(!impl->stopped, "cannot listen on a registry that has stopped");
-  auto address = Address::parse(text);
-  auto l = kj::heap<Impl::Listener>();
-  l->socket = detail::openListenSocket(impl->loop.lowLevelIo(), address);
-  l->text = l->socket.bound.toString();
-  auto bound = l->text;
-  auto& ref = *l;
-  impl->listeners.add(kj::mv(l));
-  impl->acceptTasks->add(impl->acceptLoop(ref));
+  auto bound = impl->acceptor->listen(text).toString();
   impl->log->info("registry listening on {}", bound);
   return bound;
 }
@@ -220,21 +157,20 @@ schema::Registry::Client RegistryServer::capability() { return impl->registry; }
 kj::Promise<void> RegistryServer::stop() {
   if (impl->stopped) return kj::READY_NOW;
   impl->stopped = true;
-  auto count = impl->connections.size();
+  auto count = impl->acceptor->connectionCount();
   impl->table->shutdown();
-  impl->acceptTasks = kj::heap<kj::TaskSet>(*impl);
-  impl->closeListeners();
-  impl->connectionTasks = kj::heap<kj::TaskSet>(*impl);  // closes every connection
+  impl->acceptor->closeListeners();
+  impl->acceptor->closeConnections();
   impl->log->info("registry stopped ({} connections closed)", count);
   return kj::READY_NOW;
 }
 
 kj::Array<std::string> RegistryServer::listenAddresses() const {
-  return KJ_MAP(l, impl->listeners) { return l->text; };
+  return KJ_MAP(a, impl->acceptor->bound()) { return a.toString(); };
 }
 
 size_t RegistryServer::endpointCount() const { return impl->table->endpointCount(); }
 size_t RegistryServer::watcherCount() const { return impl->table->watcherCount(); }
-size_t RegistryServer::connectionCount() const { return impl->connections.size(); }
+size_t RegistryServer::connectionCount() const { return impl->acceptor->connectionCount(); }
 
 }  // namespace troupe

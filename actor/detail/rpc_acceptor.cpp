@@ -1,0 +1,100 @@
+#include "actor/detail/rpc_acceptor.h"
+
+#include <spdlog/spdlog.h>
+
+#include "actor/detail/listen_socket.h"
+#include "actor/detail/rpc_connection.h"
+
+namespace troupe::detail {
+
+struct RpcAcceptor::Listener {
+  ListenSocket socket;
+  std::string text;
+};
+
+// One accepted connection; lives in connectionTasks until its peer goes.
+class RpcAcceptor::Connection {
+public:
+  Connection(RpcAcceptor& acceptor, kj::Own<kj::AsyncIoStream> stream)
+      : acceptor(acceptor),
+        rpc(kj::mv(stream), acceptor.bootstrap, acceptor.maxMessageBytes) {
+    acceptor.connections.insert(this);
+  }
+  ~Connection() noexcept(false) { acceptor.connections.erase(this); }
+
+  RpcAcceptor& acceptor;
+  RpcConnection rpc;
+};
+
+RpcAcceptor::RpcAcceptor(EventLoop& loop, capnp::Capability::Client bootstrap,
+                         uint64_t maxMessageBytes, std::shared_ptr<spdlog::logger> log,
+                         kj::StringPtr what)
+    : loop(loop),
+      bootstrap(kj::mv(bootstrap)),
+      maxMessageBytes(maxMessageBytes),
+      log(kj::mv(log)),
+      what(what.cStr()),
+      acceptTasks(kj::heap<kj::TaskSet>(*this)),
+      connectionTasks(kj::heap<kj::TaskSet>(*this)) {}
+
+RpcAcceptor::~RpcAcceptor() noexcept(false) {
+  closeConnections();
+  closeListeners();
+}
+
+Address RpcAcceptor::listen(kj::StringPtr text) {
+  auto address = Address::parse(text);
+  auto l = kj::heap<Listener>();
+  l->socket = openListenSocket(loop.lowLevelIo(), address);
+  l->text = l->socket.bound.toString();
+  auto bound = l->socket.bound;
+  auto& ref = *l;
+  listeners.add(kj::mv(l));
+  bound_.add(bound);
+  acceptTasks->add(acceptLoop(ref));
+  return bound;
+}
+
+bool RpcAcceptor::anyQueued() const {
+  for (auto* c : connections) {
+    if (c->rpc.queuedMessages() > 0) return true;
+  }
+  return false;
+}
+
+void RpcAcceptor::closeListeners() {
+  acceptTasks = kj::heap<kj::TaskSet>(*this);
+  for (auto& l : listeners) {
+    l->socket.receiver = nullptr;
+    if (l->socket.ownsPath) removeSocketFile(l->socket.bound);
+  }
+  listeners.clear();
+  bound_.clear();
+}
+
+void RpcAcceptor::closeConnections() { connectionTasks = kj::heap<kj::TaskSet>(*this); }
+
+void RpcAcceptor::taskFailed(kj::Exception&& exception) {
+  // A peer that sent garbage or hung up: its connection closes, the others keep being served.
+  log->debug("{} connection ended: {}", what, exception.getDescription().cStr());
+}
+
+kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
+  return l.socket.receiver->accept().then(
+      [this, &l](kj::Own<kj::AsyncIoStream> stream) {
+        auto connection = kj::heap<Connection>(*this, kj::mv(stream));
+        auto disconnected = connection->rpc.onDisconnect();
+        connectionTasks->add(disconnected.attach(kj::mv(connection)));
+        return acceptLoop(l);
+      },
+      [this, &l](kj::Exception&& e) {
+        // Out of file descriptors, say: keep the listener and try again shortly.
+        log->warn("{}: accept on {} failed: {}; retrying in 100 ms", what, l.text,
+                  e.getDescription().cStr());
+        return loop.timer().afterDelay(100 * kj::MILLISECONDS).then([this, &l]() {
+          return acceptLoop(l);
+        });
+      });
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,70 @@
+#pragma once
+// RpcAcceptor: the listening side shared by troupe's servers (ActorServer, RegistryServer).
+// Accepts connections on any number of addresses and serves one bootstrap capability to each
+// over Cap'n Proto RPC, with troupe's message limit.
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include <capnp/capability.h>
+#include <kj/async.h>
+
+#include "actor/address.h"
+#include "actor/event_loop.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace troupe::detail {
+
+class RpcConnection;
+
+// Belongs to `loop`. Dropping it closes every listener (removing the unix socket files it made)
+// and every connection.
+class RpcAcceptor final : public kj::TaskSet::ErrorHandler {
+public:
+  // `what` names the server in log lines ("actor server", "registry").
+  RpcAcceptor(EventLoop& loop, capnp::Capability::Client bootstrap, uint64_t maxMessageBytes,
+              std::shared_ptr<spdlog::logger> log, kj::StringPtr what);
+  ~RpcAcceptor() noexcept(false);
+  KJ_DISALLOW_COPY(RpcAcceptor);
+
+  // Listens on `address` (see ActorServer::listen) and returns the address bound.
+  Address listen(kj::StringPtr address);
+
+  // The addresses listened on now, in the order listen() bound them.
+  kj::ArrayPtr<const Address> bound() const { return bound_; }
+
+  size_t connectionCount() const { return connections.size(); }
+
+  // Whether any connection still has messages queued for writing.
+  bool anyQueued() const;
+
+  // Stops accepting: closes the listeners and removes their socket files.
+  void closeListeners();
+
+  // Closes every connection (calls in flight on them fail with DISCONNECTED at the peer).
+  void closeConnections();
+
+private:
+  struct Listener;
+  class Connection;
+
+  void taskFailed(kj::Exception&& exception) override;
+  kj::Promise<void> acceptLoop(Listener& listener);
+
+  EventLoop& loop;
+  capnp::Capability::Client bootstrap;
+  uint64_t maxMessageBytes;
+  std::shared_ptr<spdlog::logger> log;
+  std::string what;
+  kj::Vector<kj::Own<Listener>> listeners;
+  kj::Vector<Address> bound_;
+  std::set<Connection*> connections;
+  kj::Own<kj::TaskSet> acceptTasks;
+  kj::Own<kj::TaskSet> connectionTasks;
+};
+
+}  // namespace troupe::detail
