@@ -76,23 +76,6 @@ kj::String nameProblem(kj::StringPtr name) {
   return kj::String();
 }
 
-// For error messages: the name with control characters escaped and cut to a sane length.
-kj::String printable(kj::StringPtr name) {
-  kj::Vector<char> out;
-  for (size_t i = 0; i < name.size() && i < 160; ++i) {
-    unsigned char c = name[i];
-    if (c < 0x20 || c == 0x7f) {
-      auto esc = kj::str("\\x", kj::hex(c));
-      out.addAll(esc.asArray());
-    } else {
-      out.add(c);
-    }
-  }
-  if (name.size() > 160) out.addAll(kj::StringPtr("..."));
-  out.add('\0');
-  return kj::String(out.releaseAsArray());
-}
-
 }  // namespace
 
 void Endpoint::toCapnp(schema::Endpoint::Builder builder) const {

@@ -1,6 +1,7 @@
 #include "actor/errors.h"
 
 #include <kj/debug.h>
+#include <kj/vector.h>
 
 namespace troupe {
 
@@ -120,6 +121,22 @@ kj::StringPtr errorCodeName(ErrorCode code) { return info(code).name; }
 kj::Exception::Type errorType(ErrorCode code) { return info(code).type; }
 
 bool callNeverRan(ErrorCode code) { return info(code).neverRan; }
+
+kj::String printable(kj::ArrayPtr<const char> text) {
+  constexpr size_t LIMIT = 160;
+  kj::Vector<char> out;
+  for (size_t i = 0; i < text.size() && i < LIMIT; ++i) {
+    unsigned char c = text[i];
+    if (c < 0x20 || c >= 0x7f) {
+      auto escaped = kj::str(c < 0x10 ? "\\x0" : "\\x", kj::hex(c));
+      out.addAll(escaped.asArray());
+    } else {
+      out.add(static_cast<char>(c));
+    }
+  }
+  if (text.size() > LIMIT) out.addAll(kj::StringPtr("..."));
+  return kj::heapString(out.begin(), out.size());
+}
 
 kj::Exception makeError(ErrorCode code, kj::StringPtr message, const char* file, int line) {
   auto& c = info(code);

@@ -23,6 +23,7 @@
 
 #include "actor/actor_ref.h"
 #include "bench/bench_echo.capnp.h"
+#include "bench/bench_support.h"
 #include "tests/support/child_process.h"
 
 namespace {
@@ -49,23 +50,18 @@ std::string startServer(std::unique_ptr<troupe::test::ChildProcess>& slot, const
   return line.substr(strlen("LISTENING "));
 }
 
-// Records per-call latency and reports percentiles.
+// Records per-call latency and reports percentiles when the benchmark ends.
 class Latencies {
 public:
   explicit Latencies(benchmark::State& state) : state(state) { samples.reserve(1 << 20); }
-  ~Latencies() {
-    if (samples.empty()) return;
-    std::sort(samples.begin(), samples.end());
-    state.counters["p50_us"] = samples[samples.size() / 2] / 1e3;
-    state.counters["p99_us"] = samples[samples.size() * 99 / 100] / 1e3;
-  }
+  ~Latencies() { troupe::bench::reportPercentiles(state, samples); }
   void add(Clock::duration d) {
-    samples.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+    samples.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() / 1e3);
   }
 
 private:
   benchmark::State& state;
-  std::vector<int64_t> samples;
+  std::vector<double> samples;
 };
 
 kj::Array<kj::byte> payloadOf(size_t size) {
@@ -129,20 +125,11 @@ BENCHMARK(BM_Troupe_ActorRef_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* pin = getenv("TROUPE_BENCH_PIN");
-  bool pinned = pin == nullptr || std::string(pin) != "free";
-  if (pinned) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(0, &set);
-    sched_setaffinity(0, sizeof(set), &set);  // inherited by the servers
-  }
+  troupe::bench::choosePlacement();
   Servers s;
   s.troupeAddress = startServer(s.troupe, "troupe");
   s.capnpAddress = startServer(s.capnp, "capnp");
   servers = &s;
-  benchmark::AddCustomContext("placement", pinned ? "client and servers pinned to CPU 0"
-                                                  : "free (scheduler decides)");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

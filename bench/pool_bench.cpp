@@ -17,6 +17,7 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/bench_echo.capnp.h"
+#include "bench/bench_support.h"
 #include "pool/actor_pool.h"
 #include "resolver/fixed_resolver.h"
 #include "resolver/open_resolver.h"
@@ -62,8 +63,7 @@ auto echo64 = [](BenchEcho::Client c) {
 };
 
 void report(benchmark::State& state, std::vector<double>& samples) {
-  state.counters["p50_us"] = percentile(samples, 0.50);
-  state.counters["p99_us"] = percentile(samples, 0.99);
+  troupe::bench::reportPercentiles(state, samples);
 }
 
 void BM_ActorRef_Call(benchmark::State& state) {
@@ -209,14 +209,7 @@ BENCHMARK(BM_WaitReady32_Registry)->UseRealTime()->Iterations(200);
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* pin = getenv("TROUPE_BENCH_PIN");
-  bool pinned = pin == nullptr || std::string(pin) != "free";
-  if (pinned) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(0, &set);
-    sched_setaffinity(0, sizeof(set), &set);
-  }
+  troupe::bench::choosePlacement();
   troupe::test::ChildProcess server(
       BENCH_ECHO_SERVER_PATH, {"--impl", "troupe", "--addr", "127.0.0.1:0", "--count",
                                std::to_string(MEMBERS)});
@@ -236,8 +229,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   registryUrl = "registry://" + line.substr(strlen("LISTENING tcp://"));
-  benchmark::AddCustomContext("placement", pinned ? "client and servers pinned to CPU 0"
-                                                  : "free (scheduler decides)");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -18,6 +18,7 @@
 
 #include "actor/address.h"
 #include "actor/errors.h"
+#include "resolver/detail/watch_queue.h"
 
 namespace troupe {
 
@@ -27,22 +28,8 @@ using detail::FixedTable;
 
 std::string_view view(kj::StringPtr s) { return std::string_view(s.begin(), s.size()); }
 
-// For error messages: `text` with control characters and non-ASCII bytes escaped, cut to a
-// readable length.
 kj::String printable(std::string_view text) {
-  constexpr size_t LIMIT = 160;
-  kj::Vector<char> out;
-  for (size_t i = 0; i < text.size() && i < LIMIT; ++i) {
-    unsigned char c = text[i];
-    if (c < 0x20 || c >= 0x7f) {
-      auto escaped = kj::str(c < 0x10 ? "\\x0" : "\\x", kj::hex(c));
-      out.addAll(escaped.asArray());
-    } else {
-      out.add(static_cast<char>(c));
-    }
-  }
-  if (text.size() > LIMIT) out.addAll(kj::StringPtr("..."));
-  return kj::heapString(out.begin(), out.size());
+  return troupe::printable(kj::arrayPtr(text.data(), text.size()));
 }
 
 // The description of a troupe error without its "troupe.<code>: " tag, for nesting it in
@@ -116,8 +103,7 @@ public:
 private:
   kj::Maybe<FixedTable&> table;
   std::string prefix;
-  std::deque<WatchEvent> queue;
-  kj::Maybe<kj::Own<kj::PromiseFulfiller<WatchEvent>>> waiter;
+  detail::WatchQueue events;
 };
 
 // One registration. Borrows the table until either goes; owns the entry of its name only while
@@ -277,9 +263,9 @@ namespace {
 WatchImpl::WatchImpl(FixedTable& table, kj::StringPtr prefix)
     : table(table), prefix(prefix.begin(), prefix.size()) {
   table.forEachUnder(prefix, [this](const Endpoint& endpoint) {
-    queue.push_back(WatchEvent{WatchEvent::Type::ADDED, endpoint, {}});
+    events.push(WatchEvent{WatchEvent::Type::ADDED, endpoint, {}});
   });
-  queue.push_back(WatchEvent{WatchEvent::Type::SYNCED, Endpoint{}, {}});
+  events.push(WatchEvent{WatchEvent::Type::SYNCED, Endpoint{}, {}});
   table.watches.add(*this);
 }
 
@@ -289,45 +275,13 @@ WatchImpl::~WatchImpl() noexcept(false) {
   }
 }
 
-kj::Promise<WatchEvent> WatchImpl::next() {
-  KJ_IF_MAYBE(w, waiter) {
-    KJ_REQUIRE(!(*w)->isWaiting(), "Watch::next() called while an earlier next() is pending");
-    waiter = nullptr;  // that next() promise was dropped
-  }
-  if (!queue.empty()) {
-    WatchEvent event = kj::mv(queue.front());
-    queue.pop_front();
-    return kj::mv(event);
-  }
-  if (table == nullptr) {
-    return makeError(ErrorCode::DISCONNECTED, "the FixedResolver behind this watch was destroyed");
-  }
-  auto paf = kj::newPromiseAndFulfiller<WatchEvent>();
-  waiter = kj::mv(paf.fulfiller);
-  return kj::mv(paf.promise);
-}
+kj::Promise<WatchEvent> WatchImpl::next() { return events.next(); }
 
-void WatchImpl::push(WatchEvent event) {
-  KJ_IF_MAYBE(w, waiter) {
-    auto fulfiller = kj::mv(*w);
-    waiter = nullptr;
-    if (fulfiller->isWaiting()) {
-      KJ_ASSERT(queue.empty());
-      fulfiller->fulfill(kj::mv(event));
-      return;
-    }
-  }
-  queue.push_back(kj::mv(event));
-}
+void WatchImpl::push(WatchEvent event) { events.push(kj::mv(event)); }
 
 void WatchImpl::detach() {
   table = nullptr;
-  KJ_IF_MAYBE(w, waiter) {
-    auto fulfiller = kj::mv(*w);
-    waiter = nullptr;
-    fulfiller->reject(
-        makeError(ErrorCode::DISCONNECTED, "the FixedResolver behind this watch was destroyed"));
-  }
+  events.end(makeError(ErrorCode::DISCONNECTED, "the FixedResolver behind this watch was destroyed"));
 }
 
 RegistrationImpl::RegistrationImpl(FixedTable& table, std::string name)

@@ -13,7 +13,7 @@ namespace {
 void applyQuery(kj::StringPtr url, kj::StringPtr query, RegistryResolverOptions& options) {
   auto bad = [&](kj::StringPtr why) {
     throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str("resolver URL '", detail::printable(url), "': ", why));
+               kj::str("resolver URL '", printable(url), "': ", why));
   };
   if (!query.startsWith("ttl_ms=")) bad("the only option is ?ttl_ms=MILLISECONDS");
   auto digits = query.slice(strlen("ttl_ms="));
@@ -49,7 +49,7 @@ kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
     return FixedResolver::fromFile(path);
   }
   throwError(ErrorCode::INVALID_ARGUMENT,
-             kj::str("unknown resolver URL '", detail::printable(url),
+             kj::str("unknown resolver URL '", printable(url),
                      "' (expected registry://HOST:PORT, registry+unix:PATH, fixed:NAME=ADDRESS,... "
                      "or file:PATH)"));
 }

@@ -18,7 +18,7 @@ kj::String registryAddress(kj::StringPtr url) {
     auto rest = url.slice(strlen("registry://"));
     if (rest.size() == 0) {
       throwError(ErrorCode::INVALID_ARGUMENT,
-                 kj::str("registry URL '", detail::printable(url), "' names no host"));
+                 kj::str("registry URL '", printable(url), "' names no host"));
     }
     // A port is needed; 7700 (troupe-registry's default) when none is given.
     bool hasPort = false;
@@ -35,7 +35,7 @@ kj::String registryAddress(kj::StringPtr url) {
     return kj::str("unix:", url.slice(strlen("registry+unix:")));
   if (url.startsWith("tcp://") || url.startsWith("unix:")) return kj::str(url);
   throwError(ErrorCode::INVALID_ARGUMENT,
-             kj::str("'", detail::printable(url),
+             kj::str("'", printable(url),
                      "' is not a registry address (expected registry://HOST:PORT, "
                      "registry+unix:PATH, tcp://HOST:PORT or unix:PATH)"));
 }
@@ -83,7 +83,7 @@ kj::Own<Registration> RegistryResolver::registerEndpoint(Endpoint endpoint) {
   return kj::heap<detail::RegistryRegistration>(
       kj::addRef(*link),
       makeError(ErrorCode::INVALID_ARGUMENT,
-                kj::str("'", detail::printable(ptr(endpoint.name)),
+                kj::str("'", printable(ptr(endpoint.name)),
                         "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, with "
                         "the job id and actor made of letters, digits, '.', '_' and '-')")));
 }

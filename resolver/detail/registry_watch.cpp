@@ -66,36 +66,9 @@ void RegistryWatch::taskFailed(kj::Exception&& exception) {
 // ------------------------------------------------------------------------------------------------
 // The user's side
 
-kj::Promise<WatchEvent> RegistryWatch::next() {
-  KJ_IF_MAYBE(w, waiter) {
-    KJ_REQUIRE(!(*w)->isWaiting(), "Watch::next() called while an earlier next() is pending");
-    waiter = nullptr;  // that next() promise was dropped
-  }
-  if (!queue.empty()) {
-    WatchEvent event = kj::mv(queue.front());
-    queue.pop_front();
-    return kj::mv(event);
-  }
-  KJ_IF_MAYBE(e, endError) {
-    return kj::cp(*e);
-  }
-  auto paf = kj::newPromiseAndFulfiller<WatchEvent>();
-  waiter = kj::mv(paf.fulfiller);
-  return kj::mv(paf.promise);
-}
+kj::Promise<WatchEvent> RegistryWatch::next() { return events.next(); }
 
-void RegistryWatch::push(WatchEvent event) {
-  KJ_IF_MAYBE(w, waiter) {
-    auto fulfiller = kj::mv(*w);
-    waiter = nullptr;
-    if (fulfiller->isWaiting()) {
-      KJ_ASSERT(queue.empty());
-      fulfiller->fulfill(kj::mv(event));
-      return;
-    }
-  }
-  queue.push_back(kj::mv(event));
-}
+void RegistryWatch::push(WatchEvent event) { events.push(kj::mv(event)); }
 
 // ------------------------------------------------------------------------------------------------
 // Subscriptions
@@ -150,12 +123,7 @@ void RegistryWatch::lost(uint64_t id, kj::Exception&& why) {
                     why.getDescription().cStr());
     phase = Phase::ENDED;
     ++subscription;
-    endError = kj::mv(why);
-    KJ_IF_MAYBE(w, waiter) {
-      auto fulfiller = kj::mv(*w);
-      waiter = nullptr;
-      if (fulfiller->isWaiting()) fulfiller->reject(kj::cp(KJ_ASSERT_NONNULL(endError)));
-    }
+    events.end(kj::mv(why));
     return;
   }
   if (code == ErrorCode::DISCONNECTED || code == ErrorCode::DEADLINE_EXCEEDED) {

@@ -9,6 +9,7 @@
 #include <kj/async.h>
 
 #include "resolver/detail/registry_link.h"
+#include "resolver/detail/watch_queue.h"
 #include "resolver/resolver.h"
 
 namespace troupe::detail {
@@ -67,9 +68,7 @@ private:
   uint32_t failures = 0;  // subscriptions lost since the last SYNCED
   bool everSynced = false;
 
-  std::deque<WatchEvent> queue;
-  kj::Maybe<kj::Own<kj::PromiseFulfiller<WatchEvent>>> waiter;
-  kj::Maybe<kj::Exception> endError;
+  WatchQueue events;
 
   kj::Own<kj::TaskSet> tasks;
 };

@@ -74,20 +74,4 @@ size_t endpointBytes(const Endpoint& endpoint) {
   return total;
 }
 
-kj::String printable(kj::StringPtr text) {
-  constexpr size_t LIMIT = 160;
-  kj::Vector<char> out;
-  for (size_t i = 0; i < text.size() && i < LIMIT; ++i) {
-    unsigned char c = text[i];
-    if (c < 0x20 || c >= 0x7f) {
-      auto escaped = kj::str(c < 0x10 ? "\\x0" : "\\x", kj::hex(c));
-      out.addAll(escaped.asArray());
-    } else {
-      out.add(static_cast<char>(c));
-    }
-  }
-  if (text.size() > LIMIT) out.addAll(kj::StringPtr("..."));
-  return kj::heapString(out.begin(), out.size());
-}
-
 }  // namespace troupe::detail

@@ -24,8 +24,5 @@ kj::Maybe<WatchEvent> readWatchEvent(schema::WatchEvent::Reader reader);
 // values (the parts of the name that are repeated in jobId and actor are not counted again).
 size_t endpointBytes(const Endpoint& endpoint);
 
-// For log lines and error messages: `text` with control characters and non-ASCII bytes
-// escaped, cut to a readable length.
-kj::String printable(kj::StringPtr text);
 
 }  // namespace troupe::detail

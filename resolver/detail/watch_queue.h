@@ -1,0 +1,35 @@
+#pragma once
+// WatchQueue: the queue behind a Watch, shared by the resolvers' watch implementations.
+
+#include <deque>
+
+#include <kj/async.h>
+
+#include "resolver/resolver.h"
+
+namespace troupe::detail {
+
+// Events a resolver pushed and the watch's user has not taken yet, in order, none dropped.
+// Loop thread only.
+class WatchQueue {
+public:
+  // The oldest event; when there is none, a promise for the next one pushed, or, once end()
+  // was called, the end's error. Only one next() may be pending (a dropped one does not count).
+  kj::Promise<WatchEvent> next();
+
+  // Hands `event` to the pending next(), or queues it.
+  void push(WatchEvent event);
+
+  // No more events will come: a pending next() rejects with `reason` at once, later ones once
+  // the queued events were taken.
+  void end(kj::Exception reason);
+
+  bool ended() const { return endError != nullptr; }
+
+private:
+  std::deque<WatchEvent> queue;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<WatchEvent>>> waiter;
+  kj::Maybe<kj::Exception> endError;
+};
+
+}  // namespace troupe::detail
