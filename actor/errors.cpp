@@ -122,6 +122,16 @@ kj::Exception::Type errorType(ErrorCode code) { return info(code).type; }
 
 bool callNeverRan(ErrorCode code) { return info(code).neverRan; }
 
+kj::StringPtr errorMessage(const kj::Exception& exception) {
+  kj::StringPtr text = exception.getDescription();
+  KJ_IF_MAYBE(c, taggedCode(text)) {
+    return text.slice(PREFIX.size() + c->name.size() + 1).startsWith(" ")
+               ? text.slice(PREFIX.size() + c->name.size() + 2)
+               : text.slice(PREFIX.size() + c->name.size() + 1);
+  }
+  return text;
+}
+
 kj::String printable(kj::ArrayPtr<const char> text) {
   constexpr size_t LIMIT = 160;
   kj::Vector<char> out;

@@ -95,6 +95,10 @@ bool raisedByActor(const kj::Exception& exception);
 kj::Exception makeError(ErrorCode code, kj::StringPtr message, const char* file = __builtin_FILE(),
                         int line = __builtin_LINE());
 
+// The description of `exception` without troupe's "troupe.<code>: " tag at its start, for
+// quoting it in another message.
+kj::StringPtr errorMessage(const kj::Exception& exception);
+
 // For error messages: `text` with control characters and non-ASCII bytes escaped ("\x0a") and
 // cut after 160 bytes ("..."), so that bad input quoted in a message stays readable.
 kj::String printable(kj::ArrayPtr<const char> text);

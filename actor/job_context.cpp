@@ -56,9 +56,7 @@ JobContext JobContext::fromEnvironment(EnvLookup getenv) {
   JobContext ctx;
   KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_JOB_ID", "SLURM_JOB_ID"})) {
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { validateJobId(found->value); })) {
-      throwError(ErrorCode::INVALID_ARGUMENT,
-                 kj::str(found->variable, ": ", e->getDescription().slice(
-                     e->getDescription().findFirst(' ').orDefault(0) + 1)));
+      throwError(ErrorCode::INVALID_ARGUMENT, kj::str(found->variable, ": ", errorMessage(*e)));
     }
     ctx.jobId = found->value.cStr();
   }

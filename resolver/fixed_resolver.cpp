@@ -32,18 +32,6 @@ kj::String printable(std::string_view text) {
   return troupe::printable(kj::arrayPtr(text.data(), text.size()));
 }
 
-// The description of a troupe error without its "troupe.<code>: " tag, for nesting it in
-// another message.
-kj::StringPtr reasonOf(const kj::Exception& e) {
-  kj::StringPtr text = e.getDescription();
-  if (text.startsWith("troupe.")) {
-    KJ_IF_MAYBE(colon, text.findFirst(':')) {
-      if (*colon + 1 < text.size() && text[*colon + 1] == ' ') return text.slice(*colon + 2);
-    }
-  }
-  return text;
-}
-
 // Null when `endpoint.name` is an endpoint name, after filling in its parts; else why not.
 kj::Maybe<kj::String> fillNameParts(Endpoint& endpoint) {
   kj::StringPtr name(endpoint.name.c_str(), endpoint.name.size());
@@ -69,7 +57,7 @@ ParsedAddress parseAddress(std::string_view text) {
   auto copy = kj::heapString(text.data(), text.size());  // Address::parse wants a NUL at the end
   auto parse = [&]() { result.text = Address::parse(copy).toString(); };
   KJ_IF_MAYBE(e, kj::runCatchingExceptions(parse)) {
-    result.problem = kj::str(reasonOf(*e));
+    result.problem = kj::str(errorMessage(*e));
   }
   return result;
 }

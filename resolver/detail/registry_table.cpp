@@ -19,18 +19,6 @@ bool startsWith(const std::string& name, std::string_view prefix) {
   return std::string_view(name).substr(0, prefix.size()) == prefix;
 }
 
-// The description of a troupe error without its "troupe.<code>: " tag, for nesting it in
-// another message.
-kj::StringPtr reasonOf(const kj::Exception& e) {
-  kj::StringPtr text = e.getDescription();
-  if (text.startsWith("troupe.")) {
-    KJ_IF_MAYBE(colon, text.findFirst(':')) {
-      if (*colon + 1 < text.size() && text[*colon + 1] == ' ') return text.slice(*colon + 2);
-    }
-  }
-  return text;
-}
-
 // A rough upper bound of an event's size on the wire, for cutting batches.
 size_t eventBytes(const WatchEvent& event) {
   return 128 + endpointBytes(event.endpoint) + event.endpoint.jobId.size() +
@@ -91,7 +79,7 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis)
                 endpoint.address = Address::parse(ptr(endpoint.address)).toString();
               })) {
     refuse(ErrorCode::INVALID_ARGUMENT,
-           kj::str("endpoint '", endpoint.name.c_str(), "' has a bad address: ", reasonOf(*e)));
+           kj::str("endpoint '", endpoint.name.c_str(), "' has a bad address: ", errorMessage(*e)));
   }
   auto ended = endedJobs.find(endpoint.jobId);
   if (ended != endedJobs.end()) {

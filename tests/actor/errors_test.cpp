@@ -124,6 +124,13 @@ TEST(ErrorsTest, CodeSurvivesCapnpRemoteExceptionPrefix) {
   EXPECT_TRUE(raisedByActor(forwarded));
 }
 
+TEST(ErrorsTest, ErrorMessageDropsTheTagOnly) {
+  EXPECT_EQ(str(errorMessage(makeError(ErrorCode::DRAINING, "going away"))), "going away");
+  EXPECT_EQ(str(errorMessage(plain(Type::FAILED, "divide by zero"))), "divide by zero");
+  EXPECT_EQ(str(errorMessage(plain(Type::FAILED, "remote exception: troupe.draining: x"))),
+            "remote exception: troupe.draining: x");
+}
+
 TEST(ErrorsTest, ATagWhoseTypeDiffersIsNotACode) {
   EXPECT_EQ(errorCode(plain(Type::FAILED, "troupe.draining: bye")), ErrorCode::FAILED);
   EXPECT_EQ(errorCode(plain(Type::DISCONNECTED, "remote exception: troupe.deadline_exceeded: 5s")),
