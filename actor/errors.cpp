@@ -33,6 +33,7 @@ constexpr CodeInfo CODES[] = {
     {ErrorCode::LEASE_LOST, "lease_lost"_kj, kj::Exception::Type::DISCONNECTED, true},
     {ErrorCode::NO_ENDPOINTS, "no_endpoints"_kj, kj::Exception::Type::OVERLOADED, true},
     {ErrorCode::MAY_HAVE_RUN, "may_have_run"_kj, kj::Exception::Type::DISCONNECTED, false},
+    {ErrorCode::JOB_ALREADY_EXISTS, "job_already_exists"_kj, kj::Exception::Type::FAILED, true},
 };
 
 const CodeInfo& info(ErrorCode code) {

@@ -33,6 +33,7 @@
 //   MAY_HAVE_RUN       DISCONNECTED   yes                      a pool gave up on a call that was
 //                                                              not marked idempotent after it
 //                                                              may have reached an actor
+//   JOB_ALREADY_EXISTS FAILED         (not a call error)       a job of that name is still live
 //
 // An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
 // DISCONNECTED, UNIMPLEMENTED), for which callNeverRan() is false: even UNIMPLEMENTED may come
@@ -70,6 +71,7 @@ enum class ErrorCode {
   LEASE_LOST,
   NO_ENDPOINTS,
   MAY_HAVE_RUN,
+  JOB_ALREADY_EXISTS,
 };
 
 // The code of any exception: troupe's own when its description carries one (also after it

@@ -42,6 +42,12 @@ constexpr Row TABLE[] = {
     {ErrorCode::INVALID_ARGUMENT, "invalid_argument", Type::FAILED},
     {ErrorCode::MESSAGE_TOO_LARGE, "message_too_large", Type::FAILED},
     {ErrorCode::ADDRESS_IN_USE, "address_in_use", Type::FAILED},
+    {ErrorCode::JOB_ENDED, "job_ended", Type::FAILED},
+    {ErrorCode::NAME_TAKEN, "name_taken", Type::FAILED},
+    {ErrorCode::LEASE_LOST, "lease_lost", Type::DISCONNECTED},
+    {ErrorCode::NO_ENDPOINTS, "no_endpoints", Type::OVERLOADED},
+    {ErrorCode::MAY_HAVE_RUN, "may_have_run", Type::DISCONNECTED},
+    {ErrorCode::JOB_ALREADY_EXISTS, "job_already_exists", Type::FAILED},
 };
 
 TEST(ErrorsTest, EveryCodeHasTheDocumentedNameAndType) {
@@ -58,6 +64,9 @@ TEST(ErrorsTest, CallNeverRanFollowsTheTable) {
   EXPECT_TRUE(callNeverRan(ErrorCode::DRAINING));
   EXPECT_TRUE(callNeverRan(ErrorCode::UNREACHABLE));
   EXPECT_TRUE(callNeverRan(ErrorCode::INVALID_ARGUMENT));
+  EXPECT_TRUE(callNeverRan(ErrorCode::JOB_ENDED));
+  EXPECT_TRUE(callNeverRan(ErrorCode::NO_ENDPOINTS));
+  EXPECT_FALSE(callNeverRan(ErrorCode::MAY_HAVE_RUN));
   EXPECT_TRUE(callNeverRan(ErrorCode::MESSAGE_TOO_LARGE));
   // "yes": the deadline may pass while the actor runs the call.
   EXPECT_FALSE(callNeverRan(ErrorCode::DEADLINE_EXCEEDED));

@@ -1,0 +1,399 @@
+#include "jobs/detail/local_job.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/errors.h"
+#include "jobs/detail/log_files.h"
+
+extern char** environ;
+
+namespace troupe::detail {
+
+namespace {
+
+// What the resolver is told when a job ends in `phase` because of `why`.
+std::string endedReason(JobPhase phase, const std::string& why) {
+  std::string word = toString(phase).cStr();
+  return why.empty() ? word : word + ": " + why;
+}
+
+// Variables of the launcher's own environment a replica must not inherit: they describe the
+// launcher's place in some other job.
+bool inheritable(kj::StringPtr name) {
+  return name != "TROUPE_ENTRYPOINT" && name != "TROUPE_LAUNCHER_PID";
+}
+
+}  // namespace
+
+LocalJob::LocalJob(EventLoop& loop, LocalJobHost& host, JobRequest request,
+                   LocalJobSettings settings)
+    : loop(loop),
+      host(host),
+      request_(kj::mv(request)),
+      settings(kj::mv(settings)),
+      tasks(kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this))) {
+  uint32_t count = request_.replicaCount();
+  replicas_.resize(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    replicas_[i].index = i;
+    replicas_[i].logPath = this->settings.logDirectory + "/replica-" + std::to_string(i) + ".log";
+  }
+}
+
+LocalJob::~LocalJob() noexcept(false) {
+  // The tasks go first (they refer to the processes); each process is then killed and reaped if
+  // it still runs, which only happens when the launcher was never told to let go of the job.
+  tasks = nullptr;
+  killTimer = nullptr;
+}
+
+void LocalJob::taskFailed(kj::Exception&& exception) {
+  settings.logger->error("job {}: {}", request_.name, exception.getDescription().cStr());
+}
+
+kj::Promise<void> LocalJob::whenChanged() {
+  // Waiters that gave up (a wait() that timed out) are dropped here, not left to pile up.
+  waiters.erase(std::remove_if(waiters.begin(), waiters.end(),
+                               [](auto& w) { return !w->isWaiting(); }),
+                waiters.end());
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waiters.push_back(kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+void LocalJob::changed() {
+  auto woken = kj::mv(waiters);
+  waiters.clear();
+  for (auto& w : woken) w->fulfill();
+}
+
+kj::Promise<void> LocalJob::whenFinal() {
+  if (isFinal(phase_)) return kj::READY_NOW;
+  return whenChanged().then([self = kj::addRef(*this)]() mutable { return self->whenFinal(); });
+}
+
+std::vector<std::string> LocalJob::logs(size_t lines) const {
+  std::vector<std::string> out;
+  for (auto& r : replicas_) {
+    auto prefix = "[" + std::to_string(r.index) + "] ";
+    for (auto& line : tailLines(r.logPath, lines)) out.push_back(prefix + line);
+  }
+  return out;
+}
+
+std::vector<ReplicaInfo> LocalJob::replicas() const {
+  std::vector<ReplicaInfo> out;
+  for (auto& r : replicas_) {
+    ReplicaInfo info;
+    info.index = r.index;
+    KJ_IF_MAYBE(p, r.process) {
+      info.pid = (*p)->pid();
+    }
+    info.starts = r.starts;
+    info.logPath = r.logPath;
+    out.push_back(kj::mv(info));
+  }
+  return out;
+}
+
+void LocalJob::setPendingReason(std::string why) {
+  KJ_REQUIRE(phase_ == JobPhase::PENDING, "only a PENDING job waits for capacity");
+  if (why == reason_) return;
+  reason_ = kj::mv(why);
+  changed();
+}
+
+void LocalJob::unschedulable(std::string why) {
+  KJ_REQUIRE(phase_ == JobPhase::PENDING, "only a PENDING job can be found unschedulable");
+  finish(JobPhase::UNSCHEDULABLE, kj::mv(why));
+}
+
+void LocalJob::start(std::vector<Allocation> allocations) {
+  KJ_REQUIRE(phase_ == JobPhase::PENDING, "only a PENDING job can start");
+  KJ_REQUIRE(allocations.size() == replicas_.size(), "one allocation per replica");
+  phase_ = JobPhase::RUNNING;
+  reason_.clear();
+  for (size_t i = 0; i < replicas_.size(); ++i) replicas_[i].allocation = kj::mv(allocations[i]);
+
+  // A new job starts its log files afresh (a previous job of the same name wrote there).
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                makeDirectories(settings.logDirectory);
+                for (auto& r : replicas_) openLog(r.logPath, true);
+              })) {
+    finish(JobPhase::FAILED, kj::str("cannot write its logs: ", e->getDescription()).cStr());
+    return;
+  }
+  settings.logger->info("job {}: starting {} replica(s)", request_.name, replicas_.size());
+  changed();
+
+  // Replicas start once the resolver knows the job runs: a name reused after a job ended is
+  // refused registrations until then.
+  KJ_IF_MAYBE(h, host) {
+    tasks->add(h->reportStatus({request_.name, JobState::RUNNING, ""}).then([this]() {
+      launch();
+    }));
+  }
+}
+
+void LocalJob::launch() {
+  if (isFinal(phase_) || ending != nullptr) return;
+  for (auto& r : replicas_) {
+    if (!startReplica(r)) return;
+  }
+}
+
+SpawnOptions LocalJob::spawnOptions(const Replica& replica) const {
+  SpawnOptions options;
+  auto& entrypoint = request_.entrypoint;
+  if (entrypoint.kind == Entrypoint::Kind::BINARY) {
+    options.file = entrypoint.path;
+    options.args.push_back(entrypoint.path);
+    options.args.insert(options.args.end(), entrypoint.args.begin(), entrypoint.args.end());
+  } else {
+    options.file = settings.program;
+    options.args.push_back(settings.programName);
+    auto rest = Entrypoints::replicaCommandLine(entrypoint);
+    options.args.insert(options.args.end(), rest.begin(), rest.end());
+  }
+
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    kj::StringPtr entry = *e;
+    KJ_IF_MAYBE(eq, entry.findFirst('=')) {
+      auto name = kj::heapString(entry.slice(0, *eq));
+      if (inheritable(name)) env[name.cStr()] = entry.slice(*eq + 1).cStr();
+    }
+  }
+  env["TROUPE_JOB_ID"] = request_.name;
+  env["TROUPE_TASK_INDEX"] = std::to_string(replica.index);
+  env["TROUPE_NUM_TASKS"] = std::to_string(replicas_.size());
+  env["TROUPE_RESOLVER"] = settings.resolverUrl;
+  std::vector<uint32_t> gpus;
+  KJ_IF_MAYBE(a, replica.allocation) {
+    gpus = a->gpus;
+  }
+  if (gpus.empty() && settings.machineGpus > 0) {
+    env["CUDA_VISIBLE_DEVICES"] = "";  // hide the GPUs other replicas were given
+  }
+  for (auto& [name, value] : request_.resources.deviceEnvironment(gpus, request_.environment)) {
+    env[name] = value;
+  }
+  if (entrypoint.kind == Entrypoint::Kind::FUNCTION) {
+    env["TROUPE_ENTRYPOINT"] = entrypoint.functionName;
+    env["TROUPE_LAUNCHER_PID"] = std::to_string(::getpid());
+  }
+  for (auto& [name, value] : request_.environment) env[name] = value;
+  for (auto& [name, value] : env) options.env.push_back(name + "=" + value);
+  return options;
+}
+
+bool LocalJob::startReplica(Replica& r) {
+  ++r.starts;
+  std::string marker = "--- troupe: job " + request_.name + ", replica " +
+                       std::to_string(r.index) + ", start " + std::to_string(r.starts);
+  KJ_IF_MAYBE(previous, r.lastExit) {
+    marker += " (its previous run " + describe(*previous) + ")";
+  }
+  marker += " ---";
+
+  kj::Maybe<kj::Own<Subprocess>> started;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                auto log = openLog(r.logPath, false);
+                appendLine(log, marker.c_str());
+                auto options = spawnOptions(r);
+                options.outputFd = log;
+                KJ_ON_SCOPE_FAILURE(appendLine(log, "--- troupe: the replica could not start ---"));
+                started = kj::heap<Subprocess>(loop.uvLoop(), options);
+              })) {
+    auto why = kj::str("replica ", r.index, " could not start: ", errorMessage(*e));
+    settings.logger->error("job {}: {}", request_.name, why.cStr());
+    fail(why.cStr());
+    return false;
+  }
+  auto process = kj::mv(KJ_ASSERT_NONNULL(started));
+  settings.logger->info("job {}: replica {} started (pid {}, start {})", request_.name, r.index,
+                        process->pid(), r.starts);
+  tasks->add(process->exited().then(
+      [this, index = r.index, start = r.starts](ExitStatus status) {
+        replicaExited(index, start, status);
+      }));
+  r.process = kj::mv(process);
+  changed();
+  return true;
+}
+
+void LocalJob::replicaExited(uint32_t index, uint32_t start, ExitStatus status) {
+  auto& r = replicas_[index];
+  if (r.starts != start) return;
+  pid_t pid = 0;
+  KJ_IF_MAYBE(p, r.process) {
+    pid = (*p)->pid();
+  }
+  r.process = nullptr;
+  r.lastExit = status;
+  auto how = describe(status);
+  settings.logger->info("job {}: replica {} (pid {}) {}", request_.name, index, pid, how);
+
+  if (ending != nullptr || isFinal(phase_)) {
+    changed();
+    maybeFinish();
+    return;
+  }
+  if (status.ok()) {
+    r.finished = true;
+    release(r);
+    for (auto& other : replicas_) {
+      if (!other.finished) {
+        changed();
+        return;
+      }
+    }
+    finish(JobPhase::SUCCEEDED, "");
+    return;
+  }
+  ++failures;
+  if (failures <= request_.maxRetriesFailure) {
+    settings.logger->warn("job {}: replica {} (pid {}) {}; starting it again (failure {} of {} "
+                          "allowed)",
+                          request_.name, index, pid, how, failures, request_.maxRetriesFailure);
+    startReplica(r);
+    return;
+  }
+  fail("replica " + std::to_string(index) + " (pid " + std::to_string(pid) + ") " + how +
+       ": failure " + std::to_string(failures) + ", and maxRetriesFailure is " +
+       std::to_string(request_.maxRetriesFailure));
+}
+
+void LocalJob::fail(std::string why) {
+  if (ending == nullptr) {
+    settings.logger->error("job {} fails: {}", request_.name, why);
+    ending = JobPhase::FAILED;
+    endingReason = kj::mv(why);
+    reason_ = "failing: " + endingReason;
+    signalAll(SIGTERM);
+    armKill(settings.terminateGrace);
+  }
+  changed();
+  maybeFinish();
+}
+
+kj::Promise<void> LocalJob::terminate(kj::Maybe<kj::Duration> grace) {
+  return stop(grace, "terminated");
+}
+
+kj::Promise<void> LocalJob::stop(kj::Maybe<kj::Duration> grace, std::string why) {
+  if (phase_ == JobPhase::PENDING) finish(JobPhase::STOPPED, kj::mv(why) + " while pending");
+  if (isFinal(phase_)) {
+    KJ_IF_MAYBE(reported, endReported) {
+      return reported->addBranch();
+    }
+    return kj::READY_NOW;
+  }
+  if (ending == nullptr) {
+    settings.logger->info("job {}: stopping ({})", request_.name, why);
+    ending = JobPhase::STOPPED;
+    endingReason = kj::mv(why);
+    reason_ = "stopping: " + endingReason;
+    signalAll(SIGTERM);
+  }
+  KJ_IF_MAYBE(g, grace) {
+    armKill(*g);
+  } else {
+    armKill(settings.terminateGrace);
+  }
+  changed();
+  maybeFinish();
+  return whenFinal().then([self = kj::addRef(*this)]() mutable -> kj::Promise<void> {
+    KJ_IF_MAYBE(reported, self->endReported) {
+      return reported->addBranch();
+    }
+    return kj::READY_NOW;
+  });
+}
+
+void LocalJob::armKill(kj::Duration grace) {
+  auto at = loop.timer().now() + grace;
+  if (killTimer != nullptr && killAt <= at) return;
+  killAt = at;
+  killTimer = loop.timer().atTime(at).then([this]() { signalAll(SIGKILL); }).eagerlyEvaluate(
+      [this](kj::Exception&& e) { taskFailed(kj::mv(e)); });
+}
+
+void LocalJob::signalAll(int signum) {
+  for (auto& r : replicas_) {
+    KJ_IF_MAYBE(p, r.process) {
+      (*p)->signalGroup(signum);
+    }
+  }
+}
+
+bool LocalJob::anyRunning() const {
+  for (auto& r : replicas_) {
+    if (r.process != nullptr) return true;
+  }
+  return false;
+}
+
+void LocalJob::maybeFinish() {
+  KJ_IF_MAYBE(phase, ending) {
+    if (!anyRunning()) finish(*phase, endingReason);
+  }
+}
+
+void LocalJob::finish(JobPhase phase, std::string why) {
+  KJ_ASSERT(!isFinal(phase_), "a job ends once");
+  phase_ = phase;
+  reason_ = kj::mv(why);
+  ending = nullptr;
+  endingReason.clear();
+  killTimer = nullptr;
+  for (auto& r : replicas_) release(r);
+  auto reported = endedReason(phase, reason_);
+  if (phase == JobPhase::SUCCEEDED) {
+    settings.logger->info("job {} succeeded", request_.name);
+  } else {
+    settings.logger->warn("job {} {}", request_.name, reported);
+  }
+  KJ_IF_MAYBE(h, host) {
+    // The report goes out in the host's order whether or not anyone waits for it; terminate()
+    // waits for it.
+    endReported = h->reportStatus({request_.name, JobState::ENDED, reported}).fork();
+    h->jobEnded(*this);
+  }
+  changed();
+}
+
+void LocalJob::release(Replica& r) {
+  KJ_IF_MAYBE(a, r.allocation) {
+    KJ_IF_MAYBE(h, host) {
+      h->giveBack(*a);
+    }
+  }
+  r.allocation = nullptr;
+}
+
+void LocalJob::detach() {
+  // Cancel what is under way first: the tasks watch the processes about to be killed.
+  tasks = kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this));
+  killTimer = nullptr;
+  for (auto& r : replicas_) {
+    r.process = nullptr;  // SIGKILL to its group, reaped
+    r.allocation = nullptr;
+  }
+  host = nullptr;
+  if (!isFinal(phase_)) {
+    phase_ = JobPhase::STOPPED;
+    reason_ = "the launcher was destroyed";
+    ending = nullptr;
+  }
+  changed();
+}
+
+}  // namespace troupe::detail

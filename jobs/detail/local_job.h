@@ -1,0 +1,137 @@
+#pragma once
+// LocalJob: one job of a LocalLauncher: its replicas as child processes, their restarts, and the
+// job's phases. JobHandle's implementation for local jobs.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kj/async.h>
+#include <kj/time.h>
+
+#include "actor/event_loop.h"
+#include "jobs/detail/capacity.h"
+#include "jobs/detail/subprocess.h"
+#include "jobs/launcher.h"
+#include "resolver/resolver.h"
+
+namespace troupe::detail {
+
+class LocalJob;
+
+// What a LocalJob needs of its launcher. Loop thread only.
+class LocalJobHost {
+public:
+  virtual ~LocalJobHost() noexcept(false) = default;
+
+  // Records `status` in the launcher's resolver, after every status recorded before it. Never
+  // rejects (a failed report is logged); dropping the promise does not cancel the report.
+  virtual kj::Promise<void> reportStatus(JobStatus status) = 0;
+
+  // Takes back one replica's share of the machine: it exited for good, or its job ended.
+  virtual void giveBack(const Allocation& allocation) = 0;
+
+  // `job` reached a final phase.
+  virtual void jobEnded(LocalJob& job) = 0;
+};
+
+// How the launcher has a job's replicas started.
+struct LocalJobSettings {
+  std::string program;          // the executable FUNCTION entrypoints run
+  std::string programName;      // their argv[0]
+  std::string resolverUrl;      // TROUPE_RESOLVER
+  std::string logDirectory;     // the job's own: <launcher's log directory>/<job>
+  kj::Duration terminateGrace;  // before SIGKILL, when no grace is given
+  uint32_t machineGpus = 0;     // when > 0, replicas given no GPU get CUDA_VISIBLE_DEVICES=""
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+// Belongs to the loop it was made on. Borrows its host until the host calls detach().
+//
+// Phases: PENDING until start() (or unschedulable(), or a stop while pending); RUNNING from
+// start() until no replica process is left and the job's outcome is known; then SUCCEEDED,
+// FAILED or STOPPED. While RUNNING and being stopped or failing, reason() says so ("stopping:
+// ...", "failing: ...").
+class LocalJob final : public Job, private kj::TaskSet::ErrorHandler {
+public:
+  LocalJob(EventLoop& loop, LocalJobHost& host, JobRequest request, LocalJobSettings settings);
+  ~LocalJob() noexcept(false);
+  KJ_DISALLOW_COPY(LocalJob);
+
+  std::string id() const override { return request_.name; }
+  JobPhase phase() const override { return phase_; }
+  std::string reason() const override { return reason_; }
+  kj::Promise<void> whenChanged() override;
+  std::vector<std::string> logs(size_t lines) const override;
+  kj::Promise<void> terminate(kj::Maybe<kj::Duration> grace) override;
+  std::vector<ReplicaInfo> replicas() const override;
+  kj::Timer& timer() override { return loop.timer(); }
+
+  // For the launcher.
+
+  const JobRequest& request() const { return request_; }
+
+  // Still PENDING, because of `why` (observers are told only when the reason changes).
+  void setPendingReason(std::string why);
+
+  // PENDING -> RUNNING with one share of the machine per replica: truncates the log files,
+  // reports RUNNING to the resolver, and once that is recorded starts every replica.
+  void start(std::vector<Allocation> allocations);
+
+  // PENDING -> UNSCHEDULABLE because of `why`.
+  void unschedulable(std::string why);
+
+  // Stops the job: see JobHandle::terminate. `why` becomes its reason once STOPPED.
+  kj::Promise<void> stop(kj::Maybe<kj::Duration> grace, std::string why);
+
+  // The launcher is going away: kills (SIGKILL) and reaps every replica now, and forgets the
+  // host; a job that had not ended becomes STOPPED ("the launcher was destroyed").
+  void detach();
+
+private:
+  struct Replica {
+    uint32_t index = 0;
+    std::string logPath;
+    uint32_t starts = 0;
+    kj::Maybe<kj::Own<Subprocess>> process;
+    kj::Maybe<Allocation> allocation;  // held until it exits for good or the job ends
+    bool finished = false;             // exited with status 0: not started again
+    kj::Maybe<ExitStatus> lastExit;
+  };
+
+  void taskFailed(kj::Exception&& exception) override;
+
+  void launch();
+  bool startReplica(Replica& replica);
+  SpawnOptions spawnOptions(const Replica& replica) const;
+  void replicaExited(uint32_t index, uint32_t start, ExitStatus status);
+  void fail(std::string why);
+  void armKill(kj::Duration grace);
+  void signalAll(int signum);
+  bool anyRunning() const;
+  void maybeFinish();
+  void finish(JobPhase phase, std::string why);
+  void release(Replica& replica);
+  void changed();
+  kj::Promise<void> whenFinal();
+
+  EventLoop& loop;
+  kj::Maybe<LocalJobHost&> host;
+  JobRequest request_;
+  LocalJobSettings settings;
+  JobPhase phase_ = JobPhase::PENDING;
+  std::string reason_;
+  std::vector<Replica> replicas_;
+  uint32_t failures = 0;
+  // Set while RUNNING once the job is being stopped (STOPPED) or failing (FAILED): the phase it
+  // ends in when its last process has exited, and why.
+  kj::Maybe<JobPhase> ending;
+  std::string endingReason;
+  kj::Maybe<kj::Promise<void>> killTimer;
+  kj::Maybe<kj::ForkedPromise<void>> endReported;  // the resolver has recorded the job's end
+  kj::TimePoint killAt = kj::origin<kj::TimePoint>();
+  std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiters;
+  kj::Own<kj::TaskSet> tasks;  // last: its tasks use everything above
+};
+
+}  // namespace troupe::detail

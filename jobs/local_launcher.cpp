@@ -1,0 +1,320 @@
+#include "jobs/local_launcher.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <string.h>
+#include <stdlib.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <deque>
+#include <map>
+
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include "actor/errors.h"
+#include "jobs/detail/capacity.h"
+#include "jobs/detail/local_job.h"
+#include "jobs/detail/log_files.h"
+#include "resolver/open_resolver.h"
+#include "resolver/registry_server.h"
+
+namespace troupe {
+
+namespace {
+
+std::string defaultLogDirectory() {
+  const char* tmp = ::getenv("TMPDIR");
+  std::string base = (tmp != nullptr && tmp[0] != '\0') ? tmp : "/tmp";
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return base + "/troupe-" + std::to_string(::getpid());
+}
+
+// This program's path, for people (argv[0] of FUNCTION replicas).
+std::string ownProgramName() {
+  char path[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "/proc/self/exe";
+  return std::string(path, static_cast<size_t>(n));
+}
+
+// The resolver URL of an address a RegistryServer bound.
+std::string registryUrl(const std::string& bound) {
+  if (bound.rfind("unix:", 0) == 0) return "registry+unix:" + bound.substr(5);
+  if (bound.rfind("tcp://", 0) == 0) return "registry://" + bound.substr(6);
+  return bound;
+}
+
+}  // namespace
+
+struct LocalLauncher::Impl final : public detail::LocalJobHost,
+                                   private kj::TaskSet::ErrorHandler {
+  Impl(EventLoop& loop, LocalLauncherOptions&& opts)
+      : loop(loop),
+        options(kj::mv(opts)),
+        log(options.logger ? options.logger : loop.logger()),
+        logDirectory(options.logDirectory.empty() ? defaultLogDirectory() : options.logDirectory),
+        ledger(machineOf(options)),
+        tasks(*this) {
+    detail::makeDirectories(logDirectory);
+    if (options.program.empty()) {
+      program = "/proc/self/exe";  // the very binary, even if its file was replaced since
+      programName = ownProgramName();
+    } else {
+      program = programName = options.program;
+    }
+    if (options.resolver.empty()) {
+      auto server = kj::heap<RegistryServer>(loop, RegistryServerOptions{.logger = log});
+      std::string socket = logDirectory + "/registry.sock";
+      std::string bound = socket.size() < sizeof(sockaddr_un::sun_path)
+                              ? server->listen(kj::str("unix:", socket.c_str()))
+                              : server->listen("tcp://127.0.0.1:0");
+      url = registryUrl(bound);
+      registry = kj::mv(server);
+    } else {
+      url = options.resolver;
+    }
+    resolver = openResolver(loop, kj::StringPtr(url.c_str(), url.size()));
+    if (options.stopJobsOnSignal) {
+      tasks.add(loop.onSignal({SIGTERM, SIGINT}).then([this](int signum) {
+        return stopAndDie(signum);
+      }));
+    }
+    auto m = ledger.machine();
+    log->info("local launcher: {} cpus, {} memory, {} GPUs; logs in {}; resolver {}",
+              detail::formatCpus(static_cast<uint64_t>(m.cpus * 1000)),
+              detail::formatBytes(m.ramBytes), m.gpus, logDirectory, url);
+  }
+
+  static MachineResources machineOf(const LocalLauncherOptions& options) {
+    auto m = detail::detectMachine();
+    if (options.cpus > 0) m.cpus = options.cpus;
+    if (options.ramBytes > 0) m.ramBytes = options.ramBytes;
+    if (options.gpus >= 0) m.gpus = static_cast<uint32_t>(options.gpus);
+    return m;
+  }
+
+  // LocalJobHost and TaskSet::ErrorHandler
+
+  // Reports about one job name go out in order (RUNNING before ENDED, a job's ENDED before the
+  // RUNNING of the next job of that name); reports about different jobs do not wait for each
+  // other, so one slow report holds back only its own job.
+  kj::Promise<void> reportStatus(JobStatus status) override {
+    auto& last = reports[status.jobId];
+    kj::Promise<void> previous = kj::READY_NOW;
+    KJ_IF_MAYBE(l, last) {
+      previous = l->addBranch();
+    }
+    auto next = previous.then([this, status]() { return resolver->setJobStatus(status); })
+                    .catch_([this, status](kj::Exception&& e) {
+                      log->warn("could not report job {} as {} to {}: {}", status.jobId,
+                                toString(status.state).cStr(), url,
+                                e.getDescription().cStr());
+                    });
+    auto forked = next.fork();
+    auto mine = forked.addBranch();
+    last = kj::mv(forked);
+    // The promise may outlive the launcher (a JobHandle's terminate()): it then resolves.
+    return canceler.wrap(kj::mv(mine)).catch_([](kj::Exception&&) {});
+  }
+
+  // Every report made so far, recorded or given up on.
+  kj::Promise<void> allReported() {
+    auto branches = kj::heapArrayBuilder<kj::Promise<void>>(reports.size());
+    for (auto& [name, last] : reports) {
+      KJ_IF_MAYBE(l, last) {
+        branches.add(l->addBranch());
+      } else {
+        branches.add(kj::READY_NOW);
+      }
+    }
+    return kj::joinPromises(branches.finish());
+  }
+
+  void giveBack(const detail::Allocation& allocation) override {
+    ledger.give(allocation);
+    scheduleAdmission();
+  }
+
+  void jobEnded(detail::LocalJob&) override { scheduleAdmission(); }
+
+  void taskFailed(kj::Exception&& exception) override {
+    log->error("local launcher: {}", exception.getDescription().cStr());
+  }
+
+  // Admission
+
+  void scheduleAdmission() {
+    if (admissionScheduled) return;
+    admissionScheduled = true;
+    tasks.add(kj::evalLater([this]() {
+      admissionScheduled = false;
+      admit();
+    }));
+  }
+
+  // Starts the queued jobs that fit, in submission order (see LocalLauncherOptions::backfill).
+  void admit() {
+    kj::Maybe<std::string> blockedBy;
+    for (auto it = queue.begin(); it != queue.end();) {
+      auto& job = **it;
+      if (job.phase() != JobPhase::PENDING) {
+        it = queue.erase(it);
+        continue;
+      }
+      auto need = detail::needOf(job.request().resources);
+      uint32_t count = job.request().replicaCount();
+      KJ_IF_MAYBE(why, ledger.shortfall(need, count)) {
+        job.setPendingReason(*why);
+        if (!options.backfill && blockedBy == nullptr) blockedBy = job.id();
+        ++it;
+        continue;
+      }
+      KJ_IF_MAYBE(first, blockedBy) {
+        job.setPendingReason("it fits, but waits for job '" + *first +
+                             "', submitted before it, to start first");
+        ++it;
+        continue;
+      }
+      std::vector<detail::Allocation> allocations;
+      for (uint32_t i = 0; i < count; ++i) allocations.push_back(ledger.take(need));
+      auto own = kj::mv(*it);
+      it = queue.erase(it);
+      own->start(kj::mv(allocations));
+    }
+  }
+
+  JobHandle submit(JobRequest request) {
+    KJ_REQUIRE(!shuttingDown, "the launcher was shut down: it takes no new jobs");
+    request.validate();
+    auto found = jobs.find(request.name);
+    if (found != jobs.end() && !isFinal(found->second->phase())) {
+      if (request.adopt) return JobHandle(kj::addRef(*found->second));
+      throwError(ErrorCode::JOB_ALREADY_EXISTS,
+                 kj::str("job '", request.name.c_str(), "' is already ",
+                         toString(found->second->phase()),
+                         "; wait for it to end, terminate it, or submit with adopt = true to "
+                         "take it over"));
+    }
+    auto need = detail::needOf(request.resources);
+    uint32_t count = request.replicaCount();
+    detail::LocalJobSettings settings{
+        .program = program,
+        .programName = programName,
+        .resolverUrl = url,
+        .logDirectory = logDirectory + "/" + request.name,
+        .terminateGrace = options.terminateGrace,
+        .machineGpus = ledger.machine().gpus,
+        .logger = log,
+    };
+    auto name = request.name;
+    auto job = kj::refcounted<detail::LocalJob>(loop, *this, kj::mv(request), kj::mv(settings));
+    // An ended job of the same name is forgotten; handles to it stay valid, apart from this
+    // launcher.
+    if (found != jobs.end()) found->second->detach();
+    jobs[name] = kj::addRef(*job);
+    KJ_IF_MAYBE(why, ledger.neverFits(need, count)) {
+      job->unschedulable(*why);
+    } else {
+      job->setPendingReason("waiting for capacity");
+      queue.push_back(kj::addRef(*job));
+      admit();
+    }
+    return JobHandle(kj::mv(job));
+  }
+
+  kj::Promise<void> shutdown(kj::Maybe<kj::Duration> grace) {
+    KJ_IF_MAYBE(done, shutdownDone) {
+      if (grace != nullptr) {
+        for (auto& [name, job] : jobs) job->stop(grace, "the launcher shut down");
+      }
+      return canceler.wrap(done->addBranch());
+    }
+    shuttingDown = true;
+    log->info("local launcher: shutting down");
+    auto stops = kj::heapArrayBuilder<kj::Promise<void>>(jobs.size());
+    for (auto& [name, job] : jobs) stops.add(job->stop(grace, "the launcher shut down"));
+    auto done = kj::joinPromises(stops.finish()).then([this]() {
+      // Let the jobs' final states reach the resolver before the program goes.
+      return allReported();
+    });
+    shutdownDone = done.fork();
+    return canceler.wrap(KJ_ASSERT_NONNULL(shutdownDone).addBranch());
+  }
+
+  // SIGTERM or SIGINT: every job stops (a second signal hurries it), then the signal gets its
+  // default effect.
+  kj::Promise<void> stopAndDie(int signum) {
+    log->warn("local launcher: {}: stopping every job, then exiting", sigabbrev_np(signum));
+    auto hurry = loop.onSignal({SIGTERM, SIGINT}).then([this](int) -> kj::Promise<void> {
+      log->warn("local launcher: another signal: killing every replica now");
+      for (auto& [name, job] : jobs) job->stop(0 * kj::SECONDS, "the launcher shut down");
+      return kj::NEVER_DONE;
+    });
+    return shutdown(nullptr).exclusiveJoin(kj::mv(hurry)).then([this, signum]() {
+      log->flush();
+      ::signal(signum, SIG_DFL);
+      ::raise(signum);
+    });
+  }
+
+  void detachAll() {
+    // Promises handed out that still wait on the resolver or on the jobs let go of them.
+    canceler.cancel("the launcher was destroyed");
+    for (auto& [name, job] : jobs) job->detach();
+    queue.clear();
+  }
+
+  EventLoop& loop;
+  LocalLauncherOptions options;
+  std::shared_ptr<spdlog::logger> log;
+  std::string logDirectory;
+  std::string program;
+  std::string programName;
+  detail::CapacityLedger ledger;
+  // Declared before what uses them, so destroyed after.
+  kj::Maybe<kj::Own<RegistryServer>> registry;
+  std::string url;
+  kj::Own<Resolver> resolver;
+  // The last status report about each job name; the next one about it follows it.
+  std::map<std::string, kj::Maybe<kj::ForkedPromise<void>>> reports;
+  std::map<std::string, kj::Own<detail::LocalJob>> jobs;  // by name: the latest of each
+  std::deque<kj::Own<detail::LocalJob>> queue;             // PENDING, in submission order
+  bool admissionScheduled = false;
+  bool shuttingDown = false;
+  kj::Maybe<kj::ForkedPromise<void>> shutdownDone;
+  kj::Canceler canceler;  // wraps what is handed out of the above
+  kj::TaskSet tasks;
+};
+
+LocalLauncher::LocalLauncher(EventLoop& loop, LocalLauncherOptions options)
+    : impl(kj::heap<Impl>(loop, kj::mv(options))) {}
+
+LocalLauncher::~LocalLauncher() noexcept(false) {
+  // No replica outlives the launcher: kill and reap what is left, then let go of the jobs
+  // (handles may keep them) before the resolver and the registry go.
+  impl->detachAll();
+}
+
+JobHandle LocalLauncher::submit(JobRequest request) { return impl->submit(kj::mv(request)); }
+
+kj::Maybe<JobHandle> LocalLauncher::find(kj::StringPtr name) {
+  auto found = impl->jobs.find(std::string(name.cStr(), name.size()));
+  if (found == impl->jobs.end()) return nullptr;
+  return JobHandle(kj::addRef(*found->second));
+}
+
+Resolver& LocalLauncher::resolver() { return *impl->resolver; }
+std::string LocalLauncher::resolverUrl() const { return impl->url; }
+EventLoop& LocalLauncher::loop() { return impl->loop; }
+
+kj::Promise<void> LocalLauncher::shutdown(kj::Maybe<kj::Duration> grace) {
+  return impl->shutdown(grace);
+}
+
+MachineResources LocalLauncher::machine() const { return impl->ledger.machine(); }
+MachineResources LocalLauncher::available() const { return impl->ledger.available(); }
+std::string LocalLauncher::logDirectory() const { return impl->logDirectory; }
+
+}  // namespace troupe
