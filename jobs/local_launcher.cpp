@@ -57,6 +57,11 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
         logDirectory(options.logDirectory.empty() ? defaultLogDirectory() : options.logDirectory),
         ledger(machineOf(options)),
         tasks(*this) {
+    // A bad resolver URL is refused before anything is created.
+    if (!options.resolver.empty()) {
+      url = options.resolver;
+      resolver = openResolver(loop, kj::StringPtr(url.c_str(), url.size()));
+    }
     detail::makeDirectories(logDirectory);
     if (options.program.empty()) {
       program = "/proc/self/exe";  // the very binary, even if its file was replaced since
@@ -72,10 +77,8 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
                               : server->listen("tcp://127.0.0.1:0");
       url = registryUrl(bound);
       registry = kj::mv(server);
-    } else {
-      url = options.resolver;
+      resolver = openResolver(loop, kj::StringPtr(url.c_str(), url.size()));
     }
-    resolver = openResolver(loop, kj::StringPtr(url.c_str(), url.size()));
     if (options.stopJobsOnSignal) {
       tasks.add(loop.onSignal({SIGTERM, SIGINT}).then([this](int signum) {
         return stopAndDie(signum);
@@ -99,22 +102,28 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
 
   // Reports about one job name go out in order (RUNNING before ENDED, a job's ENDED before the
   // RUNNING of the next job of that name); reports about different jobs do not wait for each
-  // other, so one slow report holds back only its own job.
+  // other, so one slow report holds back only its own job. A report with none ahead of it is
+  // sent at once, before anything the caller asks the resolver next (createActorGroup's
+  // question about the job's state must find it RUNNING, not a previous job's end).
   kj::Promise<void> reportStatus(JobStatus status) override {
-    auto& last = reports[status.jobId];
-    kj::Promise<void> previous = kj::READY_NOW;
-    KJ_IF_MAYBE(l, last) {
-      previous = l->addBranch();
+    auto& job = reports[status.jobId];
+    auto send = [this, status]() { return resolver->setJobStatus(status); };
+    kj::Promise<void> sent = nullptr;
+    KJ_IF_MAYBE(l, job.last) {
+      sent = job.inFlight == 0 ? kj::evalNow(send) : l->addBranch().then(kj::mv(send));
+    } else {
+      sent = kj::evalNow(send);
     }
-    auto next = previous.then([this, status]() { return resolver->setJobStatus(status); })
-                    .catch_([this, status](kj::Exception&& e) {
+    ++job.inFlight;
+    auto next = sent.catch_([this, status](kj::Exception&& e) {
                       log->warn("could not report job {} as {} to {}: {}", status.jobId,
                                 toString(status.state).cStr(), url,
                                 e.getDescription().cStr());
-                    });
+                    })
+                    .then([&job]() { --job.inFlight; });
     auto forked = next.fork();
     auto mine = forked.addBranch();
-    last = kj::mv(forked);
+    job.last = kj::mv(forked);
     // The promise may outlive the launcher (a JobHandle's terminate()): it then resolves.
     return canceler.wrap(kj::mv(mine)).catch_([](kj::Exception&&) {});
   }
@@ -122,8 +131,8 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
   // Every report made so far, recorded or given up on.
   kj::Promise<void> allReported() {
     auto branches = kj::heapArrayBuilder<kj::Promise<void>>(reports.size());
-    for (auto& [name, last] : reports) {
-      KJ_IF_MAYBE(l, last) {
+    for (auto& [name, job] : reports) {
+      KJ_IF_MAYBE(l, job.last) {
         branches.add(l->addBranch());
       } else {
         branches.add(kj::READY_NOW);
@@ -277,8 +286,13 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
   kj::Maybe<kj::Own<RegistryServer>> registry;
   std::string url;
   kj::Own<Resolver> resolver;
-  // The last status report about each job name; the next one about it follows it.
-  std::map<std::string, kj::Maybe<kj::ForkedPromise<void>>> reports;
+  // The status reports about each job name: the last one (the next follows it) and how many
+  // have not finished.
+  struct JobReports {
+    kj::Maybe<kj::ForkedPromise<void>> last;
+    uint32_t inFlight = 0;
+  };
+  std::map<std::string, JobReports> reports;
   std::map<std::string, kj::Own<detail::LocalJob>> jobs;  // by name: the latest of each
   std::deque<kj::Own<detail::LocalJob>> queue;             // PENDING, in submission order
   bool admissionScheduled = false;

@@ -81,6 +81,11 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   }
 
   void upsert(Endpoint endpoint) {
+    KJ_IF_MAYBE(e, ended) {
+      log->info("group {}: job {} runs again ({} registered after it ended: {})", prefix, jobId,
+                endpoint.name, e->reason);
+      ended = nullptr;
+    }
     auto it = members.find(endpoint.name);
     if (it == members.end()) {
       log->debug("group {}: {} joined at {} ({})", prefix, endpoint.name, endpoint.address,

@@ -67,7 +67,9 @@ public:
   // they stop.
   kj::Promise<void> shutdown(kj::Maybe<kj::Duration> grace = nullptr);
 
-  // The job's end, once the resolver reported it.
+  // The job's end, once the resolver reported it. A job of the same name that runs again (a
+  // member registers: the resolver admits registrations only to jobs that have not ended)
+  // clears it.
   kj::Maybe<const JobStatus&> jobEnded() const;
 
   // Resolves at the next membership change (a member added, changed or removed, or the job

@@ -356,8 +356,8 @@ void LocalJob::finish(JobPhase phase, std::string why) {
   killTimer = nullptr;
   for (auto& r : replicas_) release(r);
   auto reported = endedReason(phase, reason_);
-  if (phase == JobPhase::SUCCEEDED) {
-    settings.logger->info("job {} succeeded", request_.name);
+  if (phase == JobPhase::SUCCEEDED || phase == JobPhase::STOPPED) {
+    settings.logger->info("job {} {}", request_.name, reported);
   } else {
     settings.logger->warn("job {} {}", request_.name, reported);
   }

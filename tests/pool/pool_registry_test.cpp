@@ -195,5 +195,19 @@ TEST_F(PoolRegistryTest, EndingTheJobFailsWaitReadyAtOnce) {
   EXPECT_TRUE(failure.mentions("stopped by the operator")) << failure.text;
 }
 
+TEST_F(PoolRegistryTest, AGroupFollowsAJobOfTheSameNameThatRunsAgain) {
+  ActorGroup<Member> group(loop, *resolver, "test", "member");
+  test::await(loop, resolver->setJobStatus({"test", JobState::ENDED, "first run done"}));
+  while (group.jobEnded() == nullptr) test::await(loop, group.whenChanged());
+
+  test::await(loop, resolver->setJobStatus({"test", JobState::RUNNING, ""}));
+  auto replica = startReplica(0);
+  // The member's registration reaches the group through its watch, and clears the old end.
+  while (group.jobEnded() != nullptr) test::await(loop, group.whenChanged());
+  auto ready = test::await(loop, group.waitReady(1, 10 * kj::SECONDS));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].name, "test/member-0");
+}
+
 }  // namespace
 }  // namespace troupe
