@@ -14,6 +14,7 @@
 
 #include "actor/address.h"
 #include "actor/detail/actor_gate.h"
+#include "actor/detail/schema_nodes.h"
 #include "actor/detail/rpc_acceptor.h"
 #include "actor/errors.h"
 
@@ -253,6 +254,16 @@ protected:
     auto list = results.initActors(server.actors.size());
     for (uint i = 0; i < server.actors.size(); ++i) server.fillInfo(*server.actors[i], list[i]);
     results.setIncarnation(server.incarnation);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> getSchema(GetSchemaContext context) override {
+    auto& actor = server.find(context.getParams().getName());
+    auto nodes = detail::schemaClosure(actor.schema);
+    auto results = context.getResults();
+    results.setInterfaceId(actor.schema.getProto().getId());
+    auto list = results.initNodes(nodes.size());
+    for (uint i = 0; i < nodes.size(); ++i) list.setWithCaveats(i, nodes[i].getProto());
     return kj::READY_NOW;
   }
 

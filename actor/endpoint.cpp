@@ -86,6 +86,7 @@ void Endpoint::toCapnp(schema::Endpoint::Builder builder) const {
   builder.setTaskIndex(taskIndex);
   builder.setIncarnation(incarnation);
   builder.setState(troupe::toCapnp(state));
+  builder.setRegisteredAtMillis(registeredAtMillis);
   auto list = builder.initMetadata(metadata.size());
   size_t i = 0;
   for (auto& [key, value] : metadata) {
@@ -104,6 +105,7 @@ Endpoint Endpoint::fromCapnp(schema::Endpoint::Reader reader) {
   e.taskIndex = reader.getTaskIndex();
   e.incarnation = reader.getIncarnation();
   e.state = troupe::fromCapnp(reader.getState());
+  e.registeredAtMillis = reader.getRegisteredAtMillis();
   for (auto entry : reader.getMetadata()) {
     e.metadata[fromText(entry.getKey())] = fromText(entry.getValue());
   }

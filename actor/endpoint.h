@@ -31,6 +31,9 @@ struct Endpoint {
   uint64_t incarnation = 0;  // differs on every start of the hosting process
   EndpointState state = EndpointState::STARTING;
   std::map<std::string, std::string> metadata;
+  // When the resolver accepted this incarnation (Unix time, ms), as the resolver reports it; 0
+  // when it does not. Set by the resolver: what a registrant puts here is ignored.
+  uint64_t registeredAtMillis = 0;
 
   void toCapnp(schema::Endpoint::Builder builder) const;
   static Endpoint fromCapnp(schema::Endpoint::Reader reader);

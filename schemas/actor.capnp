@@ -3,6 +3,7 @@
 # added, at new ordinals.
 
 using Cxx = import "/capnp/c++.capnp";
+using Schema = import "/capnp/schema.capnp";
 $Cxx.namespace("troupe::schema");
 
 enum EndpointState {
@@ -27,6 +28,9 @@ struct Endpoint {
   incarnation @5 :UInt64;  # differs on every start of the hosting process
   state @6 :EndpointState;
   metadata @7 :List(MetadataEntry);
+  registeredAtMillis @8 :UInt64;
+  # When the resolver accepted this incarnation's registration (Unix time, milliseconds); 0 when
+  # the resolver does not say (a fixed list).
 }
 
 struct ActorInfo {
@@ -52,4 +56,9 @@ interface ActorHost {
   drain @3 (graceMillis :UInt32) -> ();
   # Starts draining the whole server (0 = the server's configured grace period) and returns at
   # once; the connection closes when the drain completes.
+  getSchema @4 (name :Text) -> (interfaceId :UInt64, nodes :List(Schema.Node));
+  # The compiled schema of the named actor's interface: its node and every node it refers to
+  # (superclasses, methods' parameter and result structs, the structs, enums and interfaces
+  # their fields use), so that a client without generated code can load them into a
+  # capnp::SchemaLoader and call the actor dynamically. Fails like getActor for an unknown name.
 }

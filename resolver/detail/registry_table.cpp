@@ -1,5 +1,7 @@
 #include "resolver/detail/registry_table.h"
 
+#include <chrono>
+
 #include <kj/debug.h>
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
@@ -93,6 +95,10 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis)
   if (ttl > options.maxTtl) ttl = options.maxTtl;
   uint64_t leaseId = nextLeaseId++;
   auto deadline = loop.timer().now() + ttl;
+  endpoint.registeredAtMillis = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
 
   auto it = entries.find(endpoint.name);
   if (it != entries.end()) {

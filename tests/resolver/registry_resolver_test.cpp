@@ -2,6 +2,7 @@
 // registration, renewal, watches and their reconciliation, refusals, a registry that is down
 // at start or restarts.
 
+#include <chrono>
 #include "resolver/registry_resolver.h"
 
 #include <map>
@@ -104,7 +105,15 @@ protected:
 TEST_F(RegistryResolverTest, ARegisteredEndpointCanBeResolvedAndWatched) {
   auto e = endpoint("job-1/ps-0", "127.0.0.1:4000", 3);
   e.metadata["rank"] = "0";
+  e.registeredAtMillis = 1;  // the registry's clock decides, not the registrant
+  auto unixMillis = []() {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+  };
+  auto before = unixMillis();
   auto registration = registered(e);
+  auto after = unixMillis();
   auto found = await(loop, resolver->resolve("job-1/"));
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].name, "job-1/ps-0");
@@ -114,6 +123,8 @@ TEST_F(RegistryResolverTest, ARegisteredEndpointCanBeResolvedAndWatched) {
   EXPECT_EQ(found[0].taskIndex, 0u);
   EXPECT_EQ(found[0].incarnation, 3u);
   EXPECT_EQ(found[0].metadata.at("rank"), "0");
+  EXPECT_GE(found[0].registeredAtMillis, before);
+  EXPECT_LE(found[0].registeredAtMillis, after);
   EXPECT_EQ(await(loop, resolver->resolve("job-2/")).size(), 0u);
 
   auto watch = resolver->watch("job-1/");

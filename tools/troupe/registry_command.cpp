@@ -1,6 +1,6 @@
-// troupe-registry: runs a RegistryServer in the foreground.
+// `troupe registry` (and the troupe-registry daemon): runs a RegistryServer in the foreground.
 //
-//   troupe-registry [--listen ADDRESS] [--default-ttl-ms N] [--max-endpoint-bytes N]
+//   troupe registry [--listen ADDRESS] [--default-ttl-ms N] [--max-endpoint-bytes N]
 //
 // ADDRESS is "tcp://HOST:PORT" (default tcp://0.0.0.0:7700; port 0 picks a free one) or
 // "unix:PATH"; --listen may be given more than once. Prints "LISTENING <address>" on stdout for
@@ -23,13 +23,21 @@
 #include "actor/errors.h"
 #include "actor/event_loop.h"
 #include "resolver/registry_server.h"
+#include "tools/troupe/commands.h"
+
+namespace troupe::cli {
 
 namespace {
 
 constexpr const char* USAGE =
-    "usage: troupe-registry [--listen ADDRESS]... [--default-ttl-ms N] [--max-endpoint-bytes N]\n"
-    "                       [--log-level trace|debug|info|warn|error|off]\n"
-    "  ADDRESS: tcp://HOST:PORT (default tcp://0.0.0.0:7700) or unix:PATH\n";
+    "usage: %s [--listen ADDRESS]... [--default-ttl-ms N] [--max-endpoint-bytes N]\n"
+    "       [--log-level trace|debug|info|warn|error|off]\n"
+    "Runs the registry (troupe's default resolver) in the foreground until SIGTERM or SIGINT.\n"
+    "Prints \"LISTENING <address>\" for each address it listens on; logs to stderr.\n"
+    "  --listen ADDRESS         tcp://HOST:PORT (default tcp://0.0.0.0:7700; port 0 picks one)\n"
+    "                           or unix:PATH; may be given more than once\n"
+    "  --default-ttl-ms N       lease of registrations that ask for none (default 10000)\n"
+    "  --max-endpoint-bytes N   largest endpoint a registrant may publish\n";
 
 bool parseNumber(const char* text, uint64_t& out) {
   char* end = nullptr;
@@ -42,18 +50,19 @@ bool parseNumber(const char* text, uint64_t& out) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int registryCommand(const char* program, int argc, char** argv) {
   std::vector<std::string> addresses;
   troupe::RegistryServerOptions options;
   auto level = spdlog::level::info;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
-      fputs(USAGE, stdout);
+      printf(USAGE, program);
       return 0;
     }
     if (i + 1 >= argc) {
-      fprintf(stderr, "troupe-registry: %s needs a value\n%s", flag.c_str(), USAGE);
+      fprintf(stderr, "%s: %s needs a value\n", program, flag.c_str());
+      fprintf(stderr, USAGE, program);
       return 2;
     }
     const char* value = argv[++i];
@@ -69,14 +78,15 @@ int main(int argc, char** argv) {
     } else if (flag == "--log-level" && std::string(value) == "off") {
       level = spdlog::level::off;
     } else {
-      fprintf(stderr, "troupe-registry: bad argument %s %s\n%s", flag.c_str(), value, USAGE);
+      fprintf(stderr, "%s: bad argument %s %s\n", program, flag.c_str(), value);
+      fprintf(stderr, USAGE, program);
       return 2;
     }
   }
   if (addresses.empty()) addresses.push_back("tcp://0.0.0.0:7700");
 
   // A daemon's logs go to stderr; stdout carries only the LISTENING lines.
-  auto logger = spdlog::stderr_color_mt("troupe-registry");
+  auto logger = spdlog::stderr_color_mt("registry");
   logger->set_level(level);
   spdlog::set_default_logger(logger);
   options.logger = spdlog::default_logger();
@@ -98,3 +108,5 @@ int main(int argc, char** argv) {
   server.stop().wait(loop.waitScope());
   return 0;
 }
+
+}  // namespace troupe::cli

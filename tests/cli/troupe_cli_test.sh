@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The troupe command end to end: a registry (troupe registry), a job launched in the foreground
+# (troupe launch) whose replicas host the calculator example's actor, then troupe wait, ls,
+# actors and call against them, bad input, and Ctrl-C stopping the job. Every process started
+# here is stopped by its own pid, also when the script fails.
+#
+#   troupe_cli_test.sh TROUPE CALCULATOR_SERVER
+set -euo pipefail
+troupe=$1
+server=$2
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$out"
+}
+trap cleanup EXIT
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+# Reads lines from fd $1 until one contains $2 (20 s at most); prints that line.
+await_line() {
+  local fd=$1 text=$2 line
+  while IFS= read -r -t 20 line <&"$fd"; do
+    case $line in *"$text"*) echo "$line"; return 0 ;; esac
+  done
+  fail "no line containing '$text'"
+}
+
+# Runs the command in "$@", expecting exit status $expected; its stdout+stderr in $output.
+expect_status() {
+  local expected=$1
+  shift
+  local status=0
+  output=$("$@" 2>&1) || status=$?
+  [ "$status" -eq "$expected" ] || fail "'$*' exited with $status, not $expected: $output"
+}
+
+echo "== troupe registry"
+mkfifo "$out/registry.out"
+"$troupe" registry --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" &
+registry_pid=$!
+pids+=("$registry_pid")
+exec 3< "$out/registry.out"
+line=$(await_line 3 "LISTENING tcp://")
+export TROUPE_RESOLVER="registry://${line#LISTENING tcp://}"
+
+echo "== troupe launch: job calc, 2 replicas"
+mkfifo "$out/launch.out"
+"$troupe" launch --name calc --replicas 2 --cpu 0.1 --ram 64m --log-dir "$out/logs" \
+  -- "$server" > "$out/launch.out" 2>&1 &
+launch_pid=$!
+pids+=("$launch_pid")
+exec 4< "$out/launch.out"
+await_line 4 "job calc: running" > /dev/null
+
+echo "== troupe wait"
+expect_status 0 "$troupe" wait calc/ --count 2 --timeout 20
+[ "$output" = $'calc/calc-0\ncalc/calc-1' ] || fail "wait printed: $output"
+expect_status 1 "$troupe" wait calc/ --count 3 --timeout 0.3
+grep -q "2 of 3 endpoints under 'calc/' ready after 0.3 s" <<< "$output" || fail "$output"
+
+echo "== troupe ls"
+expect_status 0 "$troupe" ls calc/
+[ "$(grep -c '^calc/calc-[01] tcp://127.0.0.1:[0-9]* ready [0-9]* [0-9]*s$' <<< "$output")" -eq 2 ] ||
+  fail "ls printed: $output"
+expect_status 0 "$troupe" ls nothing-here/
+[ -z "$output" ] || fail "ls of an empty prefix printed: $output"
+
+echo "== troupe actors"
+expect_status 0 "$troupe" actors calc/calc-0
+grep -q '^  calc: examples/calculator/calculator.capnp:Calculator$' <<< "$output" || fail "$output"
+grep -q '^    add (a :Float64, b :Float64) -> (value :Float64)$' <<< "$output" || fail "$output"
+grep -q '^    sum (values :List(Float64)) -> (value :Float64)$' <<< "$output" || fail "$output"
+
+echo "== troupe call"
+expect_status 0 "$troupe" call calc/calc-0 calc.add '{"a": 1.5, "b": 2}'
+[ "$output" = '{"value":3.5}' ] || fail "call printed: $output"
+expect_status 0 "$troupe" call calc/ calc.sum '{"values": [1, 2, 3]}' --all
+[ "$output" = $'calc/calc-0 {"value":6}\ncalc/calc-1 {"value":6}' ] || fail "call --all printed: $output"
+address=$(sed -n 's/^calc\/calc-1 \(tcp:[^ ]*\) .*/\1/p' <<< "$("$troupe" ls calc/calc-1)")
+expect_status 0 "$troupe" call "$address" calc.calls
+grep -q '^{"count":"[0-9]*"}$' <<< "$output" || fail "call by address printed: $output"
+
+echo "== bad input"
+expect_status 1 "$troupe" call calc/ calc.nope '{}'
+grep -q "Calculator has no method 'nope' (its methods: add, divide, sum, calls)" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add '{"x": 1}'
+grep -q "cannot be read from" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add 'not json'
+expect_status 1 "$troupe" call calc/ calc.divide '{"a": 1, "b": 0}'
+grep -q "cannot divide by zero" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ nobody.add '{}'
+grep -q "no actor named 'nobody'" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call nojob/ calc.add '{}'
+expect_status 2 "$troupe" call calc/ calc-without-method
+expect_status 2 "$troupe" ls --bogus
+expect_status 2 "$troupe" bogus
+expect_status 2 env -u TROUPE_RESOLVER "$troupe" ls
+grep -q "no resolver" <<< "$output" || fail "$output"
+expect_status 0 "$troupe" launch --help
+expect_status 1 "$troupe" launch --name missing -- "$out/no-such-program"
+grep -q "no such file or directory" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" launch --name false --max-retries 1 -- false
+grep -q "job false: failed: replica 0 (pid [0-9]*) exited with status 1: failure 2" <<< "$output" || fail "$output"
+
+echo "== Ctrl-C stops the launched job; watchers see it end"
+mkfifo "$out/watch.out"
+"$troupe" ls --watch calc/ > "$out/watch.out" &
+watch_pid=$!
+pids+=("$watch_pid")
+exec 5< "$out/watch.out"
+await_line 5 "SYNCED" > /dev/null
+kill -INT "$launch_pid"
+status=0
+wait "$launch_pid" || status=$?
+[ "$status" -eq 130 ] || fail "troupe launch exited with $status after SIGINT"
+await_line 5 "REMOVED calc/calc-" > /dev/null
+await_line 5 "JOB_ENDED calc stopped" > /dev/null
+cat <&4 > "$out/launch.log"
+grep -q "job calc: stopped" "$out/launch.log" || fail "$(cat "$out/launch.log")"
+kill -TERM "$watch_pid"
+wait "$watch_pid" || fail "troupe ls --watch did not stop cleanly on SIGTERM"
+
+kill -TERM "$registry_pid"
+status=0
+wait "$registry_pid" || status=$?
+[ "$status" -eq 0 ] || fail "registry exited with $status"
+exec 3<&- 4<&- 5<&-
+echo "troupe cli test passed"

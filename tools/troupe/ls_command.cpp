@@ -1,0 +1,121 @@
+// troupe ls [PREFIX] [--watch]: the endpoints a resolver holds, or a stream of their changes.
+
+#include <signal.h>
+#include <stdio.h>
+
+#include <string>
+#include <vector>
+
+#include "actor/event_loop.h"
+#include "resolver/open_resolver.h"
+#include "tools/troupe/cli.h"
+#include "tools/troupe/commands.h"
+
+namespace troupe::cli {
+
+namespace {
+
+constexpr const char* USAGE =
+    "usage: troupe ls [PREFIX] [--watch] [--resolver URL]\n"
+    "Lists the endpoints whose names start with PREFIX (default: all): name, address, state,\n"
+    "incarnation and age. With --watch, prints them and then each change as it happens\n"
+    "(ADDED, CHANGED, REMOVED, JOB_ENDED) until interrupted.\n"
+    "  --resolver URL   registry://HOST:PORT, registry+unix:PATH, fixed:..., file:PATH\n"
+    "                   (default: $TROUPE_RESOLVER)\n";
+
+void printTable(const kj::Array<Endpoint>& endpoints) {
+  bool people = stdoutIsTerminal();
+  std::vector<std::vector<std::string>> rows;
+  if (people) rows.push_back({"NAME", "ADDRESS", "STATE", "INCARNATION", "AGE"});
+  for (auto& e : endpoints) {
+    rows.push_back({e.name, e.address, toString(e.state).cStr(), std::to_string(e.incarnation),
+                    formatAge(e.registeredAtMillis)});
+  }
+  if (!people) {
+    for (auto& row : rows) {
+      printf("%s %s %s %s %s\n", row[0].c_str(), row[1].c_str(), row[2].c_str(), row[3].c_str(),
+             row[4].c_str());
+    }
+    return;
+  }
+  std::vector<size_t> widths(5, 0);
+  for (auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      printf(i + 1 < row.size() ? "%-*s  " : "%-*s\n", static_cast<int>(widths[i]),
+             row[i].c_str());
+    }
+  }
+  if (endpoints.size() == 0) printf("(no endpoints)\n");
+}
+
+const char* eventName(WatchEvent::Type type) {
+  switch (type) {
+    case WatchEvent::Type::ADDED:
+      return "ADDED";
+    case WatchEvent::Type::CHANGED:
+      return "CHANGED";
+    case WatchEvent::Type::REMOVED:
+      return "REMOVED";
+    case WatchEvent::Type::SYNCED:
+      return "SYNCED";
+    case WatchEvent::Type::JOB_ENDED:
+      return "JOB_ENDED";
+  }
+  return "?";
+}
+
+kj::Promise<void> printEvents(Watch& watch) {
+  return watch.next().then([&watch](WatchEvent event) {
+    auto& e = event.endpoint;
+    switch (event.type) {
+      case WatchEvent::Type::ADDED:
+      case WatchEvent::Type::CHANGED:
+        printf("%s %s %s %s %llu\n", eventName(event.type), e.name.c_str(), e.address.c_str(),
+               toString(e.state).cStr(), static_cast<unsigned long long>(e.incarnation));
+        break;
+      case WatchEvent::Type::REMOVED:
+        printf("REMOVED %s\n", e.name.c_str());
+        break;
+      case WatchEvent::Type::SYNCED:
+        printf("SYNCED\n");
+        break;
+      case WatchEvent::Type::JOB_ENDED:
+        printf("JOB_ENDED %s %s\n", event.job.jobId.c_str(), event.job.reason.c_str());
+        break;
+    }
+    fflush(stdout);
+    return printEvents(watch);
+  });
+}
+
+}  // namespace
+
+int lsCommand(int argc, char** argv) {
+  return runCommand("ls", USAGE, [&]() {
+    Args args(argc, argv, {"--watch"}, {"--resolver"});
+    if (args.has("--help")) {
+      fputs(USAGE, stdout);
+      return 0;
+    }
+    if (args.positional.size() > 1) throw UsageError{"at most one PREFIX"};
+    std::string prefix = args.positional.empty() ? "" : args.positional[0];
+    auto url = resolverUrl(args);
+
+    EventLoop loop;
+    auto resolver = openResolver(loop, url.c_str());
+    if (!args.has("--watch")) {
+      auto endpoints = resolver->resolve(prefix.c_str()).wait(loop.waitScope());
+      printTable(endpoints);
+      return 0;
+    }
+    auto watch = resolver->watch(prefix.c_str());
+    auto stopped = loop.onSignal({SIGINT, SIGTERM}).ignoreResult();
+    printEvents(*watch).exclusiveJoin(kj::mv(stopped)).wait(loop.waitScope());
+    return 0;
+  });
+}
+
+}  // namespace troupe::cli
