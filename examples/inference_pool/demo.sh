@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The inference pool demo, end to end, with its results checked (CI runs it as a smoke test):
+#   1. a registry (troupe-registry) on a free port;
+#   2. inference_demo against it: a job "infer" of 3 replicas started by its own launcher,
+#      2000 requests through a pool, one replica killed with SIGKILL halfway, every answer
+#      checked against the model;
+#   3. SIGTERM to the registry.
+# Every process started here is stopped by its own pid, also when the script fails; the
+# replicas' logs go to a temporary directory removed at the end.
+#
+#   demo.sh BIN_DIR
+set -euo pipefail
+bin=$1
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+# Reads lines from fd 3 until one starts with $1; prints the rest of that line.
+await_line() {
+  local prefix=$1 line
+  while IFS= read -r -t 20 line <&3; do
+    case $line in "$prefix"*) echo "${line#"$prefix"}"; return 0 ;; esac
+  done
+  echo "timed out waiting for '$prefix'" >&2
+  return 1
+}
+
+echo "== starting a registry"
+mkfifo "$out/registry.out"
+"$bin/troupe-registry" --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" &
+registry_pid=$!
+pids+=("$registry_pid")
+exec 3< "$out/registry.out"
+registry="registry://$(await_line "LISTENING tcp://")"
+echo "registry at $registry (pid $registry_pid)"
+
+echo "== bad arguments give a usage message and status 2"
+status=0
+"$bin/inference_demo" --replicas 3 2> "$out/usage.err" || status=$?
+[ "$status" -eq 2 ] || { echo "missing --resolver exited with $status"; exit 1; }
+grep -q '^usage: ' "$out/usage.err"
+
+echo "== inference_demo: 3 replicas, 2000 requests, 16 in flight, one replica killed"
+TMPDIR=$out "$bin/inference_demo" --resolver "$registry" --replicas 3 --requests 2000 \
+  --concurrency 16 > "$out/demo.log" 2>&1 &
+demo_pid=$!
+pids+=("$demo_pid")
+status=0
+wait "$demo_pid" || status=$?
+cat "$out/demo.log"
+[ "$status" -eq 0 ] || { echo "inference_demo exited with $status"; exit 1; }
+grep -q '^3 of 3 replicas ready: infer/model-0 infer/model-1 infer/model-2$' "$out/demo.log"
+grep -q '^killed infer/model-[012] (pid [0-9]*) with SIGKILL after 1000 responses' "$out/demo.log"
+grep -q '^requests: 2000 ok, 0 failed, 0 mismatched$' "$out/demo.log"
+grep -q '^throughput: [0-9]* req/s' "$out/demo.log"
+grep -q '^latency us: p50 [0-9]* p90 [0-9]* p99 [0-9]*' "$out/demo.log"
+# Every request is counted once, by the replica process that answered it.
+served=$(awk '/^served by infer\/model-[012] pid [0-9]+: [0-9]+$/ { n += $NF } END { print n + 0 }' \
+         "$out/demo.log")
+[ "$served" -eq 2000 ] || { echo "replicas served $served requests, not 2000"; exit 1; }
+grep -q '^inference demo passed: 2000 requests, 0 failed, failover after killing infer/model-[012]$' \
+  "$out/demo.log"
+grep -q '^job infer stopped$' "$out/demo.log"
+
+echo "== stopping the registry with SIGTERM"
+kill -TERM "$registry_pid"
+status=0
+wait "$registry_pid" || status=$?
+[ "$status" -eq 0 ] || { echo "registry exited with $status"; exit 1; }
+cat <&3 > /dev/null
+exec 3<&-
+echo "inference pool demo passed"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The parameter-server demo, end to end, with its results checked (CI runs it as a smoke test):
+#   1. a registry (troupe-registry) on a free port;
+#   2. ps_demo against it: a job of 2 parameter-server shards and a job of 2 trainers, started
+#      by an embedded launcher, train a logistic-regression model through troupe RPC (ps_demo
+#      itself checks that the loss went down), then the shards are stopped;
+#   3. SIGTERM to the registry.
+# Every process started here is stopped by its own pid, also when the script fails.
+#
+#   demo.sh BIN_DIR
+set -euo pipefail
+bin=$1
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+# Reads lines from fd 3 until one starts with $1; prints the rest of that line.
+await_line() {
+  local prefix=$1 line
+  while IFS= read -r -t 20 line <&3; do
+    case $line in "$prefix"*) echo "${line#"$prefix"}"; return 0 ;; esac
+  done
+  echo "timed out waiting for '$prefix'" >&2
+  return 1
+}
+
+# Fails the demo, saying which check did not hold.
+expect() {
+  local what=$1
+  shift
+  "$@" || { echo "FAILED: expected $what" >&2; exit 1; }
+}
+
+echo "== starting a registry, where the jobs' replicas publish their actors"
+mkfifo "$out/registry.out"
+"$bin/troupe-registry" --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" &
+registry_pid=$!
+pids+=("$registry_pid")
+exec 3< "$out/registry.out"
+registry="registry://$(await_line "LISTENING tcp://")"
+echo "registry at $registry (pid $registry_pid)"
+
+shards=2
+trainers=2
+echo "== ps_demo: $shards shards, $trainers trainers, training through troupe RPC"
+status=0
+TMPDIR=$out "$bin/ps_demo" --resolver "$registry" --shards "$shards" --trainers "$trainers" \
+  --steps 60 --dim 32 | tee "$out/ps_demo.log" || status=$?
+[ "$status" -eq 0 ] || { echo "ps_demo exited with $status" >&2; exit 1; }
+
+log=$out/ps_demo.log
+expect "the loss to go down" grep -q '^loss went down: ' "$log"
+expect "one stats line per shard" \
+  [ "$(grep -c '^shard shards/ps-[0-9]* \[[0-9]*, [0-9]*): 120 pushes applied, version 120' "$log")" -eq "$shards" ]
+for t in $(seq 0 $((trainers - 1))); do
+  expect "trainer $t's loss lines" grep -q "^  \[$t\] trainer $t step 60 loss [0-9.]*$" "$log"
+done
+expect "the shards job to stop" grep -q '^shards job stopped$' "$log"
+
+echo "== stopping the registry"
+kill -TERM "$registry_pid"
+status=0
+wait "$registry_pid" || status=$?
+[ "$status" -eq 0 ] || { echo "registry exited with $status" >&2; exit 1; }
+cat <&3 > /dev/null
+exec 3<&-
+echo "parameter-server demo passed"
