@@ -1,6 +1,9 @@
 #include "actor/detail/message_stream.h"
 
+#include <string.h>
 #include <sys/socket.h>
+
+#include <algorithm>
 
 #include <capnp/message.h>
 #include <kj/debug.h>
@@ -30,77 +33,200 @@ private:
   kj::Array<kj::ArrayPtr<const capnp::word>> table;
 };
 
+// Bytes of the segment table of a message of `segments` segments, padded to a whole word.
+size_t tableBytes(size_t segments) { return (segments / 2 + 1) * sizeof(capnp::word); }
+
+uint32_t readLe32(const kj::byte* p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof(v));  // the wire is little-endian, and so are the machines troupe runs on
+  return v;
+}
+
 }  // namespace
 
 BoundedMessageStream::BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes)
-    : stream(stream), maxMessageBytes(maxMessageBytes) {}
+    : stream(stream),
+      maxMessageBytes(maxMessageBytes),
+      readBuffer(kj::heapArray<kj::byte>(READ_BUFFER_BYTES)),
+      lastWrite(kj::Promise<void>(kj::READY_NOW).fork()) {}
 
-kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::tryReadMessage(
-    kj::ArrayPtr<kj::AutoCloseFd>, capnp::ReaderOptions options, kj::ArrayPtr<capnp::word>) {
-  return stream.tryRead(header, sizeof(header), sizeof(header))
-      .then([this, options](size_t n) -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
-        if (n == 0) return kj::Maybe<capnp::MessageReaderAndFds>(nullptr);
-        if (n < sizeof(header)) {
-          return KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message header");
-        }
-        return readRest(options);
+BoundedMessageStream::~BoundedMessageStream() noexcept(false) {}
+
+// ------------------------------------------------------------------------------------------------
+// Reading
+
+kj::Promise<bool> BoundedMessageStream::fill(size_t bytes, bool atMessageStart) {
+  KJ_ASSERT(bytes <= readBuffer.size());
+  if (readEnd - readBegin >= bytes) return true;
+  if (readBuffer.size() - readBegin < bytes) {
+    memmove(readBuffer.begin(), readBuffer.begin() + readBegin, readEnd - readBegin);
+    readEnd -= readBegin;
+    readBegin = 0;
+  }
+  size_t have = readEnd - readBegin;
+  return stream.tryRead(readBuffer.begin() + readEnd, bytes - have, readBuffer.size() - readEnd)
+      .then([this, bytes, atMessageStart](size_t n) -> kj::Promise<bool> {
+        readEnd += n;
+        if (readEnd - readBegin >= bytes) return true;
+        if (readEnd == readBegin && atMessageStart) return false;  // a clean end of stream
+        return KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message");
       });
 }
 
-kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::readRest(
+kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::tryReadMessage(
+    kj::ArrayPtr<kj::AutoCloseFd>, capnp::ReaderOptions options, kj::ArrayPtr<capnp::word>) {
+  return readMessage(options);
+}
+
+kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::readMessage(
     capnp::ReaderOptions options) {
-  uint32_t segmentCount = header[0] + 1;  // wraps to 0 for 0xffffffff
-  if (segmentCount == 0 || segmentCount > MAX_SEGMENTS) {
-    return KJ_EXCEPTION(FAILED, "malformed message: bad segment count", header[0]);
+  return fill(sizeof(capnp::word), true)
+      .then([this, options](bool more) -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
+        if (!more) return kj::Maybe<capnp::MessageReaderAndFds>(nullptr);
+        uint32_t segmentCount = readLe32(readBuffer.begin() + readBegin) + 1;  // 0 on overflow
+        if (segmentCount == 0 || segmentCount > MAX_SEGMENTS) {
+          return KJ_EXCEPTION(FAILED, "malformed message: bad segment count", segmentCount - 1);
+        }
+        size_t table = tableBytes(segmentCount);
+        return fill(table, false).then([this, options, segmentCount, table](bool) {
+          return readBody(options, segmentCount, table);
+        });
+      });
+}
+
+kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::readBody(
+    capnp::ReaderOptions options, uint32_t segmentCount, size_t table) {
+  const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
+  uint64_t totalWords = 0;
+  for (uint32_t i = 0; i < segmentCount; ++i) totalWords += readLe32(sizes + i * 4);
+  uint64_t totalBytes = totalWords * sizeof(capnp::word);
+  if (totalBytes > maxMessageBytes) {
+    return makeError(ErrorCode::MESSAGE_TOO_LARGE,
+                     kj::str("incoming message of ", totalBytes, " bytes exceeds this side's ",
+                             maxMessageBytes, "-byte limit; closing the connection"));
   }
-  // The rest of the table: the other sizes, padded to a whole word.
-  size_t moreSizes = segmentCount - 1;
-  size_t tableBytes = (moreSizes * 4 + 4) & ~size_t{7};
-  auto sizes = kj::heapArray<uint32_t>(tableBytes / 4 + 1);
-  sizes[0] = header[1];
-  auto readTable = tableBytes == 0 ? kj::Promise<void>(kj::READY_NOW)
-                                   : stream.read(sizes.begin() + 1, tableBytes);
-  return readTable.then([this, options, segmentCount, sizes = kj::mv(sizes)]() mutable
-                        -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
-    uint64_t totalWords = 0;
-    for (uint32_t i = 0; i < segmentCount; ++i) totalWords += sizes[i];
-    uint64_t totalBytes = totalWords * sizeof(capnp::word);
-    if (totalBytes > maxMessageBytes) {
-      return makeError(ErrorCode::MESSAGE_TOO_LARGE,
-                       kj::str("incoming message of ", totalBytes, " bytes exceeds this side's ",
-                               maxMessageBytes, "-byte limit; closing the connection"));
+  auto words = kj::heapArray<capnp::word>(totalWords);
+  auto segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
+  size_t offset = 0;
+  for (uint32_t i = 0; i < segmentCount; ++i) {
+    size_t size = readLe32(sizes + i * 4);
+    segments[i] = words.slice(offset, offset + size);
+    offset += size;
+  }
+  readBegin += table;
+
+  // What the buffer already holds of the body, then the rest straight from the socket.
+  auto body = words.asBytes();
+  size_t buffered = std::min(readEnd - readBegin, body.size());
+  memcpy(body.begin(), readBuffer.begin() + readBegin, buffered);
+  readBegin += buffered;
+  if (readBegin == readEnd) readBegin = readEnd = 0;
+
+  auto finish = [options](kj::Array<capnp::word> words,
+                          kj::Array<kj::ArrayPtr<const capnp::word>> segments) {
+    capnp::ReaderOptions generous = options;
+    generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
+    return kj::Maybe<capnp::MessageReaderAndFds>(capnp::MessageReaderAndFds{
+        kj::heap<OwnedMessageReader>(kj::mv(words), kj::mv(segments), generous), nullptr});
+  };
+  if (buffered == body.size()) {
+    return finish(kj::mv(words), kj::mv(segments));
+  }
+  size_t rest = body.size() - buffered;
+  auto read = stream.tryRead(body.begin() + buffered, rest, rest);
+  return read.then([rest, finish, words = kj::mv(words), segments = kj::mv(segments)](
+                       size_t n) mutable -> kj::Maybe<capnp::MessageReaderAndFds> {
+    if (n < rest) {
+      kj::throwFatalException(
+          KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));
     }
-    auto words = kj::heapArray<capnp::word>(totalWords);
-    auto table = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
-    size_t offset = 0;
-    for (uint32_t i = 0; i < segmentCount; ++i) {
-      table[i] = words.slice(offset, offset + sizes[i]);
-      offset += sizes[i];
-    }
-    auto body = words.asBytes();
-    auto read = stream.tryRead(body.begin(), body.size(), body.size());
-    return read.then([body, options, words = kj::mv(words), table = kj::mv(table)](
-                         size_t n) mutable -> kj::Maybe<capnp::MessageReaderAndFds> {
-      if (n < body.size()) {
-        kj::throwFatalException(
-            KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));
-      }
-      capnp::ReaderOptions generous = options;
-      generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
-      return capnp::MessageReaderAndFds{
-          kj::heap<OwnedMessageReader>(kj::mv(words), kj::mv(table), generous), nullptr};
-    });
+    return finish(kj::mv(words), kj::mv(segments));
   });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Writing
+
+kj::Promise<void> BoundedMessageStream::afterWrites() { return lastWrite.addBranch(); }
+
+kj::Promise<void> BoundedMessageStream::track(kj::Promise<void> write) {
+  ++writesInFlight;
+  auto done = write.then([this]() -> kj::Promise<void> {
+                           --writesInFlight;
+                           return kj::READY_NOW;
+                         },
+                         [this](kj::Exception&& e) -> kj::Promise<void> {
+                           --writesInFlight;
+                           if (writeFailure == nullptr) writeFailure = kj::cp(e);
+                           return kj::mv(e);
+                         });
+  lastWrite = done.fork();
+  return lastWrite.addBranch();
+}
+
+kj::Promise<void> BoundedMessageStream::flush() {
+  if (batch.empty()) return afterWrites();
+  auto bytes = batch.releaseAsArray();
+  return track(afterWrites().then([this, bytes = kj::mv(bytes)]() mutable {
+    auto write = stream.write(bytes.begin(), bytes.size());
+    return write.attach(kj::mv(bytes));
+  }));
 }
 
 kj::Promise<void> BoundedMessageStream::writeMessage(
     kj::ArrayPtr<const int>, kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
-  return capnp::writeMessage(stream, segments);
+  KJ_IF_MAYBE(e, writeFailure) {
+    return kj::cp(*e);
+  }
+  KJ_REQUIRE(segments.size() > 0 && segments.size() <= MAX_SEGMENTS, "bad outgoing message",
+             segments.size());
+  size_t table = tableBytes(segments.size());
+  size_t bytes = table;
+  for (auto& s : segments) bytes += s.asBytes().size();
+
+  if (bytes > COALESCE_MAX_MESSAGE_BYTES) {
+    // Large: after the batch, from Cap'n Proto's own segments, which it keeps until this
+    // promise resolves.
+    flush();
+    return track(afterWrites().then([this, segments]() {
+      return capnp::writeMessage(stream, segments);
+    }));
+  }
+
+  size_t at = batch.size();
+  batch.resize(at + bytes);
+  kj::byte* out = batch.begin() + at;
+  memset(out, 0, table);
+  uint32_t count = static_cast<uint32_t>(segments.size() - 1);
+  memcpy(out, &count, sizeof(count));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    uint32_t words = static_cast<uint32_t>(segments[i].size());
+    memcpy(out + 4 + i * 4, &words, sizeof(words));
+  }
+  out += table;
+  for (auto& s : segments) {
+    auto b = s.asBytes();
+    memcpy(out, b.begin(), b.size());
+    out += b.size();
+  }
+
+  if (batch.size() >= BATCH_BACKPRESSURE_BYTES) return flush();
+  if (!flushQueued) {
+    // Everything Cap'n Proto sends in this turn of the loop leaves in one write at its end.
+    flushQueued = true;
+    flushLater = kj::evalLater([this]() {
+                   flushQueued = false;
+                   flush();
+                 }).eagerlyEvaluate(nullptr);
+  }
+  return kj::READY_NOW;
 }
 
 kj::Promise<void> BoundedMessageStream::writeMessages(
     kj::ArrayPtr<kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>> messages) {
-  return capnp::writeMessages(stream, messages);
+  kj::Promise<void> last = kj::READY_NOW;
+  for (auto& m : messages) last = writeMessage(nullptr, m);
+  return last;
 }
 
 kj::Maybe<int> BoundedMessageStream::getSendBufferSize() {
@@ -116,8 +242,7 @@ kj::Maybe<int> BoundedMessageStream::getSendBufferSize() {
 }
 
 kj::Promise<void> BoundedMessageStream::end() {
-  stream.shutdownWrite();
-  return kj::READY_NOW;
+  return flush().then([this]() { stream.shutdownWrite(); });
 }
 
 }  // namespace troupe::detail

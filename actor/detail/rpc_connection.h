@@ -27,7 +27,7 @@ public:
   kj::Promise<void> onDisconnect() { return network.onDisconnect(); }
 
   // Messages handed to the stream but not yet written.
-  size_t queuedMessages() { return network.getCurrentQueueCount(); }
+  size_t queuedMessages() { return network.getCurrentQueueCount() + (messages.idle() ? 0 : 1); }
 
 private:
   kj::Own<kj::AsyncIoStream> stream;
