@@ -10,37 +10,12 @@
 #   demo.sh BIN_DIR
 set -euo pipefail
 bin=$1
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do
-    if kill -0 "$pid" 2>/dev/null; then
-      kill -KILL "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
-    fi
-  done
-  rm -rf "$out"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../demo_lib.sh"
+demo_init
 
-# Reads lines from fd 3 until one starts with $1; prints the rest of that line.
-await_line() {
-  local prefix=$1 line
-  while IFS= read -r -t 20 line <&3; do
-    case $line in "$prefix"*) echo "${line#"$prefix"}"; return 0 ;; esac
-  done
-  echo "timed out waiting for '$prefix'" >&2
-  return 1
-}
 
 echo "== starting a registry"
-mkfifo "$out/registry.out"
-"$bin/troupe-registry" --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" &
-registry_pid=$!
-pids+=("$registry_pid")
-exec 3< "$out/registry.out"
-registry="registry://$(await_line "LISTENING tcp://")"
-echo "registry at $registry (pid $registry_pid)"
+start_registry
 
 echo "== bad arguments: usage, status 2"
 status=0
@@ -85,10 +60,5 @@ left=$(cat "$out"/logs/workers/replica-*.log | grep -c 'no task left$' || true)
 [ "$left" -eq 4 ] || { echo "$left workers reported leaving, expected 4"; exit 1; }
 
 echo "== stopping the registry"
-kill -TERM "$registry_pid"
-status=0
-wait "$registry_pid" || status=$?
-[ "$status" -eq 0 ] || { echo "registry exited with $status"; exit 1; }
-cat <&3 > /dev/null
-exec 3<&-
+stop_registry
 echo "coordinator/worker demo passed"

@@ -1,0 +1,53 @@
+# What the examples' demo.sh scripts share; sourced, after `set -euo pipefail` and bin=BIN_DIR.
+#
+#   demo_init                  a scratch directory $out, removed at exit, and the list $pids of
+#                              background processes, each killed (SIGKILL) and reaped at exit if
+#                              still running
+#   await_line PREFIX          reads fd 3 until a line starts with PREFIX; prints the rest
+#   start_registry             troupe-registry on a free port: sets $registry (its URL) and
+#                              $registry_pid; its output is fd 3
+#   stop_registry              SIGTERM to it; fails unless it exits with status 0
+
+demo_init() {
+  out=$(mktemp -d)
+  pids=()
+  trap demo_cleanup EXIT
+}
+
+demo_cleanup() {
+  for pid in "${pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$out"
+}
+
+await_line() {
+  local prefix=$1 line
+  while IFS= read -r -t 20 line <&3; do
+    case $line in "$prefix"*) echo "${line#"$prefix"}"; return 0 ;; esac
+  done
+  echo "timed out waiting for '$prefix'" >&2
+  return 1
+}
+
+start_registry() {
+  mkfifo "$out/registry.out"
+  "$bin/troupe-registry" --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" &
+  registry_pid=$!
+  pids+=("$registry_pid")
+  exec 3< "$out/registry.out"
+  registry="registry://$(await_line "LISTENING tcp://")"
+  echo "registry at $registry (pid $registry_pid)"
+}
+
+stop_registry() {
+  kill -TERM "$registry_pid"
+  local status=0
+  wait "$registry_pid" || status=$?
+  [ "$status" -eq 0 ] || { echo "registry exited with $status" >&2; return 1; }
+  cat <&3 > /dev/null
+  exec 3<&-
+}
