@@ -14,6 +14,22 @@ kj::StringPtr toString(JobState state) {
   return "unknown";
 }
 
+kj::StringPtr toString(WatchEvent::Type type) {
+  switch (type) {
+    case WatchEvent::Type::ADDED:
+      return "ADDED";
+    case WatchEvent::Type::CHANGED:
+      return "CHANGED";
+    case WatchEvent::Type::REMOVED:
+      return "REMOVED";
+    case WatchEvent::Type::SYNCED:
+      return "SYNCED";
+    case WatchEvent::Type::JOB_ENDED:
+      return "JOB_ENDED";
+  }
+  return "?";
+}
+
 bool jobOverlapsPrefix(kj::StringPtr jobId, kj::StringPtr prefix) {
   // Compare "<jobId>/" with the prefix over the shorter of the two.
   size_t jobLength = jobId.size() + 1;

@@ -37,6 +37,9 @@ struct WatchEvent {
   JobStatus job;      // for JOB_ENDED
 };
 
+// "ADDED", "CHANGED", "REMOVED", "SYNCED", "JOB_ENDED".
+kj::StringPtr toString(WatchEvent::Type type);
+
 // Whether endpoints of job `jobId` can fall under `prefix`: the prefix starts with "<jobId>/",
 // or "<jobId>/" starts with the prefix. Watches report JOB_ENDED for exactly these jobs.
 bool jobOverlapsPrefix(kj::StringPtr jobId, kj::StringPtr prefix);

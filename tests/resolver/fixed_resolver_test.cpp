@@ -35,29 +35,13 @@ kj::String namesOf(kj::ArrayPtr<const Endpoint> endpoints) {
   return kj::strArray(names, ",");
 }
 
-kj::StringPtr typeName(Type type) {
-  switch (type) {
-    case Type::ADDED:
-      return "ADDED";
-    case Type::CHANGED:
-      return "CHANGED";
-    case Type::REMOVED:
-      return "REMOVED";
-    case Type::SYNCED:
-      return "SYNCED";
-    case Type::JOB_ENDED:
-      return "JOB_ENDED";
-  }
-  return "?";
-}
-
 // "ADDED job-1/ps-0 ready", "SYNCED", ...: one event as a comparable line.
 kj::String describe(const WatchEvent& event) {
   if (event.type == Type::SYNCED) return kj::str("SYNCED");
   if (event.type == Type::JOB_ENDED) {
     return kj::str("JOB_ENDED ", event.job.jobId.c_str(), " ", event.job.reason.c_str());
   }
-  return kj::str(typeName(event.type), " ", event.endpoint.name.c_str(), " ",
+  return kj::str(toString(event.type), " ", event.endpoint.name.c_str(), " ",
                  toString(event.endpoint.state));
 }
 

@@ -78,29 +78,13 @@ Failure thrownBy(Fn&& fn) {
   return Failure{ErrorCode::FAILED, "(nothing thrown)"};
 }
 
-inline const char* typeName(WatchEvent::Type type) {
-  switch (type) {
-    case WatchEvent::Type::ADDED:
-      return "ADDED";
-    case WatchEvent::Type::CHANGED:
-      return "CHANGED";
-    case WatchEvent::Type::REMOVED:
-      return "REMOVED";
-    case WatchEvent::Type::SYNCED:
-      return "SYNCED";
-    case WatchEvent::Type::JOB_ENDED:
-      return "JOB_ENDED";
-  }
-  return "?";
-}
-
 // "ADDED job-1/ps-0 ready", "SYNCED", "JOB_ENDED job-1 done": one event as a comparable line.
 inline std::string describe(const WatchEvent& event) {
   if (event.type == WatchEvent::Type::SYNCED) return "SYNCED";
   if (event.type == WatchEvent::Type::JOB_ENDED) {
     return "JOB_ENDED " + event.job.jobId + " " + event.job.reason;
   }
-  return std::string(typeName(event.type)) + " " + event.endpoint.name + " " +
+  return std::string(toString(event.type)) + " " + event.endpoint.name + " " +
          toString(event.endpoint.state).cStr();
 }
 

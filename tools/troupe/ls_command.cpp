@@ -51,29 +51,13 @@ void printTable(const kj::Array<Endpoint>& endpoints) {
   if (endpoints.size() == 0) printf("(no endpoints)\n");
 }
 
-const char* eventName(WatchEvent::Type type) {
-  switch (type) {
-    case WatchEvent::Type::ADDED:
-      return "ADDED";
-    case WatchEvent::Type::CHANGED:
-      return "CHANGED";
-    case WatchEvent::Type::REMOVED:
-      return "REMOVED";
-    case WatchEvent::Type::SYNCED:
-      return "SYNCED";
-    case WatchEvent::Type::JOB_ENDED:
-      return "JOB_ENDED";
-  }
-  return "?";
-}
-
 kj::Promise<void> printEvents(Watch& watch) {
   return watch.next().then([&watch](WatchEvent event) {
     auto& e = event.endpoint;
     switch (event.type) {
       case WatchEvent::Type::ADDED:
       case WatchEvent::Type::CHANGED:
-        printf("%s %s %s %s %llu\n", eventName(event.type), e.name.c_str(), e.address.c_str(),
+        printf("%s %s %s %s %llu\n", toString(event.type).cStr(), e.name.c_str(), e.address.c_str(),
                toString(e.state).cStr(), static_cast<unsigned long long>(e.incarnation));
         break;
       case WatchEvent::Type::REMOVED:
