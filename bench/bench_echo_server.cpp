@@ -1,15 +1,21 @@
 // The benchmark servers: an echo actor hosted by troupe's ActorServer, or the same interface
 // served by plain Cap'n Proto (kj::setupAsyncIo + capnp::TwoPartyServer) as the baseline.
 //
-//   bench_echo_server [--impl troupe|capnp] --addr HOST:PORT [--count N]
+//   bench_echo_server [--impl troupe|capnp] --addr HOST:PORT [--count N] [--actors N]
+//                     [--max-message-mib M]
 //
 // Prints "LISTENING host:port" once it accepts connections (the peer harness's contract) and
 // serves until SIGTERM. With --count N (troupe only), N servers on N ports, one line each.
+// With --actors N (troupe only), each server hosts N echo actors: "echo", "echo1", ...
+// "echo<N-1>". With --max-message-mib M, messages up to M MiB are accepted: troupe's
+// maxMessageBytes, or for plain Cap'n Proto the receive traversal limit, which also bounds what
+// it sends (its default, 64 MiB, refuses a 64 MiB payload).
 
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <cstdint>
 #include <string>
 
 #include <capnp/rpc-twoparty.h>
@@ -37,17 +43,29 @@ void announce(const std::string& host, unsigned port) {
   fflush(stdout);
 }
 
+struct Settings {
+  unsigned count = 1;
+  unsigned actors = 1;
+  uint64_t maxMessageMiB = 0;  // 0: the implementation's default
+};
+
 // `count` servers in this process, on one loop, each on its own port (task indexes 0..count-1).
-int serveTroupe(const std::string& host, unsigned port, unsigned count) {
+int serveTroupe(const std::string& host, unsigned port, const Settings& settings) {
+  unsigned count = settings.count;
   troupe::EventLoop loop;
   kj::Vector<kj::Own<troupe::ActorServer>> servers;
+  troupe::ActorServerOptions options;
+  if (settings.maxMessageMiB > 0) options.maxMessageBytes = settings.maxMessageMiB << 20;
   for (unsigned i = 0; i < count; ++i) {
     troupe::JobContext job;
     job.jobId = "bench";
     job.taskIndex = i;
     job.numTasks = count;
-    auto server = kj::heap<troupe::ActorServer>(loop, job);
+    auto server = kj::heap<troupe::ActorServer>(loop, job, options);
     server->host<troupe::bench::BenchEcho>("echo", kj::heap<EchoImpl>());
+    for (unsigned a = 1; a < settings.actors; ++a) {
+      server->host<troupe::bench::BenchEcho>(kj::str("echo", a), kj::heap<EchoImpl>());
+    }
     auto listen = "tcp://" + host + ":" + std::to_string(count == 1 ? port : 0);
     auto bound = troupe::Address::parse(server->listen(listen.c_str()).c_str());
     announce(host, bound.port);
@@ -57,13 +75,52 @@ int serveTroupe(const std::string& host, unsigned port, unsigned count) {
   return 0;
 }
 
-int serveCapnp(const std::string& host, unsigned port) {
+// One plain Cap'n Proto connection with explicit receive options (what TwoPartyServer does per
+// connection, which offers no way to pass them).
+struct CapnpConnection {
+  CapnpConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
+                  capnp::ReaderOptions options)
+      : stream(kj::mv(stream)),
+        network(*this->stream, capnp::rpc::twoparty::Side::SERVER, options),
+        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+};
+
+class LogErrors final : public kj::TaskSet::ErrorHandler {
+public:
+  void taskFailed(kj::Exception&& e) override {
+    fprintf(stderr, "bench_echo_server: connection failed: %s\n", e.getDescription().cStr());
+  }
+};
+
+kj::Promise<void> acceptCapnp(kj::ConnectionReceiver& listener, capnp::Capability::Client echo,
+                              capnp::ReaderOptions options, kj::TaskSet& connections) {
+  return listener.accept().then([&listener, echo, options, &connections](
+                                    kj::Own<kj::AsyncIoStream> stream) mutable {
+    auto connection = kj::heap<CapnpConnection>(kj::mv(stream), echo, options);
+    auto& network = connection->network;
+    connections.add(network.onDisconnect().attach(kj::mv(connection)));
+    return acceptCapnp(listener, kj::mv(echo), options, connections);
+  });
+}
+
+int serveCapnp(const std::string& host, unsigned port, const Settings& settings) {
   auto io = kj::setupAsyncIo();
   auto addr = io.provider->getNetwork().parseAddress(host.c_str(), port).wait(io.waitScope);
   auto listener = addr->listen();
   announce(host, listener->getPort());
-  capnp::TwoPartyServer server(kj::heap<EchoImpl>());
-  server.listen(*listener).wait(io.waitScope);
+  if (settings.maxMessageMiB == 0) {
+    capnp::TwoPartyServer server(kj::heap<EchoImpl>());
+    server.listen(*listener).wait(io.waitScope);
+    return 0;
+  }
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = (settings.maxMessageMiB << 20) / sizeof(capnp::word);
+  LogErrors errors;
+  kj::TaskSet connections(errors);
+  acceptCapnp(*listener, kj::heap<EchoImpl>(), options, connections).wait(io.waitScope);
   return 0;
 }
 
@@ -72,14 +129,18 @@ int serveCapnp(const std::string& host, unsigned port) {
 int main(int argc, char** argv) {
   std::string impl = "troupe";
   std::string addr = "127.0.0.1:0";
-  unsigned count = 1;
+  Settings settings;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--impl") == 0) {
       impl = argv[i + 1];
     } else if (strcmp(argv[i], "--addr") == 0) {
       addr = argv[i + 1];
     } else if (strcmp(argv[i], "--count") == 0) {
-      count = static_cast<unsigned>(atoi(argv[i + 1]));
+      settings.count = static_cast<unsigned>(atoi(argv[i + 1]));
+    } else if (strcmp(argv[i], "--actors") == 0) {
+      settings.actors = static_cast<unsigned>(atoi(argv[i + 1]));
+    } else if (strcmp(argv[i], "--max-message-mib") == 0) {
+      settings.maxMessageMiB = strtoull(argv[i + 1], nullptr, 10);
     } else {
       fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -94,9 +155,9 @@ int main(int argc, char** argv) {
   unsigned port = static_cast<unsigned>(atoi(addr.c_str() + colon + 1));
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 if (impl == "troupe") {
-                  serveTroupe(host, port, count);
+                  serveTroupe(host, port, settings);
                 } else if (impl == "capnp") {
-                  serveCapnp(host, port);
+                  serveCapnp(host, port, settings);
                 } else {
                   KJ_FAIL_REQUIRE("--impl must be troupe or capnp", impl.c_str());
                 }

@@ -1,0 +1,106 @@
+// Large payloads: a 1 MiB, 64 MiB and 256 MiB echo, one call at a time, from this process to a
+// server process on loopback TCP. bytes_per_second counts the payload once per call (one
+// direction); the echo carries it both ways.
+//
+// troupe's ActorRef runs with its default options (512 MiB message limit, no deadline). Plain
+// Cap'n Proto's default receive limit (a traversal limit of 64 MiB) refuses a 64 MiB payload,
+// on the sending side already, so the baseline is run twice: with its defaults (failing above
+// 1 MiB, reported as an error) and with a 512 MiB limit on both sides, troupe's default.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <benchmark/benchmark.h>
+#include <kj/async-io.h>
+
+#include "actor/actor_ref.h"
+#include "bench/bench_echo.capnp.h"
+#include "bench/bench_peers.h"
+#include "bench/bench_support.h"
+
+namespace {
+
+using troupe::bench::BenchEcho;
+
+constexpr uint64_t LIMIT_MIB = 512;  // the baseline's raised limit: troupe's default
+
+std::string troupeAddress;       // tcp://host:port
+std::string capnpAddress;        // host:port, Cap'n Proto's default limit
+std::string capnpLargeAddress;   // host:port, LIMIT_MIB
+
+capnp::MessageSize sizeFor(size_t payloadBytes) { return {payloadBytes / 8 + 8, 0}; }
+
+template <typename Call>
+void runEchoes(benchmark::State& state, kj::WaitScope& ws, Call& call) {
+  auto size = static_cast<size_t>(state.range(0));
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { call().wait(ws); })) {
+    state.SkipWithError(e->getDescription().cStr());
+    for (auto _ : state) {
+    }
+    return;
+  }
+  for (auto _ : state) {
+    auto r = call().wait(ws);
+    if (r.getPayload().size() != size) state.SkipWithError("echo size mismatch");
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+}
+
+void plainCapnp(benchmark::State& state, const std::string& address, uint64_t limitMiB) {
+  auto payload = troupe::bench::payloadOf(state.range(0));
+  auto io = kj::setupAsyncIo();
+  troupe::bench::PlainCapnpClient client(io, address, troupe::bench::readerOptions(limitMiB));
+  auto call = [&]() {
+    auto q = client.echo.echoRequest(sizeFor(payload.size()));
+    q.setPayload(payload);
+    return q.send();
+  };
+  runEchoes(state, io.waitScope, call);
+}
+
+void BM_PlainCapnp_Echo_DefaultLimit(benchmark::State& state) {
+  plainCapnp(state, capnpAddress, 0);
+}
+
+void BM_PlainCapnp_Echo_512MiBLimit(benchmark::State& state) {
+  plainCapnp(state, capnpLargeAddress, LIMIT_MIB);
+}
+
+void BM_Troupe_ActorRef_Echo(benchmark::State& state) {
+  auto payload = troupe::bench::payloadOf(state.range(0));
+  troupe::EventLoop loop;
+  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, troupeAddress.c_str(), "echo");
+  auto call = [&]() {
+    return echo.call([&](BenchEcho::Client c) {
+      auto q = c.echoRequest(sizeFor(payload.size()));
+      q.setPayload(payload);
+      return q.send();
+    });
+  };
+  runEchoes(state, loop.waitScope(), call);
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  b->Arg(1 << 20)->Arg(64 << 20)->Arg(256 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_PlainCapnp_Echo_DefaultLimit)->Apply(sizes);
+BENCHMARK(BM_PlainCapnp_Echo_512MiBLimit)->Apply(sizes);
+BENCHMARK(BM_Troupe_ActorRef_Echo)->Apply(sizes);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  troupe::bench::choosePlacement();
+  std::unique_ptr<troupe::test::ChildProcess> troupeServer, capnpServer, capnpLargeServer;
+  troupeAddress = "tcp://" + troupe::bench::startEchoServer(troupeServer, {"--impl", "troupe"});
+  capnpAddress = troupe::bench::startEchoServer(capnpServer, {"--impl", "capnp"});
+  capnpLargeAddress = troupe::bench::startEchoServer(
+      capnpLargeServer, {"--impl", "capnp", "--max-message-mib", std::to_string(LIMIT_MIB)});
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,76 @@
+// troupe's echo server for the peer harness (/work/shared/peers): an echo actor hosted by
+// ActorServer, with every option at its default (512 MiB message limit, one call at a time).
+//
+//   troupe_echo_server --addr HOST:PORT      (port 0: any free port)
+//
+// Prints "LISTENING host:port" once it accepts connections and serves until SIGTERM or SIGINT.
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <string>
+
+#include <kj/debug.h>
+
+#include "actor/actor_server.h"
+#include "actor/address.h"
+#include "bench/bench_echo.capnp.h"
+
+namespace {
+
+class EchoImpl final : public troupe::bench::BenchEcho::Server {
+protected:
+  kj::Promise<void> echo(EchoContext context) override {
+    auto in = context.getParams().getPayload();
+    // Sized so that a large payload lands in one segment, as the Cap'n Proto peer does.
+    context.getResults(capnp::MessageSize{in.size() / sizeof(capnp::word) + 8, 0}).setPayload(in);
+    return kj::READY_NOW;
+  }
+};
+
+int usage(const char* why) {
+  fprintf(stderr, "troupe_echo_server: %s\nusage: troupe_echo_server --addr HOST:PORT\n", why);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string addr;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    auto eq = flag.find('=');
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return usage(("missing value for " + flag).c_str());
+    }
+    if (flag != "--addr") return usage(("unknown flag " + flag).c_str());
+    addr = value;
+  }
+  auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) {
+    return usage("--addr must be HOST:PORT");
+  }
+  std::string host = addr.substr(0, colon);
+
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                troupe::EventLoop loop;
+                troupe::JobContext job;
+                job.jobId = "peer";
+                troupe::ActorServer server(loop, job);
+                server.host<troupe::bench::BenchEcho>("echo", kj::heap<EchoImpl>());
+                auto bound = troupe::Address::parse(server.listen(("tcp://" + addr).c_str()).c_str());
+                printf("LISTENING %s:%u\n", host.c_str(), unsigned(bound.port));
+                fflush(stdout);
+                loop.onSignal({SIGTERM, SIGINT}).wait(loop.waitScope());
+              })) {
+    fprintf(stderr, "troupe_echo_server: %s\n", e->getDescription().cStr());
+    return 1;
+  }
+  return 0;
+}

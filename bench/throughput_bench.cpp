@@ -1,0 +1,133 @@
+// Throughput: K calls in flight on one connection, 64-byte echo. K call chains each send their
+// next call when the previous one returns, until a round of 4096 calls is done; items_per_second
+// is calls per second. troupe's ActorRef and ActorPool (over a one-member group) against plain
+// Cap'n Proto RPC (kj's own event loop, TwoPartyClient-style connection), in the same run.
+//
+// K = 1 is the one-at-a-time reference; 32 and 64 show what pipelining buys. Pinned to CPU 0
+// by default (TROUPE_BENCH_PIN=free leaves placement to the scheduler), like call_bench.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <benchmark/benchmark.h>
+#include <kj/async-io.h>
+
+#include "actor/actor_ref.h"
+#include "bench/bench_echo.capnp.h"
+#include "bench/bench_peers.h"
+#include "bench/bench_support.h"
+#include "pool/actor_pool.h"
+#include "resolver/fixed_resolver.h"
+
+namespace {
+
+using troupe::bench::BenchEcho;
+
+constexpr uint64_t CALLS_PER_ROUND = 4096;
+constexpr size_t PAYLOAD_BYTES = 64;
+
+std::string troupeAddress;  // tcp://host:port
+std::string capnpAddress;   // host:port
+
+// What K chains share in one round: calls left to start, and replies that came back wrong.
+struct Round {
+  uint64_t left = CALLS_PER_ROUND;
+  uint64_t bad = 0;
+};
+
+// One chain: `send()` makes a call and returns its promise; the chain sends the next call when
+// a reply arrives, while the round has calls left.
+template <typename Send>
+kj::Promise<void> chain(Send& send, Round& round) {
+  if (round.left == 0) return kj::READY_NOW;
+  --round.left;
+  return send().then([&send, &round](auto&& response) {
+    if (response.getPayload().size() != PAYLOAD_BYTES) ++round.bad;
+    return chain(send, round);
+  });
+}
+
+// Runs rounds of CALLS_PER_ROUND calls with `inFlight` chains, after a warm-up round.
+template <typename Send>
+void runRounds(benchmark::State& state, kj::WaitScope& ws, Send& send) {
+  auto inFlight = static_cast<unsigned>(state.range(0));
+  auto round = [&]() {
+    Round r;
+    auto chains = kj::heapArrayBuilder<kj::Promise<void>>(inFlight);
+    for (unsigned i = 0; i < inFlight; ++i) chains.add(chain(send, r));
+    kj::joinPromises(chains.finish()).wait(ws);
+    return r.bad;
+  };
+  round();
+  for (auto _ : state) {
+    if (round() != 0) state.SkipWithError("echo size mismatch");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * CALLS_PER_ROUND));
+}
+
+void BM_PlainCapnp_InFlight(benchmark::State& state) {
+  auto payload = troupe::bench::payloadOf(PAYLOAD_BYTES);
+  auto io = kj::setupAsyncIo();
+  troupe::bench::PlainCapnpClient client(io, capnpAddress);
+  auto send = [&]() {
+    auto q = client.echo.echoRequest(capnp::MessageSize{PAYLOAD_BYTES / 8 + 4, 0});
+    q.setPayload(payload);
+    return q.send();
+  };
+  runRounds(state, io.waitScope, send);
+}
+
+void BM_Troupe_ActorRef_InFlight(benchmark::State& state) {
+  auto payload = troupe::bench::payloadOf(PAYLOAD_BYTES);
+  troupe::EventLoop loop;
+  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, troupeAddress.c_str(), "echo");
+  auto send = [&]() {
+    return echo.call([&](BenchEcho::Client c) {
+      auto q = c.echoRequest(capnp::MessageSize{PAYLOAD_BYTES / 8 + 4, 0});
+      q.setPayload(payload);
+      return q.send();
+    });
+  };
+  runRounds(state, loop.waitScope(), send);
+}
+
+void BM_Troupe_Pool_InFlight(benchmark::State& state) {
+  auto payload = troupe::bench::payloadOf(PAYLOAD_BYTES);
+  troupe::EventLoop loop;
+  troupe::FixedResolver resolver;
+  troupe::Endpoint member;
+  member.name = "one/echo-0";
+  member.address = troupeAddress;
+  member.state = troupe::EndpointState::READY;
+  resolver.add(member);
+  troupe::ActorGroup<BenchEcho> group(loop, resolver, "one", "echo");
+  group.waitReady(1, 10 * kj::SECONDS).wait(loop.waitScope());
+  troupe::ActorPool<BenchEcho> pool(group);
+  auto send = [&]() {
+    return pool.call([&](BenchEcho::Client c) {
+      auto q = c.echoRequest(capnp::MessageSize{PAYLOAD_BYTES / 8 + 4, 0});
+      q.setPayload(payload);
+      return q.send();
+    });
+  };
+  runRounds(state, loop.waitScope(), send);
+}
+
+BENCHMARK(BM_PlainCapnp_InFlight)->Arg(1)->Arg(32)->Arg(64)->UseRealTime();
+BENCHMARK(BM_Troupe_ActorRef_InFlight)->Arg(1)->Arg(32)->Arg(64)->UseRealTime();
+BENCHMARK(BM_Troupe_Pool_InFlight)->Arg(1)->Arg(32)->Arg(64)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  troupe::bench::choosePlacement();
+  std::unique_ptr<troupe::test::ChildProcess> troupeServer, capnpServer;
+  troupeAddress = "tcp://" + troupe::bench::startEchoServer(troupeServer, {"--impl", "troupe"});
+  capnpAddress = troupe::bench::startEchoServer(capnpServer, {"--impl", "capnp"});
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
