@@ -274,10 +274,7 @@ void LocalJob::replicaExited(uint32_t index, uint32_t start, ExitStatus status) 
 void LocalJob::fail(std::string why) {
   if (ending == nullptr) {
     settings.logger->error("job {} fails: {}", request_.name, why);
-    ending = JobPhase::FAILED;
-    endingReason = kj::mv(why);
-    reason_ = "failing: " + endingReason;
-    signalAll(SIGTERM);
+    beginEnding(JobPhase::FAILED, "failing: ", kj::mv(why));
     armKill(settings.terminateGrace);
   }
   changed();
@@ -290,18 +287,10 @@ kj::Promise<void> LocalJob::terminate(kj::Maybe<kj::Duration> grace) {
 
 kj::Promise<void> LocalJob::stop(kj::Maybe<kj::Duration> grace, std::string why) {
   if (phase_ == JobPhase::PENDING) finish(JobPhase::STOPPED, kj::mv(why) + " while pending");
-  if (isFinal(phase_)) {
-    KJ_IF_MAYBE(reported, endReported) {
-      return reported->addBranch();
-    }
-    return kj::READY_NOW;
-  }
+  if (isFinal(phase_)) return whenEndReported();
   if (ending == nullptr) {
     settings.logger->info("job {}: stopping ({})", request_.name, why);
-    ending = JobPhase::STOPPED;
-    endingReason = kj::mv(why);
-    reason_ = "stopping: " + endingReason;
-    signalAll(SIGTERM);
+    beginEnding(JobPhase::STOPPED, "stopping: ", kj::mv(why));
   }
   KJ_IF_MAYBE(g, grace) {
     armKill(*g);
@@ -310,12 +299,23 @@ kj::Promise<void> LocalJob::stop(kj::Maybe<kj::Duration> grace, std::string why)
   }
   changed();
   maybeFinish();
-  return whenFinal().then([self = kj::addRef(*this)]() mutable -> kj::Promise<void> {
-    KJ_IF_MAYBE(reported, self->endReported) {
-      return reported->addBranch();
-    }
-    return kj::READY_NOW;
+  return whenFinal().then([self = kj::addRef(*this)]() mutable {
+    return self->whenEndReported();
   });
+}
+
+void LocalJob::beginEnding(JobPhase phase, const char* what, std::string why) {
+  ending = phase;
+  endingReason = kj::mv(why);
+  reason_ = what + endingReason;
+  signalAll(SIGTERM);
+}
+
+kj::Promise<void> LocalJob::whenEndReported() {
+  KJ_IF_MAYBE(reported, endReported) {
+    return reported->addBranch();
+  }
+  return kj::READY_NOW;
 }
 
 void LocalJob::armKill(kj::Duration grace) {

@@ -106,6 +106,10 @@ private:
   SpawnOptions spawnOptions(const Replica& replica) const;
   void replicaExited(uint32_t index, uint32_t start, ExitStatus status);
   void fail(std::string why);
+  // RUNNING, being stopped or failing: ends in `phase` once no process is left; SIGTERM to all.
+  void beginEnding(JobPhase phase, const char* what, std::string why);
+  // Once the resolver has recorded the job's end (at once when no report was made).
+  kj::Promise<void> whenEndReported();
   void armKill(kj::Duration grace);
   void signalAll(int signum);
   bool anyRunning() const;
