@@ -118,8 +118,10 @@ public:
         if (replica.index == exclude || kill(replica.pid, SIGSTOP) != 0) continue;
         auto name = workerName(WORKERS_JOB, replica.index, replica.pid);
         waitStopped(replica.pid);
-        // A complete() sent just before the stop may still be on its way: let it land.
-        sleep(20 * kj::MILLISECONDS);
+        // A complete() the worker sent before it stopped is already in the coordinator's socket
+        // (loopback delivers during the send). The coordinator reads it no later than the
+        // first results() request, so the second one sees it handled.
+        results();
         auto r = results();
         for (auto lease : r.getInFlight()) {
           if (lease.getWorker() == name.c_str()) {
