@@ -64,7 +64,8 @@ int runCoordinator(troupe::EventLoop& loop, std::vector<std::string> args) {
       loop, coordinator::COORDINATOR_ACTOR,
       kj::heap<coordinator::CoordinatorImpl>(
           loop.timer(), coordinator::CoordinatorOptions{.tasks = *tasks,
-                                                        .lease = *leaseMs * kj::MILLISECONDS}));
+                                                        .lease = *leaseMs * kj::MILLISECONDS}),
+      {.actor = {.maxConcurrency = 0}});
 }
 
 // The "worker" entrypoint: takes tasks from the job's coordinator until none is left.

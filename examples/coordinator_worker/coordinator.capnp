@@ -63,6 +63,13 @@ interface Coordinator {
 
   # The state of the work: tasks done (by task id), queued, leased; leases reclaimed; how many
   # completes were refused and how many were duplicates.
+  # `version` counts the changes so far (see waitChange).
   results @4 () -> (tasks :UInt32, done :List(Done), pending :UInt32, inFlight :List(Lease),
-                    reclaimed :List(Reclaimed), rejected :UInt32, duplicates :UInt32);
+                    reclaimed :List(Reclaimed), rejected :UInt32, duplicates :UInt32,
+                    version :UInt64);
+
+  # Returns once the state has changed since version `after` (a lease handed out, a task done,
+  # a lease reclaimed, a complete refused or repeated), with the version now: a caller waits
+  # for a condition with results() and waitChange() instead of polling.
+  waitChange @5 (after :UInt64) -> (version :UInt64);
 }

@@ -1,5 +1,7 @@
 #include "examples/coordinator_worker/coordinator_impl.h"
 
+#include <algorithm>
+
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
@@ -37,6 +39,7 @@ kj::Promise<void> CoordinatorImpl::next(NextContext context) {
   leases.emplace(id, LiveLease{taskId, worker, timer.now() + options.lease});
   results.initTask().setId(taskId);
   results.setLeaseId(id);
+  changed();
   return kj::READY_NOW;
 }
 
@@ -53,6 +56,7 @@ kj::Promise<void> CoordinatorImpl::complete(CompleteContext context) {
     done.emplace(taskId, Result{value, it->second.worker, leaseId});
     leases.erase(it);
     context.getResults().setAccepted(true);
+    changed();
     return kj::READY_NOW;
   }
   auto d = done.find(taskId);
@@ -66,6 +70,7 @@ kj::Promise<void> CoordinatorImpl::complete(CompleteContext context) {
                    worker.cStr(), taskId, leaseId);
     }
     context.getResults().setAccepted(same);
+    changed();
     return kj::READY_NOW;
   }
   // A lease that was revoked (and maybe reassigned), or one this worker never held.
@@ -73,6 +78,7 @@ kj::Promise<void> CoordinatorImpl::complete(CompleteContext context) {
   spdlog::info("refused {}'s result for task {}: lease {} is not a live lease of theirs for it",
                worker.cStr(), taskId, leaseId);
   context.getResults().setAccepted(false);
+  changed();
   return kj::READY_NOW;
 }
 
@@ -136,7 +142,30 @@ kj::Promise<void> CoordinatorImpl::results(ResultsContext context) {
   }
   r.setRejected(rejected);
   r.setDuplicates(duplicates);
+  r.setVersion(version);
   return kj::READY_NOW;
+}
+
+kj::Promise<void> CoordinatorImpl::waitChange(WaitChangeContext context) {
+  uint64_t after = context.getParams().getAfter();
+  kj::Promise<void> wait = kj::READY_NOW;
+  if (version <= after) {
+    // Waiters whose callers gave up go first, so the list does not grow with them.
+    waiters.erase(std::remove_if(waiters.begin(), waiters.end(),
+                                 [](auto& w) { return !w->isWaiting(); }),
+                  waiters.end());
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    waiters.push_back(kj::mv(paf.fulfiller));
+    wait = kj::mv(paf.promise);
+  }
+  return wait.then([this, context]() mutable { context.getResults().setVersion(version); });
+}
+
+void CoordinatorImpl::changed() {
+  ++version;
+  auto woken = kj::mv(waiters);
+  waiters.clear();
+  for (auto& w : woken) w->fulfill();
 }
 
 void CoordinatorImpl::revoke(uint64_t id, Reclaimed::Reason reason) {
@@ -149,6 +178,7 @@ void CoordinatorImpl::revoke(uint64_t id, Reclaimed::Reason reason) {
   queue.push_front(lease.taskId);
   reclaimed.push_back({id, lease.taskId, kj::mv(lease.worker), reason});
   leases.erase(it);
+  changed();
 }
 
 kj::Promise<void> CoordinatorImpl::sweep() {

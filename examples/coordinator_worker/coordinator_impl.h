@@ -23,9 +23,9 @@ struct CoordinatorOptions {
   kj::Duration lease = 500 * kj::MILLISECONDS;  // a lease lapses this long after its last renewal
 };
 
-// Belongs to the loop that owns `timer`; hosted with maxConcurrency 1, so calls never overlap
-// (every method is synchronous anyway). Checks leases every lease / 10 on `timer` while it
-// exists.
+// Belongs to the loop that owns `timer`. Every method but waitChange() is synchronous, so calls
+// never interleave inside one; it is hosted with unlimited concurrency so that a waitChange()
+// in progress holds nothing up. Checks leases every lease / 10 on `timer` while it exists.
 class CoordinatorImpl final : public Coordinator::Server {
 public:
   CoordinatorImpl(kj::Timer& timer, CoordinatorOptions options);
@@ -36,6 +36,7 @@ protected:
   kj::Promise<void> heartbeat(HeartbeatContext context) override;
   kj::Promise<void> workerGone(WorkerGoneContext context) override;
   kj::Promise<void> results(ResultsContext context) override;
+  kj::Promise<void> waitChange(WaitChangeContext context) override;
 
 private:
   struct LiveLease {
@@ -55,6 +56,8 @@ private:
     Reclaimed::Reason reason;
   };
 
+  // Counts a change and wakes those waiting for one.
+  void changed();
   // Takes lease `id` back: its task goes to the front of the queue, to be redone first.
   void revoke(uint64_t id, Reclaimed::Reason reason);
   // Revokes the leases whose time is up, then checks again a tenth of a lease period later.
@@ -69,6 +72,8 @@ private:
   uint64_t nextLeaseId = 1;
   uint32_t rejected = 0;
   uint32_t duplicates = 0;
+  uint64_t version = 0;
+  std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiters;  // waitChange() calls
   kj::Promise<void> sweeper;  // last: it runs while the state above exists
 };
 

@@ -1,10 +1,10 @@
 #include "examples/coordinator_worker/driver.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/wait.h>
 
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <vector>
 
@@ -21,7 +21,6 @@ namespace {
 
 constexpr kj::StringPtr WORKERS_JOB = "workers"_kj;
 constexpr auto CALL_DEADLINE = 5 * kj::SECONDS;
-constexpr auto POLL = 50 * kj::MILLISECONDS;
 
 using Results = capnp::Response<Coordinator::ResultsResults>;
 
@@ -34,13 +33,15 @@ struct Holder {
   uint32_t taskId = 0;
 };
 
-// Whether process `pid` is stopped (state T in /proc/<pid>/stat).
-bool isStopped(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() &&
-         (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
+// Blocks until our child `pid` (the launcher runs in this process) has stopped, leaving the
+// stop reportable (WNOWAIT). False when it exited instead.
+bool waitStopped(int pid) {
+  siginfo_t info{};
+  int r;
+  do {
+    r = waitid(P_PID, static_cast<id_t>(pid), &info, WSTOPPED | WEXITED | WNOWAIT);
+  } while (r < 0 && errno == EINTR);
+  return r == 0 && info.si_code == CLD_STOPPED;
 }
 
 std::string argument(uint64_t value) { return std::to_string(value); }
@@ -88,36 +89,68 @@ public:
         .getReclaimed();
   }
 
-  void sleep(kj::Duration d) { loop.timer().afterDelay(d).wait(loop.waitScope()); }
+  // The results once `holds(results)` is true: waits for the coordinator's state to change
+  // between checks (waitChange), never polls. Throws `what` when `timeout` passes first, or
+  // when the workers job ends with the condition still false.
+  template <typename Condition>
+  Results waitUntil(Condition&& holds, kj::Duration timeout, const char* what) {
+    auto deadline = now() + timeout;
+    for (;;) {
+      auto r = results();
+      if (holds(r)) return r;
+      KJ_REQUIRE(!troupe::isFinal(workers.status()), "the workers job ended early", what,
+                 troupe::toString(workers.status()), workers.reason());
+      KJ_REQUIRE(now() < deadline, "timed out waiting", what);
+      awaitChange(r.getVersion(), deadline);
+    }
+  }
+
+  // Returns once the coordinator's state is past `version`, the workers job has ended, or
+  // `deadline` has come.
+  void awaitChange(uint64_t version, kj::TimePoint deadline) {
+    if (now() >= deadline) return;
+    auto change = coord.call(
+        [version](Coordinator::Client c) {
+          auto q = c.waitChangeRequest();
+          q.setAfter(version);
+          return q.send();
+        },
+        {.deadline = deadline - now(), .idempotent = true});
+    auto waited = change.ignoreResult().exclusiveJoin(whenWorkersEnd());
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { waited.wait(loop.waitScope()); })) {
+      // Past the deadline: the caller's own check says what it was waiting for.
+      if (troupe::errorCode(*e) != troupe::ErrorCode::DEADLINE_EXCEEDED) {
+        kj::throwFatalException(kj::mv(*e));
+      }
+    }
+  }
+
+  kj::Promise<void> whenWorkersEnd() {
+    if (troupe::isFinal(workers.status())) return kj::READY_NOW;
+    return workers.whenChanged().then([this]() { return whenWorkersEnd(); });
+  }
 
   kj::TimePoint now() { return loop.timer().now(); }
   kj::Duration elapsedSince(kj::TimePoint start) { return now() - start; }
 
-  // Polls until `count` tasks are done. Throws when the workers job ends first, or after
+  // Waits until `count` tasks are done. Throws when the workers job ends first, or after
   // `timeout`.
   Results waitDone(uint32_t count, kj::Duration timeout) {
-    auto start = loop.timer().now();
-    for (;;) {
-      auto r = results();
-      if (r.getDone().size() >= count) return r;
-      KJ_REQUIRE(!troupe::isFinal(workers.status()), "the workers job ended early",
-                 troupe::toString(workers.status()), workers.reason());
-      KJ_REQUIRE(elapsedSince(start) < timeout, "timed out waiting for tasks to be done", count,
-                 r.getDone().size());
-      sleep(POLL);
-    }
+    return waitUntil([count](Results& r) { return r.getDone().size() >= count; }, timeout,
+                     "for tasks to be done");
   }
 
   // Stops (SIGSTOP) a worker that holds a lease, other than replica `exclude` (-1: none), and
   // returns it; null once every task is done. Throws after 10 s without finding one.
   kj::Maybe<Holder> freezeHolder(int64_t exclude) {
-    auto start = loop.timer().now();
+    auto deadline = now() + 10 * kj::SECONDS;
     for (;;) {
+      uint64_t version = 0;
       for (auto& replica : workers.replicas()) {
         if (replica.pid == 0) continue;
         if (replica.index == exclude || kill(replica.pid, SIGSTOP) != 0) continue;
         auto name = workerName(WORKERS_JOB, replica.index, replica.pid);
-        waitStopped(replica.pid);
+        if (!waitStopped(replica.pid)) continue;  // it exited
         // A complete() the worker sent before it stopped is already in the coordinator's socket
         // (loopback delivers during the send). The coordinator reads it no later than the
         // first results() request, so the second one sees it handled.
@@ -130,9 +163,10 @@ public:
         }
         kill(replica.pid, SIGCONT);
         if (r.getDone().size() == options.tasks) return nullptr;
+        version = std::max(version, r.getVersion());
       }
-      KJ_REQUIRE(elapsedSince(start) < 10 * kj::SECONDS, "found no worker holding a lease");
-      sleep(10 * kj::MILLISECONDS);
+      KJ_REQUIRE(now() < deadline, "found no worker holding a lease");
+      awaitChange(version, deadline);  // until a lease changes hands
     }
   }
 
@@ -153,11 +187,6 @@ public:
   }
 
 private:
-  void waitStopped(int pid) {
-    auto start = loop.timer().now();
-    while (!isStopped(pid) && elapsedSince(start) < 1 * kj::SECONDS) sleep(kj::MILLISECONDS);
-  }
-
   troupe::EventLoop& loop;
   troupe::ActorPool<Coordinator>& coord;
   troupe::JobHandle workers;
@@ -198,29 +227,24 @@ Holder stallOne(Demo& demo, uint32_t exclude, kj::Duration lease) {
     auto stalled = KJ_REQUIRE_NONNULL(demo.freezeHolder(exclude),
                                       "every task was done before a worker could be stalled");
     auto start = demo.now();
-    for (;;) {
-      auto r = demo.results();
-      if (isReclaimed(r, stalled.leaseId)) {
-        printf("stalled %s with SIGSTOP while it held lease %llu on task %u; the lease expired "
-               "%lld ms later and the task was queued again\n",
-               stalled.name.c_str(), (unsigned long long)stalled.leaseId, stalled.taskId,
-               (long long)(demo.elapsedSince(start) / kj::MILLISECONDS));
-        KJ_SYSCALL(kill(stalled.pid, SIGCONT));
-        for (;;) {
-          if (demo.results().getRejected() > 0) break;
-          KJ_REQUIRE(demo.elapsedSince(start) < lease + 10 * kj::SECONDS,
-                     "the stalled worker's late result never arrived");
-          demo.sleep(POLL);
-        }
-        printf("%s resumed with SIGCONT; its late result for task %u was refused\n",
-               stalled.name.c_str(), stalled.taskId);
-        return stalled;
-      }
-      // Its complete() landed after all: the lease will never expire. Pick again.
-      if (isDoneUnder(r, stalled.leaseId)) break;
-      KJ_REQUIRE(demo.elapsedSince(start) < lease + 10 * kj::SECONDS, "the lease never expired");
-      demo.sleep(POLL);
+    auto r = demo.waitUntil(
+        [&](Results& r) {
+          return isReclaimed(r, stalled.leaseId) || isDoneUnder(r, stalled.leaseId);
+        },
+        lease + 10 * kj::SECONDS, "for the stalled worker's lease to expire");
+    if (isReclaimed(r, stalled.leaseId)) {
+      printf("stalled %s with SIGSTOP while it held lease %llu on task %u; the lease expired "
+             "%lld ms later and the task was queued again\n",
+             stalled.name.c_str(), (unsigned long long)stalled.leaseId, stalled.taskId,
+             (long long)(demo.elapsedSince(start) / kj::MILLISECONDS));
+      KJ_SYSCALL(kill(stalled.pid, SIGCONT));
+      demo.waitUntil([](Results& r) { return r.getRejected() > 0; }, 10 * kj::SECONDS,
+                     "for the stalled worker's late result");
+      printf("%s resumed with SIGCONT; its late result for task %u was refused\n",
+             stalled.name.c_str(), stalled.taskId);
+      return stalled;
     }
+    // Its complete() landed after all: the lease will never expire. Pick again.
     KJ_SYSCALL(kill(stalled.pid, SIGCONT));
   }
   KJ_FAIL_REQUIRE("could not stall a worker holding a task");
