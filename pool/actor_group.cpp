@@ -6,6 +6,7 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
+#include "actor/change_signal.h"
 #include "actor/errors.h"
 
 namespace troupe {
@@ -138,21 +139,10 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
     for (auto& [name, m] : members) {
       if (m->endpoint.state == EndpointState::READY) ready.push_back(m.get());
     }
-    auto waiters = kj::mv(changeWaiters);
-    for (auto& w : waiters) w->fulfill();
+    changeSignal.notify();
   }
 
-  kj::Promise<void> whenChanged() {
-    // Forget waiters whose promise was dropped, so many abandoned waits do not pile up.
-    kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> live;
-    for (auto& w : changeWaiters) {
-      if (w->isWaiting()) live.add(kj::mv(w));
-    }
-    changeWaiters = kj::mv(live);
-    auto paf = kj::newPromiseAndFulfiller<void>();
-    changeWaiters.add(kj::mv(paf.fulfiller));
-    return kj::mv(paf.promise);
-  }
+  kj::Promise<void> whenChanged() { return changeSignal.next(); }
 
   // --- waiting
 
@@ -212,7 +202,7 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   kj::Maybe<JobStatus> ended;
   kj::Maybe<kj::Exception> broken;
   bool synced = false;
-  kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> changeWaiters;
+  ChangeSignal changeSignal;
   kj::TaskSet tasks;
 };
 

@@ -1,7 +1,5 @@
 #include "examples/coordinator_worker/coordinator_impl.h"
 
-#include <algorithm>
-
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
@@ -148,24 +146,13 @@ kj::Promise<void> CoordinatorImpl::results(ResultsContext context) {
 
 kj::Promise<void> CoordinatorImpl::waitChange(WaitChangeContext context) {
   uint64_t after = context.getParams().getAfter();
-  kj::Promise<void> wait = kj::READY_NOW;
-  if (version <= after) {
-    // Waiters whose callers gave up go first, so the list does not grow with them.
-    waiters.erase(std::remove_if(waiters.begin(), waiters.end(),
-                                 [](auto& w) { return !w->isWaiting(); }),
-                  waiters.end());
-    auto paf = kj::newPromiseAndFulfiller<void>();
-    waiters.push_back(kj::mv(paf.fulfiller));
-    wait = kj::mv(paf.promise);
-  }
+  kj::Promise<void> wait = version > after ? kj::Promise<void>(kj::READY_NOW) : waiters.next();
   return wait.then([this, context]() mutable { context.getResults().setVersion(version); });
 }
 
 void CoordinatorImpl::changed() {
   ++version;
-  auto woken = kj::mv(waiters);
-  waiters.clear();
-  for (auto& w : woken) w->fulfill();
+  waiters.notify();
 }
 
 void CoordinatorImpl::revoke(uint64_t id, Reclaimed::Reason reason) {

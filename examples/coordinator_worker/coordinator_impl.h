@@ -11,6 +11,7 @@
 #include <kj/async.h>
 #include <kj/timer.h>
 
+#include "actor/change_signal.h"
 #include "examples/coordinator_worker/coordinator.capnp.h"
 
 namespace coordinator {
@@ -73,7 +74,7 @@ private:
   uint32_t rejected = 0;
   uint32_t duplicates = 0;
   uint64_t version = 0;
-  std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiters;  // waitChange() calls
+  troupe::ChangeSignal waiters;  // waitChange() calls
   kj::Promise<void> sweeper;  // last: it runs while the state above exists
 };
 

@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <map>
 
 #include <kj/debug.h>
@@ -58,21 +57,9 @@ void LocalJob::taskFailed(kj::Exception&& exception) {
   settings.logger->error("job {}: {}", request_.name, exception.getDescription().cStr());
 }
 
-kj::Promise<void> LocalJob::whenChanged() {
-  // Waiters that gave up (a wait() that timed out) are dropped here, not left to pile up.
-  waiters.erase(std::remove_if(waiters.begin(), waiters.end(),
-                               [](auto& w) { return !w->isWaiting(); }),
-                waiters.end());
-  auto paf = kj::newPromiseAndFulfiller<void>();
-  waiters.push_back(kj::mv(paf.fulfiller));
-  return kj::mv(paf.promise);
-}
+kj::Promise<void> LocalJob::whenChanged() { return changeSignal.next(); }
 
-void LocalJob::changed() {
-  auto woken = kj::mv(waiters);
-  waiters.clear();
-  for (auto& w : woken) w->fulfill();
-}
+void LocalJob::changed() { changeSignal.notify(); }
 
 kj::Promise<void> LocalJob::whenFinal() {
   if (isFinal(phase_)) return kj::READY_NOW;

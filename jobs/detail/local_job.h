@@ -9,6 +9,7 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
+#include "actor/change_signal.h"
 #include "actor/event_loop.h"
 #include "jobs/detail/capacity.h"
 #include "jobs/detail/subprocess.h"
@@ -134,7 +135,7 @@ private:
   kj::Maybe<kj::Promise<void>> killTimer;
   kj::Maybe<kj::ForkedPromise<void>> endReported;  // the resolver has recorded the job's end
   kj::TimePoint killAt = kj::origin<kj::TimePoint>();
-  std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiters;
+  ChangeSignal changeSignal;
   kj::Own<kj::TaskSet> tasks;  // last: its tasks use everything above
 };
 
