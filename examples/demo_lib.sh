@@ -7,6 +7,7 @@
 #   start_registry             troupe-registry on a free port: sets $registry (its URL) and
 #                              $registry_pid; its output is fd 3
 #   stop_registry              SIGTERM to it; fails unless it exits with status 0
+#   expect_usage CMD...        runs CMD, which must print a usage message and exit with 2
 
 demo_init() {
   out=$(mktemp -d)
@@ -50,4 +51,11 @@ stop_registry() {
   [ "$status" -eq 0 ] || { echo "registry exited with $status" >&2; return 1; }
   cat <&3 > /dev/null
   exec 3<&-
+}
+
+expect_usage() {
+  local status=0
+  "$@" 2> "$out/usage.err" || status=$?
+  [ "$status" -eq 2 ] || { echo "'$*' exited with $status, not 2" >&2; return 1; }
+  grep -q '^usage: ' "$out/usage.err"
 }

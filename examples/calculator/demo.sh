@@ -15,7 +15,6 @@ bin=$1
 source "$(dirname "$0")/../demo_lib.sh"
 demo_init
 
-
 echo "== starting a registry"
 start_registry
 

@@ -13,15 +13,11 @@ bin=$1
 source "$(dirname "$0")/../demo_lib.sh"
 demo_init
 
-
 echo "== starting a registry"
 start_registry
 
 echo "== bad arguments: usage, status 2"
-status=0
-"$bin/coord_demo" --tasks 10 2> "$out/usage.err" || status=$?
-[ "$status" -eq 2 ] || { echo "coord_demo --tasks 10 exited with $status"; exit 1; }
-grep -q '^usage: ' "$out/usage.err"
+expect_usage "$bin/coord_demo" --tasks 10
 status=0
 "$bin/coord_demo" --resolver bad://x --log-dir "$out/bad" 2> "$out/usage.err" || status=$?
 [ "$status" -eq 2 ] || { echo "coord_demo with a bad resolver URL exited with $status"; exit 1; }

@@ -14,15 +14,11 @@ bin=$1
 source "$(dirname "$0")/../demo_lib.sh"
 demo_init
 
-
 echo "== starting a registry"
 start_registry
 
 echo "== bad arguments give a usage message and status 2"
-status=0
-"$bin/inference_demo" --replicas 3 2> "$out/usage.err" || status=$?
-[ "$status" -eq 2 ] || { echo "missing --resolver exited with $status"; exit 1; }
-grep -q '^usage: ' "$out/usage.err"
+expect_usage "$bin/inference_demo" --replicas 3
 
 echo "== inference_demo: 3 replicas, 2000 requests, 16 in flight, one replica killed"
 TMPDIR=$out "$bin/inference_demo" --resolver "$registry" --replicas 3 --requests 2000 \

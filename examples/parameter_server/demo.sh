@@ -13,7 +13,6 @@ bin=$1
 source "$(dirname "$0")/../demo_lib.sh"
 demo_init
 
-
 # Fails the demo, saying which check did not hold.
 expect() {
   local what=$1
