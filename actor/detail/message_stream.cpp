@@ -5,9 +5,10 @@
 
 #include <algorithm>
 
-#include <capnp/message.h>
+#include <capnp/serialize-async.h>
 #include <kj/debug.h>
 
+#include "actor/detail/buffer_cache.h"
 #include "actor/errors.h"
 
 namespace troupe::detail {
@@ -73,16 +74,11 @@ kj::Promise<bool> BoundedMessageStream::fill(size_t bytes, bool atMessageStart) 
       });
 }
 
-kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::tryReadMessage(
-    kj::ArrayPtr<kj::AutoCloseFd>, capnp::ReaderOptions options, kj::ArrayPtr<capnp::word>) {
-  return readMessage(options);
-}
-
-kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::readMessage(
+kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> BoundedMessageStream::readMessage(
     capnp::ReaderOptions options) {
   return fill(sizeof(capnp::word), true)
-      .then([this, options](bool more) -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
-        if (!more) return kj::Maybe<capnp::MessageReaderAndFds>(nullptr);
+      .then([this, options](bool more) -> kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> {
+        if (!more) return kj::Maybe<kj::Own<capnp::MessageReader>>(nullptr);
         uint32_t segmentCount = readLe32(readBuffer.begin() + readBegin) + 1;  // 0 on overflow
         if (segmentCount == 0 || segmentCount > MAX_SEGMENTS) {
           return KJ_EXCEPTION(FAILED, "malformed message: bad segment count", segmentCount - 1);
@@ -94,7 +90,7 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::readMes
       });
 }
 
-kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::readBody(
+kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> BoundedMessageStream::readBody(
     capnp::ReaderOptions options, uint32_t segmentCount, size_t table) {
   const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
   uint64_t totalWords = 0;
@@ -105,7 +101,7 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::readBod
                      kj::str("incoming message of ", totalBytes, " bytes exceeds this side's ",
                              maxMessageBytes, "-byte limit; closing the connection"));
   }
-  auto words = kj::heapArray<capnp::word>(totalWords);
+  auto words = takeMessageBuffer(totalWords);
   auto segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
   size_t offset = 0;
   for (uint32_t i = 0; i < segmentCount; ++i) {
@@ -126,8 +122,8 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::readBod
                           kj::Array<kj::ArrayPtr<const capnp::word>> segments) {
     capnp::ReaderOptions generous = options;
     generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
-    return kj::Maybe<capnp::MessageReaderAndFds>(capnp::MessageReaderAndFds{
-        kj::heap<OwnedMessageReader>(kj::mv(words), kj::mv(segments), generous), nullptr});
+    return kj::Maybe<kj::Own<capnp::MessageReader>>(
+        kj::heap<OwnedMessageReader>(kj::mv(words), kj::mv(segments), generous));
   };
   if (buffered == body.size()) {
     return finish(kj::mv(words), kj::mv(segments));
@@ -135,7 +131,7 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BoundedMessageStream::readBod
   size_t rest = body.size() - buffered;
   auto read = stream.tryRead(body.begin() + buffered, rest, rest);
   return read.then([rest, finish, words = kj::mv(words), segments = kj::mv(segments)](
-                       size_t n) mutable -> kj::Maybe<capnp::MessageReaderAndFds> {
+                       size_t n) mutable -> kj::Maybe<kj::Own<capnp::MessageReader>> {
     if (n < rest) {
       kj::throwFatalException(
           KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));
@@ -173,11 +169,9 @@ kj::Promise<void> BoundedMessageStream::flush() {
   }));
 }
 
-kj::Promise<void> BoundedMessageStream::writeMessage(
-    kj::ArrayPtr<const int>, kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
-  KJ_IF_MAYBE(e, writeFailure) {
-    return kj::cp(*e);
-  }
+kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
+    kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
+  if (writeFailure != nullptr) return nullptr;  // the connection is going down with its reads
   KJ_REQUIRE(segments.size() > 0 && segments.size() <= MAX_SEGMENTS, "bad outgoing message",
              segments.size());
   size_t table = tableBytes(segments.size());
@@ -185,8 +179,7 @@ kj::Promise<void> BoundedMessageStream::writeMessage(
   for (auto& s : segments) bytes += s.asBytes().size();
 
   if (bytes > COALESCE_MAX_MESSAGE_BYTES) {
-    // Large: after the batch, from Cap'n Proto's own segments, which it keeps until this
-    // promise resolves.
+    // Large: after the batch, from the message's own segments.
     flush();
     return track(afterWrites().then([this, segments]() {
       return capnp::writeMessage(stream, segments);
@@ -210,23 +203,17 @@ kj::Promise<void> BoundedMessageStream::writeMessage(
     out += b.size();
   }
 
-  if (batch.size() >= BATCH_BACKPRESSURE_BYTES) return flush();
-  if (!flushQueued) {
-    // Everything Cap'n Proto sends in this turn of the loop leaves in one write at its end.
+  if (batch.size() >= BATCH_FLUSH_BYTES) {
+    flush();
+  } else if (!flushQueued) {
+    // Everything sent in this turn of the loop leaves in one write at its end.
     flushQueued = true;
     flushLater = kj::evalLater([this]() {
                    flushQueued = false;
                    flush();
                  }).eagerlyEvaluate(nullptr);
   }
-  return kj::READY_NOW;
-}
-
-kj::Promise<void> BoundedMessageStream::writeMessages(
-    kj::ArrayPtr<kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>> messages) {
-  kj::Promise<void> last = kj::READY_NOW;
-  for (auto& m : messages) last = writeMessage(nullptr, m);
-  return last;
+  return nullptr;
 }
 
 kj::Maybe<int> BoundedMessageStream::getSendBufferSize() {

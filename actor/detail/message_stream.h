@@ -6,7 +6,7 @@
 // usually brings a whole small message, or several), and small messages written in one turn of
 // the loop leave in one write.
 
-#include <capnp/serialize-async.h>
+#include <capnp/message.h>
 #include <kj/async-io.h>
 #include <kj/vector.h>
 
@@ -25,36 +25,36 @@ constexpr size_t READ_BUFFER_BYTES = 8 * 1024;
 // ones are written from Cap'n Proto's own segments, after the batch.
 constexpr size_t COALESCE_MAX_MESSAGE_BYTES = 16 * 1024;
 
-// A batch that grows past this makes the writer wait for the write in flight (back-pressure).
-constexpr size_t BATCH_BACKPRESSURE_BYTES = 1024 * 1024;
+// A batch that grows past this is handed to the stream without waiting for the end of the turn.
+constexpr size_t BATCH_FLUSH_BYTES = 1024 * 1024;
 
 // Borrows `stream`, which must outlive it. Loop thread only.
-class BoundedMessageStream final : public capnp::MessageStream {
+class BoundedMessageStream {
 public:
   BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes);
   ~BoundedMessageStream() noexcept(false);
+  KJ_DISALLOW_COPY(BoundedMessageStream);
 
-  // Rejects (closing the connection, as any read error does) with MESSAGE_TOO_LARGE when the
-  // segment table announces more than maxMessageBytes, before reading the segments; with
-  // FAILED for a malformed segment table; with DISCONNECTED when the stream ends mid-message.
-  // Resolves to null on a clean end of stream.
-  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> tryReadMessage(
-      kj::ArrayPtr<kj::AutoCloseFd> fdSpace, capnp::ReaderOptions options,
-      kj::ArrayPtr<capnp::word> scratchSpace) override;
+  // The next message. Rejects (closing the connection, as any read error does) with
+  // MESSAGE_TOO_LARGE when the segment table announces more than maxMessageBytes, before
+  // reading the segments; with FAILED for a malformed segment table; with DISCONNECTED when the
+  // stream ends mid-message. Resolves to null on a clean end of stream. Large bodies are read
+  // into memory from buffer_cache.h.
+  kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> readMessage(capnp::ReaderOptions options);
 
-  // A small message is copied into the turn's batch and the promise resolves at once (unless
-  // the batch is over BATCH_BACKPRESSURE_BYTES: then once the write in flight is done); the
-  // batch is written at the end of the turn, after every earlier write. A write that fails
-  // fails every later writeMessage(), and the connection's reads fail as the socket closes.
-  kj::Promise<void> writeMessage(
-      kj::ArrayPtr<const int> fds,
-      kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) override;
-  kj::Promise<void> writeMessages(
-      kj::ArrayPtr<kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>> messages) override;
-  kj::Maybe<int> getSendBufferSize() override;
+  // Queues one message for writing, after every message queued before it. A small message is
+  // copied into the batch of this loop turn, written with one write at the end of the turn (or
+  // at once when the batch passes BATCH_FLUSH_BYTES), and nullptr is returned. A large one is
+  // written from `segments` themselves, which must stay valid until the returned promise
+  // settles. A write that fails drops every later message; the connection's reads fail as the
+  // socket closes.
+  kj::Maybe<kj::Promise<void>> queueMessage(
+      kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
 
-  // Writes what is batched, then shuts the stream down for writing.
-  kj::Promise<void> end() override;
+  kj::Maybe<int> getSendBufferSize();
+
+  // Writes what is queued, then shuts the stream down for writing.
+  kj::Promise<void> end();
 
   // Whether everything written so far has been handed to the socket.
   bool idle() const { return batch.empty() && writesInFlight == 0; }
@@ -63,8 +63,7 @@ private:
   // Resolves once the buffer holds at least `bytes` unread bytes (reading as needed), or with
   // false at a clean end of stream before any byte of a message.
   kj::Promise<bool> fill(size_t bytes, bool atMessageStart);
-  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> readMessage(capnp::ReaderOptions options);
-  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> readBody(capnp::ReaderOptions options,
+  kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> readBody(capnp::ReaderOptions options,
                                                               uint32_t segmentCount,
                                                               size_t tableBytes);
 

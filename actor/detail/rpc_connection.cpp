@@ -4,29 +4,18 @@
 
 namespace troupe::detail {
 
-namespace {
-
-capnp::ReaderOptions readerOptions(uint64_t maxMessageBytes) {
-  // Cap'n Proto checks outgoing messages against this limit too (a sender refuses to send what
-  // its own side would not accept); BoundedMessageStream enforces it on incoming ones.
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = maxMessageBytes / sizeof(capnp::word);
-  return options;
-}
-
-}  // namespace
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream,
                              capnp::Capability::Client bootstrap, uint64_t maxMessageBytes)
     : stream(kj::mv(stream)),
       messages(*this->stream, maxMessageBytes),
-      network(messages, capnp::rpc::twoparty::Side::SERVER, readerOptions(maxMessageBytes)),
+      network(messages, capnp::rpc::twoparty::Side::SERVER, maxMessageBytes),
       rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, uint64_t maxMessageBytes)
     : stream(kj::mv(stream)),
       messages(*this->stream, maxMessageBytes),
-      network(messages, capnp::rpc::twoparty::Side::CLIENT, readerOptions(maxMessageBytes)),
+      network(messages, capnp::rpc::twoparty::Side::CLIENT, maxMessageBytes),
       rpc(capnp::makeRpcClient(network)) {}
 
 capnp::Capability::Client RpcConnection::bootstrap() {

@@ -6,6 +6,7 @@
 #include <kj/async-io.h>
 
 #include "actor/detail/message_stream.h"
+#include "actor/detail/rpc_network.h"
 
 namespace troupe::detail {
 
@@ -27,12 +28,12 @@ public:
   kj::Promise<void> onDisconnect() { return network.onDisconnect(); }
 
   // Messages handed to the stream but not yet written.
-  size_t queuedMessages() { return network.getCurrentQueueCount() + (messages.idle() ? 0 : 1); }
+  size_t queuedMessages() const { return network.queuedMessages(); }
 
 private:
   kj::Own<kj::AsyncIoStream> stream;
   BoundedMessageStream messages;
-  capnp::TwoPartyVatNetwork network;
+  RpcNetwork network;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
 };
 

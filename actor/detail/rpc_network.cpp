@@ -1,0 +1,189 @@
+#include "actor/detail/rpc_network.h"
+
+#include <string.h>
+
+#include <algorithm>
+
+#include <kj/debug.h>
+
+#include "actor/detail/buffer_cache.h"
+#include "actor/errors.h"
+
+namespace troupe::detail {
+
+namespace {
+
+using capnp::word;
+
+// Cap'n Proto's largest segment.
+constexpr uint MAX_SEGMENT_WORDS = (1u << 29) - 1;
+
+// A MessageBuilder with MallocMessageBuilder's growth (each new segment at least as large as
+// the message so far), whose large segments come from the thread's buffer cache.
+class SegmentBuilder final : public capnp::MessageBuilder {
+public:
+  explicit SegmentBuilder(uint firstSegmentWords)
+      : nextSize(firstSegmentWords == 0 ? capnp::SUGGESTED_FIRST_SEGMENT_WORDS
+                                        : firstSegmentWords) {}
+  ~SegmentBuilder() noexcept(false) {}
+
+  kj::ArrayPtr<word> allocateSegment(uint minimumSize) override {
+    uint size = std::max(minimumSize, nextSize);
+    nextSize = static_cast<uint>(std::min<uint64_t>(uint64_t{nextSize} + size, MAX_SEGMENT_WORDS));
+    auto memory = takeMessageBuffer(size);
+    memset(static_cast<void*>(memory.begin()), 0, memory.asBytes().size());  // as the builder needs
+    kj::ArrayPtr<word> result = memory;
+    if (first == nullptr) {
+      first = kj::mv(memory);
+    } else {
+      more.add(kj::mv(memory));
+    }
+    return result;
+  }
+
+private:
+  uint nextSize;
+  kj::Array<word> first;  // most messages have one segment: no vector for them
+  kj::Vector<kj::Array<word>> more;
+};
+
+}  // namespace
+
+class RpcNetwork::OutgoingMessage final : public capnp::OutgoingRpcMessage, public kj::Refcounted {
+public:
+  OutgoingMessage(RpcNetwork& network, uint firstSegmentWords)
+      : network(network), message(firstSegmentWords) {}
+
+  capnp::AnyPointer::Builder getBody() override { return message.getRoot<capnp::AnyPointer>(); }
+  void send() override { network.send(*this); }
+  size_t sizeInWords() override { return message.sizeInWords(); }
+
+  RpcNetwork& network;
+  SegmentBuilder message;
+};
+
+class RpcNetwork::IncomingMessage final : public capnp::IncomingRpcMessage {
+public:
+  explicit IncomingMessage(kj::Own<capnp::MessageReader> message) : message(kj::mv(message)) {}
+
+  capnp::AnyPointer::Reader getBody() override { return message->getRoot<capnp::AnyPointer>(); }
+  size_t sizeInWords() override { return message->sizeInWords(); }
+
+private:
+  kj::Own<capnp::MessageReader> message;
+};
+
+namespace {
+
+capnp::ReaderOptions readerOptions(uint64_t maxMessageBytes) {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = maxMessageBytes / sizeof(word);
+  return options;
+}
+
+}  // namespace
+
+RpcNetwork::RpcNetwork(BoundedMessageStream& messages, capnp::rpc::twoparty::Side side,
+                       uint64_t maxMessageBytes)
+    : messages(messages),
+      side(side),
+      maxMessageBytes(maxMessageBytes),
+      receiveOptions(readerOptions(maxMessageBytes)),
+      peerVatId(4),
+      connectionDisposer(*this),
+      disconnected(nullptr),
+      largeWrites(*this) {
+  peerVatId.initRoot<capnp::rpc::twoparty::VatId>().setSide(
+      side == capnp::rpc::twoparty::Side::CLIENT ? capnp::rpc::twoparty::Side::SERVER
+                                                 : capnp::rpc::twoparty::Side::CLIENT);
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  disconnected = paf.promise.fork();
+  disconnectFulfiller = kj::mv(paf.fulfiller);
+}
+
+RpcNetwork::~RpcNetwork() noexcept(false) {}
+
+void RpcNetwork::ConnectionDisposer::disposeImpl(void*) const {
+  if (--network.connectionRefs == 0) network.disconnectFulfiller->fulfill();
+}
+
+kj::Own<capnp::TwoPartyVatNetworkBase::Connection> RpcNetwork::asConnection() {
+  ++connectionRefs;
+  return kj::Own<capnp::TwoPartyVatNetworkBase::Connection>(this, connectionDisposer);
+}
+
+kj::Maybe<kj::Own<capnp::TwoPartyVatNetworkBase::Connection>> RpcNetwork::connect(
+    capnp::rpc::twoparty::VatId::Reader ref) {
+  if (ref.getSide() == side) return nullptr;  // that is us
+  return asConnection();
+}
+
+kj::Promise<kj::Own<capnp::TwoPartyVatNetworkBase::Connection>> RpcNetwork::accept() {
+  if (side == capnp::rpc::twoparty::Side::SERVER && !accepted) {
+    accepted = true;
+    return asConnection();
+  }
+  // Only one peer ever connects: later accepts wait forever.
+  auto paf = kj::newPromiseAndFulfiller<kj::Own<capnp::TwoPartyVatNetworkBase::Connection>>();
+  acceptFulfiller = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
+void RpcNetwork::send(OutgoingMessage& message) {
+  KJ_REQUIRE(!shutDown, "message sent after the connection was shut down");
+  auto segments = message.message.getSegmentsForOutput();
+  uint64_t bytes = 0;
+  for (auto& s : segments) bytes += s.size() * sizeof(word);
+  if (bytes > maxMessageBytes) {
+    throwError(ErrorCode::MESSAGE_TOO_LARGE,
+               kj::str("outgoing message of ", bytes, " bytes exceeds this side's ",
+                       maxMessageBytes, "-byte limit; not sent"));
+  }
+  KJ_IF_MAYBE(write, messages.queueMessage(segments)) {
+    ++largeWritesInFlight;
+    largeWrites.add(write->attach(kj::defer([this]() { --largeWritesInFlight; }),
+                                  kj::addRef(message)));
+  }
+}
+
+kj::Own<capnp::RpcFlowController> RpcNetwork::newStream() {
+  return capnp::RpcFlowController::newVariableWindowController(*this);
+}
+
+size_t RpcNetwork::getWindow() {
+  KJ_IF_MAYBE(size, messages.getSendBufferSize()) {
+    if (*size > 0) return *size;
+  }
+  return capnp::RpcFlowController::DEFAULT_WINDOW_SIZE;
+}
+
+capnp::rpc::twoparty::VatId::Reader RpcNetwork::getPeerVatId() {
+  return peerVatId.getRoot<capnp::rpc::twoparty::VatId>();
+}
+
+kj::Own<capnp::OutgoingRpcMessage> RpcNetwork::newOutgoingMessage(uint firstSegmentWordSize) {
+  return kj::refcounted<OutgoingMessage>(*this, firstSegmentWordSize);
+}
+
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> RpcNetwork::receiveIncomingMessage() {
+  return messages.readMessage(receiveOptions)
+      .then([](kj::Maybe<kj::Own<capnp::MessageReader>>&& message)
+                -> kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> {
+        KJ_IF_MAYBE(m, message) {
+          return kj::Own<capnp::IncomingRpcMessage>(kj::heap<IncomingMessage>(kj::mv(*m)));
+        }
+        return nullptr;
+      });
+}
+
+kj::Promise<void> RpcNetwork::shutdown() {
+  KJ_REQUIRE(!shutDown, "connection shut down twice");
+  shutDown = true;
+  return messages.end();
+}
+
+void RpcNetwork::taskFailed(kj::Exception&&) {
+  // A failed write: the socket is closing, and the connection's reads report it.
+}
+
+}  // namespace troupe::detail
