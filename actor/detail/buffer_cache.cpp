@@ -43,6 +43,7 @@ public:
   ~ThreadCache() {
     cacheAlive = false;
     for (auto& b : blocks) freeBlock(b);
+    for (auto* p : zeroed) free(p);
   }
 
   // A cached block of at least `words` and at most twice that, or nullptr.
@@ -85,12 +86,28 @@ public:
     bytes += size;
   }
 
+  kj::Maybe<capnp::word*> takeZeroed() {
+    if (zeroed.empty()) return nullptr;
+    auto* p = zeroed.back();
+    zeroed.removeLast();
+    return p;
+  }
+
+  void giveZeroed(capnp::word* p) {
+    if (zeroed.size() >= SMALL_SEGMENT_POOL_MAX) {
+      free(p);
+    } else {
+      zeroed.add(p);
+    }
+  }
+
   size_t count() const { return blocks.size(); }
   size_t totalBytes() const { return bytes; }
 
 private:
   kj::Vector<Block> blocks;
   size_t bytes = 0;
+  kj::Vector<capnp::word*> zeroed;  // SMALL_SEGMENT_WORDS each, all zero
 };
 
 ThreadCache& threadCache() {
@@ -111,6 +128,18 @@ class CachingDisposer final : public kj::ArrayDisposer {
 
 const CachingDisposer cachingDisposer;
 
+class ZeroedSegmentDisposer final : public kj::ArrayDisposer {
+  void disposeImpl(void* first, size_t, size_t, size_t, void (*)(void*)) const override {
+    if (cacheAlive) {
+      threadCache().giveZeroed(static_cast<capnp::word*>(first));
+    } else {
+      free(first);
+    }
+  }
+};
+
+const ZeroedSegmentDisposer zeroedSegmentDisposer;
+
 }  // namespace
 
 kj::Array<capnp::word> takeMessageBuffer(size_t words) {
@@ -124,6 +153,17 @@ kj::Array<capnp::word> takeMessageBuffer(size_t words) {
     block = allocateBlock(words);
   }
   return kj::Array<capnp::word>(block.words, words, cachingDisposer);
+}
+
+kj::Array<capnp::word> takeZeroedSegment() {
+  capnp::word* words;
+  KJ_IF_MAYBE(p, threadCache().takeZeroed()) {
+    words = *p;
+  } else {
+    words = static_cast<capnp::word*>(calloc(SMALL_SEGMENT_WORDS, sizeof(capnp::word)));
+    if (words == nullptr) throw std::bad_alloc();
+  }
+  return kj::Array<capnp::word>(words, SMALL_SEGMENT_WORDS, zeroedSegmentDisposer);
 }
 
 size_t cachedMessageBuffers() { return threadCache().count(); }

@@ -27,6 +27,15 @@ constexpr size_t BUFFER_CACHE_MAX_BYTES = 256 * 1024 * 1024;
 // does.
 kj::Array<capnp::word> takeMessageBuffer(size_t words);
 
+// Small outgoing messages are built in blocks of this many words, kept zeroed for reuse.
+constexpr size_t SMALL_SEGMENT_WORDS = 1024;
+constexpr size_t SMALL_SEGMENT_POOL_MAX = 64;  // per thread
+
+// SMALL_SEGMENT_WORDS words, all zero, from this thread's pool when it has one. The caller must
+// zero again every word it wrote before dropping the array, which returns it to the pool of
+// the thread that drops it.
+kj::Array<capnp::word> takeZeroedSegment();
+
 // Buffers currently cached on this thread, and their total size (for tests and benchmarks).
 size_t cachedMessageBuffers();
 size_t cachedMessageBufferBytes();

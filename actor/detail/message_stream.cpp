@@ -18,20 +18,25 @@ namespace {
 // Cap'n Proto's own readers refuse more segments than this too.
 constexpr uint32_t MAX_SEGMENTS = 512;
 
-// A message read from the stream: owns its words and the segment table pointing into them.
-class OwnedMessageReader final : public capnp::MessageReader {
+// A message read from the stream, in the form Cap'n Proto's RPC system receives it: owns its
+// words and, when it has more than one segment, the table pointing into them.
+class ReceivedMessage final : public capnp::MessageReader, public capnp::IncomingRpcMessage {
 public:
-  OwnedMessageReader(kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> table,
-                     capnp::ReaderOptions options)
+  ReceivedMessage(kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> table,
+                  capnp::ReaderOptions options)
       : capnp::MessageReader(options), words(kj::mv(words)), table(kj::mv(table)) {}
 
   kj::ArrayPtr<const capnp::word> getSegment(uint id) override {
+    if (table == nullptr) return id == 0 ? words.asPtr() : nullptr;
     return id < table.size() ? table[id] : nullptr;
   }
 
+  capnp::AnyPointer::Reader getBody() override { return getRoot<capnp::AnyPointer>(); }
+  size_t sizeInWords() override { return words.size(); }
+
 private:
   kj::Array<capnp::word> words;
-  kj::Array<kj::ArrayPtr<const capnp::word>> table;
+  kj::Array<kj::ArrayPtr<const capnp::word>> table;  // null for a single segment
 };
 
 // Bytes of the segment table of a message of `segments` segments, padded to a whole word.
@@ -74,23 +79,34 @@ kj::Promise<bool> BoundedMessageStream::fill(size_t bytes, bool atMessageStart) 
       });
 }
 
-kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> BoundedMessageStream::readMessage(
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readMessage(
     capnp::ReaderOptions options) {
+  if (readEnd - readBegin >= sizeof(capnp::word)) {
+    // The buffer holds the next message's header already (one read often brings several small
+    // messages): no promise chain unless something is missing.
+    return readHeader(options);
+  }
   return fill(sizeof(capnp::word), true)
-      .then([this, options](bool more) -> kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> {
-        if (!more) return kj::Maybe<kj::Own<capnp::MessageReader>>(nullptr);
-        uint32_t segmentCount = readLe32(readBuffer.begin() + readBegin) + 1;  // 0 on overflow
-        if (segmentCount == 0 || segmentCount > MAX_SEGMENTS) {
-          return KJ_EXCEPTION(FAILED, "malformed message: bad segment count", segmentCount - 1);
-        }
-        size_t table = tableBytes(segmentCount);
-        return fill(table, false).then([this, options, segmentCount, table](bool) {
-          return readBody(options, segmentCount, table);
-        });
+      .then([this, options](bool more) -> kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> {
+        if (!more) return kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>(nullptr);
+        return readHeader(options);
       });
 }
 
-kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> BoundedMessageStream::readBody(
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readHeader(
+    capnp::ReaderOptions options) {
+  uint32_t segmentCount = readLe32(readBuffer.begin() + readBegin) + 1;  // 0 on overflow
+  if (segmentCount == 0 || segmentCount > MAX_SEGMENTS) {
+    return KJ_EXCEPTION(FAILED, "malformed message: bad segment count", segmentCount - 1);
+  }
+  size_t table = tableBytes(segmentCount);
+  if (readEnd - readBegin >= table) return readBody(options, segmentCount, table);
+  return fill(table, false).then([this, options, segmentCount, table](bool) {
+    return readBody(options, segmentCount, table);
+  });
+}
+
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readBody(
     capnp::ReaderOptions options, uint32_t segmentCount, size_t table) {
   const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
   uint64_t totalWords = 0;
@@ -102,12 +118,15 @@ kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> BoundedMessageStream::read
                              maxMessageBytes, "-byte limit; closing the connection"));
   }
   auto words = takeMessageBuffer(totalWords);
-  auto segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
-  size_t offset = 0;
-  for (uint32_t i = 0; i < segmentCount; ++i) {
-    size_t size = readLe32(sizes + i * 4);
-    segments[i] = words.slice(offset, offset + size);
-    offset += size;
+  kj::Array<kj::ArrayPtr<const capnp::word>> segments;
+  if (segmentCount > 1) {
+    segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
+    size_t offset = 0;
+    for (uint32_t i = 0; i < segmentCount; ++i) {
+      size_t size = readLe32(sizes + i * 4);
+      segments[i] = words.slice(offset, offset + size);
+      offset += size;
+    }
   }
   readBegin += table;
 
@@ -122,8 +141,8 @@ kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> BoundedMessageStream::read
                           kj::Array<kj::ArrayPtr<const capnp::word>> segments) {
     capnp::ReaderOptions generous = options;
     generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
-    return kj::Maybe<kj::Own<capnp::MessageReader>>(
-        kj::heap<OwnedMessageReader>(kj::mv(words), kj::mv(segments), generous));
+    return kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>(
+        kj::heap<ReceivedMessage>(kj::mv(words), kj::mv(segments), generous));
   };
   if (buffered == body.size()) {
     return finish(kj::mv(words), kj::mv(segments));
@@ -131,7 +150,7 @@ kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> BoundedMessageStream::read
   size_t rest = body.size() - buffered;
   auto read = stream.tryRead(body.begin() + buffered, rest, rest);
   return read.then([rest, finish, words = kj::mv(words), segments = kj::mv(segments)](
-                       size_t n) mutable -> kj::Maybe<kj::Own<capnp::MessageReader>> {
+                       size_t n) mutable -> kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> {
     if (n < rest) {
       kj::throwFatalException(
           KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));

@@ -7,6 +7,7 @@
 // the loop leave in one write.
 
 #include <capnp/message.h>
+#include <capnp/rpc.h>
 #include <kj/async-io.h>
 #include <kj/vector.h>
 
@@ -35,12 +36,14 @@ public:
   ~BoundedMessageStream() noexcept(false);
   KJ_DISALLOW_COPY(BoundedMessageStream);
 
-  // The next message. Rejects (closing the connection, as any read error does) with
+  // The next message, ready for Cap'n Proto's RPC system. Rejects (closing the connection, as any read error does) with
   // MESSAGE_TOO_LARGE when the segment table announces more than maxMessageBytes, before
   // reading the segments; with FAILED for a malformed segment table; with DISCONNECTED when the
-  // stream ends mid-message. Resolves to null on a clean end of stream. Large bodies are read
-  // into memory from buffer_cache.h.
-  kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> readMessage(capnp::ReaderOptions options);
+  // stream ends mid-message. Resolves to null on a clean end of stream. When the buffer already
+  // holds the whole message, the promise is ready at once. Large bodies are read into memory
+  // from buffer_cache.h.
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readMessage(
+      capnp::ReaderOptions options);
 
   // Queues one message for writing, after every message queued before it. A small message is
   // copied into the batch of this loop turn, written with one write at the end of the turn (or
@@ -63,7 +66,9 @@ private:
   // Resolves once the buffer holds at least `bytes` unread bytes (reading as needed), or with
   // false at a clean end of stream before any byte of a message.
   kj::Promise<bool> fill(size_t bytes, bool atMessageStart);
-  kj::Promise<kj::Maybe<kj::Own<capnp::MessageReader>>> readBody(capnp::ReaderOptions options,
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readHeader(
+      capnp::ReaderOptions options);
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readBody(capnp::ReaderOptions options,
                                                               uint32_t segmentCount,
                                                               size_t tableBytes);
 

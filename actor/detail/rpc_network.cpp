@@ -19,19 +19,35 @@ using capnp::word;
 constexpr uint MAX_SEGMENT_WORDS = (1u << 29) - 1;
 
 // A MessageBuilder with MallocMessageBuilder's growth (each new segment at least as large as
-// the message so far), whose large segments come from the thread's buffer cache.
+// the message so far). A small first segment comes from the thread's pool of zeroed blocks and
+// goes back with only the words the message used zeroed again; large segments come from the
+// thread's buffer cache.
 class SegmentBuilder final : public capnp::MessageBuilder {
 public:
   explicit SegmentBuilder(uint firstSegmentWords)
       : nextSize(firstSegmentWords == 0 ? capnp::SUGGESTED_FIRST_SEGMENT_WORDS
                                         : firstSegmentWords) {}
-  ~SegmentBuilder() noexcept(false) {}
+
+  ~SegmentBuilder() noexcept(false) {
+    if (pooled) {
+      // Everything the builder wrote lies in the part of the segment it allocated.
+      auto used = getSegmentsForOutput()[0];
+      memset(static_cast<void*>(first.begin()), 0, used.size() * sizeof(word));
+    }
+  }
 
   kj::ArrayPtr<word> allocateSegment(uint minimumSize) override {
     uint size = std::max(minimumSize, nextSize);
-    nextSize = static_cast<uint>(std::min<uint64_t>(uint64_t{nextSize} + size, MAX_SEGMENT_WORDS));
-    auto memory = takeMessageBuffer(size);
-    memset(static_cast<void*>(memory.begin()), 0, memory.asBytes().size());  // as the builder needs
+    kj::Array<word> memory;
+    if (first == nullptr && size <= SMALL_SEGMENT_WORDS) {
+      memory = takeZeroedSegment();
+      pooled = true;
+    } else {
+      memory = takeMessageBuffer(size);
+      memset(static_cast<void*>(memory.begin()), 0, memory.asBytes().size());  // as builders need
+    }
+    nextSize = static_cast<uint>(
+        std::min<uint64_t>(uint64_t{nextSize} + memory.size(), MAX_SEGMENT_WORDS));
     kj::ArrayPtr<word> result = memory;
     if (first == nullptr) {
       first = kj::mv(memory);
@@ -43,6 +59,7 @@ public:
 
 private:
   uint nextSize;
+  bool pooled = false;    // `first` is a pooled zeroed block
   kj::Array<word> first;  // most messages have one segment: no vector for them
   kj::Vector<kj::Array<word>> more;
 };
@@ -60,17 +77,6 @@ public:
 
   RpcNetwork& network;
   SegmentBuilder message;
-};
-
-class RpcNetwork::IncomingMessage final : public capnp::IncomingRpcMessage {
-public:
-  explicit IncomingMessage(kj::Own<capnp::MessageReader> message) : message(kj::mv(message)) {}
-
-  capnp::AnyPointer::Reader getBody() override { return message->getRoot<capnp::AnyPointer>(); }
-  size_t sizeInWords() override { return message->sizeInWords(); }
-
-private:
-  kj::Own<capnp::MessageReader> message;
 };
 
 namespace {
@@ -166,14 +172,7 @@ kj::Own<capnp::OutgoingRpcMessage> RpcNetwork::newOutgoingMessage(uint firstSegm
 }
 
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> RpcNetwork::receiveIncomingMessage() {
-  return messages.readMessage(receiveOptions)
-      .then([](kj::Maybe<kj::Own<capnp::MessageReader>>&& message)
-                -> kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> {
-        KJ_IF_MAYBE(m, message) {
-          return kj::Own<capnp::IncomingRpcMessage>(kj::heap<IncomingMessage>(kj::mv(*m)));
-        }
-        return nullptr;
-      });
+  return messages.readMessage(receiveOptions);
 }
 
 kj::Promise<void> RpcNetwork::shutdown() {

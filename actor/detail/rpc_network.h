@@ -42,7 +42,6 @@ public:
 
 private:
   class OutgoingMessage;
-  class IncomingMessage;
   class ConnectionDisposer final : public kj::Disposer {
   public:
     explicit ConnectionDisposer(RpcNetwork& network) : network(network) {}

@@ -1,0 +1,120 @@
+// Large messages: their memory is reused from one message to the next, which must never show
+// one message's bytes in another, nor change a message its holder still reads.
+
+#include <gtest/gtest.h>
+
+#include <kj/vector.h>
+
+#include "actor/detail/buffer_cache.h"
+#include "tests/support/server_fixture.h"
+
+namespace troupe {
+namespace {
+
+using test::Echo;
+
+constexpr size_t MiB = size_t{1} << 20;
+
+// The byte a payload tagged `tag` holds at `i`.
+kj::byte patternAt(size_t i, uint8_t tag) { return static_cast<kj::byte>((i * 131 + tag) & 0xff); }
+
+class LargeMessageTest : public test::ServerFixture {
+protected:
+  // An echo of `size` bytes, every byte set from `tag`.
+  kj::Promise<capnp::Response<Echo::EchoResults>> echoPattern(ActorRef<Echo>& echo, size_t size,
+                                                              uint8_t tag) {
+    return echo.call([size, tag](Echo::Client c) {
+      auto q = c.echoRequest(capnp::MessageSize{size / sizeof(capnp::word) + 16, 0});
+      auto data = q.initPayload(size);
+      for (size_t i = 0; i < size; ++i) data[i] = patternAt(i, tag);
+      return q.send();
+    });
+  }
+
+  // The index of the first byte of `data` that differs from the pattern, or data.size().
+  static size_t firstMismatch(capnp::Data::Reader data, uint8_t tag) {
+    for (size_t i = 0; i < data.size(); ++i) {
+      if (data[i] != patternAt(i, tag)) return i;
+    }
+    return data.size();
+  }
+};
+
+TEST_F(LargeMessageTest, AMessageBuiltInReusedMemoryStartsZeroed) {
+  auto echo = ref<Echo>("echo");
+  // Fill the memory that the next messages of this size will reuse...
+  for (uint8_t tag = 1; tag <= 3; ++tag) {
+    auto r = echoPattern(echo, 4 * MiB, tag).wait(ws());
+    ASSERT_EQ(firstMismatch(r.getPayload(), tag), 4 * MiB);
+  }
+  // ... then send a payload whose bytes are never written: it must arrive, and come back, as
+  // zeros, not as what the reused memory held.
+  auto r = echo.call([](Echo::Client c) {
+                 auto q = c.echoRequest(capnp::MessageSize{4 * MiB / sizeof(capnp::word) + 16, 0});
+                 q.initPayload(4 * MiB);
+                 return q.send();
+               }).wait(ws());
+  auto data = r.getPayload();
+  ASSERT_EQ(data.size(), 4 * MiB);
+  size_t nonZero = 0;
+  for (auto b : data) nonZero += b != 0;
+  EXPECT_EQ(nonZero, 0u);
+}
+
+TEST_F(LargeMessageTest, ResponsesStillHeldKeepTheirBytesWhileLaterCallsReuseMemory) {
+  auto echo = ref<Echo>("echo");
+  // Hold more large responses than the cache keeps buffers, each while later ones arrive.
+  kj::Vector<capnp::Response<Echo::EchoResults>> held;
+  for (uint8_t tag = 0; tag < detail::BUFFER_CACHE_MAX_BUFFERS + 2; ++tag) {
+    held.add(echoPattern(echo, 2 * MiB, tag).wait(ws()));
+  }
+  for (uint8_t tag = 0; tag < held.size(); ++tag) {
+    EXPECT_EQ(firstMismatch(held[tag].getPayload(), tag), 2 * MiB) << "response " << int(tag);
+  }
+  // Drop them in an order unlike the one they came in, then go on: every call sees its own bytes.
+  for (size_t i = 0; i < held.size(); i += 2) held[i] = echoPattern(echo, 64, 200).wait(ws());
+  for (uint8_t tag = 50; tag < 56; ++tag) {
+    auto r = echoPattern(echo, 2 * MiB, tag).wait(ws());
+    EXPECT_EQ(firstMismatch(r.getPayload(), tag), 2 * MiB) << "tag " << int(tag);
+  }
+  for (size_t i = 1; i < held.size(); i += 2) {
+    EXPECT_EQ(firstMismatch(held[i].getPayload(), static_cast<uint8_t>(i)), 2 * MiB);
+  }
+}
+
+TEST_F(LargeMessageTest, SizesThatGrowAndShrinkEachArriveWhole) {
+  auto echo = ref<Echo>("echo");
+  const size_t sizes[] = {3 * MiB, 1 * MiB, 5 * MiB + 3, 100 * 1024, 5 * MiB, 2 * MiB + 1, 64};
+  uint8_t tag = 0;
+  for (size_t size : sizes) {
+    auto r = echoPattern(echo, size, ++tag).wait(ws());
+    ASSERT_EQ(r.getPayload().size(), size);
+    EXPECT_EQ(firstMismatch(r.getPayload(), tag), size) << size << " bytes";
+  }
+}
+
+TEST_F(LargeMessageTest, CallsInFlightTogetherEachGetTheirOwnBytes) {
+  auto echo = ref<Echo>("echo");
+  kj::Vector<kj::Promise<capnp::Response<Echo::EchoResults>>> calls;
+  for (uint8_t tag = 0; tag < 8; ++tag) calls.add(echoPattern(echo, MiB + tag * 4096, tag));
+  for (uint8_t tag = 0; tag < 8; ++tag) {
+    auto r = calls[tag].wait(ws());
+    ASSERT_EQ(r.getPayload().size(), MiB + tag * 4096);
+    EXPECT_EQ(firstMismatch(r.getPayload(), tag), r.getPayload().size()) << "call " << int(tag);
+  }
+}
+
+TEST_F(LargeMessageTest, TheCacheStaysWithinItsBounds) {
+  auto echo = ref<Echo>("echo");
+  for (uint8_t tag = 0; tag < 6; ++tag) {
+    auto r = echoPattern(echo, (tag + 1) * 8 * MiB, tag).wait(ws());
+    ASSERT_EQ(r.getPayload().size(), (tag + 1) * 8 * MiB);
+  }
+  EXPECT_LE(detail::cachedMessageBuffers(), detail::BUFFER_CACHE_MAX_BUFFERS);
+  EXPECT_LE(detail::cachedMessageBufferBytes(), detail::BUFFER_CACHE_MAX_BYTES);
+  // Something was kept for the next large message.
+  EXPECT_GT(detail::cachedMessageBufferBytes(), 8 * MiB);
+}
+
+}  // namespace
+}  // namespace troupe
