@@ -6,6 +6,7 @@
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "actor/detail/buffer_cache.h"
 #include "actor/detail/uv_event_port.h"
 #include "actor/detail/uv_io.h"
 
@@ -37,6 +38,15 @@ struct EventLoop::Impl {
     scope = kj::heap<kj::WaitScope>(*kjLoop);
     lowLevel = kj::heap<detail::UvLowLevelIo>(&uv, port->timer());
     provider = kj::newAsyncIoProvider(*lowLevel);
+
+    // Gives back large message buffers this thread has stopped reusing. Unreferenced: it never
+    // keeps the loop alive on its own.
+    detail::checkUv("uv_timer_init", uv_timer_init(&uv, trimTimer.get()));
+    trimTimer.markInitialised();
+    uv_unref(reinterpret_cast<uv_handle_t*>(trimTimer.get()));
+    detail::checkUv("uv_timer_start",
+                    uv_timer_start(trimTimer.get(), [](uv_timer_t*) { detail::trimMessageBuffers(); },
+                                   1000, 1000));
   }
 
   std::shared_ptr<spdlog::logger> log;
@@ -46,6 +56,7 @@ struct EventLoop::Impl {
   kj::Own<kj::WaitScope> scope;
   kj::Own<detail::UvLowLevelIo> lowLevel;
   kj::Own<kj::AsyncIoProvider> provider;
+  detail::UvHandle<uv_timer_t> trimTimer;
 };
 
 EventLoop::EventLoop(EventLoopOptions options) {
@@ -62,6 +73,7 @@ EventLoop::~EventLoop() noexcept(false) {
   impl->scope = nullptr;
   impl->kjLoop = nullptr;
   impl->port = nullptr;
+  impl->trimTimer.close();
 
   // Whatever is still open now was leaked by an object that outlived the loop.
   kj::Vector<kj::String> leaked;

@@ -31,6 +31,7 @@ using Clock = std::chrono::steady_clock;
 constexpr unsigned MEMBERS = 64;
 std::vector<std::string> addresses;  // tcp://127.0.0.1:port of member i
 std::string registryUrl;             // the troupe-registry daemon
+pid_t serverPid = 0;                  // the members' server process
 
 double micros(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() / 1e3;
@@ -119,6 +120,7 @@ void BM_Broadcast(benchmark::State& state) {
   for (int i = 0; i < 20; ++i) pool.broadcast(echo64).waitAll(10 * kj::SECONDS).wait(ws);
 
   std::vector<double> samples;
+  double clientCpu = troupe::bench::cpuSeconds(), serverCpu = troupe::bench::cpuSeconds(serverPid);
   for (auto _ : state) {
     auto start = Clock::now();
     auto results = pool.broadcast(echo64).waitAll(10 * kj::SECONDS).wait(ws);
@@ -127,9 +129,16 @@ void BM_Broadcast(benchmark::State& state) {
       if (!r.ok()) state.SkipWithError("a member failed");
     }
   }
+  clientCpu = troupe::bench::cpuSeconds() - clientCpu;
+  serverCpu = troupe::bench::cpuSeconds(serverPid) - serverCpu;
   report(state, samples);
   state.counters["slowest_single_p50_us"] = slowest;
   state.counters["extra_per_member_us"] = (percentile(samples, 0.5) - slowest) / n;
+  // Where a member's share goes: CPU time per member per broadcast, in the client (sending the
+  // request, reading the reply, the pool's bookkeeping) and in the members' server process.
+  double perMember = 1e6 / (double(state.iterations()) * n);
+  state.counters["client_cpu_per_member_us"] = clientCpu * perMember;
+  state.counters["server_cpu_per_member_us"] = serverCpu * perMember;
 }
 
 // waitReady(32) when 31 members are READY: time from the 32nd member's registration to the
@@ -213,6 +222,7 @@ int main(int argc, char** argv) {
   troupe::test::ChildProcess server(
       BENCH_ECHO_SERVER_PATH, {"--impl", "troupe", "--addr", "127.0.0.1:0", "--count",
                                std::to_string(MEMBERS)});
+  serverPid = server.pid();
   for (unsigned i = 0; i < MEMBERS; ++i) {
     auto line = server.readLine();
     if (line.rfind("LISTENING ", 0) != 0) {

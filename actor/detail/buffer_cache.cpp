@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <chrono>
 #include <new>
 
 #include <kj/vector.h>
@@ -16,19 +17,20 @@ namespace {
 struct Block {
   capnp::word* words;
   size_t capacity;
+  std::chrono::steady_clock::time_point cachedAt{};
 };
 
 Block allocateBlock(size_t words) {
   auto* base = static_cast<capnp::word*>(malloc((words + 1) * sizeof(capnp::word)));
   if (base == nullptr) throw std::bad_alloc();
   memcpy(static_cast<void*>(base), &words, sizeof(words));
-  return Block{base + 1, words};
+  return Block{base + 1, words, {}};
 }
 
 Block blockOf(capnp::word* words) {
   size_t capacity;
   memcpy(&capacity, static_cast<const void*>(words - 1), sizeof(capacity));
-  return Block{words, capacity};
+  return Block{words, capacity, {}};
 }
 
 void freeBlock(Block b) { free(b.words - 1); }
@@ -82,8 +84,23 @@ public:
       blocks[smallest] = blocks.back();
       blocks.removeLast();
     }
+    b.cachedAt = std::chrono::steady_clock::now();
     blocks.add(b);
     bytes += size;
+  }
+
+  void trim() {
+    auto cutoff = std::chrono::steady_clock::now() - std::chrono::seconds(BUFFER_CACHE_IDLE_SECONDS);
+    for (size_t i = 0; i < blocks.size();) {
+      if (blocks[i].cachedAt <= cutoff) {
+        bytes -= blocks[i].capacity * sizeof(capnp::word);
+        freeBlock(blocks[i]);
+        blocks[i] = blocks.back();
+        blocks.removeLast();
+      } else {
+        ++i;
+      }
+    }
   }
 
   kj::Maybe<capnp::word*> takeZeroed() {
@@ -164,6 +181,10 @@ kj::Array<capnp::word> takeZeroedSegment() {
     if (words == nullptr) throw std::bad_alloc();
   }
   return kj::Array<capnp::word>(words, SMALL_SEGMENT_WORDS, zeroedSegmentDisposer);
+}
+
+void trimMessageBuffers() {
+  if (cacheAlive) threadCache().trim();
 }
 
 size_t cachedMessageBuffers() { return threadCache().count(); }

@@ -17,9 +17,13 @@ namespace troupe::detail {
 constexpr size_t CACHED_BUFFER_MIN_BYTES = 64 * 1024;
 
 // What one thread keeps for reuse: at most this many buffers, holding at most this many bytes
-// together. A buffer freed while the cache is full is returned to the system.
+// together. A buffer freed while the cache is full is returned to the system, and so is one
+// that has waited BUFFER_CACHE_IDLE_SECONDS without being reused (every EventLoop trims the
+// cache of its thread once a second), so a process that stops moving large messages gives the
+// memory back.
 constexpr size_t BUFFER_CACHE_MAX_BUFFERS = 4;
-constexpr size_t BUFFER_CACHE_MAX_BYTES = 256 * 1024 * 1024;
+constexpr size_t BUFFER_CACHE_MAX_BYTES = size_t{1} << 30;
+constexpr unsigned BUFFER_CACHE_IDLE_SECONDS = 2;
 
 // `words` words of uninitialised memory. Large requests reuse a cached buffer of at least that
 // size (and not more than twice it) when one is free on this thread. Dropping the array gives
@@ -35,6 +39,10 @@ constexpr size_t SMALL_SEGMENT_POOL_MAX = 64;  // per thread
 // zero again every word it wrote before dropping the array, which returns it to the pool of
 // the thread that drops it.
 kj::Array<capnp::word> takeZeroedSegment();
+
+// Returns to the system the buffers cached on this thread that have waited at least
+// BUFFER_CACHE_IDLE_SECONDS.
+void trimMessageBuffers();
 
 // Buffers currently cached on this thread, and their total size (for tests and benchmarks).
 size_t cachedMessageBuffers();

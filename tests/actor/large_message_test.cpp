@@ -116,5 +116,20 @@ TEST_F(LargeMessageTest, TheCacheStaysWithinItsBounds) {
   EXPECT_GT(detail::cachedMessageBufferBytes(), 8 * MiB);
 }
 
+TEST_F(LargeMessageTest, BuffersNoLongerReusedAreGivenBack) {
+  auto echo = ref<Echo>("echo");
+  auto r = echoPattern(echo, 16 * MiB, 7).wait(ws());
+  ASSERT_EQ(firstMismatch(r.getPayload(), 7), 16 * MiB);
+  r = echoPattern(echo, 64, 8).wait(ws());
+  ASSERT_GT(detail::cachedMessageBufferBytes(), 0u);
+  // The loop releases what has not been reused for BUFFER_CACHE_IDLE_SECONDS.
+  auto deadline = loop.timer().now() + (detail::BUFFER_CACHE_IDLE_SECONDS + 10) * kj::SECONDS;
+  while (detail::cachedMessageBufferBytes() > 0 && loop.timer().now() < deadline) {
+    loop.timer().afterDelay(100 * kj::MILLISECONDS).wait(ws());
+  }
+  EXPECT_EQ(detail::cachedMessageBufferBytes(), 0u);
+  EXPECT_EQ(detail::cachedMessageBuffers(), 0u);
+}
+
 }  // namespace
 }  // namespace troupe
