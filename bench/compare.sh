@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # troupe beside raw TCP and plain Cap'n Proto (and gRPC / CAF where they build) in the peer
 # harness (/work/shared/peers): the same echo matrix (64 B, 4 KiB, 1 MiB with K = 1 and 32;
-# 64 MiB with K = 1 and 4), through troupe::ActorRef ("troupe") and through an ActorPool over a
-# one-member group ("troupe_pool"), in two placements, REPS times each; then one 256 MiB check
-# per placement; then a median table per placement with troupe's ratios (compare_table.py).
+# 64 MiB with K = 1 and 4), through troupe::ActorRef ("troupe"), through an ActorPool over a
+# one-member group ("troupe_pool"), and through ActorRef with requests that point at the client's
+# payload instead of copying it (troupe::adoptBytes, "troupe_adopt"), in two placements, REPS
+# times each; then one 256 MiB check per placement; then a median table per placement with
+# troupe's ratios (compare_table.py).
 #
-#   bench/compare.sh                 # ~4 min on an idle 2-vCPU machine, plus builds
+#   bench/compare.sh                 # ~5 min on an idle 2-vCPU machine, plus builds
 #
 # Knobs (environment):
 #   BUILD=build                troupe build dir, relative to the repo root (configured with
@@ -21,7 +23,8 @@
 #   WAIT_QUIET=30              run.sh waits up to this many seconds for the machine to be < 15 %
 #                              busy before each peer
 #   HUGE=256M                  the payload of the large-message check ("" skips it), run once per
-#                              placement for troupe, troupe_pool and raw: 1 warmup call, then
+#                              placement for troupe, troupe_pool, troupe_adopt and raw: 1
+#                              warmup call, then
 #   HUGE_CHECK_CALLS=3         measured calls
 #   SMALL_CALLS, SMALL_WARMUP, MIB_CALLS, MIB_WARMUP, HUGE_CALLS, HUGE_WARMUP, NICE: passed to
 #                              run.sh (its defaults: 10000/1000, 300/30, 8/2)
@@ -50,10 +53,13 @@ fi
 log "building troupe_echo_server troupe_echo_client in $BUILD"
 cmake --build "$BUILD" --target troupe_echo_server troupe_echo_client >&2
 BIN=$(cd "$BUILD/bin" && pwd)
-# run.sh passes every peer the same flags, so the pool client is a wrapper adding --pool.
+# run.sh passes every peer the same flags, so the pool and adopt clients are wrappers adding
+# --pool and --adopt.
 POOL_CLIENT=$(cd "$BUILD" && pwd)/troupe_echo_client_pool.sh
 printf '#!/bin/sh\nexec %s/troupe_echo_client --pool "$@"\n' "$BIN" > "$POOL_CLIENT"
-chmod +x "$POOL_CLIENT"
+ADOPT_CLIENT=$(cd "$BUILD" && pwd)/troupe_echo_client_adopt.sh
+printf '#!/bin/sh\nexec %s/troupe_echo_client --adopt "$@"\n' "$BIN" > "$ADOPT_CLIENT"
+chmod +x "$POOL_CLIENT" "$ADOPT_CLIENT"
 
 # ---------------------------------------------------------------- the peers
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
@@ -107,6 +113,7 @@ huge_check() {
   local placement=$1 out=$2 spec name server client line
   for spec in "troupe=$BIN/troupe_echo_server:$BIN/troupe_echo_client" \
               "troupe_pool=$BIN/troupe_echo_server:$POOL_CLIENT" \
+              "troupe_adopt=$BIN/troupe_echo_server:$ADOPT_CLIENT" \
               "raw=$WORK/build/raw_server:$WORK/build/raw_client"; do
     name=${spec%%=*}; server=${spec#*=}; client=${server#*:}; server=${server%%:*}
     coproc SRV { exec $(pin_args "$placement" server) "$server" --addr 127.0.0.1:0 2>&1; }
@@ -129,13 +136,13 @@ huge_check() {
 
 STAMP=$(date +%Y%m%d-%H%M%S)
 declare -A FILES
-EXTRA_SPEC="troupe=$BIN/troupe_echo_server:$BIN/troupe_echo_client troupe_pool=$BIN/troupe_echo_server:$POOL_CLIENT"
-log "peers:${RUN_PEERS} troupe troupe_pool; placements: $PLACEMENTS; $REPS repetitions"
+EXTRA_SPEC="troupe=$BIN/troupe_echo_server:$BIN/troupe_echo_client troupe_pool=$BIN/troupe_echo_server:$POOL_CLIENT troupe_adopt=$BIN/troupe_echo_server:$ADOPT_CLIENT"
+log "peers:${RUN_PEERS} troupe troupe_pool troupe_adopt; placements: $PLACEMENTS; $REPS repetitions"
 for rep in $(seq "$REPS"); do
   for placement in $PLACEMENTS; do
     pin=$placement; [ "$placement" = free ] && pin=""
     log "repetition $rep/$REPS, placement $placement, loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-    out=$(WORK=$WORK SKIP_BUILD=1 PIN=$pin PEERS="$RUN_PEERS troupe troupe_pool" \
+    out=$(WORK=$WORK SKIP_BUILD=1 PIN=$pin PEERS="$RUN_PEERS troupe troupe_pool troupe_adopt" \
             EXTRA="$EXTRA_SPEC" "$PEERS_DIR/run.sh" 2>&1 >/dev/null | tee /dev/stderr |
           sed -n 's/^\[run.sh\] results: //p')
     [ -n "$out" ] || { log "run.sh wrote no results"; exit 1; }
@@ -165,7 +172,7 @@ done
 REPORT=$WORK/results/compare-$STAMP.md
 {
   echo "# troupe vs the peers, $(date -Is), $(nproc) CPUs, loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "peers:${RUN_PEERS} troupe troupe_pool; $REPS repetitions per placement"
+  echo "peers:${RUN_PEERS} troupe troupe_pool troupe_adopt; $REPS repetitions per placement"
   [ $WITH_GRPC = ON ] || echo "grpc skipped: libgrpc++-dev / protobuf-compiler-grpc not installed"
   echo
   python3 "$ROOT/bench/peer_echo/compare_table.py" "${args[@]}"

@@ -57,6 +57,20 @@ public:
     return result;
   }
 
+  // Whether `address` lies in memory this builder allocated.
+  bool owns(const void* address) const {
+    auto inside = [address](const kj::Array<word>& segment) {
+      auto* p = static_cast<const word*>(address);
+      return p >= segment.begin() && p < segment.end();
+    };
+    if (first == nullptr) return false;
+    if (inside(first)) return true;
+    for (auto& segment : more) {
+      if (inside(segment)) return true;
+    }
+    return false;
+  }
+
 private:
   uint nextSize;
   bool pooled = false;    // `first` is a pooled zeroed block
@@ -66,18 +80,52 @@ private:
 
 }  // namespace
 
+// The outgoing messages alive on this thread, for attachToOutgoingMessage(): a list threaded
+// through the messages themselves.
 class RpcNetwork::OutgoingMessage final : public capnp::OutgoingRpcMessage, public kj::Refcounted {
 public:
   OutgoingMessage(RpcNetwork& network, uint firstSegmentWords)
-      : network(network), message(firstSegmentWords) {}
+      : network(network), message(firstSegmentWords) {
+    next = live;
+    if (next != nullptr) next->prev = this;
+    live = this;
+  }
+  ~OutgoingMessage() noexcept(false) {
+    if (prev != nullptr) prev->next = next;
+    if (next != nullptr) next->prev = prev;
+    if (live == this) live = next;
+  }
 
   capnp::AnyPointer::Builder getBody() override { return message.getRoot<capnp::AnyPointer>(); }
   void send() override { network.send(*this); }
   size_t sizeInWords() override { return message.sizeInWords(); }
 
+  static kj::Maybe<OutgoingMessage&> containing(const void* address) {
+    for (auto* m = live; m != nullptr; m = m->next) {
+      if (m->message.owns(address)) return *m;
+    }
+    return nullptr;
+  }
+
   RpcNetwork& network;
+  kj::Vector<kj::Array<const kj::byte>> attachments;  // memory the message points at
   SegmentBuilder message;
+
+private:
+  static thread_local OutgoingMessage* live;
+  OutgoingMessage* prev = nullptr;
+  OutgoingMessage* next = nullptr;
 };
+
+thread_local RpcNetwork::OutgoingMessage* RpcNetwork::OutgoingMessage::live = nullptr;
+
+bool attachToOutgoingMessage(const void* address, kj::Array<const kj::byte>& bytes) {
+  KJ_IF_MAYBE(m, RpcNetwork::OutgoingMessage::containing(address)) {
+    m->attachments.add(kj::mv(bytes));
+    return true;
+  }
+  return false;
+}
 
 namespace {
 

@@ -15,6 +15,11 @@
 
 namespace troupe::detail {
 
+// When `address` lies in a message being built on this thread for an RPC connection, moves
+// `bytes` into that message (it keeps them until it is written or dropped) and returns true;
+// otherwise leaves `bytes` alone and returns false. For adoptBytes() (actor/bytes.h).
+bool attachToOutgoingMessage(const void* address, kj::Array<const kj::byte>& bytes);
+
 // Borrows `messages`, which must outlive it. Loop thread only.
 class RpcNetwork final : public capnp::TwoPartyVatNetworkBase,
                          private capnp::TwoPartyVatNetworkBase::Connection,
@@ -40,8 +45,9 @@ public:
       capnp::rpc::twoparty::VatId::Reader ref) override;
   kj::Promise<kj::Own<capnp::TwoPartyVatNetworkBase::Connection>> accept() override;
 
-private:
   class OutgoingMessage;
+
+private:
   class ConnectionDisposer final : public kj::Disposer {
   public:
     explicit ConnectionDisposer(RpcNetwork& network) : network(network) {}

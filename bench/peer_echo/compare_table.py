@@ -16,8 +16,9 @@ import json
 import statistics
 import sys
 
-ORDER = ["raw_tcp", "capnp", "grpc", "grpc_async", "caf", "caf_sharing", "troupe", "troupe_pool"]
-TROUPE = ("troupe", "troupe_pool")
+ORDER = ["raw_tcp", "capnp", "grpc", "grpc_async", "caf", "caf_sharing", "troupe", "troupe_pool",
+         "troupe_adopt"]
+TROUPE = ("troupe", "troupe_pool", "troupe_adopt")
 MIB = 1 << 20
 
 # (label, peer, payload, inflight, baseline, limit): the ratio must be <= limit for p50
@@ -32,6 +33,12 @@ TARGETS = [
     ("1 MiB K=32 MB/s, ActorRef vs raw TCP", "troupe", MIB, 32, "raw_tcp", 0.8),
     ("64 MiB K=1 MB/s, ActorRef vs raw TCP", "troupe", 64 * MIB, 1, "raw_tcp", 0.8),
     ("64 MiB K=4 MB/s, ActorRef vs raw TCP", "troupe", 64 * MIB, 4, "raw_tcp", 0.8),
+    ("1 MiB K=1 MB/s, ActorRef + adoptBytes vs raw TCP", "troupe_adopt", MIB, 1, "raw_tcp", 0.8),
+    ("1 MiB K=32 MB/s, ActorRef + adoptBytes vs raw TCP", "troupe_adopt", MIB, 32, "raw_tcp", 0.8),
+    ("64 MiB K=1 MB/s, ActorRef + adoptBytes vs raw TCP", "troupe_adopt", 64 * MIB, 1, "raw_tcp",
+     0.8),
+    ("64 MiB K=4 MB/s, ActorRef + adoptBytes vs raw TCP", "troupe_adopt", 64 * MIB, 4, "raw_tcp",
+     0.8),
 ]
 
 

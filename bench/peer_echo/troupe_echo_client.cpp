@@ -1,10 +1,11 @@
 // troupe's echo client for the peer harness (/work/shared/peers): the same flags, timing and
 // JSON line as the other peers' clients, calling through troupe::ActorRef (peer "troupe") or,
 // with --pool, through an ActorPool over a one-member ActorGroup found in a FixedResolver (peer
-// "troupe_pool").
+// "troupe_pool"). With --adopt, requests point at the client's payload with troupe::adoptBytes
+// instead of copying it into each message (peer "troupe_adopt", or "troupe_pool_adopt").
 //
 //   troupe_echo_client --addr HOST:PORT [--calls N] [--payload BYTES] [--inflight K]
-//                      [--warmup N] [--pool]
+//                      [--warmup N] [--pool] [--adopt]
 //
 // Sizes take K / M / G suffixes (KiB, MiB, GiB). K == 1: one call at a time, each waited on.
 // K > 1: K call chains on the one connection, each completion issuing the chain's next call.
@@ -31,6 +32,7 @@
 
 #include "actor/actor_ref.h"
 #include "bench/bench_echo.capnp.h"
+#include "actor/bytes.h"
 #include "pool/actor_pool.h"
 #include "resolver/fixed_resolver.h"
 
@@ -47,14 +49,18 @@ struct Args {
   uint64_t inflight = 1;
   uint64_t warmup = 100;
   bool pool = false;
-  const char* peer() const { return pool ? "troupe_pool" : "troupe"; }
+  bool adopt = false;
+  const char* peer() const {
+    if (adopt) return pool ? "troupe_pool_adopt" : "troupe_adopt";
+    return pool ? "troupe_pool" : "troupe";
+  }
 };
 
 [[noreturn]] void usage(const std::string& why) {
   fprintf(stderr,
           "troupe_echo_client: %s\n"
           "usage: troupe_echo_client --addr HOST:PORT [--calls N] [--payload BYTES] "
-          "[--inflight K] [--warmup N] [--pool]\n",
+          "[--inflight K] [--warmup N] [--pool] [--adopt]\n",
           why.c_str());
   exit(2);
 }
@@ -77,8 +83,8 @@ Args parseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i], value;
-    if (flag == "--pool") {
-      a.pool = true;
+    if (flag == "--pool" || flag == "--adopt") {
+      (flag == "--pool" ? a.pool : a.adopt) = true;
       continue;
     }
     auto eq = flag.find('=');
@@ -211,6 +217,14 @@ void run(const Args& a) {
   troupe::EventLoop loop;
   auto payload = makePayload(a.payload);
   auto request = [&](BenchEcho::Client echo) {
+    if (a.adopt) {
+      // The payload outlives every call, so each message borrows it (an Array with nothing to
+      // free); a request made before the connection is up is copied.
+      auto q = echo.echoRequest(capnp::MessageSize{8, 0});
+      troupe::adoptBytes(q, &BenchEcho::EchoParams::Builder::adoptPayload,
+                         kj::ArrayPtr<const kj::byte>(payload).attach());
+      return q.send();
+    }
     auto q = echo.echoRequest(capnp::MessageSize{payload.size() / sizeof(capnp::word) + 8, 0});
     q.setPayload(payload);
     return q.send();
