@@ -1,5 +1,6 @@
 #include "actor/detail/message_stream.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -9,6 +10,7 @@
 #include <kj/debug.h>
 
 #include "actor/detail/buffer_cache.h"
+#include "actor/detail/uv_io.h"
 #include "actor/errors.h"
 
 namespace troupe::detail {
@@ -54,7 +56,13 @@ BoundedMessageStream::BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t m
     : stream(stream),
       maxMessageBytes(maxMessageBytes),
       readBuffer(kj::heapArray<kj::byte>(READ_BUFFER_BYTES)),
-      lastWrite(kj::Promise<void>(kj::READY_NOW).fork()) {}
+      lastWrite(kj::Promise<void>(kj::READY_NOW).fork()) {
+  KJ_IF_MAYBE(fd, stream.getFd()) {
+    int type;
+    socklen_t len = sizeof(type);
+    if (::getsockopt(*fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0) socketFd = *fd;
+  }
+}
 
 BoundedMessageStream::~BoundedMessageStream() noexcept(false) {}
 
@@ -181,9 +189,32 @@ kj::Promise<void> BoundedMessageStream::track(kj::Promise<void> write) {
 
 kj::Promise<void> BoundedMessageStream::flush() {
   if (batch.empty()) return afterWrites();
+  size_t sent = 0;
+  if (socketFd >= 0 && writesInFlight == 0 && writeFailure == nullptr) {
+    // Nothing in flight: hand the batch to the socket now, with no promise to settle; only what
+    // the socket cannot take yet waits for it.
+    for (;;) {
+      ssize_t n = ::send(socketFd, batch.begin() + sent, batch.size() - sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0) {
+        sent += n;
+        if (sent < batch.size()) continue;
+        batch.clear();
+        if (batch.capacity() > KEPT_BATCH_CAPACITY) batch = kj::Vector<kj::byte>();
+        return kj::READY_NOW;
+      }
+      int error = errno;
+      if (error == EINTR) continue;
+      if (error == EAGAIN || error == EWOULDBLOCK) break;
+      auto failure = syscallException("send", error);
+      writeFailure = kj::cp(failure);
+      batch.clear();
+      return kj::mv(failure);
+    }
+  }
   auto bytes = batch.releaseAsArray();
-  return track(afterWrites().then([this, bytes = kj::mv(bytes)]() mutable {
-    auto write = stream.write(bytes.begin(), bytes.size());
+  return track(afterWrites().then([this, bytes = kj::mv(bytes), sent]() mutable {
+    auto write = stream.write(bytes.begin() + sent, bytes.size() - sent);
     return write.attach(kj::mv(bytes));
   }));
 }

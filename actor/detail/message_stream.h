@@ -26,6 +26,9 @@ constexpr size_t READ_BUFFER_BYTES = 8 * 1024;
 // ones are written from Cap'n Proto's own segments, after the batch.
 constexpr size_t COALESCE_MAX_MESSAGE_BYTES = 16 * 1024;
 
+// A batch's memory is kept for the next turn's batch up to this size.
+constexpr size_t KEPT_BATCH_CAPACITY = 64 * 1024;
+
 // A batch that grows past this is handed to the stream without waiting for the end of the turn.
 constexpr size_t BATCH_FLUSH_BYTES = 1024 * 1024;
 
@@ -84,6 +87,7 @@ private:
   size_t readBegin = 0;  // unread bytes are [readBegin, readEnd)
   size_t readEnd = 0;
 
+  int socketFd = -1;                        // the stream's socket, written directly when idle
   kj::Vector<kj::byte> batch;               // framed messages not yet handed to the stream
   kj::ForkedPromise<void> lastWrite;        // the latest write handed to the stream
   size_t writesInFlight = 0;
