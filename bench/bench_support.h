@@ -4,10 +4,9 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/types.h>
-#include <unistd.h>
+#include <time.h>
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -41,27 +40,14 @@ inline void reportPercentiles(benchmark::State& state, std::vector<double>& micr
   state.counters["p99_us"] = at(0.99);
 }
 
-// CPU time (user + system) process `pid` (0: this one) has used so far, in seconds, from
-// /proc/<pid>/stat; tick-granular, so compare it over many calls.
+// CPU time (user + system) process `pid` (0: this one) has used so far, in seconds; 0 if the
+// process cannot be read.
 inline double cpuSeconds(pid_t pid = 0) {
-  std::string path = pid == 0 ? "/proc/self/stat" : "/proc/" + std::to_string(pid) + "/stat";
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the command name (which may hold spaces) start after its closing ')'.
-  auto close = text.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::vector<std::string> fields;
-  size_t at = close + 2;
-  while (at < text.size() && fields.size() < 13) {
-    size_t end = text.find(' ', at);
-    if (end == std::string::npos) end = text.size();
-    fields.push_back(text.substr(at, end - at));
-    at = end + 1;
-  }
-  if (fields.size() < 13) return 0;
-  // Fields 14 and 15 of the file (utime, stime) are the 12th and 13th after the name.
-  double ticks = std::stod(fields[11]) + std::stod(fields[12]);
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+  clockid_t clock;
+  if (clock_getcpuclockid(pid, &clock) != 0) return 0;
+  struct timespec t;
+  if (clock_gettime(clock, &t) != 0) return 0;
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 }  // namespace troupe::bench
