@@ -109,6 +109,38 @@ TEST_F(BadInputTest, AMessageOverTheReceiversLimitDropsThatConnectionOnly) {
   EXPECT_EQ(echoBytes(other, 100).wait(ws()).getPayload().size(), 100u);
 }
 
+// Answers with 1024 bytes for every byte it is sent.
+class Amplifier final : public Echo::Server {
+protected:
+  kj::Promise<void> echo(EchoContext context) override {
+    size_t size = context.getParams().getPayload().size() * 1024;
+    context.getResults().initPayload(size);
+    return kj::READY_NOW;
+  }
+};
+
+TEST_F(BadInputTest, AResponseOverTheServersLimitFailsOnlyThatCall) {
+  ActorServer small(loop, JobContext(), {.maxMessageBytes = 1 << 20});
+  small.host<Echo>("amplifier", kj::heap<Amplifier>());
+  auto amplifier = ActorRef<Echo>::connect(loop, small.listen("tcp://127.0.0.1:0").c_str(),
+                                           "amplifier");
+  auto ask = [&](size_t size) {
+    return amplifier.call([size](Echo::Client c) {
+      auto q = c.echoRequest();
+      q.initPayload(size);
+      return q.send();
+    });
+  };
+  try {
+    ask(2048).wait(ws());  // a 2 KiB request, a 2 MiB response
+    FAIL() << "a 2 MiB response over the server's 1 MiB limit must fail";
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::MESSAGE_TOO_LARGE) << e.getDescription().cStr();
+  }
+  // The same connection still works.
+  EXPECT_EQ(ask(64).wait(ws()).getPayload().size(), 64u * 1024);
+}
+
 TEST_F(BadInputTest, ADefaultConnectionCarriesA256MiBPayload) {
   auto echo = ref<Echo>("echo");
   constexpr size_t SIZE = size_t{256} << 20;
