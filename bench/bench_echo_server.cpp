@@ -26,17 +26,9 @@
 #include "actor/actor_server.h"
 #include "actor/address.h"
 #include "bench/bench_echo.capnp.h"
+#include "bench/bench_echo_impl.h"
 
 namespace {
-
-class EchoImpl final : public troupe::bench::BenchEcho::Server {
-protected:
-  kj::Promise<void> echo(EchoContext context) override {
-    auto in = context.getParams().getPayload();
-    context.getResults(capnp::MessageSize{in.size() / sizeof(capnp::word) + 8, 0}).setPayload(in);
-    return kj::READY_NOW;
-  }
-};
 
 void announce(const std::string& host, unsigned port) {
   printf("LISTENING %s:%u\n", host.c_str(), port);
@@ -62,9 +54,9 @@ int serveTroupe(const std::string& host, unsigned port, const Settings& settings
     job.taskIndex = i;
     job.numTasks = count;
     auto server = kj::heap<troupe::ActorServer>(loop, job, options);
-    server->host<troupe::bench::BenchEcho>("echo", kj::heap<EchoImpl>());
+    server->host<troupe::bench::BenchEcho>("echo", kj::heap<troupe::bench::EchoImpl>());
     for (unsigned a = 1; a < settings.actors; ++a) {
-      server->host<troupe::bench::BenchEcho>(kj::str("echo", a), kj::heap<EchoImpl>());
+      server->host<troupe::bench::BenchEcho>(kj::str("echo", a), kj::heap<troupe::bench::EchoImpl>());
     }
     auto listen = "tcp://" + host + ":" + std::to_string(count == 1 ? port : 0);
     auto bound = troupe::Address::parse(server->listen(listen.c_str()).c_str());
@@ -112,7 +104,7 @@ int serveCapnp(const std::string& host, unsigned port, const Settings& settings)
   auto listener = addr->listen();
   announce(host, listener->getPort());
   if (settings.maxMessageMiB == 0) {
-    capnp::TwoPartyServer server(kj::heap<EchoImpl>());
+    capnp::TwoPartyServer server(kj::heap<troupe::bench::EchoImpl>());
     server.listen(*listener).wait(io.waitScope);
     return 0;
   }
@@ -120,7 +112,7 @@ int serveCapnp(const std::string& host, unsigned port, const Settings& settings)
   options.traversalLimitInWords = (settings.maxMessageMiB << 20) / sizeof(capnp::word);
   LogErrors errors;
   kj::TaskSet connections(errors);
-  acceptCapnp(*listener, kj::heap<EchoImpl>(), options, connections).wait(io.waitScope);
+  acceptCapnp(*listener, kj::heap<troupe::bench::EchoImpl>(), options, connections).wait(io.waitScope);
   return 0;
 }
 

@@ -33,6 +33,7 @@
 #include "actor/actor_ref.h"
 #include "bench/bench_echo.capnp.h"
 #include "actor/bytes.h"
+#include "bench/peer_echo/peer_flags.h"
 #include "pool/actor_pool.h"
 #include "resolver/fixed_resolver.h"
 
@@ -87,15 +88,7 @@ Args parseArgs(int argc, char** argv) {
       (flag == "--pool" ? a.pool : a.adopt) = true;
       continue;
     }
-    auto eq = flag.find('=');
-    if (eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      usage("missing value for " + flag);
-    }
+    if (!troupe::bench::takeFlag(argc, argv, i, flag, value)) usage("missing value for " + flag);
     if (flag == "--addr") a.addr = value;
     else if (flag == "--calls") a.calls = parseSize(value);
     else if (flag == "--payload") a.payload = parseSize(value);

@@ -16,18 +16,10 @@
 #include "actor/actor_server.h"
 #include "actor/address.h"
 #include "bench/bench_echo.capnp.h"
+#include "bench/bench_echo_impl.h"
+#include "bench/peer_echo/peer_flags.h"
 
 namespace {
-
-class EchoImpl final : public troupe::bench::BenchEcho::Server {
-protected:
-  kj::Promise<void> echo(EchoContext context) override {
-    auto in = context.getParams().getPayload();
-    // Sized so that a large payload lands in one segment, as the Cap'n Proto peer does.
-    context.getResults(capnp::MessageSize{in.size() / sizeof(capnp::word) + 8, 0}).setPayload(in);
-    return kj::READY_NOW;
-  }
-};
 
 int usage(const char* why) {
   fprintf(stderr, "troupe_echo_server: %s\nusage: troupe_echo_server --addr HOST:PORT\n", why);
@@ -39,14 +31,8 @@ int usage(const char* why) {
 int main(int argc, char** argv) {
   std::string addr;
   for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i], value;
-    auto eq = flag.find('=');
-    if (eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
+    std::string flag, value;
+    if (!troupe::bench::takeFlag(argc, argv, i, flag, value)) {
       return usage(("missing value for " + flag).c_str());
     }
     if (flag != "--addr") return usage(("unknown flag " + flag).c_str());
@@ -63,7 +49,7 @@ int main(int argc, char** argv) {
                 troupe::JobContext job;
                 job.jobId = "peer";
                 troupe::ActorServer server(loop, job);
-                server.host<troupe::bench::BenchEcho>("echo", kj::heap<EchoImpl>());
+                server.host<troupe::bench::BenchEcho>("echo", kj::heap<troupe::bench::EchoImpl>());
                 auto bound = troupe::Address::parse(server.listen(("tcp://" + addr).c_str()).c_str());
                 printf("LISTENING %s:%u\n", host.c_str(), unsigned(bound.port));
                 fflush(stdout);

@@ -1,0 +1,20 @@
+#pragma once
+// The echo actor every troupe benchmark server hosts: it copies the request's payload into its
+// results, sized so that a large payload lands in one segment, as the Cap'n Proto peer does.
+
+#include <capnp/message.h>
+
+#include "bench/bench_echo.capnp.h"
+
+namespace troupe::bench {
+
+class EchoImpl final : public BenchEcho::Server {
+protected:
+  kj::Promise<void> echo(EchoContext context) override {
+    auto in = context.getParams().getPayload();
+    context.getResults(capnp::MessageSize{in.size() / sizeof(capnp::word) + 8, 0}).setPayload(in);
+    return kj::READY_NOW;
+  }
+};
+
+}  // namespace troupe::bench
