@@ -1,10 +1,10 @@
-#include "actor/actor_ref.h"
+#include "troupe/actor/actor_ref.h"
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/endpoint.h"
-#include "actor/errors.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

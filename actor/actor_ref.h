@@ -15,8 +15,8 @@
 #include <kj/async.h>
 #include <kj/refcount.h>
 
-#include "actor/channel.h"
-#include "actor/event_loop.h"
+#include "troupe/actor/channel.h"
+#include "troupe/actor/event_loop.h"
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-#include "actor/actor_server.h"
+#include "troupe/actor/actor_server.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -12,11 +12,11 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/address.h"
-#include "actor/detail/actor_gate.h"
-#include "actor/detail/schema_nodes.h"
-#include "actor/detail/rpc_acceptor.h"
-#include "actor/errors.h"
+#include "troupe/actor/address.h"
+#include "troupe/actor/detail/actor_gate.h"
+#include "troupe/actor/detail/schema_nodes.h"
+#include "troupe/actor/detail/rpc_acceptor.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

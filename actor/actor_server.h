@@ -11,10 +11,10 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "actor/endpoint.h"
-#include "actor/event_loop.h"
-#include "actor/job_context.h"
-#include "actor/limits.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/actor/job_context.h"
+#include "troupe/actor/limits.h"
 
 namespace troupe {
 

@@ -1,8 +1,8 @@
-#include "actor/address.h"
+#include "troupe/actor/address.h"
 
 #include <sys/un.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

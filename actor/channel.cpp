@@ -1,10 +1,10 @@
-#include "actor/channel.h"
+#include "troupe/actor/channel.h"
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/detail/rpc_connection.h"
-#include "actor/errors.h"
+#include "troupe/actor/detail/rpc_connection.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

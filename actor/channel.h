@@ -7,10 +7,10 @@
 #include <kj/async.h>
 #include <kj/refcount.h>
 
-#include "actor/address.h"
-#include "actor/event_loop.h"
-#include "actor/limits.h"
-#include "schemas/actor.capnp.h"
+#include "troupe/actor/address.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/actor/limits.h"
+#include "troupe/schemas/actor.capnp.h"
 
 namespace troupe {
 

@@ -1,8 +1,8 @@
-#include "actor/endpoint.h"
+#include "troupe/actor/endpoint.h"
 
 #include <kj/debug.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

@@ -8,7 +8,7 @@
 #include <kj/common.h>
 #include <kj/string.h>
 
-#include "schemas/actor.capnp.h"
+#include "troupe/schemas/actor.capnp.h"
 
 namespace troupe {
 

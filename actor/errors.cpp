@@ -1,4 +1,4 @@
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 #include <kj/debug.h>
 #include <kj/vector.h>

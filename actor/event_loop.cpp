@@ -1,4 +1,4 @@
-#include "actor/event_loop.h"
+#include "troupe/actor/event_loop.h"
 
 #include <signal.h>
 
@@ -6,9 +6,9 @@
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/detail/buffer_cache.h"
-#include "actor/detail/uv_event_port.h"
-#include "actor/detail/uv_io.h"
+#include "troupe/actor/detail/buffer_cache.h"
+#include "troupe/actor/detail/uv_event_port.h"
+#include "troupe/actor/detail/uv_io.h"
 
 namespace troupe {
 

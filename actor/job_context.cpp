@@ -1,9 +1,9 @@
-#include "actor/job_context.h"
+#include "troupe/actor/job_context.h"
 
 #include <stdlib.h>
 
-#include "actor/endpoint.h"
-#include "actor/errors.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

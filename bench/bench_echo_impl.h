@@ -4,7 +4,7 @@
 
 #include <capnp/message.h>
 
-#include "bench/bench_echo.capnp.h"
+#include "bench_echo.capnp.h"
 
 namespace troupe::bench {
 

@@ -23,9 +23,9 @@
 #include <kj/debug.h>
 #include <kj/vector.h>
 
-#include "actor/actor_server.h"
-#include "actor/address.h"
-#include "bench/bench_echo.capnp.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/address.h"
+#include "bench_echo.capnp.h"
 #include "bench/bench_echo_impl.h"
 
 namespace {

@@ -18,7 +18,7 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
-#include "bench/bench_echo.capnp.h"
+#include "bench_echo.capnp.h"
 #include "tests/support/child_process.h"
 
 namespace troupe::bench {

@@ -21,8 +21,8 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
-#include "actor/actor_ref.h"
-#include "bench/bench_echo.capnp.h"
+#include "troupe/actor/actor_ref.h"
+#include "bench_echo.capnp.h"
 #include "bench/bench_support.h"
 #include "tests/support/child_process.h"
 

@@ -27,8 +27,8 @@
 #include <benchmark/benchmark.h>
 #include <kj/async-io.h>
 
-#include "actor/actor_ref.h"
-#include "bench/bench_echo.capnp.h"
+#include "troupe/actor/actor_ref.h"
+#include "bench_echo.capnp.h"
 #include "bench/bench_peers.h"
 #include "bench/bench_support.h"
 

@@ -16,11 +16,11 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench/bench_echo.capnp.h"
+#include "bench_echo.capnp.h"
 #include "bench/bench_support.h"
-#include "pool/actor_pool.h"
-#include "resolver/fixed_resolver.h"
-#include "resolver/open_resolver.h"
+#include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/fixed_resolver.h"
+#include "troupe/resolver/open_resolver.h"
 #include "tests/support/child_process.h"
 
 namespace {

@@ -13,12 +13,12 @@
 #include <benchmark/benchmark.h>
 #include <kj/async-io.h>
 
-#include "actor/actor_ref.h"
-#include "bench/bench_echo.capnp.h"
+#include "troupe/actor/actor_ref.h"
+#include "bench_echo.capnp.h"
 #include "bench/bench_peers.h"
 #include "bench/bench_support.h"
-#include "pool/actor_pool.h"
-#include "resolver/fixed_resolver.h"
+#include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/fixed_resolver.h"
 
 namespace {
 

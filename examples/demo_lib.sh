@@ -4,8 +4,8 @@
 #                              background processes, each killed (SIGKILL) and reaped at exit if
 #                              still running
 #   await_line PREFIX          reads fd 3 until a line starts with PREFIX; prints the rest
-#   start_registry             troupe-registry on a free port: sets $registry (its URL) and
-#                              $registry_pid; its output is fd 3
+#   start_registry             $TROUPE_REGISTRY (default $bin/troupe-registry) on a free port:
+#                              sets $registry (its URL) and $registry_pid; its output is fd 3
 #   stop_registry              SIGTERM to it; fails unless it exits with status 0
 #   expect_usage CMD...        runs CMD, which must print a usage message and exit with 2
 
@@ -36,7 +36,7 @@ await_line() {
 
 start_registry() {
   mkfifo "$out/registry.out"
-  "$bin/troupe-registry" --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" &
+  "${TROUPE_REGISTRY:-$bin/troupe-registry}" --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" &
   registry_pid=$!
   pids+=("$registry_pid")
   exec 3< "$out/registry.out"

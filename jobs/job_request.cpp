@@ -1,4 +1,4 @@
-#include "jobs/job_request.h"
+#include "troupe/jobs/job_request.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,9 +11,9 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/endpoint.h"
-#include "actor/errors.h"
-#include "actor/event_loop.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/errors.h"
+#include "troupe/actor/event_loop.h"
 
 namespace troupe {
 

@@ -11,7 +11,7 @@
 #include <kj/common.h>
 #include <kj/string.h>
 
-#include "jobs/resource_config.h"
+#include "troupe/jobs/resource_config.h"
 
 namespace troupe {
 

@@ -1,6 +1,6 @@
-#include "jobs/launcher.h"
+#include "troupe/jobs/launcher.h"
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

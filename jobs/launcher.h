@@ -9,10 +9,10 @@
 #include <kj/refcount.h>
 #include <kj/timer.h>
 
-#include "actor/event_loop.h"
-#include "jobs/job_request.h"
-#include "pool/actor_group.h"
-#include "resolver/resolver.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/jobs/job_request.h"
+#include "troupe/pool/actor_group.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-#include "jobs/local_launcher.h"
+#include "troupe/jobs/local_launcher.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -13,12 +13,12 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/errors.h"
-#include "jobs/detail/capacity.h"
-#include "jobs/detail/local_job.h"
-#include "jobs/detail/log_files.h"
-#include "resolver/open_resolver.h"
-#include "resolver/registry_server.h"
+#include "troupe/actor/errors.h"
+#include "troupe/jobs/detail/capacity.h"
+#include "troupe/jobs/detail/local_job.h"
+#include "troupe/jobs/detail/log_files.h"
+#include "troupe/resolver/open_resolver.h"
+#include "troupe/resolver/registry_server.h"
 
 namespace troupe {
 

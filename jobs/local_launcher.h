@@ -18,7 +18,7 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "jobs/launcher.h"
+#include "troupe/jobs/launcher.h"
 
 namespace spdlog {
 class logger;

@@ -1,11 +1,11 @@
-#include "jobs/resource_config.h"
+#include "troupe/jobs/resource_config.h"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-#include "actor/errors.h"
-#include "jobs/detail/tpu_types.h"
+#include "troupe/actor/errors.h"
+#include "troupe/jobs/detail/tpu_types.h"
 
 namespace troupe {
 

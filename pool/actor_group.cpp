@@ -1,4 +1,4 @@
-#include "pool/actor_group.h"
+#include "troupe/pool/actor_group.h"
 
 #include <set>
 
@@ -6,8 +6,8 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/change_signal.h"
-#include "actor/errors.h"
+#include "troupe/actor/change_signal.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

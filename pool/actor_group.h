@@ -13,10 +13,10 @@
 #include <kj/async.h>
 #include <kj/function.h>
 
-#include "actor/actor_ref.h"
-#include "actor/endpoint.h"
-#include "actor/event_loop.h"
-#include "resolver/resolver.h"
+#include "troupe/actor/actor_ref.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe {
 

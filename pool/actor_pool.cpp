@@ -1,11 +1,11 @@
-#include "pool/actor_pool.h"
+#include "troupe/pool/actor_pool.h"
 
 #include <random>
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

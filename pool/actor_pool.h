@@ -11,9 +11,9 @@
 
 #include <kj/async.h>
 
-#include "actor/actor_ref.h"
-#include "pool/actor_group.h"
-#include "pool/broadcast.h"
+#include "troupe/actor/actor_ref.h"
+#include "troupe/pool/actor_group.h"
+#include "troupe/pool/broadcast.h"
 
 namespace troupe {
 

@@ -9,9 +9,9 @@
 #include <kj/refcount.h>
 #include <kj/vector.h>
 
-#include "actor/endpoint.h"
-#include "actor/errors.h"
-#include "actor/event_loop.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/errors.h"
+#include "troupe/actor/event_loop.h"
 
 namespace troupe {
 

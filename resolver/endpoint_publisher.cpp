@@ -1,4 +1,4 @@
-#include "resolver/endpoint_publisher.h"
+#include "troupe/resolver/endpoint_publisher.h"
 
 #include <kj/vector.h>
 

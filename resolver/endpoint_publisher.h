@@ -6,8 +6,8 @@
 
 #include <kj/async.h>
 
-#include "actor/actor_server.h"
-#include "resolver/resolver.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe {
 

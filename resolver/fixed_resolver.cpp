@@ -1,4 +1,4 @@
-#include "resolver/fixed_resolver.h"
+#include "troupe/resolver/fixed_resolver.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,9 +16,9 @@
 #include <kj/list.h>
 #include <kj/vector.h>
 
-#include "actor/address.h"
-#include "actor/errors.h"
-#include "resolver/detail/watch_queue.h"
+#include "troupe/actor/address.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/detail/watch_queue.h"
 
 namespace troupe {
 

@@ -6,7 +6,7 @@
 #include <kj/array.h>
 #include <kj/memory.h>
 
-#include "resolver/resolver.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe {
 

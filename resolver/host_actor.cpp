@@ -1,12 +1,12 @@
-#include "resolver/host_actor.h"
+#include "troupe/resolver/host_actor.h"
 
 #include <stdio.h>
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "resolver/endpoint_publisher.h"
-#include "resolver/open_resolver.h"
+#include "troupe/resolver/endpoint_publisher.h"
+#include "troupe/resolver/open_resolver.h"
 
 namespace troupe {
 

@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "actor/actor_server.h"
-#include "actor/event_loop.h"
-#include "actor/job_context.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/actor/job_context.h"
 
 namespace troupe {
 

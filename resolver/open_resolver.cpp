@@ -1,9 +1,9 @@
-#include "resolver/open_resolver.h"
+#include "troupe/resolver/open_resolver.h"
 
-#include "actor/errors.h"
-#include "resolver/detail/registry_wire.h"
-#include "resolver/fixed_resolver.h"
-#include "resolver/registry_resolver.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/detail/registry_wire.h"
+#include "troupe/resolver/fixed_resolver.h"
+#include "troupe/resolver/registry_resolver.h"
 
 namespace troupe {
 

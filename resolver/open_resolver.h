@@ -4,8 +4,8 @@
 #include <kj/memory.h>
 #include <kj/string.h>
 
-#include "actor/event_loop.h"
-#include "resolver/resolver.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe {
 

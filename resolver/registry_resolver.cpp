@@ -1,12 +1,12 @@
-#include "resolver/registry_resolver.h"
+#include "troupe/resolver/registry_resolver.h"
 
 #include <kj/debug.h>
 
-#include "actor/errors.h"
-#include "resolver/detail/registry_link.h"
-#include "resolver/detail/registry_registration.h"
-#include "resolver/detail/registry_watch.h"
-#include "resolver/detail/registry_wire.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/detail/registry_link.h"
+#include "troupe/resolver/detail/registry_registration.h"
+#include "troupe/resolver/detail/registry_watch.h"
+#include "troupe/resolver/detail/registry_wire.h"
 
 namespace troupe {
 

@@ -6,9 +6,9 @@
 
 #include <kj/time.h>
 
-#include "actor/event_loop.h"
-#include "actor/limits.h"
-#include "resolver/resolver.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/actor/limits.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe {
 

@@ -1,14 +1,14 @@
-#include "resolver/registry_server.h"
+#include "troupe/resolver/registry_server.h"
 
 #include <kj/debug.h>
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/address.h"
-#include "actor/detail/rpc_acceptor.h"
-#include "actor/errors.h"
-#include "resolver/detail/registry_table.h"
-#include "resolver/detail/registry_wire.h"
+#include "troupe/actor/address.h"
+#include "troupe/actor/detail/rpc_acceptor.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/detail/registry_table.h"
+#include "troupe/resolver/detail/registry_wire.h"
 
 namespace troupe {
 

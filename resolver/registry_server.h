@@ -10,8 +10,8 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "actor/event_loop.h"
-#include "schemas/registry.capnp.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/schemas/registry.capnp.h"
 
 namespace troupe {
 

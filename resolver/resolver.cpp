@@ -1,6 +1,6 @@
-#include "resolver/resolver.h"
+#include "troupe/resolver/resolver.h"
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 

@@ -5,7 +5,7 @@
 #include <kj/async.h>
 #include <kj/string.h>
 
-#include "actor/endpoint.h"
+#include "troupe/actor/endpoint.h"
 
 namespace troupe {
 

@@ -5,7 +5,7 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("troupe::schema");
 
-using Actor = import "/schemas/actor.capnp";
+using Actor = import "/troupe/schemas/actor.capnp";
 
 enum JobState {
   running @0;   # replicas may register (a job the registry has not heard of counts as running)

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config file
   capnproto libcapnp-dev libuv1-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )

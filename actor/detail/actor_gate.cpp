@@ -1,8 +1,8 @@
-#include "actor/detail/actor_gate.h"
+#include "troupe/actor/detail/actor_gate.h"
 
 #include <kj/debug.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe::detail {
 

@@ -15,7 +15,7 @@
 #include <kj/list.h>
 #include <kj/vector.h>
 
-#include "actor/actor_server.h"
+#include "troupe/actor/actor_server.h"
 
 namespace troupe::detail {
 

@@ -1,4 +1,4 @@
-#include "actor/detail/buffer_cache.h"
+#include "troupe/actor/detail/buffer_cache.h"
 
 #include <stdlib.h>
 #include <string.h>

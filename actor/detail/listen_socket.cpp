@@ -1,4 +1,4 @@
-#include "actor/detail/listen_socket.h"
+#include "troupe/actor/detail/listen_socket.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -10,7 +10,7 @@
 
 #include <kj/debug.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe::detail {
 

@@ -5,7 +5,7 @@
 
 #include <kj/async-io.h>
 
-#include "actor/address.h"
+#include "troupe/actor/address.h"
 
 namespace troupe::detail {
 

@@ -1,4 +1,4 @@
-#include "actor/detail/message_stream.h"
+#include "troupe/actor/detail/message_stream.h"
 
 #include <errno.h>
 #include <string.h>
@@ -9,9 +9,9 @@
 #include <capnp/serialize-async.h>
 #include <kj/debug.h>
 
-#include "actor/detail/buffer_cache.h"
-#include "actor/detail/uv_io.h"
-#include "actor/errors.h"
+#include "troupe/actor/detail/buffer_cache.h"
+#include "troupe/actor/detail/uv_io.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe::detail {
 

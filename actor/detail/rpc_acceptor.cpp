@@ -1,9 +1,9 @@
-#include "actor/detail/rpc_acceptor.h"
+#include "troupe/actor/detail/rpc_acceptor.h"
 
 #include <spdlog/spdlog.h>
 
-#include "actor/detail/listen_socket.h"
-#include "actor/detail/rpc_connection.h"
+#include "troupe/actor/detail/listen_socket.h"
+#include "troupe/actor/detail/rpc_connection.h"
 
 namespace troupe::detail {
 

@@ -10,8 +10,8 @@
 #include <capnp/capability.h>
 #include <kj/async.h>
 
-#include "actor/address.h"
-#include "actor/event_loop.h"
+#include "troupe/actor/address.h"
+#include "troupe/actor/event_loop.h"
 
 namespace spdlog {
 class logger;

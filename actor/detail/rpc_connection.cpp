@@ -1,4 +1,4 @@
-#include "actor/detail/rpc_connection.h"
+#include "troupe/actor/detail/rpc_connection.h"
 
 #include <capnp/message.h>
 

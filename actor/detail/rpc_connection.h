@@ -5,8 +5,8 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
-#include "actor/detail/message_stream.h"
-#include "actor/detail/rpc_network.h"
+#include "troupe/actor/detail/message_stream.h"
+#include "troupe/actor/detail/rpc_network.h"
 
 namespace troupe::detail {
 

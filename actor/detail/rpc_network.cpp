@@ -1,4 +1,4 @@
-#include "actor/detail/rpc_network.h"
+#include "troupe/actor/detail/rpc_network.h"
 
 #include <string.h>
 
@@ -6,8 +6,8 @@
 
 #include <kj/debug.h>
 
-#include "actor/detail/buffer_cache.h"
-#include "actor/errors.h"
+#include "troupe/actor/detail/buffer_cache.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe::detail {
 

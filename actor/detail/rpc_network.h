@@ -11,7 +11,7 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async.h>
 
-#include "actor/detail/message_stream.h"
+#include "troupe/actor/detail/message_stream.h"
 
 namespace troupe::detail {
 

@@ -1,4 +1,4 @@
-#include "actor/detail/schema_nodes.h"
+#include "troupe/actor/detail/schema_nodes.h"
 
 #include <set>
 

@@ -1,4 +1,4 @@
-#include "actor/detail/uv_event_port.h"
+#include "troupe/actor/detail/uv_event_port.h"
 
 namespace troupe::detail {
 

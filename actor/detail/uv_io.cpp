@@ -1,4 +1,4 @@
-#include "actor/detail/uv_io.h"
+#include "troupe/actor/detail/uv_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 
 #include <kj/vector.h>
 
-#include "actor/detail/uv_event_port.h"
+#include "troupe/actor/detail/uv_event_port.h"
 
 namespace troupe::detail {
 

@@ -30,12 +30,12 @@
 
 #include <kj/debug.h>
 
-#include "actor/actor_ref.h"
-#include "bench/bench_echo.capnp.h"
-#include "actor/bytes.h"
+#include "troupe/actor/actor_ref.h"
+#include "bench_echo.capnp.h"
+#include "troupe/actor/bytes.h"
 #include "bench/peer_echo/peer_flags.h"
-#include "pool/actor_pool.h"
-#include "resolver/fixed_resolver.h"
+#include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/fixed_resolver.h"
 
 namespace {
 

@@ -13,9 +13,9 @@
 
 #include <kj/debug.h>
 
-#include "actor/actor_server.h"
-#include "actor/address.h"
-#include "bench/bench_echo.capnp.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/address.h"
+#include "bench_echo.capnp.h"
 #include "bench/bench_echo_impl.h"
 #include "bench/peer_echo/peer_flags.h"
 

@@ -6,9 +6,9 @@
 
 #include <kj/debug.h>
 
-#include "actor/actor_ref.h"
-#include "actor/errors.h"
-#include "examples/calculator/calculator.capnp.h"
+#include <troupe/actor/actor_ref.h>
+#include <troupe/actor/errors.h>
+#include "calculator.capnp.h"
 
 using calculator::Calculator;
 

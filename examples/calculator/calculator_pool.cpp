@@ -8,10 +8,10 @@
 
 #include <kj/debug.h>
 
-#include "actor/errors.h"
-#include "examples/calculator/calculator.capnp.h"
-#include "pool/actor_pool.h"
-#include "resolver/open_resolver.h"
+#include <troupe/actor/errors.h>
+#include "calculator.capnp.h"
+#include <troupe/pool/actor_pool.h>
+#include <troupe/resolver/open_resolver.h>
 
 using calculator::Calculator;
 

@@ -13,9 +13,9 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/actor_server.h"
-#include "resolver/host_actor.h"
-#include "examples/calculator/calculator.capnp.h"
+#include <troupe/actor/actor_server.h>
+#include <troupe/resolver/host_actor.h>
+#include "calculator.capnp.h"
 
 namespace {
 

@@ -21,12 +21,12 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "examples/coordinator_worker/coordinator_impl.h"
-#include "examples/coordinator_worker/driver.h"
-#include "examples/coordinator_worker/worker.h"
-#include "jobs/job_request.h"
-#include "resolver/host_actor.h"
-#include "resolver/open_resolver.h"
+#include "coordinator_impl.h"
+#include "driver.h"
+#include "worker.h"
+#include <troupe/jobs/job_request.h>
+#include <troupe/resolver/host_actor.h>
+#include <troupe/resolver/open_resolver.h>
 
 namespace {
 

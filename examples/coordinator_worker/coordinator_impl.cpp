@@ -1,4 +1,4 @@
-#include "examples/coordinator_worker/coordinator_impl.h"
+#include "coordinator_impl.h"
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>

@@ -11,8 +11,8 @@
 #include <kj/async.h>
 #include <kj/timer.h>
 
-#include "actor/change_signal.h"
-#include "examples/coordinator_worker/coordinator.capnp.h"
+#include <troupe/actor/change_signal.h>
+#include "coordinator.capnp.h"
 
 namespace coordinator {
 

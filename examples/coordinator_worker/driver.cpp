@@ -1,4 +1,4 @@
-#include "examples/coordinator_worker/driver.h"
+#include "driver.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -10,11 +10,11 @@
 
 #include <kj/debug.h>
 
-#include "actor/errors.h"
-#include "examples/coordinator_worker/coordinator_impl.h"
-#include "examples/coordinator_worker/worker.h"
-#include "jobs/local_launcher.h"
-#include "pool/actor_pool.h"
+#include <troupe/actor/errors.h>
+#include "coordinator_impl.h"
+#include "worker.h"
+#include <troupe/jobs/local_launcher.h>
+#include <troupe/pool/actor_pool.h>
 
 namespace coordinator {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "actor/event_loop.h"
+#include <troupe/actor/event_loop.h>
 
 namespace coordinator {
 

@@ -1,9 +1,9 @@
-#include "examples/coordinator_worker/worker.h"
+#include "worker.h"
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "examples/coordinator_worker/coordinator_impl.h"
+#include "coordinator_impl.h"
 
 namespace coordinator {
 

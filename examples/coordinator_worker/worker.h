@@ -9,9 +9,9 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "actor/event_loop.h"
-#include "examples/coordinator_worker/coordinator.capnp.h"
-#include "pool/actor_pool.h"
+#include <troupe/actor/event_loop.h>
+#include "coordinator.capnp.h"
+#include <troupe/pool/actor_pool.h>
 
 namespace coordinator {
 

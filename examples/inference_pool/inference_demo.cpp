@@ -30,14 +30,14 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/errors.h"
-#include "actor/job_context.h"
-#include "examples/inference_pool/inference.capnp.h"
-#include "examples/inference_pool/model.h"
-#include "jobs/launcher.h"
-#include "jobs/local_launcher.h"
-#include "pool/actor_pool.h"
-#include "resolver/host_actor.h"
+#include <troupe/actor/errors.h>
+#include <troupe/actor/job_context.h>
+#include "inference.capnp.h"
+#include "model.h"
+#include <troupe/jobs/launcher.h>
+#include <troupe/jobs/local_launcher.h>
+#include <troupe/pool/actor_pool.h>
+#include <troupe/resolver/host_actor.h>
 
 using inference::InferenceServer;
 using Clock = std::chrono::steady_clock;

@@ -1,4 +1,4 @@
-#include "examples/inference_pool/model.h"
+#include "model.h"
 
 #include <kj/debug.h>
 

@@ -1,4 +1,4 @@
-#include "examples/parameter_server/model.h"
+#include "model.h"
 
 #include <cmath>
 

@@ -19,13 +19,13 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/errors.h"
-#include "examples/parameter_server/model.h"
-#include "examples/parameter_server/shard.h"
-#include "examples/parameter_server/trainer.h"
-#include "examples/parameter_server/weights.h"
-#include "jobs/local_launcher.h"
-#include "pool/actor_pool.h"
+#include <troupe/actor/errors.h>
+#include "model.h"
+#include "shard.h"
+#include "trainer.h"
+#include "weights.h"
+#include <troupe/jobs/local_launcher.h>
+#include <troupe/pool/actor_pool.h>
 
 namespace {
 

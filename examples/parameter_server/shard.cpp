@@ -1,4 +1,4 @@
-#include "examples/parameter_server/shard.h"
+#include "shard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,9 +7,9 @@
 
 #include <kj/debug.h>
 
-#include "examples/parameter_server/model.h"
-#include "examples/parameter_server/parameter_server.capnp.h"
-#include "resolver/host_actor.h"
+#include "model.h"
+#include "parameter_server.capnp.h"
+#include <troupe/resolver/host_actor.h>
 
 namespace ps {
 

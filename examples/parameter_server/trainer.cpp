@@ -1,4 +1,4 @@
-#include "examples/parameter_server/trainer.h"
+#include "trainer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,11 +6,11 @@
 #include <kj/debug.h>
 #include <kj/vector.h>
 
-#include "actor/job_context.h"
-#include "examples/parameter_server/model.h"
-#include "examples/parameter_server/weights.h"
-#include "pool/actor_pool.h"
-#include "resolver/open_resolver.h"
+#include <troupe/actor/job_context.h>
+#include "model.h"
+#include "weights.h"
+#include <troupe/pool/actor_pool.h>
+#include <troupe/resolver/open_resolver.h>
 
 namespace ps {
 

@@ -1,4 +1,4 @@
-#include "examples/parameter_server/weights.h"
+#include "weights.h"
 
 #include <kj/debug.h>
 

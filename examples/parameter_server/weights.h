@@ -6,8 +6,8 @@
 
 #include <kj/async.h>
 
-#include "examples/parameter_server/parameter_server.capnp.h"
-#include "pool/actor_pool.h"
+#include "parameter_server.capnp.h"
+#include <troupe/pool/actor_pool.h>
 
 namespace ps {
 

@@ -1,4 +1,4 @@
-#include "jobs/detail/capacity.h"
+#include "troupe/jobs/detail/capacity.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -8,8 +8,8 @@
 #include <kj/common.h>
 #include <kj/string.h>
 
-#include "jobs/local_launcher.h"
-#include "jobs/resource_config.h"
+#include "troupe/jobs/local_launcher.h"
+#include "troupe/jobs/resource_config.h"
 
 namespace troupe::detail {
 

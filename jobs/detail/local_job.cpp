@@ -1,4 +1,4 @@
-#include "jobs/detail/local_job.h"
+#include "troupe/jobs/detail/local_job.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -8,8 +8,8 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/errors.h"
-#include "jobs/detail/log_files.h"
+#include "troupe/actor/errors.h"
+#include "troupe/jobs/detail/log_files.h"
 
 extern char** environ;
 

@@ -9,12 +9,12 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "actor/change_signal.h"
-#include "actor/event_loop.h"
-#include "jobs/detail/capacity.h"
-#include "jobs/detail/subprocess.h"
-#include "jobs/launcher.h"
-#include "resolver/resolver.h"
+#include "troupe/actor/change_signal.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/jobs/detail/capacity.h"
+#include "troupe/jobs/detail/subprocess.h"
+#include "troupe/jobs/launcher.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe::detail {
 

@@ -1,4 +1,4 @@
-#include "jobs/detail/log_files.h"
+#include "troupe/jobs/detail/log_files.h"
 
 #include <errno.h>
 #include <fcntl.h>

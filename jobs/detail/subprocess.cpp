@@ -1,4 +1,4 @@
-#include "jobs/detail/subprocess.h"
+#include "troupe/jobs/detail/subprocess.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -1,8 +1,8 @@
-#include "jobs/detail/tpu_types.h"
+#include "troupe/jobs/detail/tpu_types.h"
 
 #include <kj/debug.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe::detail {
 

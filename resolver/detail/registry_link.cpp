@@ -1,4 +1,4 @@
-#include "resolver/detail/registry_link.h"
+#include "troupe/resolver/detail/registry_link.h"
 
 #include <kj/debug.h>
 #include <kj/vector.h>

@@ -10,10 +10,10 @@
 #include <kj/list.h>
 #include <kj/refcount.h>
 
-#include "actor/channel.h"
-#include "actor/errors.h"
-#include "resolver/registry_resolver.h"
-#include "schemas/registry.capnp.h"
+#include "troupe/actor/channel.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/registry_resolver.h"
+#include "troupe/schemas/registry.capnp.h"
 
 namespace troupe::detail {
 

@@ -1,9 +1,9 @@
-#include "resolver/detail/registry_registration.h"
+#include "troupe/resolver/detail/registry_registration.h"
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe::detail {
 

@@ -4,8 +4,8 @@
 
 #include <kj/async.h>
 
-#include "resolver/detail/registry_link.h"
-#include "resolver/resolver.h"
+#include "troupe/resolver/detail/registry_link.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe::detail {
 

@@ -1,4 +1,4 @@
-#include "resolver/detail/registry_table.h"
+#include "troupe/resolver/detail/registry_table.h"
 
 #include <chrono>
 
@@ -6,9 +6,9 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/address.h"
-#include "actor/errors.h"
-#include "resolver/detail/registry_wire.h"
+#include "troupe/actor/address.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/detail/registry_wire.h"
 
 namespace troupe::detail {
 

@@ -14,10 +14,10 @@
 #include <kj/async.h>
 #include <kj/refcount.h>
 
-#include "actor/event_loop.h"
-#include "resolver/registry_server.h"
-#include "resolver/resolver.h"
-#include "schemas/registry.capnp.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/registry_server.h"
+#include "troupe/resolver/resolver.h"
+#include "troupe/schemas/registry.capnp.h"
 
 namespace troupe::detail {
 

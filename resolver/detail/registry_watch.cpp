@@ -1,4 +1,4 @@
-#include "resolver/detail/registry_watch.h"
+#include "troupe/resolver/detail/registry_watch.h"
 
 #include <set>
 
@@ -6,8 +6,8 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/errors.h"
-#include "resolver/detail/registry_wire.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/detail/registry_wire.h"
 
 namespace troupe::detail {
 

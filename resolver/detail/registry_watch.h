@@ -8,9 +8,9 @@
 
 #include <kj/async.h>
 
-#include "resolver/detail/registry_link.h"
-#include "resolver/detail/watch_queue.h"
-#include "resolver/resolver.h"
+#include "troupe/resolver/detail/registry_link.h"
+#include "troupe/resolver/detail/watch_queue.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe::detail {
 

@@ -1,4 +1,4 @@
-#include "resolver/detail/registry_wire.h"
+#include "troupe/resolver/detail/registry_wire.h"
 
 #include <kj/vector.h>
 

@@ -4,8 +4,8 @@
 
 #include <kj/string.h>
 
-#include "resolver/resolver.h"
-#include "schemas/registry.capnp.h"
+#include "troupe/resolver/resolver.h"
+#include "troupe/schemas/registry.capnp.h"
 
 namespace troupe::detail {
 

@@ -1,4 +1,4 @@
-#include "resolver/detail/watch_queue.h"
+#include "troupe/resolver/detail/watch_queue.h"
 
 #include <kj/debug.h>
 

@@ -5,7 +5,7 @@
 
 #include <kj/async.h>
 
-#include "resolver/resolver.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe::detail {
 

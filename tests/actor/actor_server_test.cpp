@@ -1,13 +1,13 @@
 // ActorServer and ActorRef in one process: server and clients share one loop and talk over real
 // sockets on port 0.
 
-#include "actor/actor_server.h"
+#include "troupe/actor/actor_server.h"
 
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "actor/actor_ref.h"
-#include "actor/errors.h"
+#include "troupe/actor/actor_ref.h"
+#include "troupe/actor/errors.h"
 #include "tests/support/server_fixture.h"
 
 namespace troupe {

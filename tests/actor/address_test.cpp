@@ -1,12 +1,12 @@
 // address.h: parsing, canonical text and the kj form of listen/connect addresses.
 
-#include "actor/address.h"
+#include "troupe/actor/address.h"
 
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 namespace {

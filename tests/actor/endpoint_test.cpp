@@ -1,13 +1,13 @@
 // endpoint.h: name rules, endpoint names and their parsing, and the Cap'n Proto round trip.
 
-#include "actor/endpoint.h"
+#include "troupe/actor/endpoint.h"
 
 #include <string>
 
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 namespace {

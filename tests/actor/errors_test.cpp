@@ -1,7 +1,7 @@
 // errors.h: the code table, makeError()'s description format and errorCode()'s recovery of a
 // code from any exception's description.
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 #include <string>
 
@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <kj/io.h>
 
-#include "schemas/actor.capnp.h"
+#include "troupe/schemas/actor.capnp.h"
 
 namespace troupe {
 namespace {

@@ -1,4 +1,4 @@
-#include "actor/event_loop.h"
+#include "troupe/actor/event_loop.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -1,14 +1,14 @@
 // job_context.h: JobContext::fromEnvironment() over an injected environment (the real process
 // environment is never read or changed here).
 
-#include "actor/job_context.h"
+#include "troupe/actor/job_context.h"
 
 #include <map>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 namespace {

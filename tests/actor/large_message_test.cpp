@@ -6,8 +6,8 @@
 #include <capnp/message.h>
 #include <kj/vector.h>
 
-#include "actor/bytes.h"
-#include "actor/detail/buffer_cache.h"
+#include "troupe/actor/bytes.h"
+#include "troupe/actor/detail/buffer_cache.h"
 #include "tests/support/server_fixture.h"
 
 namespace troupe {

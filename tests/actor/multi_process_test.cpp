@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "actor/actor_ref.h"
-#include "actor/errors.h"
+#include "troupe/actor/actor_ref.h"
+#include "troupe/actor/errors.h"
 #include "tests/support/child_process.h"
 #include "tests/support/test_server.h"
 #include "tests/support/test_actors.h"

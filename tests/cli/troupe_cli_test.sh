@@ -73,7 +73,7 @@ expect_status 0 "$troupe" ls nothing-here/
 
 echo "== troupe actors"
 expect_status 0 "$troupe" actors calc/calc-0
-grep -q '^  calc: examples/calculator/calculator.capnp:Calculator$' <<< "$output" || fail "$output"
+grep -q '^  calc: calculator.capnp:Calculator$' <<< "$output" || fail "$output"
 grep -q '^    add (a :Float64, b :Float64) -> (value :Float64)$' <<< "$output" || fail "$output"
 grep -q '^    sum (values :List(Float64)) -> (value :Float64)$' <<< "$output" || fail "$output"
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "jobs/job_request.h"
+#include "troupe/jobs/job_request.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe {

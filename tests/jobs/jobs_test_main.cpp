@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "jobs/job_request.h"
-#include "resolver/host_actor.h"
+#include "troupe/jobs/job_request.h"
+#include "troupe/resolver/host_actor.h"
 #include "tests/support/test_actors.h"
 
 int main(int argc, char** argv) {

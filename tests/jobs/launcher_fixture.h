@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "jobs/local_launcher.h"
+#include "troupe/jobs/local_launcher.h"
 #include "tests/support/launcher_helpers.h"
 #include "tests/support/registry_helpers.h"
 

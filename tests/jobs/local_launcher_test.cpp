@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "pool/actor_pool.h"
+#include "troupe/pool/actor_pool.h"
 #include "tests/jobs/launcher_fixture.h"
 #include "tests/support/test_actors.h"
 

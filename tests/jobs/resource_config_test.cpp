@@ -1,7 +1,7 @@
 // resource_config.h: size parsing, the factories (with the TPU slice table), validate(),
 // chipCount(), scale() and the device environment. Pure: no process, loop or environment.
 
-#include "jobs/resource_config.h"
+#include "troupe/jobs/resource_config.h"
 
 #include <cmath>
 #include <cstdint>
@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "actor/errors.h"
-#include "jobs/detail/tpu_types.h"
+#include "troupe/actor/errors.h"
+#include "troupe/jobs/detail/tpu_types.h"
 
 namespace troupe {
 namespace {

@@ -1,17 +1,17 @@
 // ActorGroup and ActorPool over in-process replicas: several ActorServers on one loop, each
 // publishing its endpoints in a FixedResolver, reached over real sockets on port 0.
 
-#include "pool/actor_pool.h"
+#include "troupe/pool/actor_pool.h"
 
 #include <set>
 
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "actor/actor_server.h"
-#include "actor/errors.h"
-#include "resolver/endpoint_publisher.h"
-#include "resolver/fixed_resolver.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/endpoint_publisher.h"
+#include "troupe/resolver/fixed_resolver.h"
 #include "tests/support/test_actors.h"
 
 namespace troupe {

@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "actor/errors.h"
-#include "pool/actor_pool.h"
-#include "resolver/fixed_resolver.h"
+#include "troupe/actor/errors.h"
+#include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/fixed_resolver.h"
 #include "tests/support/test_actors.h"
 #include "tests/support/test_server.h"
 

@@ -9,9 +9,9 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "actor/errors.h"
-#include "pool/actor_pool.h"
-#include "resolver/open_resolver.h"
+#include "troupe/actor/errors.h"
+#include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/open_resolver.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/test_actors.h"
 #include "tests/support/test_server.h"

@@ -1,7 +1,7 @@
 // FixedResolver: parsing its spec and file formats, resolve and watch by prefix, registrations,
 // and validatePrefix. Everything runs in memory on one loop; nothing touches the network.
 
-#include "resolver/fixed_resolver.h"
+#include "troupe/resolver/fixed_resolver.h"
 
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 #include <kj/debug.h>
 #include <kj/vector.h>
 
-#include "actor/errors.h"
-#include "actor/event_loop.h"
+#include "troupe/actor/errors.h"
+#include "troupe/actor/event_loop.h"
 
 namespace troupe {
 namespace {

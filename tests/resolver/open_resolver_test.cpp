@@ -1,6 +1,6 @@
 // openResolver: each URL scheme opens the right resolver, anything else is refused by name.
 
-#include "resolver/open_resolver.h"
+#include "troupe/resolver/open_resolver.h"
 
 #include <unistd.h>
 
@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
-#include "actor/errors.h"
-#include "resolver/fixed_resolver.h"
-#include "resolver/registry_resolver.h"
-#include "resolver/registry_server.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/fixed_resolver.h"
+#include "troupe/resolver/registry_resolver.h"
+#include "troupe/resolver/registry_server.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe {

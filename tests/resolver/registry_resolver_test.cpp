@@ -3,7 +3,7 @@
 // at start or restarts.
 
 #include <chrono>
-#include "resolver/registry_resolver.h"
+#include "troupe/resolver/registry_resolver.h"
 
 #include <map>
 #include <set>
@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "actor/errors.h"
-#include "resolver/registry_server.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/registry_server.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe {

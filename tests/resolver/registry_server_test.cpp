@@ -2,7 +2,7 @@
 // lifetimes, watches, incarnations, job states and bad input. The registry runs in-process;
 // clients reach it through capability() or over real sockets on port 0.
 
-#include "resolver/registry_server.h"
+#include "troupe/resolver/registry_server.h"
 
 #include <sys/stat.h>
 
@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "actor/channel.h"
-#include "actor/errors.h"
+#include "troupe/actor/channel.h"
+#include "troupe/actor/errors.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe {

@@ -20,8 +20,8 @@
 #include <kj/debug.h>
 #include <kj/io.h>
 
-#include "actor/event_loop.h"
-#include "jobs/launcher.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/jobs/launcher.h"
 
 namespace troupe::test {
 

@@ -18,11 +18,11 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/errors.h"
-#include "actor/event_loop.h"
-#include "resolver/detail/registry_wire.h"
-#include "resolver/resolver.h"
-#include "schemas/registry.capnp.h"
+#include "troupe/actor/errors.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/detail/registry_wire.h"
+#include "troupe/resolver/resolver.h"
+#include "troupe/schemas/registry.capnp.h"
 #include "tests/support/child_process.h"
 
 namespace troupe::test {

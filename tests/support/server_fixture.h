@@ -7,9 +7,9 @@
 #include <kj/debug.h>
 #include <kj/vector.h>
 
-#include "actor/actor_ref.h"
-#include "actor/actor_server.h"
-#include "actor/errors.h"
+#include "troupe/actor/actor_ref.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/errors.h"
 #include "tests/support/test_actors.h"
 
 namespace troupe::test {

@@ -7,8 +7,8 @@
 #include <kj/async.h>
 #include <kj/vector.h>
 
-#include "actor/actor_ref.h"
-#include "tests/support/test_actors.capnp.h"
+#include "troupe/actor/actor_ref.h"
+#include "test_actors.capnp.h"
 
 namespace troupe::test {
 

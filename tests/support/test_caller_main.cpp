@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "actor/actor_ref.h"
+#include "troupe/actor/actor_ref.h"
 #include "tests/support/test_actors.h"
 
 int main(int argc, char** argv) {

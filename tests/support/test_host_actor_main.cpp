@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "resolver/host_actor.h"
+#include "troupe/resolver/host_actor.h"
 #include "tests/support/test_actors.h"
 
 int main() {

@@ -19,8 +19,8 @@
 
 #include <kj/debug.h>
 
-#include "actor/event_loop.h"
-#include "jobs/local_launcher.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/jobs/local_launcher.h"
 
 namespace {
 

@@ -20,9 +20,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "actor/errors.h"
-#include "actor/event_loop.h"
-#include "resolver/registry_resolver.h"
+#include "troupe/actor/errors.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/registry_resolver.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

@@ -14,10 +14,10 @@
 
 #include <kj/debug.h>
 
-#include "actor/actor_server.h"
-#include "actor/event_loop.h"
-#include "resolver/endpoint_publisher.h"
-#include "resolver/open_resolver.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/endpoint_publisher.h"
+#include "troupe/resolver/open_resolver.h"
 #include "tests/support/test_actors.h"
 
 namespace {

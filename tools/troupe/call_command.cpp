@@ -10,10 +10,10 @@
 
 #include <capnp/schema-loader.h>
 
-#include "actor/channel.h"
-#include "actor/errors.h"
-#include "actor/event_loop.h"
-#include "resolver/open_resolver.h"
+#include "troupe/actor/channel.h"
+#include "troupe/actor/errors.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
 #include "tools/troupe/dynamic_actor.h"

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe::cli {
 

@@ -12,9 +12,9 @@
 #include <kj/exception.h>
 #include <kj/time.h>
 
-#include "actor/endpoint.h"
-#include "actor/event_loop.h"
-#include "resolver/resolver.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe::cli {
 

@@ -4,7 +4,7 @@
 #include <capnp/dynamic.h>
 #include <kj/debug.h>
 
-#include "actor/errors.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe::cli {
 

@@ -9,7 +9,7 @@
 #include <capnp/schema.h>
 #include <kj/async.h>
 
-#include "actor/channel.h"
+#include "troupe/actor/channel.h"
 
 namespace troupe::cli {
 

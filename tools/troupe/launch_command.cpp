@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "actor/errors.h"
-#include "actor/event_loop.h"
-#include "jobs/local_launcher.h"
+#include "troupe/actor/errors.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/jobs/local_launcher.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
 

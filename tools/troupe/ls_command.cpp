@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "actor/event_loop.h"
-#include "resolver/open_resolver.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
 

@@ -6,9 +6,9 @@
 #include <set>
 #include <string>
 
-#include "actor/errors.h"
-#include "actor/event_loop.h"
-#include "resolver/open_resolver.h"
+#include "troupe/actor/errors.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
 
