@@ -27,6 +27,51 @@ std::shared_ptr<spdlog::logger> silentLogger() {
   return std::make_shared<spdlog::logger>("troupe", std::make_shared<spdlog::sinks::null_sink_mt>());
 }
 
+// The clock of a loop made with EventLoopOptions::manualClock: kj's TimerImpl, moved only by
+// advance(). It starts at the system clocks' current readings, so its times look like a real
+// loop's that then stood still.
+class ManualTimer final : public kj::Timer {
+public:
+  ManualTimer()
+      : impl(kj::systemPreciseMonotonicClock().now()),
+        startedAt(impl.now()),
+        calendarAtStart(kj::systemPreciseCalendarClock().now()) {}
+
+  kj::TimePoint now() const override { return impl.now(); }
+
+  kj::Promise<void> atTime(kj::TimePoint time) override {
+    // TimerImpl fires only in advanceTo(); nothing else would wake a timer already due.
+    if (time <= impl.now()) return kj::READY_NOW;
+    return impl.atTime(time);
+  }
+
+  kj::Promise<void> afterDelay(kj::Duration delay) override { return atTime(impl.now() + delay); }
+
+  void advance(kj::Duration delay) {
+    KJ_REQUIRE(delay >= 0 * kj::NANOSECONDS, "time cannot go backwards", delay);
+    impl.advanceTo(impl.now() + delay);
+  }
+
+  kj::Date calendarNow() const { return calendarAtStart + (impl.now() - startedAt); }
+
+private:
+  kj::TimerImpl impl;
+  kj::TimePoint startedAt;
+  kj::Date calendarAtStart;
+};
+
+// Calls detail::trimMessageBuffers() once per BUFFER_CACHE_TRIM_INTERVAL of `timer`, counting
+// the intervals since `last` (more than one when the loop was busy or a manual clock took a long
+// step), so the cache's idle bound holds in loop time.
+kj::Promise<void> trimMessageBuffersEvery(kj::Timer& timer, kj::TimePoint last) {
+  constexpr auto& INTERVAL = detail::BUFFER_CACHE_TRIM_INTERVAL;
+  return timer.atTime(last + INTERVAL).then([&timer, last]() {
+    int64_t intervals = kj::max(int64_t{1}, (timer.now() - last) / INTERVAL);
+    detail::trimMessageBuffers(static_cast<uint64_t>(intervals));
+    return trimMessageBuffersEvery(timer, last + intervals * INTERVAL);
+  });
+}
+
 }  // namespace
 
 struct EventLoop::Impl {
@@ -36,17 +81,20 @@ struct EventLoop::Impl {
     port = kj::heap<detail::UvEventPort>(&uv);
     kjLoop = kj::heap<kj::EventLoop>(*port);
     scope = kj::heap<kj::WaitScope>(*kjLoop);
-    lowLevel = kj::heap<detail::UvLowLevelIo>(&uv, port->timer());
+    if (options.manualClock) {
+      manual = kj::heap<ManualTimer>();
+      clock = manual.get();
+    } else {
+      clock = &port->timer();
+    }
+    lowLevel = kj::heap<detail::UvLowLevelIo>(&uv, *clock);
     provider = kj::newAsyncIoProvider(*lowLevel);
 
-    // Gives back large message buffers this thread has stopped reusing. Unreferenced: it never
-    // keeps the loop alive on its own.
-    detail::checkUv("uv_timer_init", uv_timer_init(&uv, trimTimer.get()));
-    trimTimer.markInitialised();
-    uv_unref(reinterpret_cast<uv_handle_t*>(trimTimer.get()));
-    detail::checkUv("uv_timer_start",
-                    uv_timer_start(trimTimer.get(), [](uv_timer_t*) { detail::trimMessageBuffers(); },
-                                   1000, 1000));
+    // Gives back the large message buffers this thread has stopped reusing, on this loop's
+    // clock (detail/buffer_cache.h). Cancelled first when the loop goes.
+    trim = trimMessageBuffersEvery(*clock, clock->now()).eagerlyEvaluate([this](kj::Exception&& e) {
+      log->error("the buffer cache's trim stopped: {}", e.getDescription().cStr());
+    });
   }
 
   std::shared_ptr<spdlog::logger> log;
@@ -54,9 +102,11 @@ struct EventLoop::Impl {
   kj::Own<detail::UvEventPort> port;
   kj::Own<kj::EventLoop> kjLoop;
   kj::Own<kj::WaitScope> scope;
+  kj::Own<ManualTimer> manual;  // null unless the loop keeps time by hand
+  kj::Timer* clock = nullptr;   // what timer() returns: `manual`, or the port's own timer
   kj::Own<detail::UvLowLevelIo> lowLevel;
   kj::Own<kj::AsyncIoProvider> provider;
-  detail::UvHandle<uv_timer_t> trimTimer;
+  kj::Promise<void> trim = nullptr;
 };
 
 EventLoop::EventLoop(EventLoopOptions options) {
@@ -67,13 +117,15 @@ EventLoop::EventLoop(EventLoopOptions options) {
 EventLoop::~EventLoop() noexcept(false) {
   kj::UnwindDetector unwind;
   // kj first: its objects close their libuv handles as they go.
+  impl->trim = nullptr;
   impl->scope->cancelAllDetached();
   impl->provider = nullptr;
   impl->lowLevel = nullptr;
   impl->scope = nullptr;
   impl->kjLoop = nullptr;
+  impl->clock = nullptr;
+  impl->manual = nullptr;
   impl->port = nullptr;
-  impl->trimTimer.close();
 
   // Whatever is still open now was leaked by an object that outlived the loop.
   kj::Vector<kj::String> leaked;
@@ -103,10 +155,23 @@ kj::WaitScope& EventLoop::waitScope() { return *impl->scope; }
 kj::AsyncIoProvider& EventLoop::io() { return *impl->provider; }
 kj::LowLevelAsyncIoProvider& EventLoop::lowLevelIo() { return *impl->lowLevel; }
 kj::Network& EventLoop::network() { return impl->provider->getNetwork(); }
-kj::Timer& EventLoop::timer() { return impl->port->timer(); }
+kj::Timer& EventLoop::timer() { return *impl->clock; }
 const kj::Executor& EventLoop::executor() { return impl->kjLoop->getExecutor(); }
 uv_loop_t* EventLoop::uvLoop() { return &impl->uv; }
 const std::shared_ptr<spdlog::logger>& EventLoop::logger() const { return impl->log; }
+
+kj::Date EventLoop::calendarNow() const {
+  if (impl->manual.get() != nullptr) return impl->manual->calendarNow();
+  return kj::systemPreciseCalendarClock().now();
+}
+
+void EventLoop::advanceTime(kj::Duration delay) {
+  KJ_REQUIRE(impl->manual.get() != nullptr,
+             "advanceTime() needs a loop made with EventLoopOptions::manualClock");
+  impl->manual->advance(delay);
+}
+
+bool EventLoop::hasManualClock() const { return impl->manual.get() != nullptr; }
 
 // ------------------------------------------------------------------------------------------------
 // offload

@@ -39,6 +39,14 @@ struct EventLoopOptions {
   // Default: nullptr, meaning a logger that discards everything (the library never writes to
   // spdlog's global default logger; main() chooses).
   std::shared_ptr<spdlog::logger> logger;
+
+  // Whether the loop keeps time by hand, for tests. Default: false: timer() follows the system's
+  // monotonic clock and calendarNow() its real-time clock. When true, both stand still until
+  // EventLoop::advanceTime() moves them, so a test decides when deadlines, leases, renewals,
+  // backoffs and the buffer cache's trim come due, however busy the machine is. Everything else
+  // stays real: sockets, pipes, signals, child processes, offload() and cross-thread work run
+  // as on any loop (and anything timed in another process keeps that process's own clock).
+  bool manualClock = false;
 };
 
 // Owns a uv_loop_t, the kj::EventLoop it drives and kj's async I/O on top of it. Construct one
@@ -50,6 +58,12 @@ struct EventLoopOptions {
 // The loop runs while a promise is waited on (`promise.wait(loop.waitScope())`): kj runs its
 // queue, and when the queue is empty the thread blocks in libuv until I/O, a timer, a signal, a
 // thread-pool completion or a cross-thread wake-up arrives.
+//
+// Time comes from the loop, never from a clock a component reads by itself: timer() for
+// intervals and deadlines, calendarNow() for wall-clock stamps. On a loop made with
+// `manualClock` both move only through advanceTime(); a wait() on a promise that only a timer
+// would resolve then blocks until I/O or another thread wakes the loop, so a test advances the
+// clock first and waits after.
 class EventLoop {
 public:
   explicit EventLoop(EventLoopOptions options = {});
@@ -63,11 +77,41 @@ public:
   // Pass to Promise::wait(). Only on the loop's thread, never from inside a callback.
   kj::WaitScope& waitScope();
 
-  // kj's async I/O on this loop: network (tcp and unix addresses), pipes, timer.
+  // kj's async I/O on this loop: network (tcp and unix addresses), pipes, and the same timer as
+  // timer().
   kj::AsyncIoProvider& io();
   kj::LowLevelAsyncIoProvider& lowLevelIo();
   kj::Network& network();
+
+  // The loop's monotonic clock and its timers; every component built on this loop measures its
+  // deadlines, timeouts, leases and backoffs with it. Lives as long as the loop; loop thread
+  // only. Real clock: now() reads the system's monotonic clock when called (it is not cached per
+  // turn), and a timer fires on the first loop iteration at or after its time (libuv's
+  // millisecond resolution, never early). Manual clock: now() stands still between
+  // advanceTime() calls; a timer is fired by the advanceTime() that reaches its time, and one
+  // asked for a time already reached resolves at once.
   kj::Timer& timer();
+
+  // Wall-clock ("calendar") time, kj::UNIX_EPOCH plus the time since, for stamps that must mean
+  // something outside this process (incarnations, registration times). Real clock: the system's
+  // real-time clock, nanosecond resolution, which jumps when the system time is set. Manual
+  // clock: the real time when the loop was made plus everything advanceTime() has added since,
+  // so it keeps step with timer() and two reads without an advance between them are equal.
+  // Loop thread only.
+  kj::Date calendarNow() const;
+
+  // Moves a manual clock forward by `delay` (zero or more) and fires every timer due by the new
+  // time, earliest first (timers due at the same time in the order they were set). Their
+  // continuations run the next time the loop runs (a wait() or a poll()), and all of them see
+  // the new now(): one that sets a further timer measures it from there, so one long step fires
+  // a repeating timer once, not once per period. To let a renewal or retry loop run as it would
+  // in real time, advance in steps no longer than its period and poll between them. Throws
+  // (KJ_REQUIRE) on a loop without `manualClock`, or for a negative `delay`. Loop thread only;
+  // may be called from inside a callback.
+  void advanceTime(kj::Duration delay);
+
+  // Whether this loop was made with `manualClock`.
+  bool hasManualClock() const;
 
   // Lets other threads run work on this loop (executeSync / executeAsync). The returned object
   // lives as long as the loop; it may be used from any thread.

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <chrono>
 #include <new>
 
 #include <kj/vector.h>
@@ -17,20 +16,24 @@ namespace {
 struct Block {
   capnp::word* words;
   size_t capacity;
-  std::chrono::steady_clock::time_point cachedAt{};
+  uint64_t cachedAtTrim = 0;  // the cache's trim count when it was cached
 };
+
+// Trims a buffer must stay unused through to be given back: a buffer cached between trims k and
+// k + 1 goes at trim k + IDLE_TRIMS + 1, more than IDLE_TRIMS intervals and at most one more.
+constexpr uint64_t IDLE_TRIMS = BUFFER_CACHE_IDLE_SECONDS * kj::SECONDS / BUFFER_CACHE_TRIM_INTERVAL;
 
 Block allocateBlock(size_t words) {
   auto* base = static_cast<capnp::word*>(malloc((words + 1) * sizeof(capnp::word)));
   if (base == nullptr) throw std::bad_alloc();
   memcpy(static_cast<void*>(base), &words, sizeof(words));
-  return Block{base + 1, words, {}};
+  return Block{base + 1, words, 0};
 }
 
 Block blockOf(capnp::word* words) {
   size_t capacity;
   memcpy(&capacity, static_cast<const void*>(words - 1), sizeof(capacity));
-  return Block{words, capacity, {}};
+  return Block{words, capacity, 0};
 }
 
 void freeBlock(Block b) { free(b.words - 1); }
@@ -84,15 +87,15 @@ public:
       blocks[smallest] = blocks.back();
       blocks.removeLast();
     }
-    b.cachedAt = std::chrono::steady_clock::now();
+    b.cachedAtTrim = trims;
     blocks.add(b);
     bytes += size;
   }
 
-  void trim() {
-    auto cutoff = std::chrono::steady_clock::now() - std::chrono::seconds(BUFFER_CACHE_IDLE_SECONDS);
+  void trim(uint64_t intervals) {
+    trims += intervals;
     for (size_t i = 0; i < blocks.size();) {
-      if (blocks[i].cachedAt <= cutoff) {
+      if (trims - blocks[i].cachedAtTrim > IDLE_TRIMS) {
         bytes -= blocks[i].capacity * sizeof(capnp::word);
         freeBlock(blocks[i]);
         blocks[i] = blocks.back();
@@ -124,6 +127,7 @@ public:
 private:
   kj::Vector<Block> blocks;
   size_t bytes = 0;
+  uint64_t trims = 0;  // trim intervals counted on this thread
   kj::Vector<capnp::word*> zeroed;  // SMALL_SEGMENT_WORDS each, all zero
 };
 
@@ -183,8 +187,8 @@ kj::Array<capnp::word> takeZeroedSegment() {
   return kj::Array<capnp::word>(words, SMALL_SEGMENT_WORDS, zeroedSegmentDisposer);
 }
 
-void trimMessageBuffers() {
-  if (cacheAlive) threadCache().trim();
+void trimMessageBuffers(uint64_t intervals) {
+  if (cacheAlive) threadCache().trim(intervals);
 }
 
 size_t cachedMessageBuffers() { return threadCache().count(); }

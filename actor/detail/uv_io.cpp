@@ -434,7 +434,7 @@ private:
 // ------------------------------------------------------------------------------------------------
 // UvLowLevelIo
 
-UvLowLevelIo::UvLowLevelIo(uv_loop_t* loop, UvTimer& timer) : loop(loop), timer(timer) {}
+UvLowLevelIo::UvLowLevelIo(uv_loop_t* loop, kj::Timer& timer) : loop(loop), timer(timer) {}
 
 kj::Own<kj::AsyncInputStream> UvLowLevelIo::wrapInputFd(int fd, uint flags) {
   return kj::heap<UvStream>(loop, fd, flags);

@@ -10,8 +10,6 @@
 
 namespace troupe::detail {
 
-class UvTimer;
-
 // Watches one file descriptor for readiness. Read (and write) interest stays registered while
 // events keep finding a waiter, and is dropped only when an event fires with nobody waiting, so
 // a busy stream costs no epoll_ctl per operation. Belongs to the loop thread; does not own the fd.
@@ -43,10 +41,11 @@ private:
   friend class Waiter;
 };
 
-// The kj::LowLevelAsyncIoProvider of an EventLoop. Belongs to the loop thread.
+// The kj::LowLevelAsyncIoProvider of an EventLoop. Belongs to the loop thread. getTimer() is the
+// loop's timer (borrowed: real or manual), which must outlive this.
 class UvLowLevelIo final : public kj::LowLevelAsyncIoProvider {
 public:
-  UvLowLevelIo(uv_loop_t* loop, UvTimer& timer);
+  UvLowLevelIo(uv_loop_t* loop, kj::Timer& timer);
 
   kj::Own<kj::AsyncInputStream> wrapInputFd(int fd, uint flags = 0) override;
   kj::Own<kj::AsyncOutputStream> wrapOutputFd(int fd, uint flags = 0) override;
@@ -61,7 +60,7 @@ public:
 
 private:
   uv_loop_t* loop;
-  UvTimer& timer;
+  kj::Timer& timer;
 };
 
 // A kj exception for a failed syscall: DISCONNECTED for the errors that mean the peer is gone or
