@@ -22,9 +22,8 @@ namespace troupe {
 
 namespace {
 
-uint64_t freshIncarnation() {
-  auto now = std::chrono::system_clock::now().time_since_epoch();
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+uint64_t freshIncarnation(EventLoop& loop) {
+  return static_cast<uint64_t>((loop.calendarNow() - kj::UNIX_EPOCH) / kj::NANOSECONDS);
 }
 
 bool isWildcardHost(const std::string& host) {
@@ -54,7 +53,7 @@ struct ActorServer::Impl final {
         options(kj::mv(options)),
         log(this->options.logger ? this->options.logger : loop.logger()),
         incarnation(this->options.incarnation != 0 ? this->options.incarnation
-                                                   : freshIncarnation()),
+                                                   : freshIncarnation(loop)),
         acceptor(kj::heap<detail::RpcAcceptor>(loop, newActorHost(*this),
                                                this->options.maxMessageBytes, log,
                                                "actor server")) {

@@ -95,10 +95,7 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis)
   if (ttl > options.maxTtl) ttl = options.maxTtl;
   uint64_t leaseId = nextLeaseId++;
   auto deadline = loop.timer().now() + ttl;
-  endpoint.registeredAtMillis = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  endpoint.registeredAtMillis = (loop.calendarNow() - kj::UNIX_EPOCH) / kj::MILLISECONDS;
 
   auto it = entries.find(endpoint.name);
   if (it != entries.end()) {
