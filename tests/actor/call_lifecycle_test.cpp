@@ -10,7 +10,11 @@ namespace {
 using test::Blocker;
 using test::Echo;
 
-class CallLifecycleTest : public test::ServerFixture {};
+// On a manual clock: a deadline or grace period ends when the test moves time past it.
+class CallLifecycleTest : public test::ServerFixture {
+protected:
+  CallLifecycleTest() : ServerFixture({.manualClock = true}) {}
+};
 
 TEST_F(CallLifecycleTest, CallsToOneActorRunOneAtATimeByDefault) {
   auto s = ref<Blocker>("serial");
@@ -74,8 +78,14 @@ TEST_F(CallLifecycleTest, ACancelledQueuedCallNeverStartsAndFreesItsPlace) {
 
 TEST_F(CallLifecycleTest, DeadlineExceededCancelsTheCall) {
   auto b = ref<Blocker>("blocker");
+  auto call = hold(b, "slow", {.deadline = 30 * kj::MILLISECONDS});
+  blocker.whenStarted(1).wait(ws());
+  loop.advanceTime(30 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_FALSE(call.poll(ws())) << "the call ended before its deadline";
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  ASSERT_TRUE(call.poll(ws())) << "the deadline did not end the call";
   try {
-    hold(b, "slow", {.deadline = 30 * kj::MILLISECONDS}).wait(ws());
+    call.wait(ws());
     FAIL() << "the call should time out";
   } catch (const kj::Exception& e) {
     EXPECT_EQ(errorCode(e), ErrorCode::DEADLINE_EXCEEDED) << e.getDescription().cStr();
@@ -89,6 +99,11 @@ TEST_F(CallLifecycleTest, DefaultDeadlineApplies) {
   auto b = ActorRef<Blocker>::connect(loop, address.c_str(), "blocker",
                                       {.defaultDeadline = 20 * kj::MILLISECONDS});
   auto p = hold(b, "slow");
+  blocker.whenStarted(1).wait(ws());
+  loop.advanceTime(20 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_FALSE(p.poll(ws())) << "the call ended before its deadline";
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  ASSERT_TRUE(p.poll(ws())) << "the deadline did not end the call";
   try {
     p.wait(ws());
     FAIL();
@@ -154,7 +169,14 @@ TEST_F(CallLifecycleTest, DrainClosesCallsThatOutliveTheGracePeriod) {
   auto b = ref<Blocker>("blocker");
   auto stuck = hold(b, "stuck");
   blocker.whenStarted(1).wait(ws());
-  server->drain(20 * kj::MILLISECONDS).wait(ws());
+  auto drained = server->drain(20 * kj::MILLISECONDS);
+  loop.advanceTime(20 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_FALSE(drained.poll(ws())) << "the drain ended before its grace period";
+  EXPECT_EQ(server->state(), ServerState::DRAINING);
+  EXPECT_EQ(blocker.cancelled, 0u);
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  ASSERT_TRUE(drained.poll(ws())) << "the grace period did not end the drain";
+  drained.wait(ws());
   EXPECT_EQ(server->state(), ServerState::STOPPED);
   try {
     stuck.wait(ws());

@@ -8,6 +8,7 @@
 
 #include "troupe/actor/bytes.h"
 #include "troupe/actor/detail/buffer_cache.h"
+#include "tests/support/manual_clock.h"
 #include "tests/support/server_fixture.h"
 
 namespace troupe {
@@ -45,8 +46,11 @@ protected:
   }
 };
 
+// On a manual clock: the buffer cache gives memory back only when the test moves time on.
 class LargeMessageTest : public test::ServerFixture {
 protected:
+  LargeMessageTest() : ServerFixture({.manualClock = true}) {}
+
   // An echo of `size` bytes, every byte set from `tag`.
   kj::Promise<capnp::Response<Echo::EchoResults>> echoPattern(ActorRef<Echo>& echo, size_t size,
                                                               uint8_t tag) {
@@ -210,12 +214,16 @@ TEST_F(LargeMessageTest, BuffersNoLongerReusedAreGivenBack) {
   auto r = echoPattern(echo, 16 * MiB, 7).wait(ws());
   ASSERT_EQ(firstMismatch(r.getPayload(), 7), 16 * MiB);
   r = echoPattern(echo, 64, 8).wait(ws());
-  ASSERT_GT(detail::cachedMessageBufferBytes(), 0u);
-  // The loop releases what has not been reused for BUFFER_CACHE_IDLE_SECONDS.
-  auto deadline = loop.timer().now() + (detail::BUFFER_CACHE_IDLE_SECONDS + 10) * kj::SECONDS;
-  while (detail::cachedMessageBufferBytes() > 0 && loop.timer().now() < deadline) {
-    loop.timer().afterDelay(100 * kj::MILLISECONDS).wait(ws());
-  }
+  auto cachedBytes = detail::cachedMessageBufferBytes();
+  auto cachedBuffers = detail::cachedMessageBuffers();
+  ASSERT_GT(cachedBytes, 0u);
+  // Kept while they have waited no longer than BUFFER_CACHE_IDLE_SECONDS of the loop's time...
+  constexpr auto& INTERVAL = detail::BUFFER_CACHE_TRIM_INTERVAL;
+  test::advanceInSteps(loop, detail::BUFFER_CACHE_IDLE_SECONDS * kj::SECONDS, INTERVAL);
+  EXPECT_EQ(detail::cachedMessageBufferBytes(), cachedBytes);
+  EXPECT_EQ(detail::cachedMessageBuffers(), cachedBuffers);
+  // ...and given back by the trim one interval later.
+  test::advanceInSteps(loop, INTERVAL, INTERVAL);
   EXPECT_EQ(detail::cachedMessageBufferBytes(), 0u);
   EXPECT_EQ(detail::cachedMessageBuffers(), 0u);
 }

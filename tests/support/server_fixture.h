@@ -28,7 +28,8 @@ public:
 
 class ServerFixture : public ::testing::Test {
 protected:
-  ServerFixture() {
+  // `loopOptions` for the loop server and clients share (a manual clock, say).
+  explicit ServerFixture(EventLoopOptions loopOptions = {}) : loop(kj::mv(loopOptions)) {
     JobContext job;
     job.jobId = "job-1";
     job.taskIndex = 3;

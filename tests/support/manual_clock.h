@@ -1,0 +1,23 @@
+#pragma once
+// Helpers for tests whose loop keeps time by hand (EventLoopOptions::manualClock): moving the
+// clock the way real time would, and a bound in real time on how long a test waits.
+
+#include <kj/async.h>
+#include <kj/time.h>
+
+#include "troupe/actor/event_loop.h"
+
+namespace troupe::test {
+
+// Resolves after `delay` of real time, whatever the loop's own clock says: a manual clock never
+// moves while a test waits, so this is what bounds a wait that should end but might not. A
+// libuv timer on `loop`, stopped when the promise is dropped. Loop thread only.
+kj::Promise<void> afterRealTime(EventLoop& loop, kj::Duration delay);
+
+// Moves `loop`'s manual clock forward by `total` in steps of at most `step`, running the loop
+// without blocking after each one, so that what a timer sets off (a renewal's round trip over
+// loopback, a retry, a trim) happens before the next step, as it would in real time. Throws if
+// the loop has no manual clock. Loop thread only, not from inside a callback.
+void advanceInSteps(EventLoop& loop, kj::Duration total, kj::Duration step);
+
+}  // namespace troupe::test
