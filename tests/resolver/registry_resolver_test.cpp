@@ -2,7 +2,6 @@
 // registration, renewal, watches and their reconciliation, refusals, a registry that is down
 // at start or restarts.
 
-#include <chrono>
 #include "troupe/resolver/registry_resolver.h"
 
 #include <map>
@@ -72,11 +71,13 @@ struct View {
   int synced = 0;
 };
 
+// Registry and clients share one loop on a manual clock: leases, renewals and backoffs run when
+// the test moves time on.
 class RegistryResolverTest : public ::testing::Test {
 protected:
   RegistryResolverTest()
       : sink(std::make_shared<test::LineSink>()),
-        loop(EventLoopOptions{.logger = test::loggerFor(sink)}),
+        loop(EventLoopOptions{.logger = test::loggerFor(sink), .manualClock = true}),
         server(kj::heap<RegistryServer>(loop)),
         address(server->listen("tcp://127.0.0.1:0")),
         resolver(kj::heap<RegistryResolver>(loop, registryUrl(address).c_str())) {}
@@ -106,14 +107,10 @@ TEST_F(RegistryResolverTest, ARegisteredEndpointCanBeResolvedAndWatched) {
   auto e = endpoint("job-1/ps-0", "127.0.0.1:4000", 3);
   e.metadata["rank"] = "0";
   e.registeredAtMillis = 1;  // the registry's clock decides, not the registrant
-  auto unixMillis = []() {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count());
-  };
-  auto before = unixMillis();
+  // An hour on, so that only the loop's calendar clock can give the time it stamps.
+  loop.advanceTime(1 * kj::HOURS);
+  auto now = static_cast<uint64_t>((loop.calendarNow() - kj::UNIX_EPOCH) / kj::MILLISECONDS);
   auto registration = registered(e);
-  auto after = unixMillis();
   auto found = await(loop, resolver->resolve("job-1/"));
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].name, "job-1/ps-0");
@@ -123,8 +120,7 @@ TEST_F(RegistryResolverTest, ARegisteredEndpointCanBeResolvedAndWatched) {
   EXPECT_EQ(found[0].taskIndex, 0u);
   EXPECT_EQ(found[0].incarnation, 3u);
   EXPECT_EQ(found[0].metadata.at("rank"), "0");
-  EXPECT_GE(found[0].registeredAtMillis, before);
-  EXPECT_LE(found[0].registeredAtMillis, after);
+  EXPECT_EQ(found[0].registeredAtMillis, now);
   EXPECT_EQ(await(loop, resolver->resolve("job-2/")).size(), 0u);
 
   auto watch = resolver->watch("job-1/");
@@ -220,7 +216,6 @@ TEST_F(RegistryResolverTest, RefusalsRejectWhenRegistered) {
 }
 
 TEST_F(RegistryResolverTest, RenewalsKeepAShortLeaseAlivePastItsTtl) {
-  // Renewals every 100 ms leave a wide margin (900 ms) for a loaded machine.
   RegistryResolver shortLease(
       loop, registryUrl(address).c_str(),
       {.ttl = 1000 * kj::MILLISECONDS, .renewInterval = 100 * kj::MILLISECONDS});
@@ -235,7 +230,10 @@ TEST_F(RegistryResolverTest, RenewalsKeepAShortLeaseAlivePastItsTtl) {
   EXPECT_EQ(next(loop, *watch), "ADDED job/clock-0 ready");
   EXPECT_EQ(next(loop, *watch), "ADDED job/kept-0 ready");
   EXPECT_EQ(next(loop, *watch), "SYNCED");
-  EXPECT_EQ(next(loop, *watch), "REMOVED job/clock-0 ready");  // and not kept-0
+  // Two of kept-0's TTLs go by, a renewal interval at a time.
+  test::advanceInSteps(loop, 2000 * kj::MILLISECONDS, 100 * kj::MILLISECONDS);
+  EXPECT_EQ(test::pending(loop, *watch), "REMOVED job/clock-0 ready");
+  EXPECT_EQ(test::pending(loop, *watch), "(none)");  // and not kept-0
   EXPECT_EQ(server->endpointCount(), 1u);
 }
 
@@ -248,7 +246,13 @@ TEST_F(RegistryResolverTest, ARegistryThatIsDownAtStartIsWaitedFor) {
 
   RegistryServer second(loop);
   second.listen(("unix:" + path).c_str());
-  await(loop, registration->whenRegistered());
+  // It asks again when its backoff is over (the first is at most reconnectBackoffInitial), and
+  // not before.
+  auto registeredNow = registration->whenRegistered();
+  EXPECT_FALSE(registeredNow.poll(loop.waitScope()));
+  test::advanceInSteps(loop, 20 * kj::MILLISECONDS, 1 * kj::MILLISECONDS);
+  ASSERT_TRUE(registeredNow.poll(loop.waitScope())) << "no retry within the backoff";
+  await(loop, kj::mv(registeredNow));
   EXPECT_EQ(second.endpointCount(), 1u);
   registration = nullptr;
 }

@@ -26,9 +26,12 @@ using test::RecordingWatcher;
 
 using RegisterResponse = capnp::Response<schema::Registry::RegisterResults>;
 
+// On a manual clock: leases expire when the test moves time past their TTL.
 class RegistryServerTest : public ::testing::Test {
 protected:
-  RegistryServerTest() : server(kj::heap<RegistryServer>(loop, options())) {}
+  RegistryServerTest()
+      : loop(EventLoopOptions{.manualClock = true}),
+        server(kj::heap<RegistryServer>(loop, options())) {}
   ~RegistryServerTest() noexcept override {}
 
   virtual RegistryServerOptions options() { return {}; }
@@ -216,13 +219,37 @@ TEST_F(RegistryServerTest, ALeaseThatIsNeverRenewedExpiresAfterItsTtl) {
   auto handle = watch("", state);
   nextRecorded(loop, state);
   EXPECT_EQ(nextRecorded(loop, state), "SYNCED");
-  // Nothing renews it: the registry removes it once the TTL has passed.
+  // Nothing renews it: the registry removes it once the TTL has passed, and not before.
+  loop.advanceTime(150 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_FALSE(settle([&]() { return !state.events.empty(); })) << state.events.front();
+  EXPECT_EQ(server->endpointCount(), 1u);
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  ASSERT_TRUE(settle([&]() { return !state.events.empty(); })) << "the lease did not expire";
   EXPECT_EQ(nextRecorded(loop, state), "REMOVED job-1/ps-0 ready");
   EXPECT_EQ(server->endpointCount(), 0u);
   // The holder learns on its next call.
   auto e = awaitError(loop, lease.renewRequest().send());
   EXPECT_EQ(e.code, ErrorCode::LEASE_LOST) << e.text;
   e = awaitError(loop, setState(lease, EndpointState::DRAINING));
+  EXPECT_EQ(e.code, ErrorCode::LEASE_LOST) << e.text;
+}
+
+TEST_F(RegistryServerTest, ARenewedLeaseLivesOneTtlFromItsLastRenewal) {
+  auto lease = add(endpoint("job-1/ps-0"), 1000);
+  auto& state = newState();
+  auto handle = watch("", state);
+  nextRecorded(loop, state);
+  EXPECT_EQ(nextRecorded(loop, state), "SYNCED");
+  loop.advanceTime(900 * kj::MILLISECONDS);
+  EXPECT_EQ(renew(lease), 1000u);
+  // Past the first TTL, short of a TTL since the renewal.
+  loop.advanceTime(1000 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_FALSE(settle([&]() { return !state.events.empty(); })) << state.events.front();
+  EXPECT_EQ(server->endpointCount(), 1u);
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  ASSERT_TRUE(settle([&]() { return !state.events.empty(); })) << "the lease did not expire";
+  EXPECT_EQ(nextRecorded(loop, state), "REMOVED job-1/ps-0 ready");
+  auto e = awaitError(loop, lease.renewRequest().send());
   EXPECT_EQ(e.code, ErrorCode::LEASE_LOST) << e.text;
 }
 

@@ -24,17 +24,19 @@
 #include "troupe/resolver/resolver.h"
 #include "troupe/schemas/registry.capnp.h"
 #include "tests/support/child_process.h"
+#include "tests/support/manual_clock.h"
 
 namespace troupe::test {
 
 // How long a test waits for something that should happen; reaching it fails the test rather
-// than hanging it. Generous: only a broken build ever waits this long.
+// than hanging it. Generous: only a broken build ever waits this long. Real time, also on a
+// loop with a manual clock.
 constexpr kj::Duration PATIENCE = 20 * kj::SECONDS;
 
-// `promise`'s result, failing with "timed out" after `limit`.
+// `promise`'s result, failing with "timed out" after `limit` of real time.
 template <typename T>
 T await(EventLoop& loop, kj::Promise<T>&& promise, kj::Duration limit = PATIENCE) {
-  auto expired = loop.timer().afterDelay(limit).then([]() -> kj::Promise<T> {
+  auto expired = afterRealTime(loop, limit).then([]() -> kj::Promise<T> {
     return KJ_EXCEPTION(FAILED, "test timed out waiting for a promise");
   });
   return promise.exclusiveJoin(kj::mv(expired)).wait(loop.waitScope());
