@@ -43,6 +43,7 @@ struct Replica {
 
 class ActorPoolTest : public ::testing::Test {
 protected:
+  explicit ActorPoolTest(EventLoopOptions loopOptions = {}) : loop(kj::mv(loopOptions)) {}
   ~ActorPoolTest() noexcept override {}
 
   void startReplicas(uint32_t n) {
@@ -59,6 +60,23 @@ protected:
   EventLoop loop;
   FixedResolver resolver;
   kj::Vector<kj::Own<Replica>> replicas;
+};
+
+// The same on a manual clock, for what a deadline or timeout ends: it ends when the test moves
+// time past it.
+class ActorPoolClockTest : public ActorPoolTest {
+protected:
+  ActorPoolClockTest() : ActorPoolTest({.manualClock = true}) {}
+
+  // Moves the clock to a nanosecond short of `duration`, checks that `promise` is still pending,
+  // then to `duration` and checks that it has settled.
+  template <typename T>
+  void expireAt(kj::Duration duration, kj::Promise<T>& promise) {
+    loop.advanceTime(duration - 1 * kj::NANOSECONDS);
+    EXPECT_FALSE(promise.poll(ws())) << "settled before its time";
+    loop.advanceTime(1 * kj::NANOSECONDS);
+    ASSERT_TRUE(promise.poll(ws())) << "still pending at its time";
+  }
 };
 
 TEST_F(ActorPoolTest, RoundRobinVisitsMembersInNameOrder) {
@@ -122,7 +140,7 @@ TEST_F(ActorPoolTest, BroadcastReportsAnUnreachableMemberBesideTheOthers) {
   EXPECT_EQ(e.getType(), kj::Exception::Type::DISCONNECTED) << e.getDescription().cStr();
 }
 
-TEST_F(ActorPoolTest, WaitAllReturnsAtTheDeadlineWithTheSlowMemberMarked) {
+TEST_F(ActorPoolClockTest, WaitAllReturnsAtTheDeadlineWithTheSlowMemberMarked) {
   startReplicas(3);
   ActorGroup<Blocker> group(loop, resolver, "job-1", "blocker");
   group.waitReady(3, 10 * kj::SECONDS).wait(ws());
@@ -132,13 +150,15 @@ TEST_F(ActorPoolTest, WaitAllReturnsAtTheDeadlineWithTheSlowMemberMarked) {
       [](kj::Exception&&) {});
   replicas[2]->blocker.whenStarted(1).then([&]() { replicas[2]->blocker.release("t"); }).detach(
       [](kj::Exception&&) {});
-  auto results = pool.broadcast([](Blocker::Client c) {
-                       auto q = c.holdRequest();
-                       q.setTag("t");
-                       return q.send();
-                     })
-                     .waitAll(100 * kj::MILLISECONDS)
-                     .wait(ws());
+  auto all = pool.broadcast([](Blocker::Client c) {
+                   auto q = c.holdRequest();
+                   q.setTag("t");
+                   return q.send();
+                 })
+                 .waitAll(100 * kj::MILLISECONDS);
+  replicas[1]->blocker.whenStarted(1).wait(ws());
+  ASSERT_NO_FATAL_FAILURE(expireAt(100 * kj::MILLISECONDS, all));
+  auto results = all.wait(ws());
   ASSERT_EQ(results.size(), 3u);
   EXPECT_TRUE(results[0].ok());
   EXPECT_TRUE(results[2].ok());
@@ -230,11 +250,13 @@ TEST_F(ActorPoolTest, WaitReadyFailsAtOnceWhenTheJobEnds) {
   }
 }
 
-TEST_F(ActorPoolTest, WaitReadyTimesOutSayingWhoIsReady) {
+TEST_F(ActorPoolClockTest, WaitReadyTimesOutSayingWhoIsReady) {
   startReplicas(2);
   ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  auto waiting = group.waitReady(3, 50 * kj::MILLISECONDS);
+  ASSERT_NO_FATAL_FAILURE(expireAt(50 * kj::MILLISECONDS, waiting));
   try {
-    group.waitReady(3, 50 * kj::MILLISECONDS).wait(ws());
+    waiting.wait(ws());
     FAIL();
   } catch (const kj::Exception& e) {
     EXPECT_EQ(errorCode(e), ErrorCode::DEADLINE_EXCEEDED) << e.getDescription().cStr();
@@ -343,7 +365,7 @@ TEST_F(ActorPoolTest, ACallWaitsForAMemberToAppear) {
   EXPECT_EQ(pending.wait(ws()), "job-1/member-0");
 }
 
-TEST_F(ActorPoolTest, NoMemberUntilTheDeadlineIsNoEndpoints) {
+TEST_F(ActorPoolClockTest, NoMemberUntilTheDeadlineIsNoEndpoints) {
   ActorGroup<Member> group(loop, resolver, "job-1", "member");
   ActorPool<Member> pool(group, {.maxAttempts = 2});
   // Unrelated activity in the group does not use up the call's attempts: it waits for a READY
@@ -357,6 +379,7 @@ TEST_F(ActorPoolTest, NoMemberUntilTheDeadlineIsNoEndpoints) {
     resolver.add(starting);
     resolver.remove(starting.name);
   }
+  ASSERT_NO_FATAL_FAILURE(expireAt(50 * kj::MILLISECONDS, pending));
   try {
     pending.wait(ws());
     FAIL();
@@ -406,20 +429,22 @@ TEST_F(ActorPoolTest, AnActorPassingOnATroupeErrorIsNotRetried) {
   }
 }
 
-TEST_F(ActorPoolTest, ThePoolsDeadlineBoundsTheCall) {
+TEST_F(ActorPoolClockTest, ThePoolsDeadlineBoundsTheCall) {
   startReplicas(1);
   ActorGroup<Blocker> group(loop, resolver, "job-1", "blocker");
   group.waitReady(1, 10 * kj::SECONDS).wait(ws());
   ActorPool<Blocker> pool(group);
+  auto call = pool.call(
+      [](Blocker::Client c) {
+        auto q = c.holdRequest();
+        q.setTag("slow");
+        return q.send();
+      },
+      {.deadline = 30 * kj::MILLISECONDS});
+  replicas[0]->blocker.whenStarted(1).wait(ws());
+  ASSERT_NO_FATAL_FAILURE(expireAt(30 * kj::MILLISECONDS, call));
   try {
-    pool.call(
-            [](Blocker::Client c) {
-              auto q = c.holdRequest();
-              q.setTag("slow");
-              return q.send();
-            },
-            {.deadline = 30 * kj::MILLISECONDS})
-        .wait(ws());
+    call.wait(ws());
     FAIL();
   } catch (const kj::Exception& e) {
     EXPECT_EQ(errorCode(e), ErrorCode::DEADLINE_EXCEEDED) << e.getDescription().cStr();
