@@ -13,7 +13,9 @@ namespace troupe::test {
 
 class LauncherTest : public ::testing::Test {
 protected:
-  LauncherTest() : sink(std::make_shared<LineSink>()) {}
+  // `loopOptions` for the test's loop (a manual clock, say).
+  explicit LauncherTest(EventLoopOptions loopOptions = {})
+      : loop(kj::mv(loopOptions)), sink(std::make_shared<LineSink>()) {}
   ~LauncherTest() noexcept override {}
 
   LocalLauncherOptions options() {

@@ -25,6 +25,13 @@ using test::thrownBy;
 
 using LocalLauncherTest = test::LauncherTest;
 
+// On a manual clock, for a timeout or grace period timed in this process: it ends when the test
+// moves time past it. The replicas are real processes all the same.
+class LocalLauncherClockTest : public test::LauncherTest {
+protected:
+  LocalLauncherClockTest() : LauncherTest({.manualClock = true}) {}
+};
+
 bool contains(const std::vector<std::string>& lines, const std::string& line) {
   return std::find(lines.begin(), lines.end(), line) != lines.end();
 }
@@ -226,7 +233,7 @@ TEST_F(LocalLauncherTest, BackfillLetsALaterJobThatFitsGoFirst) {
   EXPECT_EQ(finalPhase(big), JobPhase::SUCCEEDED);
 }
 
-TEST_F(LocalLauncherTest, TerminateLeavesNoProcessEvenOneIgnoringSigterm) {
+TEST_F(LocalLauncherClockTest, TerminateLeavesNoProcessEvenOneIgnoringSigterm) {
   auto o = options();
   o.terminateGrace = 200 * kj::MILLISECONDS;
   auto& launcher = start(kj::mv(o));
@@ -246,7 +253,13 @@ TEST_F(LocalLauncherTest, TerminateLeavesNoProcessEvenOneIgnoringSigterm) {
   }
   for (auto pid : pids) ASSERT_FALSE(gone(pid)) << pid;
 
-  await(loop, job.terminate());
+  // SIGTERM now, which they ignore; SIGKILL once the grace period is over.
+  auto terminated = job.terminate();
+  loop.advanceTime(200 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_FALSE(terminated.poll(loop.waitScope())) << "ended before the grace period";
+  EXPECT_NE(job.status(), JobPhase::STOPPED);
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  await(loop, kj::mv(terminated));
   EXPECT_EQ(job.status(), JobPhase::STOPPED);
   EXPECT_EQ(job.reason(), "terminated");
   for (auto pid : pids) EXPECT_TRUE(test::waitGone(pid)) << pid;
@@ -257,10 +270,15 @@ TEST_F(LocalLauncherTest, TerminateLeavesNoProcessEvenOneIgnoringSigterm) {
   EXPECT_EQ(job.status(), JobPhase::STOPPED);
 }
 
-TEST_F(LocalLauncherTest, WaitTimesOutWhileTheJobGoesOn) {
+TEST_F(LocalLauncherClockTest, WaitTimesOutWhileTheJobGoesOn) {
   auto& launcher = start();
   auto job = launcher.submit(request("long", replica({"wait"})));
-  auto failure = awaitError(loop, job.wait(50 * kj::MILLISECONDS));
+  auto waited = job.wait(50 * kj::MILLISECONDS);
+  loop.advanceTime(50 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_FALSE(waited.poll(loop.waitScope())) << "gave up before its timeout";
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  ASSERT_TRUE(waited.poll(loop.waitScope())) << "still waiting at its timeout";
+  auto failure = awaitError(loop, kj::mv(waited));
   EXPECT_EQ(failure.code, ErrorCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(failure.mentions("'long' is still running")) << failure.text;
   EXPECT_EQ(job.status(), JobPhase::RUNNING);
