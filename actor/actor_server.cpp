@@ -143,16 +143,6 @@ struct ActorServer::Impl final {
 
   // --- serving
 
-  // Resolves once every connection has written what it queued, or at `limit`.
-  kj::Promise<void> flush(kj::TimePoint limit) {
-    if (acceptor->anyQueued() && loop.timer().now() < limit) {
-      return loop.timer().afterDelay(1 * kj::MILLISECONDS).then([this, limit]() {
-        return flush(limit);
-      });
-    }
-    return kj::READY_NOW;
-  }
-
   void startDrain(kj::Duration grace) {
     if (drainDone != nullptr) return;
     drainStartedFulfiller->fulfill();
@@ -179,7 +169,10 @@ struct ActorServer::Impl final {
                       // Let the RPC system turn the last results into replies.
                       return kj::evalLast([]() {});
                     })
-                    .then([this, deadline]() { return flush(deadline + FLUSH_ALLOWANCE); })
+                    .then([this, deadline]() {
+                      return acceptor->whenWritten().exclusiveJoin(
+                          loop.timer().atTime(deadline + FLUSH_ALLOWANCE));
+                    })
                     .then([this]() { stop(); })
                     .eagerlyEvaluate([this](kj::Exception&& e) {
                       log->error("drain failed: {}", e.getDescription().cStr());

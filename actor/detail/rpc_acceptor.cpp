@@ -22,8 +22,14 @@ public:
   }
   ~Connection() noexcept(false) { acceptor.connections.erase(this); }
 
+  // rpc.whenWritten(), settled when the connection goes.
+  kj::Promise<void> whenWritten() {
+    return writes.wrap(rpc.whenWritten()).catch_([](kj::Exception&&) {});
+  }
+
   RpcAcceptor& acceptor;
   RpcConnection rpc;
+  kj::Canceler writes;  // declared after rpc: waits on its writes end before it goes
 };
 
 RpcAcceptor::RpcAcceptor(EventLoop& loop, capnp::Capability::Client bootstrap,
@@ -55,11 +61,10 @@ Address RpcAcceptor::listen(kj::StringPtr text) {
   return bound;
 }
 
-bool RpcAcceptor::anyQueued() const {
-  for (auto* c : connections) {
-    if (c->rpc.queuedMessages() > 0) return true;
-  }
-  return false;
+kj::Promise<void> RpcAcceptor::whenWritten() {
+  auto writes = kj::heapArrayBuilder<kj::Promise<void>>(connections.size());
+  for (auto* c : connections) writes.add(c->whenWritten());
+  return kj::joinPromises(writes.finish());
 }
 
 void RpcAcceptor::closeListeners() {

@@ -39,8 +39,9 @@ public:
 
   size_t connectionCount() const { return connections.size(); }
 
-  // Whether any connection still has messages queued for writing.
-  bool anyQueued() const;
+  // Resolves once every connection has written what it queued so far (a connection that closes
+  // meanwhile counts as done).
+  kj::Promise<void> whenWritten();
 
   // Stops accepting: closes the listeners and removes their socket files.
   void closeListeners();
