@@ -15,7 +15,7 @@
 #include "troupe/actor/address.h"
 #include "troupe/actor/detail/actor_gate.h"
 #include "troupe/actor/detail/schema_nodes.h"
-#include "troupe/actor/detail/rpc_acceptor.h"
+#include "troupe/actor/rpc_acceptor.h"
 #include "troupe/actor/errors.h"
 
 namespace troupe {
@@ -55,7 +55,7 @@ struct ActorServer::Impl final {
         log(this->options.logger ? this->options.logger : loop.logger()),
         incarnation(this->options.incarnation != 0 ? this->options.incarnation
                                                    : freshIncarnation()),
-        acceptor(kj::heap<detail::RpcAcceptor>(loop, newActorHost(*this),
+        acceptor(kj::heap<RpcAcceptor>(loop, newActorHost(*this),
                                                this->options.maxMessageBytes, log,
                                                "actor server")) {
     auto paf = kj::newPromiseAndFulfiller<void>();
@@ -210,7 +210,7 @@ struct ActorServer::Impl final {
   kj::Vector<kj::Own<detail::HostedActor>> actors;
   std::vector<EndpointListener*> endpointListeners;
 
-  kj::Own<detail::RpcAcceptor> acceptor;
+  kj::Own<RpcAcceptor> acceptor;
   kj::ForkedPromise<void> drainStarted = nullptr;
   kj::Maybe<kj::Promise<void>> signals;  // while serve() runs
   kj::Own<kj::PromiseFulfiller<void>> drainStartedFulfiller;

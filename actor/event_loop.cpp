@@ -33,7 +33,7 @@ struct EventLoop::Impl {
   explicit Impl(EventLoopOptions&& options)
       : log(options.logger ? kj::mv(options.logger) : silentLogger()),
         random(options.randomSeed.orDefault(std::random_device()())) {
-    detail::checkUv("uv_loop_init", uv_loop_init(&uv));
+    checkUv("uv_loop_init", uv_loop_init(&uv));
     port = kj::heap<detail::UvEventPort>(&uv);
     kjLoop = kj::heap<kj::EventLoop>(*port);
     scope = kj::heap<kj::WaitScope>(*kjLoop);
@@ -42,10 +42,10 @@ struct EventLoop::Impl {
 
     // Gives back large message buffers this thread has stopped reusing. Unreferenced: it never
     // keeps the loop alive on its own.
-    detail::checkUv("uv_timer_init", uv_timer_init(&uv, trimTimer.get()));
+    checkUv("uv_timer_init", uv_timer_init(&uv, trimTimer.get()));
     trimTimer.markInitialised();
     uv_unref(reinterpret_cast<uv_handle_t*>(trimTimer.get()));
-    detail::checkUv("uv_timer_start",
+    checkUv("uv_timer_start",
                     uv_timer_start(trimTimer.get(), [](uv_timer_t*) { detail::trimMessageBuffers(); },
                                    1000, 1000));
   }
@@ -58,7 +58,7 @@ struct EventLoop::Impl {
   kj::Own<kj::WaitScope> scope;
   kj::Own<detail::UvLowLevelIo> lowLevel;
   kj::Own<kj::AsyncIoProvider> provider;
-  detail::UvHandle<uv_timer_t> trimTimer;
+  UvHandle<uv_timer_t> trimTimer;
 };
 
 EventLoop::EventLoop(EventLoopOptions options) {
@@ -183,11 +183,11 @@ public:
                 std::initializer_list<int> signals)
       : fulfiller(fulfiller) {
     for (int signum : signals) {
-      detail::UvHandle<uv_signal_t> handle;
-      detail::checkUv("uv_signal_init", uv_signal_init(loop, handle.get()));
+      UvHandle<uv_signal_t> handle;
+      checkUv("uv_signal_init", uv_signal_init(loop, handle.get()));
       handle.markInitialised();
       handle->data = this;
-      detail::checkUv("uv_signal_start",
+      checkUv("uv_signal_start",
                       uv_signal_start(
                           handle.get(),
                           [](uv_signal_t* h, int signum) {
@@ -206,7 +206,7 @@ private:
   }
 
   kj::PromiseFulfiller<int>& fulfiller;
-  kj::Vector<detail::UvHandle<uv_signal_t>> handles;
+  kj::Vector<UvHandle<uv_signal_t>> handles;
 };
 
 }  // namespace

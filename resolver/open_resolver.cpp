@@ -1,7 +1,7 @@
 #include "troupe/resolver/open_resolver.h"
 
 #include "troupe/actor/errors.h"
-#include "troupe/resolver/detail/registry_wire.h"
+#include "troupe/resolver/registry_wire.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/registry_resolver.h"
 

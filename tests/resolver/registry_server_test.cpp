@@ -90,7 +90,7 @@ protected:
 
   kj::Promise<void> setJobStatus(JobStatus status) {
     auto request = registry().setJobStatusRequest();
-    detail::writeJobStatus(status, request.initStatus());
+    toCapnp(status, request.initStatus());
     return request.send().then([](auto&&) {});
   }
 
@@ -99,7 +99,7 @@ protected:
     request.setJobId(jobId);
     auto response =
         await<capnp::Response<schema::Registry::JobStatusResults>>(loop, request.send());
-    return detail::readJobStatus(response.getStatus());
+    return fromCapnp(response.getStatus());
   }
 
   // Runs the loop until `done()` holds; false if it never does within a few thousand turns

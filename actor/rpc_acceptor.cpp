@@ -1,14 +1,14 @@
-#include "troupe/actor/detail/rpc_acceptor.h"
+#include "troupe/actor/rpc_acceptor.h"
 
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/detail/listen_socket.h"
 #include "troupe/actor/detail/rpc_connection.h"
 
-namespace troupe::detail {
+namespace troupe {
 
 struct RpcAcceptor::Listener {
-  ListenSocket socket;
+  detail::ListenSocket socket;
   std::string text;
 };
 
@@ -28,7 +28,7 @@ public:
   }
 
   RpcAcceptor& acceptor;
-  RpcConnection rpc;
+  detail::RpcConnection rpc;
   kj::Canceler writes;  // declared after rpc: waits on its writes end before it goes
 };
 
@@ -51,7 +51,7 @@ RpcAcceptor::~RpcAcceptor() noexcept(false) {
 Address RpcAcceptor::listen(kj::StringPtr text) {
   auto address = Address::parse(text);
   auto l = kj::heap<Listener>();
-  l->socket = openListenSocket(loop.lowLevelIo(), address);
+  l->socket = detail::openListenSocket(loop.lowLevelIo(), address);
   l->text = l->socket.bound.toString();
   auto bound = l->socket.bound;
   auto& ref = *l;
@@ -71,7 +71,7 @@ void RpcAcceptor::closeListeners() {
   acceptTasks = kj::heap<kj::TaskSet>(*this);
   for (auto& l : listeners) {
     l->socket.receiver = nullptr;
-    if (l->socket.ownsPath) removeSocketFile(l->socket.bound);
+    if (l->socket.ownsPath) detail::removeSocketFile(l->socket.bound);
   }
   listeners.clear();
   bound_.clear();
@@ -102,4 +102,4 @@ kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
       });
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe
