@@ -61,7 +61,7 @@ void RegistryLink::taskFailed(kj::Exception&& exception) {
 }
 
 schema::Registry::Client RegistryLink::registry() {
-  return channel->host().castAs<schema::Registry>();
+  return channel->bootstrap<schema::Registry>();
 }
 
 void RegistryLink::connectionBroken(uint64_t brokenEpoch) {
