@@ -100,6 +100,20 @@ expect_status 1 "$troupe" call nojob/ calc.add '{}'
 expect_status 2 "$troupe" call calc/ calc-without-method
 expect_status 2 "$troupe" ls --bogus
 expect_status 2 "$troupe" bogus
+grep -q "^troupe: bogus: unknown command$" <<< "$output" || fail "$output"
+expect_status 2 "$troupe"
+expect_status 2 "$troupe" wait calc/ --count x
+grep -q "^troupe wait: --count needs a whole number of at least 1, not 'x'$" <<< "$output" ||
+  fail "$output"
+grep -q "^Usage: troupe wait " <<< "$output" || fail "no usage after a usage error: $output"
+expect_status 2 "$troupe" call calc/ calc.add --timeout=soon
+grep -q "^troupe call: --timeout needs a positive number, not 'soon'$" <<< "$output" || fail "$output"
+help=$("$troupe" --help 2>/dev/null) || fail "troupe --help failed"
+grep -q "^  call " <<< "$help" || fail "troupe --help printed: $help"
+help=$("$troupe" call --help 2>/dev/null) || fail "troupe call --help failed"
+grep -q "^Usage: troupe call .*TARGET ACTOR.METHOD \[JSON\]$" <<< "$help" || fail "$help"
+version=$("$troupe" --version 2>/dev/null) || fail "troupe --version failed"
+grep -q "^troupe [0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*$" <<< "$version" || fail "--version: $version"
 expect_status 2 env -u TROUPE_RESOLVER "$troupe" ls
 grep -q "no resolver" <<< "$output" || fail "$output"
 expect_status 0 "$troupe" launch --help

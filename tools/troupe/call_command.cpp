@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <capnp/schema-loader.h>
+#include <kj/debug.h>
 
 #include "troupe/actor/channel.h"
 #include "troupe/actor/errors.h"
@@ -21,16 +22,6 @@
 namespace troupe::cli {
 
 namespace {
-
-constexpr const char* USAGE =
-    "usage: troupe call TARGET ACTOR.METHOD [JSON] [--all] [--timeout SECONDS] [--resolver URL]\n"
-    "Calls METHOD of the actor named ACTOR with the parameters in JSON (an object; default {})\n"
-    "and prints the results as JSON. The server sends the actor's schema: no generated code is\n"
-    "needed. TARGET is an address (tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0),\n"
-    "or a prefix of endpoint names: then one READY member is called, or with --all every member,\n"
-    "printing \"<endpoint> <json>\" per member (exit 1 if any failed).\n"
-    "  --timeout SECONDS   deadline of each call (default 30)\n"
-    "  --resolver URL      for endpoint names (default: $TROUPE_RESOLVER)\n";
 
 struct Target {
   std::string name;  // the endpoint's name, or the address when given one
@@ -62,37 +53,47 @@ kj::Promise<std::string> callOne(EventLoop& loop, const Target& target, std::str
       .attach(kj::mv(channel), kj::mv(loader));
 }
 
-}  // namespace
+class CallCommand final : public Command {
+public:
+  kj::MainFunc parser(kj::ProcessContext& context) override {
+    return kj::MainBuilder(
+               context, VERSION_TEXT,
+               "Calls METHOD of the actor named ACTOR with the parameters in JSON (an object; "
+               "default {}) and prints the results as JSON; Data travels as base64 strings. The "
+               "server sends the actor's schema: no generated code is needed. TARGET is an "
+               "address (tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or a prefix "
+               "of endpoint names: then one READY member is called, or with --all every member, "
+               "printing \"<endpoint> <json>\" per member (exit 1 if any failed).")
+        .addOption({"all"}, [this]() { all = true; return true; },
+                   "Call every READY member under TARGET.")
+        .addOptionWithArg({"timeout"}, [this](kj::StringPtr text) {
+              deadline = parseSeconds("--timeout", text);
+              return true;
+            }, "SECONDS", "The deadline of each call (default 30).")
+        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
+              resolver = url.cStr();
+              return true;
+            }, "URL", "For endpoint names (default: $TROUPE_RESOLVER).")
+        .expectArg("TARGET", [this](kj::StringPtr text) {
+              target = text.cStr();
+              return true;
+            })
+        .expectArg("ACTOR.METHOD", KJ_BIND_METHOD(*this, setActorMethod))
+        .expectOptionalArg("JSON", [this](kj::StringPtr text) {
+              json = text.cStr();
+              return true;
+            })
+        .build();
+  }
 
-int callCommand(int argc, char** argv) {
-  return runCommand("call", USAGE, [&]() {
-    Args args(argc, argv, {"--all"}, {"--timeout", "--resolver"});
-    if (args.has("--help")) {
-      fputs(USAGE, stdout);
-      return 0;
-    }
-    if (args.positional.size() < 2 || args.positional.size() > 3) {
-      throw UsageError{"TARGET and ACTOR.METHOD are needed, then optionally JSON"};
-    }
-    auto target = args.positional[0];
-    auto actorMethod = args.positional[1];
-    auto dot = actorMethod.rfind('.');
-    if (dot == std::string::npos || dot == 0 || dot + 1 == actorMethod.size()) {
-      throw UsageError{"'" + actorMethod + "' is not ACTOR.METHOD"};
-    }
-    std::string actor = actorMethod.substr(0, dot);
-    std::string method = actorMethod.substr(dot + 1);
-    std::string json = args.positional.size() == 3 ? args.positional[2] : "{}";
-    double seconds = args.decimal("--timeout", 30);
-    auto deadline = static_cast<int64_t>(seconds * 1000) * kj::MILLISECONDS;
-
+  int run() override {
     EventLoop loop;
     std::vector<Target> targets;
     if (isAddress(target)) {
       targets.push_back({target, target});
     } else {
-      auto resolver = openResolver(loop, resolverUrl(args).c_str());
-      auto found = endpointsNamed(*resolver, target.c_str()).wait(loop.waitScope());
+      auto opened = openResolver(loop, resolverUrl(resolver).c_str());
+      auto found = endpointsNamed(*opened, target.c_str()).wait(loop.waitScope());
       for (auto& e : found) {
         if (e.state == EndpointState::READY) targets.push_back({e.name, e.address});
       }
@@ -103,7 +104,7 @@ int callCommand(int argc, char** argv) {
       }
     }
 
-    if (!args.has("--all")) {
+    if (!all) {
       // Any one member: a different one each time, as a pool would spread calls.
       std::random_device seed;
       auto& chosen = targets[std::uniform_int_distribution<size_t>(0, targets.size() - 1)(seed)];
@@ -126,7 +127,31 @@ int callCommand(int argc, char** argv) {
       if (results[i].rfind("error: ", 0) == 0) status = 1;
     }
     return status;
-  });
-}
+  }
+
+private:
+  kj::MainBuilder::Validity setActorMethod(kj::StringPtr text) {
+    KJ_IF_MAYBE(dot, text.findLast('.')) {
+      if (*dot > 0 && *dot + 1 < text.size()) {
+        actor = std::string(text.begin(), *dot);
+        method = text.slice(*dot + 1).cStr();
+        return true;
+      }
+    }
+    throw UsageError{kj::str("'", printable(text), "' is not ACTOR.METHOD").cStr()};
+  }
+
+  bool all = false;
+  kj::Duration deadline = 30 * kj::SECONDS;
+  std::string resolver;
+  std::string target;
+  std::string actor;
+  std::string method;
+  std::string json = "{}";
+};
+
+}  // namespace
+
+kj::Own<Command> callCommand() { return kj::heap<CallCommand>(); }
 
 }  // namespace troupe::cli
