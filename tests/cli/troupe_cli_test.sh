@@ -2,7 +2,8 @@
 # The troupe command end to end: a registry (troupe registry), a job launched in the foreground
 # (troupe launch) whose replicas host the calculator example's actor, then troupe wait, ls,
 # actors and call against them, bad input, and Ctrl-C stopping the job. Every process started
-# here is stopped by its own pid, also when the script fails.
+# here is stopped by its own pid, also when the script fails. A command that should fail at once
+# is given a long timeout: the test's own timeout catches one that waits instead.
 #
 #   troupe_cli_test.sh TROUPE CALCULATOR_SERVER
 set -euo pipefail
@@ -139,6 +140,12 @@ cat <&4 > "$out/launch.log"
 grep -q "job calc: stopped" "$out/launch.log" || fail "$(cat "$out/launch.log")"
 kill -TERM "$watch_pid"
 wait "$watch_pid" || fail "troupe ls --watch did not stop cleanly on SIGTERM"
+
+echo "== troupe wait after the job ended fails at once, not at its timeout"
+expect_status 1 "$troupe" wait calc/ --count 2 --timeout 3600
+grep -q "^troupe wait: job 'calc' ended: stopped" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" wait calc --count 1 --timeout 3600
+grep -q "^troupe wait: job 'calc' ended: stopped" <<< "$output" || fail "$output"
 
 kill -TERM "$registry_pid"
 status=0

@@ -9,6 +9,7 @@
 
 #include <kj/debug.h>
 
+#include "troupe/actor/endpoint.h"
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
 #include "troupe/resolver/open_resolver.h"
@@ -74,6 +75,31 @@ private:
   size_t shown = SIZE_MAX;
 };
 
+// The job whose endpoints `prefix` names: the part before the first '/' ("calc/" and
+// "calc/calc-0" name job calc), or the whole prefix when it has no '/' and is a job id. Null when
+// the prefix names no one job.
+kj::Maybe<std::string> jobNamedBy(const std::string& prefix) {
+  auto slash = prefix.find('/');
+  std::string jobId = slash == std::string::npos ? prefix : prefix.substr(0, slash);
+  bool valid = kj::runCatchingExceptions([&]() { validateJobId(jobId.c_str()); }) == nullptr;
+  if (!valid) return nullptr;
+  return jobId;
+}
+
+// Rejects with JOB_ENDED when the job `prefix` names has already ended; otherwise never resolves.
+// A watch reports only the ends it sees happen, so an end before the wait began is asked for.
+kj::Promise<void> failIfEnded(Resolver& resolver, const std::string& prefix) {
+  KJ_IF_MAYBE(jobId, jobNamedBy(prefix)) {
+    return resolver.jobStatus(jobId->c_str())
+        .then([jobId = *jobId](JobStatus status) -> kj::Promise<void> {
+          if (status.state != JobState::ENDED) return kj::NEVER_DONE;
+          status.jobId = jobId;
+          return jobEnded(status);
+        });
+  }
+  return kj::NEVER_DONE;
+}
+
 class WaitCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
@@ -81,7 +107,7 @@ public:
                context, VERSION_TEXT,
                "Waits until --count N endpoints whose names start with PREFIX are READY, then "
                "prints their names. Exits 1 when the timeout passes first, or when the job under "
-               "PREFIX ends.")
+               "PREFIX ends or has ended.")
         .addOptionWithArg({"count"}, [this](kj::StringPtr text) {
               count = parseWhole("--count", text, 1);
               return true;
@@ -108,8 +134,10 @@ public:
 
     EventLoop loop;
     auto opened = openResolver(loop, url.c_str());
+    // The watch first: a job that ends after it started is reported by the watch itself.
     auto watch = opened->watch(prefix.c_str());
     ReadyTracker tracker(*watch, count);
+    auto ended = failIfEnded(*opened, prefix);
     auto expired = loop.timer().afterDelay(timeout).then([&]() -> kj::Promise<void> {
       return makeError(ErrorCode::DEADLINE_EXCEEDED,
                        kj::str(tracker.ready.size(), " of ", count, " endpoints under '",
@@ -120,6 +148,7 @@ public:
     });
     auto failure = kj::runCatchingExceptions([&]() {
       tracker.run()
+          .exclusiveJoin(kj::mv(ended))
           .exclusiveJoin(kj::mv(expired))
           .exclusiveJoin(kj::mv(interrupted))
           .wait(loop.waitScope());
