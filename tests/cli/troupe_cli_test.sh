@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The troupe command end to end: a registry (troupe registry), a job launched in the foreground
 # (troupe launch) whose replicas host the calculator example's actor, then troupe wait, ls,
-# actors and call against them, bad input, and Ctrl-C stopping the job. Every process started
+# actors and call against them, Data as base64 against the test server's Echo actor, bad input,
+# and Ctrl-C stopping the job. Every process started
 # here is stopped by its own pid, also when the script fails. A command that should fail at once
 # is given a long timeout: the test's own timeout catches one that waits instead.
 #
-#   troupe_cli_test.sh TROUPE CALCULATOR_SERVER
+#   troupe_cli_test.sh TROUPE CALCULATOR_SERVER TEST_SERVER
 set -euo pipefail
 troupe=$1
 server=$2
+test_server=$3
 out=$(mktemp -d)
 pids=()
 cleanup() {
@@ -87,12 +89,46 @@ address=$(sed -n 's/^calc\/calc-1 \(tcp:[^ ]*\) .*/\1/p' <<< "$("$troupe" ls cal
 expect_status 0 "$troupe" call "$address" calc.calls
 grep -q '^{"count":"[0-9]*"}$' <<< "$output" || fail "call by address printed: $output"
 
+echo "== troupe call: Data as base64, against the test server's Echo actor"
+mkfifo "$out/test_server.out"
+env -u TROUPE_RESOLVER "$test_server" > "$out/test_server.out" &
+test_server_pid=$!
+pids+=("$test_server_pid")
+exec 6< "$out/test_server.out"
+line=$(await_line 6 "LISTENING tcp://")
+echo_address=$(cut -d' ' -f2 <<< "$line")
+expect_status 0 "$troupe" call "$echo_address" echo.echo '{"payload": "aGVsbG8gdHJvdXBl"}'
+[ "$output" = '{"payload":"aGVsbG8gdHJvdXBl"}' ] || fail "echo printed: $output"
+expect_status 0 "$troupe" call "$echo_address" echo.echo '{"payload": "AAH/+w=="}'
+[ "$output" = '{"payload":"AAH/+w=="}' ] || fail "echo of binary bytes printed: $output"
+expect_status 1 "$troupe" call "$echo_address" echo.echo '{"payload": [104, 105]}'
+grep -q '^troupe call: parameter .payload. of echo.echo is Data, a base64 string; got \[104,105\]$' \
+  <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call "$echo_address" echo.echo '{"payload": "not base64!"}'
+grep -q "^troupe call: parameter 'payload' of echo.echo is Data, a base64 string" <<< "$output" ||
+  fail "$output"
+kill -TERM "$test_server_pid"
+wait "$test_server_pid" || fail "the test server did not stop cleanly on SIGTERM"
+exec 6<&-
+
 echo "== bad input"
 expect_status 1 "$troupe" call calc/ calc.nope '{}'
 grep -q "Calculator has no method 'nope' (its methods: add, divide, sum, calls)" <<< "$output" || fail "$output"
 expect_status 1 "$troupe" call calc/ calc.add '{"x": 1}'
-grep -q "cannot be read from" <<< "$output" || fail "$output"
+grep -q "^troupe call: calc.add has no parameter 'x' (it has a, b)$" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add '{"a": "x", "b": 2}'
+grep -q '^troupe call: parameter .a. of calc.add is a Float64; got "x"$' <<< "$output" ||
+  fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add '{"a":'
+grep -q "^troupe call: '{\"a\":' is not valid JSON: it ends where a value should be$" <<< "$output" ||
+  fail "$output"
 expect_status 1 "$troupe" call calc/ calc.add 'not json'
+grep -q "^troupe call: 'not json' is not valid JSON: 'n' at byte 1 where a value should be$" \
+  <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add '[1, 2]'
+grep -q "^troupe call: calc.add takes a JSON object of its parameters (a, b), not '\[1, 2\]'$" \
+  <<< "$output" || fail "$output"
+! grep -q "expected \|\.c++:\|\.cpp:" <<< "$output" || fail "kj internals in: $output"
 expect_status 1 "$troupe" call calc/ calc.divide '{"a": 1, "b": 0}'
 grep -q "cannot divide by zero" <<< "$output" || fail "$output"
 expect_status 1 "$troupe" call calc/ nobody.add '{}'

@@ -1,10 +1,10 @@
 #include "tools/troupe/dynamic_actor.h"
 
-#include <capnp/compat/json.h>
 #include <capnp/dynamic.h>
 #include <kj/debug.h>
 
 #include "troupe/actor/errors.h"
+#include "tools/troupe/call_json.h"
 
 namespace troupe::cli {
 
@@ -38,10 +38,11 @@ kj::Promise<DynamicActor> openDynamicActor(Channel& channel, kj::StringPtr name,
   auto actor = actorRequest.send();
   capnp::Capability::Client capability = actor.getActor();
   return schemaRequest.send().then(
-      [&loader, capability = kj::mv(capability)](auto response) mutable {
+      [&loader, name = std::string(name.cStr()), capability = kj::mv(capability)](
+          auto response) mutable {
         for (auto node : response.getNodes()) loader.load(node);
         auto schema = loader.get(response.getInterfaceId()).asInterface();
-        return DynamicActor{schema, kj::mv(capability)};
+        return DynamicActor{kj::mv(name), schema, kj::mv(capability)};
       });
 }
 
@@ -100,18 +101,12 @@ kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method,
   KJ_IF_MAYBE(m, actor.schema.findMethodByName(method)) {
     auto client = actor.capability.castAs<capnp::DynamicCapability>(actor.schema);
     auto request = client.newRequest(*m);
-    capnp::JsonCodec codec;
-    codec.setRejectUnknownFields(true);  // a misspelt parameter is an error, not a default
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { codec.decode(json, request); })) {
-      throwError(ErrorCode::INVALID_ARGUMENT,
-                 kj::str("the parameters of ", method, " ",
-                         fields(m->getParamType()).c_str(), " cannot be read from '", json,
-                         "': ", e->getDescription()));
-    }
-    auto call = request.send().then([](capnp::Response<capnp::DynamicStruct> response) {
-      capnp::JsonCodec out;
-      return std::string(out.encode(capnp::DynamicStruct::Reader(response)).cStr());
-    });
+    auto codec = kj::heap<CallJson>();
+    codec->decodeParams(json, request, kj::str(actor.name.c_str(), ".", method));
+    auto call = request.send().then(
+        [&codec = *codec](capnp::Response<capnp::DynamicStruct> response) {
+          return std::string(codec.encodeResults(response).cStr());
+        }).attach(kj::mv(codec));
     return timer.timeoutAfter(deadline, kj::mv(call)).catch_(
         [deadline](kj::Exception&& e) -> kj::Promise<std::string> {
           if (e.getType() == kj::Exception::Type::OVERLOADED &&

@@ -15,6 +15,7 @@ namespace troupe::cli {
 
 // One actor at one server, with its interface loaded.
 struct DynamicActor {
+  std::string name;  // as the server hosts it ("calc")
   capnp::InterfaceSchema schema;
   capnp::Capability::Client capability;
 };
@@ -31,8 +32,10 @@ std::string typeName(capnp::Type type);
 std::string describeMethod(capnp::InterfaceSchema::Method method);
 
 // Calls `method` ("add") of `actor` with parameters decoded from the JSON object `json` and
-// resolves with the results encoded as JSON. INVALID_ARGUMENT for an unknown method (naming the
-// known ones) or JSON that does not fit the parameters.
+// resolves with the results encoded as JSON (see CallJson: Data as base64). INVALID_ARGUMENT,
+// thrown before anything is sent, for an unknown method (naming the known ones) or JSON that
+// does not fit the parameters (saying why, and naming the parameter). DEADLINE_EXCEEDED when no
+// answer came within `deadline`.
 kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method,
                                       kj::StringPtr json, kj::Duration deadline, kj::Timer& timer);
 
