@@ -338,7 +338,7 @@ kj::Promise<void> ActorServer::serve() {
   }
   // SIGTERM and SIGINT start a drain, and keep being caught until the server stops: one that
   // arrives while a drain asked for otherwise is under way (a launcher stopping the replica
-  // after ActorGroup::shutdown(), say) joins that drain instead of killing the process.
+  // after ActorGroup::drainMembers(), say) joins that drain instead of killing the process.
   impl->signals = impl->loop.onSignal({SIGTERM, SIGINT})
                       .then([this](int signum) {
                         impl->log->info("received {}; draining", strsignal(signum));

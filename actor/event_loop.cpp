@@ -31,7 +31,8 @@ std::shared_ptr<spdlog::logger> silentLogger() {
 
 struct EventLoop::Impl {
   explicit Impl(EventLoopOptions&& options)
-      : log(options.logger ? kj::mv(options.logger) : silentLogger()) {
+      : log(options.logger ? kj::mv(options.logger) : silentLogger()),
+        random(options.randomSeed.orDefault(std::random_device()())) {
     detail::checkUv("uv_loop_init", uv_loop_init(&uv));
     port = kj::heap<detail::UvEventPort>(&uv);
     kjLoop = kj::heap<kj::EventLoop>(*port);
@@ -50,6 +51,7 @@ struct EventLoop::Impl {
   }
 
   std::shared_ptr<spdlog::logger> log;
+  Random random;
   uv_loop_t uv;
   kj::Own<detail::UvEventPort> port;
   kj::Own<kj::EventLoop> kjLoop;
@@ -107,6 +109,7 @@ kj::Timer& EventLoop::timer() { return impl->port->timer(); }
 const kj::Executor& EventLoop::executor() { return impl->kjLoop->getExecutor(); }
 uv_loop_t* EventLoop::uvLoop() { return &impl->uv; }
 const std::shared_ptr<spdlog::logger>& EventLoop::logger() const { return impl->log; }
+Random& EventLoop::random() { return impl->random; }
 
 // ------------------------------------------------------------------------------------------------
 // offload
