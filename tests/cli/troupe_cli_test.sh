@@ -85,6 +85,13 @@ expect_status 0 "$troupe" call calc/calc-0 calc.add '{"a": 1.5, "b": 2}'
 [ "$output" = '{"value":3.5}' ] || fail "call printed: $output"
 expect_status 0 "$troupe" call calc/ calc.sum '{"values": [1, 2, 3]}' --all
 [ "$output" = $'calc/calc-0 {"value":6}\ncalc/calc-1 {"value":6}' ] || fail "call --all printed: $output"
+expect_status 0 "$troupe" call calc/calc-1 calc.sum '{"values": [1, 2]}' --all
+[ "$output" = 'calc/calc-1 {"value":3}' ] || fail "call --all of one endpoint printed: $output"
+expect_status 1 "$troupe" call calc/ calc.divide '{"a": 1, "b": 0}' --all
+[ "$(grep -c '^calc/calc-[01] error: .*cannot divide by zero$' <<< "$output")" -eq 2 ] ||
+  fail "call --all of a failing method printed: $output"
+expect_status 0 "$troupe" call calc calc.sum '{"values": [1]}' --all
+[ "$output" = $'calc/calc-0 {"value":1}\ncalc/calc-1 {"value":1}' ] || fail "call --all printed: $output"
 address=$(sed -n 's/^calc\/calc-1 \(tcp:[^ ]*\) .*/\1/p' <<< "$("$troupe" ls calc/calc-1)")
 expect_status 0 "$troupe" call "$address" calc.calls
 grep -q '^{"count":"[0-9]*"}$' <<< "$output" || fail "call by address printed: $output"

@@ -1,10 +1,10 @@
 #include "tools/troupe/dynamic_actor.h"
 
 #include <capnp/dynamic.h>
+#include <capnp/message.h>
 #include <kj/debug.h>
 
 #include "troupe/actor/errors.h"
-#include "tools/troupe/call_json.h"
 
 namespace troupe::cli {
 
@@ -95,33 +95,59 @@ std::string describeMethod(capnp::InterfaceSchema::Method method) {
          fields(method.getParamType()) + " -> " + fields(method.getResultType());
 }
 
+namespace {
+
+capnp::InterfaceSchema::Method findMethod(capnp::InterfaceSchema schema, kj::StringPtr method) {
+  KJ_IF_MAYBE(m, schema.findMethodByName(method)) {
+    return *m;
+  }
+  kj::Vector<kj::String> known;
+  collectMethods(schema, known);
+  throwError(ErrorCode::INVALID_ARGUMENT,
+             kj::str(schema.getShortDisplayName(), " has no method '", method,
+                     "' (its methods: ", kj::strArray(known, ", "), ")"));
+}
+
+}  // namespace
+
+JsonCall::JsonCall(const DynamicActor& actor, kj::StringPtr methodName, kj::StringPtr json)
+    : schema(actor.schema),
+      method(findMethod(actor.schema, methodName)),
+      json(json.cStr()),
+      label(kj::str(actor.name.c_str(), ".", methodName).cStr()) {
+  // Read once here, so that bad parameters fail before any call is sent.
+  capnp::MallocMessageBuilder scratch;
+  codec.decodeParams(json, scratch.initRoot<capnp::DynamicStruct>(method.getParamType()),
+                     label.c_str());
+}
+
+capnp::RemotePromise<capnp::DynamicStruct> JsonCall::send(
+    capnp::Capability::Client capability) const {
+  auto request = capability.castAs<capnp::DynamicCapability>(schema).newRequest(method);
+  codec.decodeParams(json.c_str(), request, label.c_str());
+  return request.send();
+}
+
+std::string JsonCall::resultsJson(capnp::DynamicStruct::Reader results) const {
+  return codec.encodeResults(results).cStr();
+}
+
 kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method,
                                       kj::StringPtr json, kj::Duration deadline,
                                       kj::Timer& timer) {
-  KJ_IF_MAYBE(m, actor.schema.findMethodByName(method)) {
-    auto client = actor.capability.castAs<capnp::DynamicCapability>(actor.schema);
-    auto request = client.newRequest(*m);
-    auto codec = kj::heap<CallJson>();
-    codec->decodeParams(json, request, kj::str(actor.name.c_str(), ".", method));
-    auto call = request.send().then(
-        [&codec = *codec](capnp::Response<capnp::DynamicStruct> response) {
-          return std::string(codec.encodeResults(response).cStr());
-        }).attach(kj::mv(codec));
-    return timer.timeoutAfter(deadline, kj::mv(call)).catch_(
-        [deadline](kj::Exception&& e) -> kj::Promise<std::string> {
-          if (e.getType() == kj::Exception::Type::OVERLOADED &&
-              e.getDescription().startsWith("operation timed out")) {
-            return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                             kj::str("no answer within ", deadline));
-          }
-          return kj::mv(e);
-        });
-  }
-  kj::Vector<kj::String> known;
-  collectMethods(actor.schema, known);
-  throwError(ErrorCode::INVALID_ARGUMENT,
-             kj::str(actor.schema.getShortDisplayName(), " has no method '", method,
-                     "' (its methods: ", kj::strArray(known, ", "), ")"));
+  auto call = kj::heap<JsonCall>(actor, method, json);
+  auto sent = call->send(actor.capability);
+  auto results = sent.then([&call = *call](capnp::Response<capnp::DynamicStruct> response) {
+                       return call.resultsJson(response);
+                     }).attach(kj::mv(call));
+  return timer.timeoutAfter(deadline, kj::mv(results))
+      .catch_([deadline](kj::Exception&& e) -> kj::Promise<std::string> {
+        if (e.getType() == kj::Exception::Type::OVERLOADED &&
+            e.getDescription().startsWith("operation timed out")) {
+          return makeError(ErrorCode::DEADLINE_EXCEEDED, kj::str("no answer within ", deadline));
+        }
+        return kj::mv(e);
+      });
 }
 
 }  // namespace troupe::cli
