@@ -97,6 +97,9 @@ kj::Promise<uint64_t> ActorRefBase::ping(CallOptions options) {
 
 kj::StringPtr ActorRefBase::actorName() const { return state->actorName.c_str(); }
 
-Channel& ActorRefBase::channel() { return *state->channel; }
+// A handle's constness is not its connection's (as with a const pointer to a mutable object).
+Channel& ActorRefBase::channel() const {
+  return *const_cast<detail::ActorRefState&>(*state).channel;
+}
 
 }  // namespace troupe

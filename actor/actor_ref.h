@@ -106,7 +106,7 @@ public:
   kj::Promise<uint64_t> ping(CallOptions options = {});
 
   kj::StringPtr actorName() const;
-  Channel& channel();
+  Channel& channel() const;
 
 private:
   kj::Own<detail::ActorRefState> state;

@@ -15,7 +15,7 @@
 #include "troupe/actor/address.h"
 #include "troupe/actor/detail/actor_gate.h"
 #include "troupe/actor/detail/schema_nodes.h"
-#include "troupe/actor/detail/rpc_acceptor.h"
+#include "troupe/actor/rpc_acceptor.h"
 #include "troupe/actor/errors.h"
 
 namespace troupe {
@@ -54,7 +54,7 @@ struct ActorServer::Impl final {
         log(this->options.logger ? this->options.logger : loop.logger()),
         incarnation(this->options.incarnation != 0 ? this->options.incarnation
                                                    : freshIncarnation(loop)),
-        acceptor(kj::heap<detail::RpcAcceptor>(loop, newActorHost(*this),
+        acceptor(kj::heap<RpcAcceptor>(loop, newActorHost(*this),
                                                this->options.maxMessageBytes, log,
                                                "actor server")) {
     auto paf = kj::newPromiseAndFulfiller<void>();
@@ -142,16 +142,6 @@ struct ActorServer::Impl final {
 
   // --- serving
 
-  // Resolves once every connection has written what it queued, or at `limit`.
-  kj::Promise<void> flush(kj::TimePoint limit) {
-    if (acceptor->anyQueued() && loop.timer().now() < limit) {
-      return loop.timer().afterDelay(1 * kj::MILLISECONDS).then([this, limit]() {
-        return flush(limit);
-      });
-    }
-    return kj::READY_NOW;
-  }
-
   void startDrain(kj::Duration grace) {
     if (drainDone != nullptr) return;
     drainStartedFulfiller->fulfill();
@@ -178,7 +168,10 @@ struct ActorServer::Impl final {
                       // Let the RPC system turn the last results into replies.
                       return kj::evalLast([]() {});
                     })
-                    .then([this, deadline]() { return flush(deadline + FLUSH_ALLOWANCE); })
+                    .then([this, deadline]() {
+                      return acceptor->whenWritten().exclusiveJoin(
+                          loop.timer().atTime(deadline + FLUSH_ALLOWANCE));
+                    })
                     .then([this]() { stop(); })
                     .eagerlyEvaluate([this](kj::Exception&& e) {
                       log->error("drain failed: {}", e.getDescription().cStr());
@@ -216,7 +209,7 @@ struct ActorServer::Impl final {
   kj::Vector<kj::Own<detail::HostedActor>> actors;
   std::vector<EndpointListener*> endpointListeners;
 
-  kj::Own<detail::RpcAcceptor> acceptor;
+  kj::Own<RpcAcceptor> acceptor;
   kj::ForkedPromise<void> drainStarted = nullptr;
   kj::Maybe<kj::Promise<void>> signals;  // while serve() runs
   kj::Own<kj::PromiseFulfiller<void>> drainStartedFulfiller;
@@ -337,7 +330,7 @@ kj::Promise<void> ActorServer::serve() {
   }
   // SIGTERM and SIGINT start a drain, and keep being caught until the server stops: one that
   // arrives while a drain asked for otherwise is under way (a launcher stopping the replica
-  // after ActorGroup::shutdown(), say) joins that drain instead of killing the process.
+  // after ActorGroup::drainMembers(), say) joins that drain instead of killing the process.
   impl->signals = impl->loop.onSignal({SIGTERM, SIGINT})
                       .then([this](int signum) {
                         impl->log->info("received {}; draining", strsignal(signum));

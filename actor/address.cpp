@@ -3,6 +3,7 @@
 #include <sys/un.h>
 
 #include "troupe/actor/errors.h"
+#include "troupe/actor/parse_number.h"
 
 namespace troupe {
 
@@ -66,14 +67,13 @@ Address Address::parse(kj::StringPtr text) {
               c == '.' || c == '-' || c == '_' || c == ':' || c == '%' || c == '*';
     if (!ok) bad(text, "the host may hold only letters, digits and . - _ : % *");
   }
-  if (portText.size() == 0 || portText.size() > 5) bad(text, "bad port");
-  uint32_t port = 0;
-  for (char c : portText) {
-    if (c < '0' || c > '9') bad(text, "port is not a number");
-    port = port * 10 + (c - '0');
+  if (portText.size() == 0) bad(text, "bad port");
+  KJ_IF_MAYBE(port, parseWholeNumber(portText)) {
+    if (*port > 65535) bad(text, "port above 65535");
+    a.port = static_cast<uint16_t>(*port);
+  } else {
+    bad(text, "port is not a number");
   }
-  if (port > 65535) bad(text, "port above 65535");
-  a.port = static_cast<uint16_t>(port);
   return a;
 }
 

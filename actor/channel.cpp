@@ -45,15 +45,13 @@ Channel::~Channel() noexcept(false) {
   tasks = nullptr;
 }
 
-schema::ActorHost::Client Channel::host() {
+capnp::Capability::Client Channel::bootstrapCapability() {
   KJ_IF_MAYBE(d, direct) {
     return *d;
   }
   if (pending == nullptr) startConnecting();
   return KJ_ASSERT_NONNULL(pending);
 }
-
-bool Channel::isConnected() const { return direct != nullptr; }
 
 void Channel::disconnect() {
   if (pending != nullptr || direct != nullptr || connection != nullptr) reset();
@@ -68,14 +66,14 @@ void Channel::startConnecting() {
             auto& ref = *addr;
             return ref.connect().attach(kj::mv(addr));
           })
-          .then([this, attempt](kj::Own<kj::AsyncIoStream> stream) -> schema::ActorHost::Client {
+          .then([this, attempt](kj::Own<kj::AsyncIoStream> stream) -> capnp::Capability::Client {
             if (attempt != epoch_) {
               // disconnect() was called while this attempt was under way: drop the stream.
               kj::throwFatalException(KJ_EXCEPTION(
                   DISCONNECTED, "the connection was dropped by disconnect() while it was made"));
             }
             auto conn = kj::heap<detail::RpcConnection>(kj::mv(stream), options.maxMessageBytes);
-            auto cap = conn->bootstrap().castAs<schema::ActorHost>();
+            auto cap = conn->bootstrap();
             tasks->add(conn->onDisconnect().then([this, attempt]() {
               if (attempt == epoch_) reset();
             }));
@@ -84,20 +82,20 @@ void Channel::startConnecting() {
             return cap;
           });
   auto timeout = loop_.timer().afterDelay(options.connectTimeout).then(
-      [this]() -> schema::ActorHost::Client {
+      [this]() -> capnp::Capability::Client {
         kj::throwFatalException(
             KJ_EXCEPTION(DISCONNECTED, "timed out after", options.connectTimeout / kj::MILLISECONDS,
                          "ms"));
       });
   auto guarded = connected.exclusiveJoin(kj::mv(timeout))
-                     .catch_([this, attempt](kj::Exception&& e) -> schema::ActorHost::Client {
+                     .catch_([this, attempt](kj::Exception&& e) -> capnp::Capability::Client {
                        if (attempt == epoch_) reset();
                        kj::throwFatalException(makeError(
                            ErrorCode::UNREACHABLE,
                            kj::str("cannot connect to ", addressText.c_str(), ": ",
                                    e.getDescription())));
                      });
-  pending = schema::ActorHost::Client(connecting.wrap(kj::mv(guarded)));
+  pending = capnp::Capability::Client(connecting.wrap(kj::mv(guarded)));
 }
 
 void Channel::reset() {

@@ -40,18 +40,23 @@ public:
 
   kj::Own<Channel> addRef() { return kj::addRef(*this); }
 
-  // The server's ActorHost. Starts connecting if there is no connection; calls made before it
-  // is up wait for it, and fail with UNREACHABLE if it cannot be made (the next call tries
+  // The server's bootstrap capability, as interface T: the ActorHost of an ActorServer, the
+  // Registry of a RegistryServer. Starts connecting if there is no connection; calls made before
+  // it is up wait for it, and fail with UNREACHABLE if it cannot be made (the next call tries
   // again). After a disconnect, calls on a capability obtained earlier fail with DISCONNECTED;
-  // call host() again for the new connection.
-  schema::ActorHost::Client host();
+  // ask again for the new connection. A T the server does not implement fails its calls with
+  // UNIMPLEMENTED.
+  template <typename T>
+  typename T::Client bootstrap() {
+    return bootstrapCapability().castAs<T>();
+  }
+
+  // bootstrap<schema::ActorHost>(): the ActorHost of the ActorServer at the address.
+  schema::ActorHost::Client host() { return bootstrap<schema::ActorHost>(); }
 
   // Changes whenever the connection is replaced or lost: a capability obtained through host()
   // (or from the server through it) is current while epoch() returns what it did then.
   uint64_t epoch() const { return epoch_; }
-
-  // True once connected, until the connection breaks.
-  bool isConnected() const;
 
   // Drops the current connection (calls in flight on it fail with DISCONNECTED).
   void disconnect();
@@ -62,6 +67,7 @@ public:
 
 private:
   class ErrorHandler;
+  capnp::Capability::Client bootstrapCapability();
   void startConnecting();
   void reset();
 
@@ -70,8 +76,8 @@ private:
   std::string addressText;
   ChannelOptions options;
   uint64_t epoch_ = 0;
-  kj::Maybe<schema::ActorHost::Client> pending;  // while connecting: queues calls
-  kj::Maybe<schema::ActorHost::Client> direct;   // once connected
+  kj::Maybe<capnp::Capability::Client> pending;  // while connecting: queues calls
+  kj::Maybe<capnp::Capability::Client> direct;   // once connected
   kj::Maybe<kj::Own<detail::RpcConnection>> connection;
   kj::Own<ErrorHandler> errorHandler;
   kj::Own<kj::TaskSet> tasks;

@@ -3,6 +3,7 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/errors.h"
+#include "troupe/actor/parse_number.h"
 
 namespace troupe {
 
@@ -141,14 +142,14 @@ kj::Maybe<EndpointNameParts> parseEndpointName(kj::StringPtr name) {
     KJ_IF_MAYBE(dash, rest.findLast('-')) {
       auto actor = kj::heapString(rest.slice(0, *dash));
       auto index = rest.slice(*dash + 1);
-      if (index.size() == 0 || index.size() > 10) return nullptr;
-      uint64_t value = 0;
-      for (char c : index) {
-        if (c < '0' || c > '9') return nullptr;
-        value = value * 10 + (c - '0');
-      }
-      if (value > UINT32_MAX) return nullptr;
+      // One spelling per index: no leading zeros.
       if (index.size() > 1 && index[0] == '0') return nullptr;
+      uint64_t value = 0;
+      KJ_IF_MAYBE(v, parseWholeNumber(index, UINT32_MAX)) {
+        value = *v;
+      } else {
+        return nullptr;
+      }
       if (nameProblem(job).size() > 0 || nameProblem(actor).size() > 0) return nullptr;
       return EndpointNameParts{std::string(job.cStr()), std::string(actor.cStr()),
                                static_cast<uint32_t>(value)};

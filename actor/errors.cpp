@@ -133,6 +133,20 @@ kj::StringPtr errorMessage(const kj::Exception& exception) {
   return text;
 }
 
+kj::Exception withContext(const kj::Exception& exception, kj::StringPtr where) {
+  // After the tags errorCode() and raisedByActor() read: "remote exception: ", "troupe.<code>: ".
+  kj::StringPtr text = exception.getDescription();
+  size_t at = 0;
+  if (text.startsWith(REMOTE)) at = REMOTE.size();
+  KJ_IF_MAYBE(c, taggedCode(text.slice(at))) {
+    at += PREFIX.size() + c->name.size() + 1;
+    if (at < text.size() && text[at] == ' ') ++at;
+  }
+  auto description = kj::str(kj::ArrayPtr<const char>(text.begin(), at), where, ": ", text.slice(at));
+  return kj::Exception(exception.getType(), exception.getFile(), exception.getLine(),
+                       kj::mv(description));
+}
+
 kj::String printable(kj::ArrayPtr<const char> text) {
   constexpr size_t LIMIT = 160;
   kj::Vector<char> out;

@@ -101,6 +101,11 @@ kj::Exception makeError(ErrorCode code, kj::StringPtr message, const char* file 
 // quoting it in another message.
 kj::StringPtr errorMessage(const kj::Exception& exception);
 
+// `exception` with "<where>: " put in front of its message, for saying which member or address
+// it concerns. Its type stays, and so do its troupe code and whether the actor raised it:
+// errorCode() and raisedByActor() answer for the result as they do for `exception`.
+kj::Exception withContext(const kj::Exception& exception, kj::StringPtr where);
+
 // For error messages: `text` with control characters and non-ASCII bytes escaped ("\x0a") and
 // cut after 160 bytes ("..."), so that bad input quoted in a message stays readable.
 kj::String printable(kj::ArrayPtr<const char> text);

@@ -76,8 +76,9 @@ kj::Promise<void> trimMessageBuffersEvery(kj::Timer& timer, kj::TimePoint last) 
 
 struct EventLoop::Impl {
   explicit Impl(EventLoopOptions&& options)
-      : log(options.logger ? kj::mv(options.logger) : silentLogger()) {
-    detail::checkUv("uv_loop_init", uv_loop_init(&uv));
+      : log(options.logger ? kj::mv(options.logger) : silentLogger()),
+        random(options.randomSeed.orDefault(std::random_device()())) {
+    checkUv("uv_loop_init", uv_loop_init(&uv));
     port = kj::heap<detail::UvEventPort>(&uv);
     kjLoop = kj::heap<kj::EventLoop>(*port);
     scope = kj::heap<kj::WaitScope>(*kjLoop);
@@ -98,6 +99,7 @@ struct EventLoop::Impl {
   }
 
   std::shared_ptr<spdlog::logger> log;
+  Random random;
   uv_loop_t uv;
   kj::Own<detail::UvEventPort> port;
   kj::Own<kj::EventLoop> kjLoop;
@@ -159,6 +161,7 @@ kj::Timer& EventLoop::timer() { return *impl->clock; }
 const kj::Executor& EventLoop::executor() { return impl->kjLoop->getExecutor(); }
 uv_loop_t* EventLoop::uvLoop() { return &impl->uv; }
 const std::shared_ptr<spdlog::logger>& EventLoop::logger() const { return impl->log; }
+Random& EventLoop::random() { return impl->random; }
 
 kj::Date EventLoop::calendarNow() const {
   if (impl->manual.get() != nullptr) return impl->manual->calendarNow();
@@ -245,11 +248,11 @@ public:
                 std::initializer_list<int> signals)
       : fulfiller(fulfiller) {
     for (int signum : signals) {
-      detail::UvHandle<uv_signal_t> handle;
-      detail::checkUv("uv_signal_init", uv_signal_init(loop, handle.get()));
+      UvHandle<uv_signal_t> handle;
+      checkUv("uv_signal_init", uv_signal_init(loop, handle.get()));
       handle.markInitialised();
       handle->data = this;
-      detail::checkUv("uv_signal_start",
+      checkUv("uv_signal_start",
                       uv_signal_start(
                           handle.get(),
                           [](uv_signal_t* h, int signum) {
@@ -268,7 +271,7 @@ private:
   }
 
   kj::PromiseFulfiller<int>& fulfiller;
-  kj::Vector<detail::UvHandle<uv_signal_t>> handles;
+  kj::Vector<UvHandle<uv_signal_t>> handles;
 };
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include <kj/function.h>
 #include <kj/timer.h>
 
+#include "troupe/actor/random.h"
+
 namespace spdlog {
 class logger;
 }
@@ -39,6 +41,11 @@ struct EventLoopOptions {
   // Default: nullptr, meaning a logger that discards everything (the library never writes to
   // spdlog's global default logger; main() chooses).
   std::shared_ptr<spdlog::logger> logger;
+
+  // Seed of the loop's random source (random()), which components on the loop draw their
+  // jitter from. Default: none, meaning a fresh seed from std::random_device; set one for runs
+  // that repeat exactly.
+  kj::Maybe<uint64_t> randomSeed;
 
   // Whether the loop keeps time by hand, for tests. Default: false: timer() follows the system's
   // monotonic clock and calendarNow() its real-time clock. When true, both stand still until
@@ -122,6 +129,10 @@ public:
 
   // The logger components fall back to (never null).
   const std::shared_ptr<spdlog::logger>& logger() const;
+
+  // The random source of components on this loop (jitter), seeded by
+  // EventLoopOptions::randomSeed. Loop thread only.
+  Random& random();
 
   // Runs `fn` on a libuv thread-pool thread and resolves on this loop with its result (or
   // rejects with what it threw). `fn` must not touch objects of this loop. Dropping the promise

@@ -4,6 +4,7 @@
 
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/errors.h"
+#include "troupe/actor/parse_number.h"
 
 namespace troupe {
 
@@ -26,20 +27,11 @@ kj::Maybe<Found> firstSet(JobContext::EnvLookup& getenv,
 }
 
 uint32_t parseCount(const Found& found) {
-  uint64_t value = 0;
-  bool ok = found.value.size() > 0 && found.value.size() <= 10;
-  for (char c : found.value) {
-    if (c < '0' || c > '9') {
-      ok = false;
-      break;
-    }
-    value = value * 10 + (c - '0');
+  KJ_IF_MAYBE(value, parseWholeNumber(found.value, UINT32_MAX)) {
+    return static_cast<uint32_t>(*value);
   }
-  if (!ok || value > UINT32_MAX) {
-    throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str(found.variable, "='", found.value, "' is not a non-negative integer"));
-  }
-  return static_cast<uint32_t>(value);
+  throwError(ErrorCode::INVALID_ARGUMENT,
+             kj::str(found.variable, "='", found.value, "' is not a non-negative integer"));
 }
 
 }  // namespace

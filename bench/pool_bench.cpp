@@ -107,7 +107,7 @@ void BM_Broadcast(benchmark::State& state) {
   troupe::ActorPool<BenchEcho> pool(group);
 
   double slowest = 0;
-  for (auto* member : group.readyMembers()) {
+  for (auto& member : group.readyMembers()) {
     auto ref = troupe::ActorRef<BenchEcho>(member->ref);
     std::vector<double> single;
     for (int i = 0; i < 300; ++i) {

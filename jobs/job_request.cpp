@@ -14,6 +14,7 @@
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/actor/parse_number.h"
 
 namespace troupe {
 
@@ -71,10 +72,10 @@ std::vector<std::string> ownCommandLine() {
 bool followLauncher() {
   const char* value = ::getenv("TROUPE_LAUNCHER_PID");
   if (value == nullptr) return true;
-  char* end = nullptr;
-  long pid = strtol(value, &end, 10);
+  auto parsed = parseWholeNumber(kj::StringPtr(value), INT32_MAX);
   ::unsetenv("TROUPE_LAUNCHER_PID");
-  if (end == value || *end != '\0' || pid <= 0) return true;
+  uint64_t pid = parsed.orDefault(0);
+  if (pid == 0) return true;
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died before the request took effect: then we were re-parented.
   return ::getppid() == static_cast<pid_t>(pid);

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <set>
 
+#include <kj/debug.h>
+
 #include "troupe/actor/errors.h"
+#include "troupe/actor/parse_number.h"
 #include "troupe/jobs/detail/tpu_types.h"
 
 namespace troupe {
@@ -148,25 +151,31 @@ uint64_t parseBytes(kj::StringPtr text) {
   if (!isDigit(text[0])) badSize(text, "it does not start with a digit");
 
   constexpr unsigned __int128 MAX = UINT64_MAX;
-  size_t i = 0;
+  // The digits from `i` on.
+  auto digitsAt = [&](size_t i) {
+    size_t end = i;
+    while (end < text.size() && isDigit(text[end])) ++end;
+    return text.slice(i, end);
+  };
+  auto wholeDigits = digitsAt(0);
+  size_t i = wholeDigits.size();
   unsigned __int128 whole = 0;
-  for (; i < text.size() && isDigit(text[i]); ++i) {
-    whole = whole * 10 + static_cast<unsigned>(text[i] - '0');
-    if (whole > MAX) badSize(text, "it is more than 2^64 - 1 bytes");
+  KJ_IF_MAYBE(w, parseWholeNumber(wholeDigits)) {
+    whole = *w;
+  } else {
+    badSize(text, "it is more than 2^64 - 1 bytes");
   }
   bool hasFraction = false;
   unsigned __int128 fraction = 0;
   unsigned __int128 fractionScale = 1;
   if (i < text.size() && text[i] == '.') {
     hasFraction = true;
-    ++i;
-    size_t start = i;
-    for (; i < text.size() && isDigit(text[i]); ++i) {
-      if (i - start == 18) badSize(text, "it has more than 18 digits after the point");
-      fraction = fraction * 10 + static_cast<unsigned>(text[i] - '0');
-      fractionScale *= 10;
-    }
-    if (i == start) badSize(text, "it has no digits after the point");
+    auto fractionDigits = digitsAt(i + 1);
+    if (fractionDigits.size() == 0) badSize(text, "it has no digits after the point");
+    if (fractionDigits.size() > 18) badSize(text, "it has more than 18 digits after the point");
+    fraction = KJ_ASSERT_NONNULL(parseWholeNumber(fractionDigits));
+    for (size_t d = 0; d < fractionDigits.size(); ++d) fractionScale *= 10;
+    i += 1 + fractionDigits.size();
   }
 
   kj::StringPtr unitText = text.slice(i);

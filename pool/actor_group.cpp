@@ -72,7 +72,6 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
         if (isMember(event.endpoint)) erase(event.endpoint.name);
         break;
       case WatchEvent::Type::SYNCED:
-        synced = true;
         break;
       case WatchEvent::Type::JOB_ENDED:
         if (event.job.jobId == jobId) jobHasEnded(kj::mv(event.job));
@@ -86,21 +85,24 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
       log->info("group {}: job {} runs again ({} registered after it ended: {})", prefix, jobId,
                 endpoint.name, e->reason);
       ended = nullptr;
+      lastSeen.clear();
     }
+    lastSeen[endpoint.name] = endpoint.state;
     auto it = members.find(endpoint.name);
     if (it == members.end()) {
       log->debug("group {}: {} joined at {} ({})", prefix, endpoint.name, endpoint.address,
                  toString(endpoint.state).cStr());
-      auto ref = ActorRefBase(channelFor(endpoint.address), actor.c_str());
+      auto ref = ActorRefBase(channelFor(endpoint.address), actor);
       auto name = endpoint.name;
-      members.emplace(name, kj::heap<GroupMember>(GroupMember{kj::mv(endpoint), kj::mv(ref)}));
+      members.emplace(name, kj::refcounted<GroupMember>(kj::mv(endpoint), kj::mv(ref)));
       return;
     }
-    auto& member = *it->second;
-    if (member.endpoint.address != endpoint.address) {
-      member.ref = ActorRefBase(channelFor(endpoint.address), actor.c_str());
-    }
-    member.endpoint = kj::mv(endpoint);
+    // Members handed out are snapshots: the changed member is a new one.
+    auto& old = it->second;
+    auto ref = old->endpoint.address == endpoint.address
+                   ? old->ref
+                   : ActorRefBase(channelFor(endpoint.address), actor);
+    old = kj::refcounted<GroupMember>(kj::mv(endpoint), kj::mv(ref));
     dropUnusedChannels();
   }
 
@@ -114,7 +116,7 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   kj::Own<Channel> channelFor(const std::string& address) {
     auto it = channels.find(address);
     if (it == channels.end()) {
-      it = channels.emplace(address, Channel::open(loop, address.c_str(), options.channel)).first;
+      it = channels.emplace(address, Channel::open(loop, address, options.channel)).first;
     }
     return it->second->addRef();
   }
@@ -150,18 +152,31 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
     if (members.empty()) return kj::str("none registered");
     kj::Vector<kj::String> parts;
     for (auto& [name, m] : members) {
-      parts.add(kj::str(name.c_str(), " ", toString(m->endpoint.state)));
+      parts.add(kj::str(name, " ", toString(m->endpoint.state)));
     }
     return kj::str("registered: ", kj::strArray(parts, ", "));
+  }
+
+  // What registered since the job (last) started, with each member's last state: ending a job
+  // removes its endpoints before the group hears that it ended.
+  kj::String describeEnded(size_t count) const {
+    size_t wasReady = 0;
+    kj::Vector<kj::String> parts;
+    for (auto& [name, state] : lastSeen) {
+      if (state == EndpointState::READY) ++wasReady;
+      parts.add(kj::str(name, " ", toString(state)));
+    }
+    if (parts.empty()) return kj::str("none of the ", count, " wanted members had registered");
+    return kj::str(wasReady, " of the ", count, " wanted members were ready before it ended; ",
+                   parts.size(), " had registered (", kj::strArray(parts, ", "), ")");
   }
 
   kj::Promise<kj::Array<Endpoint>> waitReady(size_t count, kj::TimePoint deadline,
                                             kj::Duration timeout) {
     KJ_IF_MAYBE(e, ended) {
       return makeError(ErrorCode::JOB_ENDED,
-                       kj::str("job '", jobId.c_str(), "' ended (", e->reason.c_str(), ") with ",
-                               ready.size(), " of the ", count, " wanted members of ",
-                               prefix.c_str(), " ready; ", describeMembers()));
+                       kj::str("job '", jobId, "' ended (", e->reason, ") while waiting for ",
+                               count, " members of ", prefix, ": ", describeEnded(count)));
     }
     KJ_IF_MAYBE(e, broken) {
       return kj::cp(*e);
@@ -197,11 +212,11 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   kj::Own<Watch> watch;
   std::map<std::string, kj::Own<Channel>> channels;  // by address
   std::map<std::string, kj::Own<GroupMember>> members;  // by name
+  std::map<std::string, EndpointState> lastSeen;        // since the job (last) started
   std::vector<GroupMember*> ready;                      // READY members, by name
   std::set<std::pair<std::string, uint64_t>> handedOut;  // (name, incarnation)
   kj::Maybe<JobStatus> ended;
   kj::Maybe<kj::Exception> broken;
-  bool synced = false;
   ChangeSignal changeSignal;
   kj::TaskSet tasks;
 };
@@ -234,7 +249,7 @@ kj::Array<Endpoint> ActorGroupBase::members() const {
   return all.releaseAsArray();
 }
 
-kj::Promise<void> ActorGroupBase::shutdown(kj::Maybe<kj::Duration> grace) {
+kj::Promise<void> ActorGroupBase::drainMembers(kj::Maybe<kj::Duration> grace) {
   uint32_t millis = 0;
   KJ_IF_MAYBE(g, grace) {
     millis = static_cast<uint32_t>(*g / kj::MILLISECONDS);
@@ -255,8 +270,14 @@ kj::Maybe<const JobStatus&> ActorGroupBase::jobEnded() const { return impl->ende
 
 kj::Promise<void> ActorGroupBase::whenChanged() { return impl->whenChanged(); }
 
-kj::ArrayPtr<GroupMember* const> ActorGroupBase::readyMembers() {
-  return kj::ArrayPtr<GroupMember* const>(impl->ready.data(), impl->ready.size());
+kj::Array<kj::Own<const GroupMember>> ActorGroupBase::readyMembers() {
+  return KJ_MAP(m, impl->ready) -> kj::Own<const GroupMember> { return kj::addRef(*m); };
+}
+
+kj::Own<const GroupMember> ActorGroupBase::readyMember(size_t index) {
+  KJ_REQUIRE(index < impl->ready.size(), "no READY member at that index", index,
+             impl->ready.size());
+  return kj::addRef(*impl->ready[index]);
 }
 
 kj::StringPtr ActorGroupBase::jobId() const { return impl->jobId.c_str(); }

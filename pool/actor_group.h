@@ -12,6 +12,7 @@
 
 #include <kj/async.h>
 #include <kj/function.h>
+#include <kj/refcount.h>
 
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/endpoint.h"
@@ -29,11 +30,19 @@ struct ActorGroupOptions {
   std::shared_ptr<spdlog::logger> logger;
 };
 
-// One member as the group sees it: its endpoint and a handle to its actor (sharing the group's
-// connection to the member's address). Owned by the group.
-struct GroupMember {
-  Endpoint endpoint;
-  ActorRefBase ref;
+// One member as the group saw it when it handed the member out: its endpoint and a handle to its
+// actor (sharing the group's connection to the member's address). A snapshot: when the resolver
+// reports the member differently, the group makes a new GroupMember and leaves this one as it
+// is. Held by reference count (kj::Own); a holder may keep it, and calls made through its
+// handle, for as long as it likes, also after the member left the group or the group is gone
+// (calls then fail as calls to a server that went away do). Loop thread only.
+struct GroupMember final : public kj::Refcounted {
+  GroupMember(Endpoint endpoint, ActorRefBase ref)
+      : endpoint(kj::mv(endpoint)), ref(kj::mv(ref)) {}
+
+  const Endpoint endpoint;
+  // Copy it to call (copies share the connection): ActorRef<T>(member->ref).call(...).
+  const ActorRefBase ref;
 };
 
 // The untyped part of ActorGroup<T>. Belongs to the loop it was made on; borrows the resolver,
@@ -47,9 +56,9 @@ public:
 
   // Resolves as soon as `count` members are READY, with those members (sorted by name), which
   // count as handed out (see discoverNew()). Rejects with JOB_ENDED at once when the job ends
-  // (or has ended), saying how many members had registered, and with DEADLINE_EXCEEDED after
-  // `timeout`, saying how many were ready and which were not. Dropping the promise cancels the
-  // wait.
+  // (or has ended), saying how many members had registered and were ready before it ended (the
+  // end removes them), and with DEADLINE_EXCEEDED after `timeout`, saying how many were ready
+  // and which were not. Dropping the promise cancels the wait.
   kj::Promise<kj::Array<Endpoint>> waitReady(size_t count, kj::Duration timeout);
 
   // The READY members not handed out before by waitReady() or discoverNew(), sorted by name; a
@@ -62,10 +71,11 @@ public:
   // Every member the resolver lists, in any state, sorted by name.
   kj::Array<Endpoint> members() const;
 
-  // Asks every member to drain (ActorHost.drain), with `grace` (default: each server's own).
-  // Resolves when every request was answered or failed; the members then leave the resolver as
-  // they stop.
-  kj::Promise<void> shutdown(kj::Maybe<kj::Duration> grace = nullptr);
+  // Asks every member's server to drain (ActorHost.drain: finish its calls in flight within
+  // `grace`, default each server's own, then stop). Resolves when every request was answered or
+  // failed; the members then leave the resolver as they stop. The group itself goes on
+  // following the job.
+  kj::Promise<void> drainMembers(kj::Maybe<kj::Duration> grace = nullptr);
 
   // The job's end, once the resolver reported it. A job of the same name that runs again (a
   // member registers: the resolver admits registrations only to jobs that have not ended)
@@ -76,9 +86,12 @@ public:
   // ended). For pools that wait for a member to become ready.
   kj::Promise<void> whenChanged();
 
-  // The READY members in name order, with handles to their actors; valid until the next turn
-  // of the loop.
-  kj::ArrayPtr<GroupMember* const> readyMembers();
+  // The READY members now, in name order, each with a handle to its actor (see GroupMember).
+  kj::Array<kj::Own<const GroupMember>> readyMembers();
+
+  // The READY member at `index` (0 <= index < readyCount()) in name order, without building
+  // the whole list: what a pool picks from on every call.
+  kj::Own<const GroupMember> readyMember(size_t index);
 
   // The job and actor the group follows, and the loop it belongs to.
   kj::StringPtr jobId() const;

@@ -1,37 +1,77 @@
 #include "troupe/pool/actor_pool.h"
 
-#include <random>
+#include <map>
+#include <string>
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
+#include "troupe/actor/backoff.h"
+#include "troupe/actor/change_signal.h"
 #include "troupe/actor/errors.h"
 
 namespace troupe {
 
-ActorPoolBase::ActorPoolBase(ActorGroupBase& group, ActorPoolOptions options)
-    : group_(group), options_(kj::mv(options)) {}
+namespace {
 
-kj::Exception ActorPoolBase::deadlineError(kj::Duration deadline,
-                                           const detail::CallProgress& progress) {
-  if (!progress.attempted) {
-    return makeError(ErrorCode::NO_ENDPOINTS,
-                     kj::str("no member of ", group_.jobId(), "/", group_.actorName(),
-                             "- was ready within ", deadline / kj::MILLISECONDS,
-                             " ms; the call was not sent"));
+class PoolCall;
+
+}  // namespace
+
+struct ActorPoolBase::Impl {
+  Impl(ActorGroupBase& group, ActorPoolOptions&& options)
+      : group(group),
+        options(kj::mv(options)),
+        backoff(this->options.initialBackoff, this->options.maxBackoff) {}
+
+  // `promise`, counted in flight until it settles or is dropped, and cancelled with the pool.
+  kj::Promise<void> track(kj::Promise<void> promise) {
+    ++inFlight;
+    auto counted = promise.attach(kj::defer([this]() {
+      if (--inFlight == 0) idle.notify();
+    }));
+    return canceler.wrap(kj::mv(counted));
   }
-  return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                   kj::str("call to ", group_.jobId(), "/", group_.actorName(),
-                           "-* did not finish within ", deadline / kj::MILLISECONDS,
-                           " ms; it may have run"));
-}
 
-uint32_t ActorPoolBase::outstanding(const std::string& member) const {
-  auto it = outstanding_.find(member);
-  return it == outstanding_.end() ? 0 : it->second;
-}
+  kj::Promise<void> whenIdle() {
+    if (inFlight == 0) return kj::READY_NOW;
+    return idle.next().then([this]() { return whenIdle(); });
+  }
 
-namespace detail {
+  kj::Exception drainingError() const {
+    return makeError(ErrorCode::DRAINING,
+                     kj::str("the pool over ", group.jobId(), "/", group.actorName(),
+                             "- is draining; it takes no new calls"));
+  }
+
+  // The error a call gets when its deadline passes: NO_ENDPOINTS when no member was ever ready
+  // for it (it never ran), else DEADLINE_EXCEEDED.
+  kj::Exception deadlineError(kj::Duration deadline, bool attempted) const {
+    if (!attempted) {
+      return makeError(ErrorCode::NO_ENDPOINTS,
+                       kj::str("no member of ", group.jobId(), "/", group.actorName(),
+                               "- was ready within ", deadline / kj::MILLISECONDS,
+                               " ms; the call was not sent"));
+    }
+    return makeError(ErrorCode::DEADLINE_EXCEEDED,
+                     kj::str("call to ", group.jobId(), "/", group.actorName(),
+                             "-* did not finish within ", deadline / kj::MILLISECONDS,
+                             " ms; it may have run"));
+  }
+
+  kj::Promise<void> next(kj::Own<PoolCall> call);
+
+  ActorGroupBase& group;
+  const ActorPoolOptions options;
+  const Backoff backoff;
+  size_t nextIndex = 0;
+  std::map<std::string, uint32_t, std::less<>> outstanding;
+  size_t inFlight = 0;
+  ChangeSignal idle;  // notified when inFlight drops to 0
+  bool draining = false;
+  kj::Maybe<kj::ForkedPromise<void>> drained;
+  kj::Canceler canceler;  // every call and broadcast member call in flight
+};
 
 namespace {
 
@@ -52,62 +92,98 @@ bool isFinal(ErrorCode code) {
   }
 }
 
-double jitter() {
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  return std::uniform_real_distribution<double>(0.5, 1.0)(random);
-}
+// Counts one attempt in flight to `member` for LEAST_OUTSTANDING, until dropped (whether the
+// attempt finished, failed or was cancelled).
+class Outstanding {
+public:
+  Outstanding(ActorPoolBase::Impl& pool, const std::string& member) : pool(pool) {
+    it = pool.outstanding.emplace(member, 0).first;
+    ++it->second;
+  }
+  ~Outstanding() noexcept(false) {
+    if (--it->second == 0) pool.outstanding.erase(it);
+  }
+  KJ_DISALLOW_COPY(Outstanding);
 
-}  // namespace
+private:
+  ActorPoolBase::Impl& pool;
+  std::map<std::string, uint32_t, std::less<>>::iterator it;
+};
 
-Outstanding::Outstanding(ActorPoolBase& pool, std::string member)
-    : pool(pool), member(kj::mv(member)) {
-  ++pool.outstanding_[this->member];
-}
+// The retry decisions of one call(). Loop thread only.
+class PoolCall {
+public:
+  using Attempt = kj::Function<kj::Promise<void>(capnp::Capability::Client)>;
 
-Outstanding::~Outstanding() noexcept(false) {
-  auto it = pool.outstanding_.find(member);
-  if (it != pool.outstanding_.end() && --it->second == 0) pool.outstanding_.erase(it);
-}
+  // `attempted` is set once an attempt reached (or tried to reach) a member; the deadline reads
+  // it, so it outlives the call.
+  PoolCall(ActorPoolBase::Impl& pool, const CallOptions& options, Attempt attempt, bool& attempted)
+      : pool(pool),
+        attempt(kj::mv(attempt)),
+        attempted(attempted),
+        idempotent(options.idempotent),
+        deadline(options.deadline.orDefault(pool.options.defaultDeadline)) {}
+  KJ_DISALLOW_COPY(PoolCall);
 
-PoolCall::PoolCall(ActorPoolBase& pool, const CallOptions& options)
-    : pool(pool),
-      progress_(kj::refcounted<CallProgress>()),
-      idempotent(options.idempotent),
-      deadline_(options.deadline.orDefault(pool.options().defaultDeadline)) {}
+  // The member for the next attempt; null when no member is READY.
+  kj::Maybe<kj::Own<const GroupMember>> pick();
 
-kj::Maybe<GroupMember&> PoolCall::pick() {
-  auto ready = pool.group().readyMembers();
-  if (ready.size() == 0) return nullptr;
+  // After the attempt on `member` failed with `e`: resolves when the call should be tried
+  // again, or rejects with the error the caller gets (see ActorPool::call).
+  kj::Promise<void> afterFailure(kj::Exception&& e, const Endpoint& member);
+
+  // No member was READY: resolves when the group changed (rejects with JOB_ENDED when the job
+  // has ended). Waiting for a member does not count against maxAttempts; the deadline bounds it.
+  kj::Promise<void> afterNoMember();
+
+  ActorPoolBase::Impl& pool;
+  Attempt attempt;
+  bool& attempted;
+  const bool idempotent;
+  const kj::Duration deadline;
+
+private:
+  kj::Promise<void> retryLater(kj::Exception&& e, bool immediately);
+  bool tried(const GroupMember& m) const { return failedOn.count(m.endpoint.name) > 0; }
+
+  uint32_t attempts = 0;
+  std::map<std::string, uint32_t> failedOn;  // members this call failed on
+};
+
+kj::Maybe<kj::Own<const GroupMember>> PoolCall::pick() {
+  auto& group = pool.group;
+  size_t n = group.readyCount();
+  if (n == 0) return nullptr;
   // Prefer members this call has not failed on.
-  auto fresh = [&](GroupMember* m) { return failedOn.count(m->endpoint.name) == 0; };
-  bool anyFresh = false;
-  for (auto* m : ready) anyFresh = anyFresh || fresh(m);
+  bool anyFresh = failedOn.empty();
+  for (size_t k = 0; k < n && !anyFresh; ++k) anyFresh = !tried(*group.readyMember(k));
 
-  GroupMember* chosen = nullptr;
-  if (pool.options().balancing == Balancing::LEAST_OUTSTANDING) {
-    size_t n = ready.size();
+  kj::Maybe<kj::Own<const GroupMember>> chosen;
+  if (pool.options.balancing == Balancing::LEAST_OUTSTANDING) {
+    uint32_t fewest = 0;
     for (size_t k = 0; k < n; ++k) {
-      auto* m = ready[(pool.nextIndex + k) % n];
-      if (anyFresh && !fresh(m)) continue;
-      if (chosen == nullptr ||
-          pool.outstanding(m->endpoint.name) < pool.outstanding(chosen->endpoint.name)) {
-        chosen = m;
+      auto m = group.readyMember((pool.nextIndex + k) % n);
+      if (anyFresh && tried(*m)) continue;
+      auto it = pool.outstanding.find(m->endpoint.name);
+      uint32_t busy = it == pool.outstanding.end() ? 0 : it->second;
+      if (chosen == nullptr || busy < fewest) {
+        chosen = kj::mv(m);
+        fewest = busy;
       }
     }
     ++pool.nextIndex;
   } else {
-    size_t n = ready.size();
     for (size_t k = 0; k < n; ++k) {
-      auto* m = ready[pool.nextIndex++ % n];
-      if (!anyFresh || fresh(m)) {
-        chosen = m;
+      auto m = group.readyMember(pool.nextIndex++ % n);
+      if (!anyFresh || !tried(*m)) {
+        chosen = kj::mv(m);
         break;
       }
     }
   }
   ++attempts;
-  progress_->attempted = true;
-  return *chosen;
+  attempted = true;
+  return chosen;
 }
 
 kj::Promise<void> PoolCall::afterFailure(kj::Exception&& e, const Endpoint& member) {
@@ -116,7 +192,7 @@ kj::Promise<void> PoolCall::afterFailure(kj::Exception&& e, const Endpoint& memb
   bool retry = callNeverRan(code) || idempotent;
   if (!retry) {
     return makeError(ErrorCode::MAY_HAVE_RUN,
-                     kj::str("the call to ", member.name.c_str(), " (", member.address.c_str(),
+                     kj::str("the call to ", member.name, " (", member.address,
                              ") failed after it may have reached the actor, and it is not marked "
                              "idempotent, so it was not sent again: ",
                              e.getDescription()));
@@ -124,38 +200,110 @@ kj::Promise<void> PoolCall::afterFailure(kj::Exception&& e, const Endpoint& memb
   ++failedOn[member.name];
   // Another member that this call has not failed on: go there at once.
   bool another = false;
-  for (auto* m : pool.group().readyMembers()) {
-    if (failedOn.count(m->endpoint.name) == 0) another = true;
+  auto& group = pool.group;
+  for (size_t k = 0, n = group.readyCount(); k < n && !another; ++k) {
+    another = !tried(*group.readyMember(k));
   }
   return retryLater(kj::mv(e), another);
 }
 
 kj::Promise<void> PoolCall::afterNoMember() {
-  KJ_IF_MAYBE(job, pool.group().jobEnded()) {
-    return makeError(ErrorCode::JOB_ENDED, kj::str("job '", job->jobId.c_str(), "' has ended (",
-                                                   job->reason.c_str(), ")"));
+  KJ_IF_MAYBE(job, pool.group.jobEnded()) {
+    return makeError(ErrorCode::JOB_ENDED,
+                     kj::str("job '", job->jobId, "' has ended (", job->reason, ")"));
   }
-  return pool.group().whenChanged();
+  return pool.group.whenChanged();
 }
 
 kj::Promise<void> PoolCall::retryLater(kj::Exception&& e, bool immediately) {
-  auto& options = pool.options();
-  if (attempts >= options.maxAttempts) {
+  if (attempts >= pool.options.maxAttempts) {
     return makeError(errorCode(e), kj::str("gave up after ", attempts, " attempts; the last: ",
                                            e.getDescription()));
   }
   if (immediately) return kj::READY_NOW;
-  double backoff = static_cast<double>(options.initialBackoff / kj::NANOSECONDS);
-  for (uint32_t i = 1; i < attempts && backoff < 1e12; ++i) backoff *= 2;
-  backoff = std::min(backoff, static_cast<double>(options.maxBackoff / kj::NANOSECONDS));
-  auto wait = static_cast<int64_t>(backoff * jitter()) * kj::NANOSECONDS;
-  pool.group().loop().logger()->debug("retrying a call to {}/{} in {} ms: {}",
-                                      pool.group().jobId().cStr(),
-                                      pool.group().actorName().cStr(), wait / kj::MILLISECONDS,
-                                      e.getDescription().cStr());
-  return pool.group().loop().timer().afterDelay(wait);
+  auto& loop = pool.group.loop();
+  auto wait = pool.backoff.delay(attempts - 1, loop.random());
+  loop.logger()->debug("retrying a call to {}/{} in {} ms: {}", pool.group.jobId().cStr(),
+                       pool.group.actorName().cStr(), wait / kj::MILLISECONDS,
+                       e.getDescription().cStr());
+  return loop.timer().afterDelay(wait);
 }
 
-}  // namespace detail
+}  // namespace
+
+kj::Promise<void> ActorPoolBase::Impl::next(kj::Own<PoolCall> call) {
+  KJ_IF_MAYBE(picked, call->pick()) {
+    auto member = kj::mv(*picked);
+    ActorRefBase ref = member->ref;
+    auto& attempt = call->attempt;
+    auto sent = kj::evalNow([&]() { return attempt(ref.capability()); });
+    return ref.finishCall(kj::mv(sent), CallOptions{.idempotent = call->idempotent})
+        .attach(kj::heap<Outstanding>(*this, member->endpoint.name))
+        .catch_([this, call = kj::mv(call),
+                 member = kj::mv(member)](kj::Exception&& e) mutable -> kj::Promise<void> {
+          auto& c = *call;
+          return c.afterFailure(kj::mv(e), member->endpoint)
+              .then([this, call = kj::mv(call)]() mutable { return next(kj::mv(call)); });
+        });
+  }
+  auto& c = *call;
+  return c.afterNoMember().then([this, call = kj::mv(call)]() mutable {
+    return next(kj::mv(call));
+  });
+}
+
+// ------------------------------------------------------------------------------------------------
+
+ActorPoolBase::ActorPoolBase(ActorGroupBase& group, ActorPoolOptions options)
+    : impl(kj::heap<Impl>(group, kj::mv(options))) {}
+
+ActorPoolBase::~ActorPoolBase() noexcept(false) {
+  // The calls refer to the pool: end them while it is whole.
+  impl->canceler.cancel(makeError(
+      ErrorCode::FAILED, kj::str("the pool over ", impl->group.jobId(), "/",
+                                 impl->group.actorName(),
+                                 "- was destroyed before the call finished; it may have run")));
+}
+
+ActorGroupBase& ActorPoolBase::group() { return impl->group; }
+const ActorPoolOptions& ActorPoolBase::options() const { return impl->options; }
+size_t ActorPoolBase::callsInFlight() const { return impl->inFlight; }
+
+uint32_t ActorPoolBase::outstanding(kj::StringPtr member) const {
+  auto it = impl->outstanding.find(std::string_view(member.begin(), member.size()));
+  return it == impl->outstanding.end() ? 0 : it->second;
+}
+
+kj::Promise<void> ActorPoolBase::callWith(Attempt attempt, const CallOptions& options) {
+  if (impl->draining) return impl->drainingError();
+  // Attached last, so it outlives both the attempts and the deadline, which read it.
+  auto attempted = kj::heap<bool>(false);
+  auto call = kj::heap<PoolCall>(*impl, options, kj::mv(attempt), *attempted);
+  auto deadline = call->deadline;
+  auto expired = impl->group.loop().timer().afterDelay(deadline).then(
+      [this, deadline, &attempted = *attempted]() -> kj::Promise<void> {
+        return impl->deadlineError(deadline, attempted);
+      });
+  auto attempts = impl->next(kj::mv(call));
+  return impl->track(attempts.exclusiveJoin(kj::mv(expired)).attach(kj::mv(attempted)));
+}
+
+kj::Array<kj::Promise<void>> ActorPoolBase::callEach(
+    kj::ArrayPtr<const kj::Own<const GroupMember>> members, MemberCall call) {
+  return KJ_MAP(m, members) -> kj::Promise<void> {
+    if (impl->draining) return impl->drainingError();
+    size_t i = &m - members.begin();
+    return impl->track(kj::evalNow([&]() { return call(i, m->ref); }));
+  };
+}
+
+kj::Promise<void> ActorPoolBase::drain() {
+  KJ_IF_MAYBE(d, impl->drained) {
+    return d->addBranch();
+  }
+  impl->draining = true;
+  auto& fork = impl->drained.emplace(impl->whenIdle().fork());
+  return fork.addBranch();
+}
 
 }  // namespace troupe

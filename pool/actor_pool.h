@@ -5,11 +5,11 @@
 //   auto w = pool.call([](auto ps) { return ps.pullRequest().send(); }).wait(ws);
 //   auto all = pool.broadcast([](auto ps) { ... }).waitAll(5 * kj::SECONDS).wait(ws);
 
-#include <map>
-#include <string>
 #include <type_traits>
 
+#include <capnp/capability.h>
 #include <kj/async.h>
+#include <kj/function.h>
 
 #include "troupe/actor/actor_ref.h"
 #include "troupe/pool/actor_group.h"
@@ -33,95 +33,75 @@ struct ActorPoolOptions {
   // Most attempts one call() makes (the first included). Default 5.
   uint32_t maxAttempts = 5;
 
-  // Backoff between attempts when no other member is left to try: exponential from
-  // `initialBackoff`, capped at `maxBackoff`, each wait drawn at random between half and the
-  // whole of it. Defaults 10 ms and 1 s.
+  // Backoff between attempts when no other member is left to try (see Backoff): exponential
+  // from `initialBackoff`, capped at `maxBackoff`, each wait drawn at random between half and
+  // the whole of it from the loop's random source. Defaults 10 ms and 1 s.
   kj::Duration initialBackoff = 10 * kj::MILLISECONDS;
   kj::Duration maxBackoff = 1 * kj::SECONDS;
 };
 
-class ActorPoolBase;
-
 namespace detail {
 
-// What the deadline needs to know of a call, shared with it.
-struct CallProgress final : public kj::Refcounted {
-  bool attempted = false;  // an attempt reached (or tried to reach) a member
-};
-
-// Counts one attempt in flight to `member` for LEAST_OUTSTANDING, until dropped (whether the
-// attempt finished, failed or was cancelled).
-class Outstanding {
-public:
-  Outstanding(ActorPoolBase& pool, std::string member);
-  ~Outstanding() noexcept(false);
-  KJ_DISALLOW_COPY(Outstanding);
-
-private:
-  ActorPoolBase& pool;
-  std::string member;
-};
-
-// The retry decisions of one call(), independent of T. Loop thread only.
-class PoolCall {
-public:
-  PoolCall(ActorPoolBase& pool, const CallOptions& options);
-  KJ_DISALLOW_COPY(PoolCall);
-
-  // The member for the next attempt; null when no member is READY.
-  kj::Maybe<GroupMember&> pick();
-
-  // After attempt `member` failed with `e`: resolves when the call should be tried again, or
-  // rejects with the error the caller gets (see ActorPool::call).
-  kj::Promise<void> afterFailure(kj::Exception&& e, const Endpoint& member);
-
-  // No member was READY: resolves when the group changed (rejects with JOB_ENDED when the job
-  // has ended). Waiting for a member does not count against maxAttempts; the deadline bounds it.
-  kj::Promise<void> afterNoMember();
-
-  kj::Duration deadline() const { return deadline_; }
-  kj::Own<CallProgress> progress() { return kj::addRef(*progress_); }
-
-private:
-  kj::Promise<void> retryLater(kj::Exception&& e, bool immediately);
-
-  ActorPoolBase& pool;
-  kj::Own<CallProgress> progress_;
-  bool idempotent;
-  kj::Duration deadline_;
-  uint32_t attempts = 0;
-  std::map<std::string, uint32_t> failedOn;  // members this call failed on
-};
+// What a call function `Fn` applied to a `Client` resolves to: the response of a RemotePromise,
+// or the value of a kj::Promise.
+template <typename Fn, typename Client>
+using CallValue =
+    typename PromiseValue<std::decay_t<std::invoke_result_t<Fn&, Client>>>::Type;
 
 }  // namespace detail
 
-// The untyped part of ActorPool<T>. Borrows the group, which must outlive it; the pool must in
-// turn outlive the promises its calls return.
+// The untyped part of ActorPool<T>: its calls take the member's capability as a
+// capnp::Capability::Client (cast it, e.g. to a capnp::DynamicCapability for a program without
+// generated code). Belongs to its group's loop. Borrows the group, which must outlive the pool.
+//
+// The pool owns its calls: destroying it cancels those still in flight (their promises reject
+// with FAILED, "the pool was destroyed before the call finished; it may have run"; broadcast
+// members not yet answered get that error as their result). drain() lets them finish first.
 class ActorPoolBase {
 public:
   explicit ActorPoolBase(ActorGroupBase& group, ActorPoolOptions options = {});
+  ~ActorPoolBase() noexcept(false);
   KJ_DISALLOW_COPY(ActorPoolBase);
 
   // The group the pool draws members from.
-  ActorGroupBase& group() { return group_; }
-  const ActorPoolOptions& options() const { return options_; }
+  ActorGroupBase& group();
+  const ActorPoolOptions& options() const;
 
   // Calls in flight from this pool to `member` (by name).
-  uint32_t outstanding(const std::string& member) const;
+  uint32_t outstanding(kj::StringPtr member) const;
 
-protected:
-  // The error a call gets when its deadline passes: NO_ENDPOINTS when no member was ever ready
-  // for it (it never ran), else DEADLINE_EXCEEDED.
-  kj::Exception deadlineError(kj::Duration deadline, const detail::CallProgress& progress);
+  // Calls and broadcasts of this pool that have not finished.
+  size_t callsInFlight() const;
+
+  // ActorPool<T>::call with the member's untyped capability.
+  template <typename Fn>
+  auto callCapability(Fn&& fn, CallOptions options = {})
+      -> kj::Promise<detail::CallValue<Fn, capnp::Capability::Client>>;
+
+  // ActorPool<T>::broadcast with each member's untyped capability.
+  template <typename Fn>
+  auto broadcastCapability(Fn&& fn, CallOptions options = {})
+      -> BroadcastFuture<detail::CallValue<Fn, capnp::Capability::Client>>;
+
+  // Refuses new calls and broadcasts (they reject with DRAINING: they never ran) and resolves
+  // once every call and broadcast member call in flight has finished. Calling it again joins
+  // the same drain.
+  kj::Promise<void> drain();
+
+  struct Impl;  // in actor_pool.cpp
 
 private:
-  friend class detail::PoolCall;
-  friend class detail::Outstanding;
+  // One attempt of a call on a member's capability; resolves once its result is stored.
+  using Attempt = kj::Function<kj::Promise<void>(capnp::Capability::Client)>;
+  kj::Promise<void> callWith(Attempt attempt, const CallOptions& options);
 
-  ActorGroupBase& group_;
-  ActorPoolOptions options_;
-  size_t nextIndex = 0;
-  std::map<std::string, uint32_t> outstanding_;
+  // Starts `call` for every READY member (index i of `endpoints`): the promise each returns is
+  // counted in flight and cancelled with the pool.
+  using MemberCall = kj::Function<kj::Promise<void>(size_t index, const ActorRefBase& member)>;
+  kj::Array<kj::Promise<void>> callEach(kj::ArrayPtr<const kj::Own<const GroupMember>> members,
+                                        MemberCall call);
+
+  kj::Own<Impl> impl;
 };
 
 // A pool over the members of an ActorGroup<T>. Belongs to the group's loop.
@@ -141,70 +121,78 @@ public:
   // whatever its type) is never retried. While no member is READY the call waits for one.
   // Everything happens within the call's deadline (options.deadline, else the pool's default),
   // after which it rejects with DEADLINE_EXCEEDED, or NO_ENDPOINTS if no member was ever ready
-  // for it; and within options().maxAttempts attempts. Dropping the promise cancels the call.
+  // for it; and within options().maxAttempts attempts. Dropping the promise cancels the call;
+  // so does destroying the pool (see ActorPoolBase).
   template <typename Fn>
-  auto call(Fn&& fn, CallOptions options = {}) -> kj::Promise<typename detail::PromiseValue<
-      std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type> {
-    using Value = typename detail::PromiseValue<
-        std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type;
-    auto state = kj::heap<detail::PoolCall>(*this, options);
-    auto deadline = state->deadline();
-    auto& loop = group().loop();
-    auto expired = loop.timer().afterDelay(deadline).then(
-        [this, deadline, progress = state->progress()]() -> kj::Promise<Value> {
-          return deadlineError(deadline, *progress);
-        });
-    return attempt<Value>(kj::mv(state), kj::fwd<Fn>(fn), options.idempotent)
-        .exclusiveJoin(kj::mv(expired));
+  auto call(Fn&& fn, CallOptions options = {})
+      -> kj::Promise<detail::CallValue<Fn, typename T::Client>> {
+    return callCapability(
+        [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable {
+          return fn(c.castAs<T>());
+        },
+        options);
   }
 
   // Runs `fn(client)` against every READY member at once. The returned future gives a result
-  // per member (BroadcastFuture::waitAll / waitAny / waitQuorum / next). Broadcast calls are
-  // not retried.
+  // per member (BroadcastFuture::waitAll / waitAny / waitQuorum / next); a member's error names
+  // the member and its address. Broadcast calls are not retried.
   template <typename Fn>
-  auto broadcast(Fn&& fn, CallOptions options = {}) -> BroadcastFuture<typename detail::PromiseValue<
-      std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type> {
-    using Value = typename detail::PromiseValue<
-        std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type;
-    auto members = group().readyMembers();
-    auto endpoints = KJ_MAP(m, members) { return m->endpoint; };
-    auto state = kj::refcounted<detail::BroadcastState<Value>>(group().loop(), kj::mv(endpoints));
-    for (size_t i = 0; i < members.size(); ++i) {
-      auto ref = ActorRef<T>(members[i]->ref);
-      auto& s = *state;
-      s.calls.add(ref.call(fn, options)
-                      .then([&s, i](Value&& v) { s.succeeded(i, kj::mv(v)); },
-                            [&s, i](kj::Exception&& e) { s.failed(i, kj::mv(e)); })
-                      .eagerlyEvaluate(nullptr));
-    }
-    return BroadcastFuture<Value>(kj::mv(state));
-  }
-
-private:
-  template <typename Value, typename Fn>
-  kj::Promise<Value> attempt(kj::Own<detail::PoolCall> state, Fn fn, bool idempotent) {
-    KJ_IF_MAYBE(member, state->pick()) {
-      auto endpoint = member->endpoint;
-      auto ref = ActorRef<T>(member->ref);
-      auto promise = ref.call(fn, CallOptions{.idempotent = idempotent})
-                         .attach(kj::heap<detail::Outstanding>(*this, endpoint.name));
-      return promise.then(
-          [](Value&& v) -> kj::Promise<Value> { return kj::mv(v); },
-          [this, state = kj::mv(state), fn = kj::mv(fn), idempotent,
-           endpoint = kj::mv(endpoint)](kj::Exception&& e) mutable -> kj::Promise<Value> {
-            auto& s = *state;
-            return s.afterFailure(kj::mv(e), endpoint)
-                .then([this, state = kj::mv(state), fn = kj::mv(fn), idempotent]() mutable {
-                  return attempt<Value>(kj::mv(state), kj::mv(fn), idempotent);
-                });
-          });
-    }
-    auto& s = *state;
-    return s.afterNoMember().then([this, state = kj::mv(state), fn = kj::mv(fn),
-                                   idempotent]() mutable {
-      return attempt<Value>(kj::mv(state), kj::mv(fn), idempotent);
-    });
+  auto broadcast(Fn&& fn, CallOptions options = {})
+      -> BroadcastFuture<detail::CallValue<Fn, typename T::Client>> {
+    return broadcastCapability(
+        [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable {
+          return fn(c.castAs<T>());
+        },
+        options);
   }
 };
+
+// ---------------------------------------------------------------------------------------------
+
+template <typename Fn>
+auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options)
+    -> kj::Promise<detail::CallValue<Fn, capnp::Capability::Client>> {
+  using Value = detail::CallValue<Fn, capnp::Capability::Client>;
+  // The successful attempt's result lands here; the slot outlives every attempt, which the
+  // promise below depends on.
+  auto slot = kj::heap<kj::Maybe<Value>>();
+  auto& out = *slot;
+  Attempt attempt = [fn = kj::fwd<Fn>(fn), &out](capnp::Capability::Client c) mutable {
+    kj::Promise<Value> sent = kj::evalNow([&]() -> kj::Promise<Value> { return fn(kj::mv(c)); });
+    return sent.then([&out](Value&& value) { out = kj::mv(value); });
+  };
+  return callWith(kj::mv(attempt), options).then([slot = kj::mv(slot)]() mutable -> Value {
+    return kj::mv(KJ_ASSERT_NONNULL(*slot));
+  });
+}
+
+template <typename Fn>
+auto ActorPoolBase::broadcastCapability(Fn&& fn, CallOptions options)
+    -> BroadcastFuture<detail::CallValue<Fn, capnp::Capability::Client>> {
+  using Value = detail::CallValue<Fn, capnp::Capability::Client>;
+  auto members = group().readyMembers();
+  auto state = kj::refcounted<detail::BroadcastState<Value>>(
+      group().loop(), KJ_MAP(m, members) { return m->endpoint; });
+  auto& s = *state;
+  // Each member call settles its slot; the state holds the calls, so it outlives them.
+  s.calls = callEach(members, [&s, fn = kj::fwd<Fn>(fn), options](
+                                  size_t i, const ActorRefBase& member) mutable {
+    ActorRefBase ref = member;
+    kj::Promise<Value> sent =
+        kj::evalNow([&]() -> kj::Promise<Value> { return fn(ref.capability()); });
+    return ref.finishCall(kj::mv(sent), options)
+        .then([&s, i](Value&& value) { s.succeeded(i, kj::mv(value)); },
+              [&s, i](kj::Exception&& e) { s.failed(i, kj::mv(e)); });
+  });
+  for (size_t i = 0; i < s.calls.size(); ++i) {
+    // A call the pool cancelled (it was destroyed) or refused (it drains) fails its member.
+    s.calls[i] = s.calls[i]
+                     .catch_([&s, i](kj::Exception&& e) {
+                       if (!s.isDone(i)) s.failed(i, kj::mv(e));
+                     })
+                     .eagerlyEvaluate(nullptr);
+  }
+  return BroadcastFuture<Value>(kj::mv(state));
+}
 
 }  // namespace troupe

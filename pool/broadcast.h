@@ -9,6 +9,7 @@
 #include <kj/refcount.h>
 #include <kj/vector.h>
 
+#include "troupe/actor/change_signal.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
@@ -41,34 +42,34 @@ public:
     auto& slot = finish(i);
     slot.result.value = kj::mv(value);
     ++successes;
-    notify();
+    changed.notify();
   }
 
+  // Member i failed with `e`; its result's error names the member and its address.
   void failed(size_t i, kj::Exception&& e) {
-    auto& slot = finish(i);
-    slot.result.error = kj::mv(e);
-    ++failures;
-    notify();
+    auto& endpoint = slots[i].result.endpoint;
+    fail(i, withContext(e, kj::str(endpoint.name, " (", endpoint.address, ")")));
   }
 
   // Fails every member still running with DEADLINE_EXCEEDED and cancels its call.
   void expire(kj::Duration after) {
     for (size_t i = 0; i < slots.size(); ++i) {
       if (!slots[i].done) {
-        failed(i, makeError(ErrorCode::DEADLINE_EXCEEDED,
-                            kj::str("broadcast to ", slots[i].result.endpoint.name.c_str(),
-                                    " did not finish within ", after / kj::MILLISECONDS,
-                                    " ms; it may have run")));
+        auto& endpoint = slots[i].result.endpoint;
+        fail(i, makeError(ErrorCode::DEADLINE_EXCEEDED,
+                          kj::str("broadcast to ", endpoint.name, " (", endpoint.address,
+                                  ") did not finish within ", after / kj::MILLISECONDS,
+                                  " ms; it may have run")));
       }
     }
-    calls.clear();
+    calls = nullptr;
   }
+
+  bool isDone(size_t i) const { return slots[i].done; }
 
   kj::Promise<void> whenChanged() {
     if (remaining() == 0) return kj::READY_NOW;
-    auto paf = kj::newPromiseAndFulfiller<void>();
-    waiters.add(kj::mv(paf.fulfiller));
-    return kj::mv(paf.promise);
+    return changed.next();
   }
 
   size_t remaining() const { return slots.size() - successes - failures; }
@@ -87,7 +88,7 @@ public:
   std::deque<size_t> completed;  // indices not yet taken by next()
   size_t successes = 0;
   size_t failures = 0;
-  kj::Vector<kj::Promise<void>> calls;  // the member calls in flight; dropping cancels them
+  kj::Array<kj::Promise<void>> calls;  // the member calls in flight; dropping cancels them
 
 private:
   Slot& finish(size_t i) {
@@ -99,12 +100,14 @@ private:
     return slot;
   }
 
-  void notify() {
-    auto w = kj::mv(waiters);
-    for (auto& f : w) f->fulfill();
+  void fail(size_t i, kj::Exception&& e) {
+    auto& slot = finish(i);
+    slot.result.error = kj::mv(e);
+    ++failures;
+    changed.notify();
   }
 
-  kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> waiters;
+  ChangeSignal changed;
 };
 
 }  // namespace detail

@@ -1,7 +1,7 @@
 #include "troupe/resolver/open_resolver.h"
 
 #include "troupe/actor/errors.h"
-#include "troupe/resolver/detail/registry_wire.h"
+#include "troupe/actor/parse_number.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/registry_resolver.h"
 
@@ -17,14 +17,12 @@ void applyQuery(kj::StringPtr url, kj::StringPtr query, RegistryResolverOptions&
   };
   if (!query.startsWith("ttl_ms=")) bad("the only option is ?ttl_ms=MILLISECONDS");
   auto digits = query.slice(strlen("ttl_ms="));
-  if (digits.size() == 0 || digits.size() > 9) bad("ttl_ms takes 1 to 9 digits");
-  uint64_t ms = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') bad("ttl_ms takes a number of milliseconds");
-    ms = ms * 10 + (c - '0');
+  KJ_IF_MAYBE(ms, parseWholeNumber(digits, 999999999)) {
+    if (*ms == 0) bad("ttl_ms must be positive");
+    options.ttl = *ms * kj::MILLISECONDS;
+  } else {
+    bad("ttl_ms takes a number of milliseconds, 1 to 999999999");
   }
-  if (ms == 0) bad("ttl_ms must be positive");
-  options.ttl = ms * kj::MILLISECONDS;
 }
 
 }  // namespace

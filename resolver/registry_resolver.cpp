@@ -6,7 +6,7 @@
 #include "troupe/resolver/detail/registry_link.h"
 #include "troupe/resolver/detail/registry_registration.h"
 #include "troupe/resolver/detail/registry_watch.h"
-#include "troupe/resolver/detail/registry_wire.h"
+#include "troupe/resolver/registry_wire.h"
 
 namespace troupe {
 
@@ -98,7 +98,7 @@ kj::Promise<JobStatus> RegistryResolver::jobStatus(kj::StringPtr jobId) {
                          request.setJobId(jobId);
                          return request.send();
                        })
-      .then([](Response&& response) { return detail::readJobStatus(response.getStatus()); });
+      .then([](Response&& response) { return fromCapnp(response.getStatus()); });
 }
 
 kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status) {
@@ -108,7 +108,7 @@ kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status) {
       ->call<Response>("setJobStatus",
                        [status = kj::mv(status)](schema::Registry::Client registry) {
                          auto request = registry.setJobStatusRequest();
-                         detail::writeJobStatus(status, request.initStatus());
+                         toCapnp(status, request.initStatus());
                          return request.send();
                        })
       .then([](Response&&) {});

@@ -5,10 +5,10 @@
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/address.h"
-#include "troupe/actor/detail/rpc_acceptor.h"
+#include "troupe/actor/rpc_acceptor.h"
 #include "troupe/actor/errors.h"
 #include "troupe/resolver/detail/registry_table.h"
-#include "troupe/resolver/detail/registry_wire.h"
+#include "troupe/resolver/registry_wire.h"
 
 namespace troupe {
 
@@ -94,12 +94,12 @@ protected:
 
   kj::Promise<void> jobStatus(JobStatusContext context) override {
     auto status = table->jobStatus(context.getParams().getJobId());
-    detail::writeJobStatus(status, context.getResults().initStatus());
+    toCapnp(status, context.getResults().initStatus());
     return kj::READY_NOW;
   }
 
   kj::Promise<void> setJobStatus(SetJobStatusContext context) override {
-    table->setJobStatus(detail::readJobStatus(context.getParams().getStatus()));
+    table->setJobStatus(fromCapnp(context.getParams().getStatus()));
     return kj::READY_NOW;
   }
 
@@ -118,7 +118,7 @@ struct RegistryServer::Impl final {
         log(this->options.logger ? this->options.logger : loop.logger()),
         table(kj::refcounted<RegistryTable>(loop, this->options, log)),
         registry(kj::heap<RegistryImpl>(kj::addRef(*table))),
-        acceptor(kj::heap<detail::RpcAcceptor>(loop, registry, this->options.maxMessageBytes, log,
+        acceptor(kj::heap<RpcAcceptor>(loop, registry, this->options.maxMessageBytes, log,
                                                "registry")) {}
 
   ~Impl() noexcept(false) {
@@ -134,7 +134,7 @@ struct RegistryServer::Impl final {
   kj::Own<RegistryTable> table;
   schema::Registry::Client registry;
   bool stopped = false;
-  kj::Own<detail::RpcAcceptor> acceptor;
+  kj::Own<RpcAcceptor> acceptor;
 };
 
 RegistryServer::RegistryServer(EventLoop& loop, RegistryServerOptions options)

@@ -16,17 +16,12 @@ void CallTracker::abortAll(const kj::Exception& reason) {
 
 void CallTracker::end() {
   KJ_ASSERT(inFlight_ > 0);
-  if (--inFlight_ == 0) {
-    for (auto& waiter : idleWaiters) waiter->fulfill();
-    idleWaiters.clear();
-  }
+  if (--inFlight_ == 0) idle.notify();
 }
 
 kj::Promise<void> CallTracker::whenIdle() {
   if (inFlight_ == 0) return kj::READY_NOW;
-  auto paf = kj::newPromiseAndFulfiller<void>();
-  idleWaiters.add(kj::mv(paf.fulfiller));
-  return kj::mv(paf.promise);
+  return idle.next();
 }
 
 // One accepted call, owned by the call's promise chain. It holds one of the actor's slots while

@@ -16,6 +16,7 @@
 #include <kj/vector.h>
 
 #include "troupe/actor/actor_server.h"
+#include "troupe/actor/change_signal.h"
 
 namespace troupe::detail {
 
@@ -74,7 +75,7 @@ public:
 private:
   friend class CallCompletion;
   uint64_t inFlight_ = 0;
-  kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> idleWaiters;
+  ChangeSignal idle;  // notified when inFlight_ drops to 0
   kj::List<CallCompletion, &CallCompletion::link> calls;
 };
 

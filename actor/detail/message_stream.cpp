@@ -278,6 +278,10 @@ kj::Maybe<int> BoundedMessageStream::getSendBufferSize() {
   return size;
 }
 
+kj::Promise<void> BoundedMessageStream::whenWritten() {
+  return flush().catch_([](kj::Exception&&) {});
+}
+
 kj::Promise<void> BoundedMessageStream::end() {
   return flush().then([this]() { stream.shutdownWrite(); });
 }

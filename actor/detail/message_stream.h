@@ -62,8 +62,10 @@ public:
   // Writes what is queued, then shuts the stream down for writing.
   kj::Promise<void> end();
 
-  // Whether everything written so far has been handed to the socket.
-  bool idle() const { return batch.empty() && writesInFlight == 0; }
+  // Resolves once every message queued so far has been handed to the socket, or a write
+  // failed (nothing more will be written). Hands this turn's batch over now. The stream must
+  // outlive the promise.
+  kj::Promise<void> whenWritten();
 
 private:
   // Resolves once the buffer holds at least `bytes` unread bytes (reading as needed), or with

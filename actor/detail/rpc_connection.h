@@ -27,8 +27,9 @@ public:
   // Resolves when the peer disconnects or the connection fails.
   kj::Promise<void> onDisconnect() { return network.onDisconnect(); }
 
-  // Messages handed to the stream but not yet written.
-  size_t queuedMessages() const { return network.queuedMessages(); }
+  // Resolves once every message sent so far has been written, or writing failed. The
+  // connection must outlive the promise.
+  kj::Promise<void> whenWritten() { return network.whenWritten(); }
 
 private:
   kj::Own<kj::AsyncIoStream> stream;

@@ -194,9 +194,7 @@ void RpcNetwork::send(OutgoingMessage& message) {
                        maxMessageBytes, "-byte limit; not sent"));
   }
   KJ_IF_MAYBE(write, messages.queueMessage(segments)) {
-    ++largeWritesInFlight;
-    largeWrites.add(write->attach(kj::defer([this]() { --largeWritesInFlight; }),
-                                  kj::addRef(message)));
+    largeWrites.add(write->attach(kj::addRef(message)));
   }
 }
 

@@ -37,8 +37,8 @@ public:
   // Resolves once the RPC system has dropped the connection (the peer left, or it failed).
   kj::Promise<void> onDisconnect() { return disconnected.addBranch(); }
 
-  // Messages handed to the framing layer whose write has not finished.
-  size_t queuedMessages() const { return largeWritesInFlight + (messages.idle() ? 0 : 1); }
+  // Resolves once every message sent so far has been written (BoundedMessageStream::whenWritten).
+  kj::Promise<void> whenWritten() { return messages.whenWritten(); }
 
   // VatNetwork.
   kj::Maybe<kj::Own<capnp::TwoPartyVatNetworkBase::Connection>> connect(
@@ -77,7 +77,6 @@ private:
   capnp::MallocMessageBuilder peerVatId;
   bool accepted = false;
   bool shutDown = false;
-  size_t largeWritesInFlight = 0;
 
   mutable size_t connectionRefs = 0;
   ConnectionDisposer connectionDisposer;

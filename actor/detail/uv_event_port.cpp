@@ -1,10 +1,14 @@
 #include "troupe/actor/detail/uv_event_port.h"
 
-namespace troupe::detail {
+namespace troupe {
 
 void throwUvError(const char* what, int status) {
   kj::throwFatalException(KJ_EXCEPTION(FAILED, kj::str(what, ": ", uv_strerror(status))));
 }
+
+}  // namespace troupe
+
+namespace troupe::detail {
 
 UvTimer::UvTimer(uv_loop_t* loop)
     : clock(kj::systemPreciseMonotonicClock()), impl(clock.now()) {

@@ -9,7 +9,7 @@
 #include <kj/async.h>
 #include <kj/timer.h>
 
-#include "troupe/actor/detail/uv_handle.h"
+#include "troupe/actor/uv_handle.h"
 
 namespace troupe::detail {
 

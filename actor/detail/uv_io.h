@@ -6,7 +6,7 @@
 
 #include <kj/async-io.h>
 
-#include "troupe/actor/detail/uv_handle.h"
+#include "troupe/actor/uv_handle.h"
 
 namespace troupe::detail {
 

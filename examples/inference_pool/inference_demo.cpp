@@ -229,18 +229,18 @@ private:
   // SIGKILL to the READY replica with the most calls in flight from the pool, so that some of
   // them are cut off and have to fail over.
   void killOne() {
-    kj::Maybe<troupe::GroupMember&> busiest;
+    kj::Maybe<kj::Own<const troupe::GroupMember>> busiest;
     uint32_t most = 0;
-    for (auto* member : pool.group().readyMembers()) {
+    for (auto& member : pool.group().readyMembers()) {
       uint32_t n = pool.outstanding(member->endpoint.name);
       if (busiest == nullptr || n > most) {
-        busiest = *member;
+        busiest = kj::mv(member);
         most = n;
       }
     }
     KJ_IF_MAYBE(member, busiest) {
       auto replicas = job.replicas();
-      auto& endpoint = member->endpoint;
+      auto& endpoint = (*member)->endpoint;
       KJ_ASSERT(endpoint.taskIndex < replicas.size());
       int pid = replicas[endpoint.taskIndex].pid;
       KJ_ASSERT(pid > 0, "replica not running", endpoint.name);

@@ -33,11 +33,11 @@ kj::Promise<void> pushGradient(troupe::ActorGroup<ParameterServer>& group,
                                const Snapshot& snapshot, const std::vector<float>& gradient,
                                float learningRate) {
   kj::Vector<kj::Promise<void>> pushes;
-  // Members are looked up afresh each step: a handle from readyMembers() is valid only now.
+  // Members are looked up afresh each step: the snapshot may name one that has restarted since.
   auto members = group.readyMembers();
   for (auto& slice : snapshot.shards) {
-    kj::Maybe<troupe::GroupMember&> owner;
-    for (auto* m : members) {
+    kj::Maybe<const troupe::GroupMember&> owner;
+    for (auto& m : members) {
       if (m->endpoint.name == slice.name) owner = *m;
     }
     KJ_IF_MAYBE(member, owner) {

@@ -1,8 +1,11 @@
 #include "troupe/jobs/detail/tpu_types.h"
 
+#include <algorithm>
+
 #include <kj/debug.h>
 
 #include "troupe/actor/errors.h"
+#include "troupe/actor/parse_number.h"
 
 namespace troupe::detail {
 
@@ -70,22 +73,19 @@ const TpuFamily FAMILIES[] = {
 kj::Maybe<uint64_t> product(kj::StringPtr topology, uint32_t dims) {
   uint64_t total = 1;
   uint32_t seen = 0;
-  size_t i = 0;
+  kj::ArrayPtr<const char> rest = topology;
   while (true) {
-    uint64_t dim = 0;
-    size_t start = i;
-    while (i < topology.size() && topology[i] >= '0' && topology[i] <= '9') {
-      dim = dim * 10 + static_cast<uint64_t>(topology[i] - '0');
-      if (dim > 1000000) return nullptr;
-      ++i;
+    auto x = std::find(rest.begin(), rest.end(), 'x');
+    KJ_IF_MAYBE(dim, parseWholeNumber(kj::arrayPtr(rest.begin(), x), 1000000)) {
+      if (*dim == 0) return nullptr;
+      total *= *dim;
+    } else {
+      return nullptr;
     }
-    if (i == start || dim == 0) return nullptr;
-    total *= dim;
     if (total > (uint64_t{1} << 40)) return nullptr;
     ++seen;
-    if (i == topology.size()) break;
-    if (topology[i] != 'x') return nullptr;
-    ++i;
+    if (x == rest.end()) break;
+    rest = kj::arrayPtr(x + 1, rest.end());
   }
   if (seen != dims) return nullptr;
   return total;
@@ -112,13 +112,10 @@ kj::Maybe<const TpuFamily&> findFamily(kj::StringPtr name) {
 
 // The decimal number `text` spells (digits only, at most 9), or nullptr.
 kj::Maybe<uint32_t> parseSize(kj::StringPtr text) {
-  if (text.size() == 0 || text.size() > 9) return nullptr;
-  uint32_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return nullptr;
-    value = value * 10 + static_cast<uint32_t>(c - '0');
+  KJ_IF_MAYBE(value, parseWholeNumber(text, 999999999)) {
+    return static_cast<uint32_t>(*value);
   }
-  return value;
+  return nullptr;
 }
 
 [[noreturn]] void unknownType(kj::StringPtr type) {

@@ -45,12 +45,9 @@ RegistryLink::RegistryLink(EventLoop& loop, kj::StringPtr address, RegistryResol
       log(this->options.logger ? this->options.logger : loop.logger()),
       addressText(Address::parse(address).toString()),
       channel(Channel::open(loop, address, channelOptions(this->options))),
-      random(std::random_device()()),
+      reconnect(this->options.reconnectBackoffInitial, this->options.reconnectBackoffMax),
       tasks(kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this))) {
   KJ_REQUIRE(this->options.ttl > 0 * kj::SECONDS, "RegistryResolverOptions: ttl must be positive");
-  KJ_REQUIRE(this->options.reconnectBackoffInitial > 0 * kj::SECONDS &&
-                 this->options.reconnectBackoffInitial <= this->options.reconnectBackoffMax,
-             "RegistryResolverOptions: need 0 < reconnectBackoffInitial <= reconnectBackoffMax");
 }
 
 RegistryLink::~RegistryLink() noexcept(false) {
@@ -64,23 +61,11 @@ void RegistryLink::taskFailed(kj::Exception&& exception) {
 }
 
 schema::Registry::Client RegistryLink::registry() {
-  return channel->host().castAs<schema::Registry>();
+  return channel->bootstrap<schema::Registry>();
 }
 
 void RegistryLink::connectionBroken(uint64_t brokenEpoch) {
   if (channel->epoch() == brokenEpoch) channel->disconnect();
-}
-
-kj::Duration RegistryLink::backoff(uint32_t attempt) {
-  auto initial = options.reconnectBackoffInitial;
-  auto max = options.reconnectBackoffMax;
-  auto delay = initial;
-  for (uint32_t i = 0; i < attempt && delay < max; ++i) delay = delay * 2;
-  if (delay > max) delay = max;
-  // Between half and all of it, so that many clients of a restarted registry spread out.
-  int64_t nanos = delay / kj::NANOSECONDS;
-  std::uniform_int_distribution<int64_t> jitter(nanos / 2, nanos);
-  return jitter(random) * kj::NANOSECONDS;
 }
 
 kj::Duration RegistryLink::renewInterval(kj::Duration granted) const {

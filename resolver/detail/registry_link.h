@@ -3,13 +3,13 @@
 // registry, call deadlines, the reconnect backoff, and the liveness watch that tells
 // registrations at once when the connection breaks.
 
-#include <random>
 #include <string>
 
 #include <kj/async.h>
 #include <kj/list.h>
 #include <kj/refcount.h>
 
+#include "troupe/actor/backoff.h"
 #include "troupe/actor/channel.h"
 #include "troupe/actor/errors.h"
 #include "troupe/resolver/registry_resolver.h"
@@ -66,8 +66,9 @@ public:
   template <typename T, typename Fn>
   kj::Promise<T> call(kj::StringPtr what, Fn fn, bool mayRetry = true);
 
-  // The delay before retry number `attempt` (0 for the first): the reconnect backoff, jittered.
-  kj::Duration backoff(uint32_t attempt);
+  // The delay before retry number `attempt` (0 for the first): the reconnect backoff, jittered
+  // from the loop's random source.
+  kj::Duration backoff(uint32_t attempt) { return reconnect.delay(attempt, loop.random()); }
 
   // How long between lease renewals, given the TTL the registry granted (0 when not known yet).
   kj::Duration renewInterval(kj::Duration granted) const;
@@ -93,7 +94,7 @@ private:
   void stopProbe();
 
   kj::Own<Channel> channel;
-  std::minstd_rand random;
+  const Backoff reconnect;
   kj::List<ConnectionListener, &ConnectionListener::listenerLink> listeners;
 
   bool probeActive = false;         // a probe watches connection `probeEpoch`

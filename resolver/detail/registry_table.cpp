@@ -8,9 +8,15 @@
 
 #include "troupe/actor/address.h"
 #include "troupe/actor/errors.h"
-#include "troupe/resolver/detail/registry_wire.h"
+#include "troupe/resolver/registry_wire.h"
 
 namespace troupe::detail {
+
+size_t endpointBytes(const Endpoint& endpoint) {
+  size_t total = endpoint.name.size() + endpoint.address.size();
+  for (auto& [key, value] : endpoint.metadata) total += key.size() + value.size();
+  return total;
+}
 
 namespace {
 
@@ -289,7 +295,7 @@ void RegistryTable::send(uint64_t id, Watcher& watcher) {
       watcher.client.eventsRequest(capnp::MessageSize{bytes / sizeof(capnp::word) + 16, 0});
   auto list = request.initEvents(count);
   for (size_t i = 0; i < count; ++i) {
-    writeWatchEvent(watcher.queue.front(), list[i]);
+    toCapnp(watcher.queue.front(), list[i]);
     watcher.queue.pop_front();
   }
   watcher.sending = true;

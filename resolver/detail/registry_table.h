@@ -21,6 +21,10 @@
 
 namespace troupe::detail {
 
+// What an endpoint costs a registry to keep, in bytes: its name, address and metadata keys and
+// values (the parts of the name that are repeated in jobId and actor are not counted again).
+size_t endpointBytes(const Endpoint& endpoint);
+
 // Shared (kj::addRef) by the RegistryServer and every capability it handed out, so that a
 // capability outliving the server finds the table shut down rather than dangling. Loop thread
 // only.

@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/errors.h"
-#include "troupe/resolver/detail/registry_wire.h"
+#include "troupe/resolver/registry_wire.h"
 
 namespace troupe::detail {
 
@@ -156,7 +156,7 @@ void RegistryWatch::lost(uint64_t id, kj::Exception&& why) {
 void RegistryWatch::onEvents(uint64_t id, capnp::List<schema::WatchEvent>::Reader events) {
   for (auto e : events) {
     if (id != subscription) return;  // lost while dispatching
-    KJ_IF_MAYBE(event, readWatchEvent(e)) {
+    KJ_IF_MAYBE(event, fromCapnp(e)) {
       dispatch(kj::mv(*event));
     }
   }
@@ -238,7 +238,7 @@ void RegistryWatch::reconcile() {
                  .then(
                      [](capnp::Response<schema::Registry::JobStatusResults>&& response)
                          -> kj::Maybe<JobStatus> {
-                       auto status = readJobStatus(response.getStatus());
+                       auto status = fromCapnp(response.getStatus());
                        if (status.state != JobState::ENDED) return nullptr;
                        return kj::mv(status);
                      },

@@ -5,31 +5,30 @@
 
 #include <kj/async.h>
 
+#include "troupe/actor/change_signal.h"
 #include "troupe/resolver/resolver.h"
 
 namespace troupe::detail {
 
 // Events a resolver pushed and the watch's user has not taken yet, in order, none dropped.
-// Loop thread only.
+// Loop thread only. Dropping it rejects a pending next().
 class WatchQueue {
 public:
   // The oldest event; when there is none, a promise for the next one pushed, or, once end()
-  // was called, the end's error. Only one next() may be pending (a dropped one does not count).
+  // was called, the end's error.
   kj::Promise<WatchEvent> next();
 
   // Hands `event` to the pending next(), or queues it.
   void push(WatchEvent event);
 
-  // No more events will come: a pending next() rejects with `reason` at once, later ones once
-  // the queued events were taken.
+  // No more events will come: a pending next() rejects with `reason`, later ones once the
+  // queued events were taken.
   void end(kj::Exception reason);
-
-  bool ended() const { return endError != nullptr; }
 
 private:
   std::deque<WatchEvent> queue;
-  kj::Maybe<kj::Own<kj::PromiseFulfiller<WatchEvent>>> waiter;
   kj::Maybe<kj::Exception> endError;
+  ChangeSignal pushed;  // an event was pushed, or the queue ended
 };
 
 }  // namespace troupe::detail

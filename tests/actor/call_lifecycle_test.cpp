@@ -204,6 +204,27 @@ TEST_F(CallLifecycleTest, DestroyingTheServerEndsItsCallsAtOnce) {
   }
 }
 
+TEST_F(CallLifecycleTest, DrainWritesALargeReplyWholeBeforeItCloses) {
+  // 48 MiB cannot leave in one write: the drain must wait for the socket, not only for the call.
+  constexpr uint64_t BYTES = 48 << 20;
+  auto b = ref<Blocker>("blocker");
+  auto inFlight = b.call([](Blocker::Client c) {
+    auto r = c.holdRequest();
+    r.setTag("large");
+    r.setReplyBytes(BYTES);
+    return r.send();
+  });
+  blocker.whenStarted(1).wait(ws());
+  auto drained = server->drain();
+  blocker.release("large");
+  auto reply = inFlight.wait(ws());
+  auto payload = reply.getPayload();
+  ASSERT_EQ(payload.size(), BYTES);
+  for (uint64_t i = 0; i < BYTES; i += 4093) ASSERT_EQ(payload[i], i % 251) << i;
+  drained.wait(ws());
+  EXPECT_EQ(server->state(), ServerState::STOPPED);
+}
+
 TEST_F(CallLifecycleTest, ASigtermDuringADrainJoinsItInsteadOfKillingTheProcess) {
   auto served = server->serve();
   auto b = ref<Blocker>("blocker");

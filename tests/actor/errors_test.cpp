@@ -159,6 +159,29 @@ TEST(ErrorsTest, RaisedByActorTellsTheActorsExceptionsFromTroupes) {
   EXPECT_FALSE(raisedByActor(plain(Type::DISCONNECTED, "Peer disconnected.")));
 }
 
+TEST(ErrorsTest, WithContextNamesWhereAndKeepsCodeTypeAndOrigin) {
+  struct Case {
+    kj::Exception original;
+    const char* expected;
+  };
+  Case cases[] = {
+      {makeError(ErrorCode::UNREACHABLE, "cannot connect"),
+       "troupe.unreachable: m-0 (tcp://h:1): cannot connect"},
+      {plain(Type::OVERLOADED, "remote exception: troupe.draining: bye"),
+       "remote exception: troupe.draining: m-0 (tcp://h:1): bye"},
+      {plain(Type::FAILED, "remote exception: divide by zero"),
+       "remote exception: m-0 (tcp://h:1): divide by zero"},
+      {plain(Type::DISCONNECTED, "Peer disconnected."), "m-0 (tcp://h:1): Peer disconnected."},
+  };
+  for (auto& c : cases) {
+    auto wrapped = withContext(c.original, "m-0 (tcp://h:1)");
+    EXPECT_EQ(str(wrapped.getDescription()), c.expected);
+    EXPECT_EQ(wrapped.getType(), c.original.getType());
+    EXPECT_EQ(errorCode(wrapped), errorCode(c.original)) << c.expected;
+    EXPECT_EQ(raisedByActor(wrapped), raisedByActor(c.original)) << c.expected;
+  }
+}
+
 TEST(ErrorsTest, CodeWithNothingAfterTheColon) {
   EXPECT_EQ(errorCode(plain(Type::OVERLOADED, "troupe.draining:")), ErrorCode::DRAINING);
 }

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The troupe command end to end: a registry (troupe registry), a job launched in the foreground
 # (troupe launch) whose replicas host the calculator example's actor, then troupe wait, ls,
-# actors and call against them, bad input, and Ctrl-C stopping the job. Every process started
-# here is stopped by its own pid, also when the script fails.
+# actors and call against them, Data as base64 against the test server's Echo actor, bad input,
+# and Ctrl-C stopping the job. Every process started
+# here is stopped by its own pid, also when the script fails. A command that should fail at once
+# is given a long timeout: the test's own timeout catches one that waits instead.
 #
-#   troupe_cli_test.sh TROUPE CALCULATOR_SERVER
+#   troupe_cli_test.sh TROUPE CALCULATOR_SERVER TEST_SERVER
 set -euo pipefail
 troupe=$1
 server=$2
+test_server=$3
 out=$(mktemp -d)
 pids=()
 cleanup() {
@@ -82,16 +85,57 @@ expect_status 0 "$troupe" call calc/calc-0 calc.add '{"a": 1.5, "b": 2}'
 [ "$output" = '{"value":3.5}' ] || fail "call printed: $output"
 expect_status 0 "$troupe" call calc/ calc.sum '{"values": [1, 2, 3]}' --all
 [ "$output" = $'calc/calc-0 {"value":6}\ncalc/calc-1 {"value":6}' ] || fail "call --all printed: $output"
+expect_status 0 "$troupe" call calc/calc-1 calc.sum '{"values": [1, 2]}' --all
+[ "$output" = 'calc/calc-1 {"value":3}' ] || fail "call --all of one endpoint printed: $output"
+expect_status 1 "$troupe" call calc/ calc.divide '{"a": 1, "b": 0}' --all
+[ "$(grep -c '^calc/calc-[01] error: .*cannot divide by zero$' <<< "$output")" -eq 2 ] ||
+  fail "call --all of a failing method printed: $output"
+expect_status 0 "$troupe" call calc calc.sum '{"values": [1]}' --all
+[ "$output" = $'calc/calc-0 {"value":1}\ncalc/calc-1 {"value":1}' ] || fail "call --all printed: $output"
 address=$(sed -n 's/^calc\/calc-1 \(tcp:[^ ]*\) .*/\1/p' <<< "$("$troupe" ls calc/calc-1)")
 expect_status 0 "$troupe" call "$address" calc.calls
 grep -q '^{"count":"[0-9]*"}$' <<< "$output" || fail "call by address printed: $output"
+
+echo "== troupe call: Data as base64, against the test server's Echo actor"
+mkfifo "$out/test_server.out"
+env -u TROUPE_RESOLVER "$test_server" > "$out/test_server.out" &
+test_server_pid=$!
+pids+=("$test_server_pid")
+exec 6< "$out/test_server.out"
+line=$(await_line 6 "LISTENING tcp://")
+echo_address=$(cut -d' ' -f2 <<< "$line")
+expect_status 0 "$troupe" call "$echo_address" echo.echo '{"payload": "aGVsbG8gdHJvdXBl"}'
+[ "$output" = '{"payload":"aGVsbG8gdHJvdXBl"}' ] || fail "echo printed: $output"
+expect_status 0 "$troupe" call "$echo_address" echo.echo '{"payload": "AAH/+w=="}'
+[ "$output" = '{"payload":"AAH/+w=="}' ] || fail "echo of binary bytes printed: $output"
+expect_status 1 "$troupe" call "$echo_address" echo.echo '{"payload": [104, 105]}'
+grep -q '^troupe call: parameter .payload. of echo.echo is Data, a base64 string; got \[104,105\]$' \
+  <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call "$echo_address" echo.echo '{"payload": "not base64!"}'
+grep -q "^troupe call: parameter 'payload' of echo.echo is Data, a base64 string" <<< "$output" ||
+  fail "$output"
+kill -TERM "$test_server_pid"
+wait "$test_server_pid" || fail "the test server did not stop cleanly on SIGTERM"
+exec 6<&-
 
 echo "== bad input"
 expect_status 1 "$troupe" call calc/ calc.nope '{}'
 grep -q "Calculator has no method 'nope' (its methods: add, divide, sum, calls)" <<< "$output" || fail "$output"
 expect_status 1 "$troupe" call calc/ calc.add '{"x": 1}'
-grep -q "cannot be read from" <<< "$output" || fail "$output"
+grep -q "^troupe call: calc.add has no parameter 'x' (it has a, b)$" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add '{"a": "x", "b": 2}'
+grep -q '^troupe call: parameter .a. of calc.add is a Float64; got "x"$' <<< "$output" ||
+  fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add '{"a":'
+grep -q "^troupe call: '{\"a\":' is not valid JSON: it ends where a value should be$" <<< "$output" ||
+  fail "$output"
 expect_status 1 "$troupe" call calc/ calc.add 'not json'
+grep -q "^troupe call: 'not json' is not valid JSON: 'n' at byte 1 where a value should be$" \
+  <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add '[1, 2]'
+grep -q "^troupe call: calc.add takes a JSON object of its parameters (a, b), not '\[1, 2\]'$" \
+  <<< "$output" || fail "$output"
+! grep -q "expected \|\.c++:\|\.cpp:" <<< "$output" || fail "kj internals in: $output"
 expect_status 1 "$troupe" call calc/ calc.divide '{"a": 1, "b": 0}'
 grep -q "cannot divide by zero" <<< "$output" || fail "$output"
 expect_status 1 "$troupe" call calc/ nobody.add '{}'
@@ -100,6 +144,20 @@ expect_status 1 "$troupe" call nojob/ calc.add '{}'
 expect_status 2 "$troupe" call calc/ calc-without-method
 expect_status 2 "$troupe" ls --bogus
 expect_status 2 "$troupe" bogus
+grep -q "^troupe: bogus: unknown command$" <<< "$output" || fail "$output"
+expect_status 2 "$troupe"
+expect_status 2 "$troupe" wait calc/ --count x
+grep -q "^troupe wait: --count needs a whole number of at least 1, not 'x'$" <<< "$output" ||
+  fail "$output"
+grep -q "^Usage: troupe wait " <<< "$output" || fail "no usage after a usage error: $output"
+expect_status 2 "$troupe" call calc/ calc.add --timeout=soon
+grep -q "^troupe call: --timeout needs a positive number, not 'soon'$" <<< "$output" || fail "$output"
+help=$("$troupe" --help 2>/dev/null) || fail "troupe --help failed"
+grep -q "^  call " <<< "$help" || fail "troupe --help printed: $help"
+help=$("$troupe" call --help 2>/dev/null) || fail "troupe call --help failed"
+grep -q "^Usage: troupe call .*TARGET ACTOR.METHOD \[JSON\]$" <<< "$help" || fail "$help"
+version=$("$troupe" --version 2>/dev/null) || fail "troupe --version failed"
+grep -q "^troupe [0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*$" <<< "$version" || fail "--version: $version"
 expect_status 2 env -u TROUPE_RESOLVER "$troupe" ls
 grep -q "no resolver" <<< "$output" || fail "$output"
 expect_status 0 "$troupe" launch --help
@@ -125,6 +183,12 @@ cat <&4 > "$out/launch.log"
 grep -q "job calc: stopped" "$out/launch.log" || fail "$(cat "$out/launch.log")"
 kill -TERM "$watch_pid"
 wait "$watch_pid" || fail "troupe ls --watch did not stop cleanly on SIGTERM"
+
+echo "== troupe wait after the job ended fails at once, not at its timeout"
+expect_status 1 "$troupe" wait calc/ --count 2 --timeout 3600
+grep -q "^troupe wait: job 'calc' ended: stopped" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" wait calc --count 1 --timeout 3600
+grep -q "^troupe wait: job 'calc' ended: stopped" <<< "$output" || fail "$output"
 
 kill -TERM "$registry_pid"
 status=0

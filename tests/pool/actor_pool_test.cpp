@@ -10,8 +10,8 @@
 
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/errors.h"
-#include "troupe/resolver/endpoint_publisher.h"
 #include "troupe/resolver/fixed_resolver.h"
+#include "tests/support/pool_replica.h"
 #include "tests/support/test_actors.h"
 
 namespace troupe {
@@ -20,26 +20,7 @@ namespace {
 using test::Blocker;
 using test::Member;
 
-// One replica: an ActorServer of job "job-1" hosting "member" and "blocker", published.
-struct Replica {
-  Replica(EventLoop& loop, Resolver& resolver, uint32_t index, kj::StringPtr job = "job-1") {
-    JobContext ctx;
-    ctx.jobId = job.cStr();
-    ctx.taskIndex = index;
-    ctx.numTasks = 100;
-    server = kj::heap<ActorServer>(loop, ctx, ActorServerOptions{.drainGracePeriod = 2 * kj::SECONDS});
-    auto impl = kj::heap<test::MemberImpl>(ctx.endpointName("member"));
-    member = impl.get();
-    server->host<Member>("member", kj::mv(impl));
-    server->host<Blocker>("blocker", kj::heap<test::BlockerImpl>(blocker), {.maxConcurrency = 0});
-    publisher = kj::heap<EndpointPublisher>(*server, resolver);
-    server->listen("tcp://127.0.0.1:0");
-  }
-  test::BlockerState blocker;
-  test::MemberImpl* member;
-  kj::Own<ActorServer> server;
-  kj::Own<EndpointPublisher> publisher;
-};
+using Replica = test::PoolReplica;
 
 class ActorPoolTest : public ::testing::Test {
 protected:
@@ -340,11 +321,11 @@ TEST_F(ActorPoolTest, LeastOutstandingSpreadsHeldCalls) {
   EXPECT_EQ(pool.outstanding("job-1/blocker-0") + pool.outstanding("job-1/blocker-1"), 0u);
 }
 
-TEST_F(ActorPoolTest, ShutdownDrainsEveryMemberAndTheyLeave) {
+TEST_F(ActorPoolTest, DrainMembersDrainsEveryMemberAndTheyLeave) {
   startReplicas(3);
   ActorGroup<Member> group(loop, resolver, "job-1", "member");
   group.waitReady(3, 10 * kj::SECONDS).wait(ws());
-  group.shutdown(1 * kj::SECONDS).wait(ws());
+  group.drainMembers(1 * kj::SECONDS).wait(ws());
   // Each server got the request and drains (nothing is in flight, so it stops at once); the
   // group sees the members go.
   for (auto& r : replicas) {

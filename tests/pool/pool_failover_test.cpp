@@ -114,6 +114,13 @@ TEST(PoolFailover, BroadcastWithOneMemberKilledReturnsTheOthersAndOneDisconnecte
   EXPECT_EQ(results[1].endpoint.name, "test/member-1");
   auto& e = KJ_ASSERT_NONNULL(results[1].error);
   EXPECT_EQ(e.getType(), kj::Exception::Type::DISCONNECTED) << e.getDescription().cStr();
+  // Named like the pool's own errors: the member and its address, not a bare "Peer
+  // disconnected.".
+  EXPECT_EQ(errorCode(e), ErrorCode::DISCONNECTED);
+  EXPECT_FALSE(raisedByActor(e));
+  EXPECT_TRUE(kj::StringPtr(e.getDescription())
+                  .startsWith(kj::str("test/member-1 (", servers[1]->address, "): ")))
+      << e.getDescription().cStr();
 }
 
 }  // namespace

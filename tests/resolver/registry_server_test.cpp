@@ -93,7 +93,7 @@ protected:
 
   kj::Promise<void> setJobStatus(JobStatus status) {
     auto request = registry().setJobStatusRequest();
-    detail::writeJobStatus(status, request.initStatus());
+    toCapnp(status, request.initStatus());
     return request.send().then([](auto&&) {});
   }
 
@@ -102,7 +102,7 @@ protected:
     request.setJobId(jobId);
     auto response =
         await<capnp::Response<schema::Registry::JobStatusResults>>(loop, request.send());
-    return detail::readJobStatus(response.getStatus());
+    return fromCapnp(response.getStatus());
   }
 
   // Runs the loop until `done()` holds; false if it never does within a few thousand turns
@@ -196,7 +196,7 @@ TEST_F(RegistryServerTest, ReleasingTheLeaseRemovesTheEntryAtOnce) {
 TEST_F(RegistryServerTest, ALostConnectionRemovesItsEntriesAtOnceEvenWithTheLeaseStillHeld) {
   auto address = server->listen("tcp://127.0.0.1:0");
   auto channel = Channel::open(loop, address.c_str());
-  auto remote = channel->host().castAs<schema::Registry>();
+  auto remote = channel->bootstrap<schema::Registry>();
   auto lease1 = add(endpoint("job-1/ps-0"), 60000, remote);
   auto lease2 = add(endpoint("job-1/ps-1"), 60000, remote);
   EXPECT_EQ(server->connectionCount(), 1u);
@@ -355,7 +355,7 @@ TEST_F(RegistryServerTest, EndingAJobRemovesItsEndpointsRefusesThemAndRunningAga
 TEST_F(RegistryServerTest, BadInputIsRefusedWithInvalidArgumentAndTheRegistryKeepsServing) {
   auto address = server->listen("tcp://127.0.0.1:0");
   auto channel = Channel::open(loop, address.c_str());
-  auto remote = channel->host().castAs<schema::Registry>();
+  auto remote = channel->bootstrap<schema::Registry>();
   auto refused = [&](const Endpoint& e) { return awaitError(loop, registerRequest(remote, e)); };
 
   for (auto name : {"", "nojob", "job/ps", "job/ps-x", "job/-1", "../x-1", "job/ps-1/x",
@@ -412,7 +412,7 @@ TEST_F(RegistryServerTest, BadInputIsRefusedWithInvalidArgumentAndTheRegistryKee
 TEST_F(RegistryServerTest, GarbageOnTheSocketClosesOnlyThatConnection) {
   auto address = server->listen("tcp://127.0.0.1:0");
   auto channel = Channel::open(loop, address.c_str());
-  auto remote = channel->host().castAs<schema::Registry>();
+  auto remote = channel->bootstrap<schema::Registry>();
   auto lease = add(endpoint("job/ps-0"), 60000, remote);
 
   auto parsed = Address::parse(address.c_str());
@@ -476,7 +476,7 @@ TEST_F(RegistryServerTest, StopClosesConnectionsForgetsEverythingAndRefusesLater
   auto address = server->listen(kj::str("unix:", path.c_str()));
   EXPECT_EQ(address, "unix:" + path);
   auto channel = Channel::open(loop, address.c_str());
-  auto remote = channel->host().castAs<schema::Registry>();
+  auto remote = channel->bootstrap<schema::Registry>();
   auto lease = add(endpoint("job/ps-0"), 60000, remote);
   auto local = add(endpoint("job/ps-1"), 60000);
 

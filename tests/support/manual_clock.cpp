@@ -2,7 +2,7 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/detail/uv_handle.h"
+#include "troupe/actor/uv_handle.h"
 
 namespace troupe::test {
 
@@ -12,13 +12,13 @@ class RealTimeAdapter {
 public:
   RealTimeAdapter(kj::PromiseFulfiller<void>& fulfiller, uv_loop_t* loop, kj::Duration delay)
       : fulfiller(fulfiller) {
-    detail::checkUv("uv_timer_init", uv_timer_init(loop, handle.get()));
+    checkUv("uv_timer_init", uv_timer_init(loop, handle.get()));
     handle.markInitialised();
     handle->data = this;
     // Rounded up, from a fresh reading of libuv's clock: never early.
     auto ms = (delay + kj::MILLISECONDS - 1 * kj::NANOSECONDS) / kj::MILLISECONDS;
     uv_update_time(loop);
-    detail::checkUv("uv_timer_start",
+    checkUv("uv_timer_start",
                     uv_timer_start(handle.get(), &RealTimeAdapter::onFire,
                                    static_cast<uint64_t>(kj::max(ms, int64_t{0})), 0));
   }
@@ -30,7 +30,7 @@ private:
   }
 
   kj::PromiseFulfiller<void>& fulfiller;
-  detail::UvHandle<uv_timer_t> handle;
+  UvHandle<uv_timer_t> handle;
 };
 
 }  // namespace

@@ -20,7 +20,7 @@
 
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
-#include "troupe/resolver/detail/registry_wire.h"
+#include "troupe/resolver/registry_wire.h"
 #include "troupe/resolver/resolver.h"
 #include "troupe/schemas/registry.capnp.h"
 #include "tests/support/child_process.h"
@@ -169,7 +169,7 @@ protected:
     auto list = context.getParams().getEvents();
     state.batchSizes.push_back(list.size());
     for (auto e : list) {
-      KJ_IF_MAYBE(event, detail::readWatchEvent(e)) {
+      KJ_IF_MAYBE(event, fromCapnp(e)) {
         state.events.push_back(describe(*event));
       }
     }

@@ -20,7 +20,8 @@ interface Echo {
 
 interface Blocker {
   # Calls to hold() stay in progress until released (or cancelled).
-  hold @0 (tag :Text) -> (tag :Text);
+  hold @0 (tag :Text, replyBytes :UInt64) -> (tag :Text, payload :Data);
+  # The reply carries `replyBytes` bytes of payload, byte i being i % 251.
   release @1 (tag :Text) -> (released :Bool);       # false when no call holds that tag
   waitStarted @2 (count :UInt32) -> ();             # once `count` holds started in total
   waitCancelled @3 (count :UInt32) -> ();           # once `count` holds were cancelled in total

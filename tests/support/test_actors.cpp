@@ -131,14 +131,20 @@ private:
 
 kj::Promise<void> BlockerImpl::hold(HoldContext context) {
   std::string tag = context.getParams().getTag().cStr();
+  uint64_t replyBytes = context.getParams().getReplyBytes();
   auto paf = kj::newPromiseAndFulfiller<void>();
   state.held[tag] = kj::mv(paf.fulfiller);
   auto tracker = kj::heap<HoldTracker>(state, tag);
   auto& t = *tracker;
   return paf.promise
-      .then([context, tag, &t]() mutable {
+      .then([context, tag, replyBytes, &t]() mutable {
         t.done = true;
-        context.getResults().setTag(tag.c_str());
+        auto results = context.getResults();
+        results.setTag(tag.c_str());
+        if (replyBytes > 0) {
+          auto payload = results.initPayload(replyBytes);
+          for (uint64_t i = 0; i < replyBytes; ++i) payload[i] = static_cast<kj::byte>(i % 251);
+        }
       })
       .attach(kj::mv(tracker));
 }

@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,13 +19,6 @@
 namespace troupe::cli {
 
 namespace {
-
-constexpr const char* USAGE =
-    "usage: troupe actors TARGET [--resolver URL]\n"
-    "Lists the actors hosted where TARGET points, each with its interface and methods (parameter\n"
-    "and result fields with their types). TARGET is an address (tcp://HOST:PORT, unix:PATH), an\n"
-    "endpoint name (job/actor-0), or a prefix of endpoint names (every server under it).\n"
-    "  --resolver URL   for endpoint names (default: $TROUPE_RESOLVER)\n";
 
 void printMethods(capnp::InterfaceSchema schema, std::vector<uint64_t>& seen) {
   auto id = schema.getProto().getId();
@@ -54,31 +48,49 @@ void listServer(EventLoop& loop, const std::string& address, const std::vector<s
   }
 }
 
-}  // namespace
+class ActorsCommand final : public Command {
+public:
+  kj::MainFunc parser(kj::ProcessContext& context) override {
+    return kj::MainBuilder(
+               context, VERSION_TEXT,
+               "Lists the actors hosted where TARGET points, each with its interface and methods "
+               "(parameter and result fields with their types). TARGET is an address "
+               "(tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or a prefix of "
+               "endpoint names (every server under it).")
+        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
+              resolver = url.cStr();
+              return true;
+            }, "URL", "For endpoint names (default: $TROUPE_RESOLVER).")
+        .expectArg("TARGET", [this](kj::StringPtr text) {
+              target = text.cStr();
+              return true;
+            })
+        .build();
+  }
 
-int actorsCommand(int argc, char** argv) {
-  return runCommand("actors", USAGE, [&]() {
-    Args args(argc, argv, {}, {"--resolver"});
-    if (args.has("--help")) {
-      fputs(USAGE, stdout);
-      return 0;
-    }
-    if (args.positional.size() != 1) throw UsageError{"one TARGET is needed"};
-    auto target = args.positional[0];
+  int run() override {
     EventLoop loop;
     // Servers by address, with the endpoint names that point at each.
     std::map<std::string, std::vector<std::string>> servers;
     if (isAddress(target)) {
       servers[target];
     } else {
-      auto resolver = openResolver(loop, resolverUrl(args).c_str());
-      for (auto& e : endpointsNamed(*resolver, target.c_str()).wait(loop.waitScope())) {
+      auto opened = openResolver(loop, resolverUrl(resolver).c_str());
+      for (auto& e : endpointsNamed(*opened, target.c_str()).wait(loop.waitScope())) {
         servers[e.address].push_back(e.name);
       }
     }
     for (auto& [address, names] : servers) listServer(loop, address, names);
     return 0;
-  });
-}
+  }
+
+private:
+  std::string resolver;
+  std::string target;
+};
+
+}  // namespace
+
+kj::Own<Command> actorsCommand() { return kj::heap<ActorsCommand>(); }
 
 }  // namespace troupe::cli

@@ -1,18 +1,22 @@
 // troupe call TARGET ACTOR.METHOD 'JSON' [--all]: calls an actor's method without its generated
-// code, and prints the results as JSON.
+// code, and prints the results as JSON. With --all over endpoint names, through the pool's
+// broadcast to every READY member of the job's group for ACTOR.
 
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <capnp/schema-loader.h>
+#include <kj/debug.h>
 
 #include "troupe/actor/channel.h"
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/pool/actor_group.h"
+#include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
@@ -21,16 +25,6 @@
 namespace troupe::cli {
 
 namespace {
-
-constexpr const char* USAGE =
-    "usage: troupe call TARGET ACTOR.METHOD [JSON] [--all] [--timeout SECONDS] [--resolver URL]\n"
-    "Calls METHOD of the actor named ACTOR with the parameters in JSON (an object; default {})\n"
-    "and prints the results as JSON. The server sends the actor's schema: no generated code is\n"
-    "needed. TARGET is an address (tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0),\n"
-    "or a prefix of endpoint names: then one READY member is called, or with --all every member,\n"
-    "printing \"<endpoint> <json>\" per member (exit 1 if any failed).\n"
-    "  --timeout SECONDS   deadline of each call (default 30)\n"
-    "  --resolver URL      for endpoint names (default: $TROUPE_RESOLVER)\n";
 
 struct Target {
   std::string name;  // the endpoint's name, or the address when given one
@@ -62,71 +56,192 @@ kj::Promise<std::string> callOne(EventLoop& loop, const Target& target, std::str
       .attach(kj::mv(channel), kj::mv(loader));
 }
 
-}  // namespace
+// A broadcast member's error without the "<name> (<address>): " the pool puts in it (after any
+// "remote exception: "), for a line that starts with the member's name already.
+kj::String withoutMember(kj::StringPtr message, const Endpoint& member) {
+  auto context = kj::str(member.name.c_str(), " (", member.address.c_str(), "): ");
+  kj::StringPtr remote = "remote exception: ";
+  size_t at = message.startsWith(remote) ? remote.size() : 0;
+  if (!message.slice(at).startsWith(context)) return kj::str(message);
+  return kj::str(message.slice(0, at), message.slice(at + context.size()));
+}
 
-int callCommand(int argc, char** argv) {
-  return runCommand("call", USAGE, [&]() {
-    Args args(argc, argv, {"--all"}, {"--timeout", "--resolver"});
-    if (args.has("--help")) {
-      fputs(USAGE, stdout);
-      return 0;
-    }
-    if (args.positional.size() < 2 || args.positional.size() > 3) {
-      throw UsageError{"TARGET and ACTOR.METHOD are needed, then optionally JSON"};
-    }
-    auto target = args.positional[0];
-    auto actorMethod = args.positional[1];
-    auto dot = actorMethod.rfind('.');
-    if (dot == std::string::npos || dot == 0 || dot + 1 == actorMethod.size()) {
-      throw UsageError{"'" + actorMethod + "' is not ACTOR.METHOD"};
-    }
-    std::string actor = actorMethod.substr(0, dot);
-    std::string method = actorMethod.substr(dot + 1);
-    std::string json = args.positional.size() == 3 ? args.positional[2] : "{}";
-    double seconds = args.decimal("--timeout", 30);
-    auto deadline = static_cast<int64_t>(seconds * 1000) * kj::MILLISECONDS;
+class CallCommand final : public Command {
+public:
+  kj::MainFunc parser(kj::ProcessContext& context) override {
+    return kj::MainBuilder(
+               context, VERSION_TEXT,
+               "Calls METHOD of the actor named ACTOR with the parameters in JSON (an object; "
+               "default {}) and prints the results as JSON; Data travels as base64 strings. The "
+               "server sends the actor's schema: no generated code is needed. TARGET is an "
+               "address (tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or a prefix "
+               "of endpoint names: then one READY member is called, or with --all every member, "
+               "printing \"<endpoint> <json>\" per member (exit 1 if any failed).")
+        .addOption({"all"}, [this]() { all = true; return true; },
+                   "Call every READY member of the job TARGET names for ACTOR (its endpoints "
+                   "<job>/ACTOR-<index>) at once, through a pool's broadcast; TARGET is then the "
+                   "job (calc/), or a prefix of all its members, or one endpoint.")
+        .addOptionWithArg({"timeout"}, [this](kj::StringPtr text) {
+              deadline = parseSeconds("--timeout", text);
+              return true;
+            }, "SECONDS", "The deadline of each call (default 30).")
+        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
+              resolver = url.cStr();
+              return true;
+            }, "URL", "For endpoint names (default: $TROUPE_RESOLVER).")
+        .expectArg("TARGET", [this](kj::StringPtr text) {
+              target = text.cStr();
+              return true;
+            })
+        .expectArg("ACTOR.METHOD", KJ_BIND_METHOD(*this, setActorMethod))
+        .expectOptionalArg("JSON", [this](kj::StringPtr text) {
+              json = text.cStr();
+              return true;
+            })
+        .build();
+  }
 
+  int run() override {
     EventLoop loop;
-    std::vector<Target> targets;
-    if (isAddress(target)) {
-      targets.push_back({target, target});
-    } else {
-      auto resolver = openResolver(loop, resolverUrl(args).c_str());
-      auto found = endpointsNamed(*resolver, target.c_str()).wait(loop.waitScope());
-      for (auto& e : found) {
-        if (e.state == EndpointState::READY) targets.push_back({e.name, e.address});
-      }
-      if (targets.empty()) {
-        throwError(ErrorCode::NO_ENDPOINTS,
-                   kj::str("none of the ", found.size(), " endpoint(s) under '", target.c_str(),
-                           "' is READY"));
-      }
+    if (isAddress(target)) return callOneAndPrint(loop, {target, target});
+    auto opened = openResolver(loop, resolverUrl(resolver).c_str());
+    auto found = endpointsNamed(*opened, target.c_str()).wait(loop.waitScope());
+    std::vector<Endpoint> ready;
+    for (auto& e : found) {
+      if (e.state == EndpointState::READY) ready.push_back(e);
     }
+    if (ready.empty()) {
+      throwError(ErrorCode::NO_ENDPOINTS,
+                 kj::str("none of the ", found.size(), " endpoint(s) under '", target.c_str(),
+                         "' is READY"));
+    }
+    bool oneEndpoint = ready.size() == 1 && ready[0].name == target;
+    if (all && !oneEndpoint) return broadcast(loop, *opened, ready);
+    // Any one member: a different one each time, as a pool would spread calls.
+    auto& chosen = ready[loop.random().below(ready.size())];
+    return callOneAndPrint(loop, {chosen.name, chosen.address});
+  }
 
-    if (!args.has("--all")) {
-      // Any one member: a different one each time, as a pool would spread calls.
-      std::random_device seed;
-      auto& chosen = targets[std::uniform_int_distribution<size_t>(0, targets.size() - 1)(seed)];
-      auto result = callOne(loop, chosen, actor, method, json, deadline).wait(loop.waitScope());
-      printf("%s\n", result.c_str());
+private:
+  // Calls one server. Prints the results; with --all, as "<name> <json>" or "<name> error: ...".
+  int callOneAndPrint(EventLoop& loop, const Target& one) {
+    auto call = callOne(loop, one, actor, method, json, deadline);
+    if (!all) {
+      printf("%s\n", call.wait(loop.waitScope()).c_str());
       return 0;
     }
-
-    auto calls = kj::heapArrayBuilder<kj::Promise<std::string>>(targets.size());
-    for (auto& t : targets) {
-      calls.add(callOne(loop, t, actor, method, json, deadline)
-                    .catch_([](kj::Exception&& e) -> std::string {
-                      return std::string("error: ") + errorMessage(e).cStr();
-                    }));
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+      auto results = call.wait(loop.waitScope());
+      printf("%s %s\n", one.name.c_str(), results.c_str());
+    })) {
+      printf("%s error: %s\n", one.name.c_str(), errorMessage(*e).cStr());
+      return 1;
     }
-    auto results = kj::joinPromises(calls.finish()).wait(loop.waitScope());
+    return 0;
+  }
+
+  // --all over endpoint names: the pool's broadcast to every READY member of the job's group
+  // for ACTOR, once the group sees the members the resolver listed.
+  int broadcast(EventLoop& loop, Resolver& resolver, const std::vector<Endpoint>& ready) {
+    auto job = broadcastJob(ready);
+    size_t count = 0;
+    for (auto& e : ready) count += e.jobId == job && e.actor == actor;
+    ActorGroupBase group(loop, resolver, job.c_str(), actor.c_str());
+    group.waitReady(count, deadline).wait(loop.waitScope());
+
+    // The interface, from the first member; the JsonCall checks the method and the parameters
+    // before anything is sent.
+    auto members = group.readyMembers();
+    KJ_ASSERT(members.size() > 0);
+    ActorRefBase first = members[0]->ref;
+    capnp::SchemaLoader loader;
+    auto opened = openDynamicActor(first.channel(), actor.c_str(), loader);
+    auto dynamicActor =
+        loop.timer()
+            .timeoutAfter(deadline, kj::mv(opened))
+            .catch_([&](kj::Exception&& e) -> kj::Promise<DynamicActor> {
+              if (e.getType() == kj::Exception::Type::OVERLOADED &&
+                  e.getDescription().startsWith("operation timed out")) {
+                return makeError(ErrorCode::DEADLINE_EXCEEDED,
+                                 kj::str(members[0]->endpoint.name.c_str(),
+                                         " sent no schema within ", deadline));
+              }
+              return kj::mv(e);
+            })
+            .wait(loop.waitScope());
+    JsonCall call(dynamicActor, method.c_str(), json.c_str());
+
+    ActorPoolBase pool(group);  // before `call` goes, the pool and its calls have gone
+    auto results = pool.broadcastCapability(
+                           [&call](capnp::Capability::Client c) { return call.send(kj::mv(c)); },
+                           CallOptions{.deadline = deadline})
+                       .waitAll(deadline)
+                       .wait(loop.waitScope());
     int status = 0;
-    for (size_t i = 0; i < targets.size(); ++i) {
-      printf("%s %s\n", targets[i].name.c_str(), results[i].c_str());
-      if (results[i].rfind("error: ", 0) == 0) status = 1;
+    for (auto& r : results) {
+      KJ_IF_MAYBE(response, r.value) {
+        printf("%s %s\n", r.endpoint.name.c_str(), call.resultsJson(*response).c_str());
+      } else KJ_IF_MAYBE(e, r.error) {
+        printf("%s error: %s\n", r.endpoint.name.c_str(),
+               withoutMember(errorMessage(*e), r.endpoint).cStr());
+        status = 1;
+      }
     }
     return status;
-  });
-}
+  }
+
+  // The one job whose members for ACTOR `ready` lists, all of them under TARGET. --all calls a
+  // whole group (a job's members for one actor), so TARGET must not narrow it further.
+  std::string broadcastJob(const std::vector<Endpoint>& ready) {
+    std::set<std::string> jobs;
+    for (auto& e : ready) {
+      if (e.actor == actor) jobs.insert(e.jobId);
+    }
+    if (jobs.empty()) {
+      throwError(ErrorCode::NO_ENDPOINTS,
+                 kj::str("no READY endpoint under '", target.c_str(), "' hosts actor '",
+                         actor.c_str(), "' (its endpoints are named <job>/", actor.c_str(),
+                         "-<index>)"));
+    }
+    if (jobs.size() > 1) {
+      std::string names;
+      for (auto& j : jobs) names += (names.empty() ? "" : ", ") + j;
+      throw UsageError{"--all calls the members of one job, and '" + target +
+                       "' spans several (" + names + "): name the job, e.g. '" +
+                       *jobs.begin() + "/'"};
+    }
+    auto job = *jobs.begin();
+    auto groupPrefix = job + "/" + actor + "-";
+    if (groupPrefix.rfind(target, 0) != 0) {
+      throw UsageError{"--all calls every member of job '" + job + "' for actor '" + actor +
+                       "', and '" + target + "' names only some of them: name the job ('" +
+                       job + "/') or one endpoint"};
+    }
+    return job;
+  }
+
+  kj::MainBuilder::Validity setActorMethod(kj::StringPtr text) {
+    KJ_IF_MAYBE(dot, text.findLast('.')) {
+      if (*dot > 0 && *dot + 1 < text.size()) {
+        actor = std::string(text.begin(), *dot);
+        method = text.slice(*dot + 1).cStr();
+        return true;
+      }
+    }
+    throw UsageError{kj::str("'", printable(text), "' is not ACTOR.METHOD").cStr()};
+  }
+
+  bool all = false;
+  kj::Duration deadline = 30 * kj::SECONDS;
+  std::string resolver;
+  std::string target;
+  std::string actor;
+  std::string method;
+  std::string json = "{}";
+};
+
+}  // namespace
+
+kj::Own<Command> callCommand() { return kj::heap<CallCommand>(); }
 
 }  // namespace troupe::cli

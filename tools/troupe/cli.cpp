@@ -1,100 +1,238 @@
 #include "tools/troupe/cli.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 
+#include <kj/debug.h>
+#include <kj/vector.h>
+
 #include "troupe/actor/errors.h"
+#include "troupe/version.h"
 
 namespace troupe::cli {
 
+const char* const VERSION_TEXT = "troupe " TROUPE_VERSION_STRING;
+
 namespace {
 
-bool contains(const std::vector<std::string>& list, const std::string& item) {
-  return std::find(list.begin(), list.end(), item) != list.end();
+// How a command's parser ends the program early (--help, --version, a usage error): thrown by
+// the contexts below instead of exiting, so the stack unwinds and stdout is flushed.
+struct Exit {
+  int status;
+};
+
+using ParserFactory = kj::Function<kj::MainFunc(kj::ProcessContext&)>;
+
+void writeLine(FILE* to, kj::StringPtr text) {
+  fputs(text.cStr(), to);
+  if (!text.endsWith("\n")) fputc('\n', to);
+  fflush(to);
+}
+
+// Keeps what the parser would print for --help, to print it elsewhere.
+class UsageCapture final : public kj::ProcessContext {
+public:
+  explicit UsageCapture(kj::StringPtr programName) : programName(programName) {}
+
+  kj::StringPtr getProgramName() override { return programName; }
+  void exit() override { throw Exit{0}; }
+  void warning(kj::StringPtr) override {}
+  void error(kj::StringPtr) override {}
+  void exitError(kj::StringPtr message) override {
+    text = kj::str(message);
+    throw Exit{2};
+  }
+  void exitInfo(kj::StringPtr message) override {
+    text = kj::str(message);
+    throw Exit{0};
+  }
+  void increaseLoggingVerbosity() override {}
+
+  kj::String text;
+
+private:
+  kj::StringPtr programName;
+};
+
+// The context every command's parser runs in: help and version go to stdout (status 0), usage
+// errors to stderr with the usage of the command being read (status 2).
+class CommandContext final : public kj::ProcessContext {
+public:
+  explicit CommandContext(kj::StringPtr programName)
+      : programName(programName), current(kj::str(programName)) {}
+
+  // From now on, the command being read is `name` and its usage comes from `parser`.
+  void enter(kj::String name, ParserFactory parser) {
+    current = kj::mv(name);
+    usageParser = kj::mv(parser);
+  }
+
+  // "troupe call": the command being read or run, for messages.
+  kj::StringPtr name() const { return current; }
+
+  // Prints "<name>: <message>" and the usage on stderr.
+  void reportUsageError(kj::StringPtr message) {
+    fprintf(stderr, "%s: %s\n", current.cStr(), message.cStr());
+    printUsage();
+  }
+
+  kj::StringPtr getProgramName() override { return programName; }
+  void exit() override { throw Exit{hadErrors ? 1 : 0}; }
+  void warning(kj::StringPtr message) override { writeLine(stderr, message); }
+  void error(kj::StringPtr message) override {
+    hadErrors = true;
+    writeLine(stderr, message);
+  }
+  void exitError(kj::StringPtr message) override {
+    // MainBuilder's usage errors read "<name>: <message>\nTry '<name> --help' for more
+    // information."; the usage itself takes the place of that hint.
+    kj::ArrayPtr<const char> text = message;
+    for (size_t i = 0; i + 6 <= message.size(); ++i) {
+      if (message.slice(i).startsWith("\nTry '")) {
+        text = message.slice(0, i);
+        break;
+      }
+    }
+    fprintf(stderr, "%.*s\n", static_cast<int>(text.size()), text.begin());
+    printUsage();
+    throw Exit{2};
+  }
+  void exitInfo(kj::StringPtr message) override {
+    writeLine(stdout, message);
+    throw Exit{0};
+  }
+  void increaseLoggingVerbosity() override {
+    kj::_::Debug::setLogLevel(kj::_::Debug::Severity::INFO);
+  }
+
+private:
+  void printUsage() {
+    KJ_IF_MAYBE(parser, usageParser) {
+      UsageCapture capture(current);
+      kj::StringPtr help = "--help";
+      try {
+        (*parser)(capture)(current, kj::arrayPtr(&help, 1));
+      } catch (const Exit&) {
+      }
+      fputs(capture.text.cStr(), stderr);
+      fflush(stderr);
+    }
+  }
+
+  kj::StringPtr programName;
+  kj::String current;
+  kj::Maybe<ParserFactory> usageParser;
+  bool hadErrors = false;
+};
+
+// argv[1...] as MainBuilder takes them, with "-h" read as "--help" (before any "--").
+kj::Array<kj::StringPtr> paramsOf(int argc, char** argv) {
+  auto params = kj::heapArrayBuilder<kj::StringPtr>(argc > 1 ? argc - 1 : 0);
+  bool options = true;
+  for (int i = 1; i < argc; ++i) {
+    kj::StringPtr arg = argv[i];
+    if (arg == "--") options = false;
+    params.add(options && arg == "-h" ? kj::StringPtr("--help") : arg);
+  }
+  return params.finish();
+}
+
+// Reads the arguments with the parser `top` builds, then runs the command `chosen` names (set
+// while reading). Turns what is thrown into messages and an exit status.
+int parseAndRun(CommandContext& context, ParserFactory& top, kj::Maybe<Command&>& chosen,
+                int argc, char** argv) {
+  auto params = paramsOf(argc, argv);
+  try {
+    top(context)(context.getProgramName(), params);
+    KJ_IF_MAYBE(command, chosen) {
+      return command->run();
+    }
+    return 0;
+  } catch (const Exit& e) {
+    return e.status;
+  } catch (const UsageError& e) {
+    context.reportUsageError(e.message.c_str());
+    return 2;
+  } catch (const kj::Exception& e) {
+    fprintf(stderr, "%s: %s\n", context.name().cStr(), errorMessage(e).cStr());
+    return 1;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "%s: %s\n", context.name().cStr(), e.what());
+    return 1;
+  }
 }
 
 }  // namespace
 
-Args::Args(int argc, char** argv, const std::vector<std::string>& switches,
-           const std::vector<std::string>& valued) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (sawDoubleDash || arg == "-" || arg.empty() || arg[0] != '-') {
-      positional.push_back(arg);
-      if (!sawDoubleDash) positionalBeforeDoubleDash = positional.size();
-      continue;
+int runCommand(kj::StringPtr programName, Command& command, int argc, char** argv) {
+  CommandContext context(programName);
+  context.enter(kj::str(programName), [&command](kj::ProcessContext& c) {
+    return command.parser(c);
+  });
+  ParserFactory top = [&command](kj::ProcessContext& c) { return command.parser(c); };
+  kj::Maybe<Command&> chosen = command;
+  return parseAndRun(context, top, chosen, argc, argv);
+}
+
+int runSubcommands(kj::StringPtr programName, kj::StringPtr brief, kj::StringPtr more,
+                   kj::ArrayPtr<const Subcommand> subcommands, int argc, char** argv) {
+  CommandContext context(programName);
+  kj::Maybe<kj::Own<Command>> made;
+  kj::Maybe<Command&> chosen;
+  ParserFactory top = [&](kj::ProcessContext& c) {
+    kj::MainBuilder builder(c, VERSION_TEXT, brief, more);
+    for (auto& sub : subcommands) {
+      builder.addSubCommand(
+          sub.name,
+          [&]() {
+            auto command = sub.make();
+            Command& ref = *command;
+            made = kj::mv(command);
+            chosen = ref;
+            context.enter(kj::str(programName, " ", sub.name),
+                          [&ref](kj::ProcessContext& c) { return ref.parser(c); });
+            return ref.parser(c);
+          },
+          sub.brief);
     }
-    if (arg == "--") {
-      sawDoubleDash = true;
-      continue;
-    }
-    std::string name = arg;
-    std::string value;
-    bool inlineValue = false;
-    auto eq = arg.find('=');
-    if (eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      inlineValue = true;
-    }
-    if (name == "-h") name = "--help";
-    if (contains(switches, name) || name == "--help") {
-      if (inlineValue) throw UsageError{name + " takes no value"};
-      flags[name] = "";
-    } else if (contains(valued, name)) {
-      if (!inlineValue) {
-        if (i + 1 >= argc) throw UsageError{name + " needs a value"};
-        value = argv[++i];
-      }
-      flags[name] = value;
-    } else {
-      throw UsageError{"unknown option " + name};
-    }
+    return builder.build();
+  };
+  context.enter(kj::str(programName), [&](kj::ProcessContext& c) { return top(c); });
+  return parseAndRun(context, top, chosen, argc, argv);
+}
+
+uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min) {
+  uint64_t value = 0;
+  auto failed = kj::runCatchingExceptions([&]() { value = text.parseAs<uint64_t>(); });
+  if (failed != nullptr || value < min) {
+    throw UsageError{kj::str(flag, " needs a whole number",
+                             min > 0 ? kj::str(" of at least ", min) : kj::str(), ", not '",
+                             printable(text), "'")
+                         .cStr()};
   }
+  return value;
 }
 
-std::string Args::value(const std::string& flag, const std::string& otherwise) const {
-  auto it = flags.find(flag);
-  return it == flags.end() ? otherwise : it->second;
-}
-
-uint64_t Args::number(const std::string& flag, uint64_t otherwise, uint64_t min) const {
-  auto it = flags.find(flag);
-  if (it == flags.end()) return otherwise;
-  const char* text = it->second.c_str();
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long n = strtoull(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || n < min) {
-    throw UsageError{flag + " needs a whole number" +
-                     (min > 0 ? " of at least " + std::to_string(min) : std::string()) +
-                     ", not '" + it->second + "'"};
+double parsePositive(kj::StringPtr flag, kj::StringPtr text) {
+  double value = 0;
+  auto failed = kj::runCatchingExceptions([&]() { value = text.parseAs<double>(); });
+  if (failed != nullptr || !std::isfinite(value) || value <= 0) {
+    throw UsageError{
+        kj::str(flag, " needs a positive number, not '", printable(text), "'").cStr()};
   }
-  return n;
+  return value;
 }
 
-double Args::decimal(const std::string& flag, double otherwise) const {
-  auto it = flags.find(flag);
-  if (it == flags.end()) return otherwise;
-  const char* text = it->second.c_str();
-  char* end = nullptr;
-  errno = 0;
-  double d = strtod(text, &end);
-  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(d) || d <= 0) {
-    throw UsageError{flag + " needs a positive number, not '" + it->second + "'"};
-  }
-  return d;
+kj::Duration parseSeconds(kj::StringPtr flag, kj::StringPtr text) {
+  return static_cast<int64_t>(parsePositive(flag, text) * 1000) * kj::MILLISECONDS;
 }
 
-std::string resolverUrl(const Args& args) {
-  auto url = args.value("--resolver");
-  if (!url.empty()) return url;
+std::string resolverUrl(const std::string& flag) {
+  if (!flag.empty()) return flag;
   const char* env = getenv("TROUPE_RESOLVER");
   if (env != nullptr && env[0] != '\0') return env;
   throw UsageError{"no resolver: pass --resolver URL or set TROUPE_RESOLVER "
@@ -126,21 +264,6 @@ std::string formatAge(uint64_t registeredAtMillis) {
 
 bool isAddress(const std::string& text) {
   return text.rfind("tcp://", 0) == 0 || text.rfind("unix:", 0) == 0;
-}
-
-int runCommand(const char* name, const char* usage, const std::function<int()>& body) {
-  try {
-    return body();
-  } catch (const UsageError& e) {
-    fprintf(stderr, "troupe %s: %s\n%s", name, e.message.c_str(), usage);
-    return 2;
-  } catch (const kj::Exception& e) {
-    fprintf(stderr, "troupe %s: %s\n", name, errorMessage(e).cStr());
-    return 1;
-  } catch (const std::exception& e) {
-    fprintf(stderr, "troupe %s: %s\n", name, e.what());
-    return 1;
-  }
 }
 
 kj::Promise<kj::Array<Endpoint>> endpointsNamed(Resolver& resolver, kj::StringPtr target) {

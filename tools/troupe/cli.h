@@ -1,53 +1,77 @@
 #pragma once
-// What the `troupe` subcommands share: flag parsing, the resolver they talk to, output that
-// knows whether it goes to a terminal, and reporting failures.
+// What the `troupe` subcommands share: reading their arguments with kj::MainBuilder, the
+// resolver they talk to, output that knows whether it goes to a terminal, and reporting failures.
+//
+// Exit statuses, for every command: 0 done, 1 failed (said why on stderr as
+// "troupe <command>: <message>"), 2 bad usage (the message, then the command's usage, on
+// stderr). `--help` prints the usage on stdout and exits 0; `--version` prints troupe's version.
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <string>
-#include <vector>
 
 #include <kj/async.h>
-#include <kj/exception.h>
+#include <kj/function.h>
+#include <kj/main.h>
+#include <kj/string.h>
 #include <kj/time.h>
 
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/event_loop.h"
 #include "troupe/resolver/resolver.h"
 
 namespace troupe::cli {
 
-// Thrown for bad usage: the message is printed with the subcommand's usage, exit status 2.
+// "troupe 0.2.0": what --version prints.
+extern const char* const VERSION_TEXT;
+
+// Thrown for bad usage, while the arguments are read or after: the message is printed with the
+// command's usage, exit status 2.
 struct UsageError {
   std::string message;
 };
 
-// A subcommand's arguments: flags (--name VALUE, --name=VALUE, or a bare --name for switches)
-// and positional arguments; everything after "--" is positional.
-class Args {
+// A subcommand: the options and arguments it takes, declared on a kj::MainBuilder, and what it
+// does with them once they are read. Its parser's callbacks write into the command, which must
+// outlive the parser.
+class Command {
 public:
-  // `switches`: flags that take no value. `valued`: flags that take one. Anything else that
-  // starts with "-" is a UsageError.
-  Args(int argc, char** argv, const std::vector<std::string>& switches,
-       const std::vector<std::string>& valued);
+  virtual ~Command() noexcept(false) = default;
 
-  bool has(const std::string& flag) const { return flags.count(flag) > 0; }
-  std::string value(const std::string& flag, const std::string& otherwise = "") const;
-  // The flag's value as a number; UsageError when it is not one (or is below `min`).
-  uint64_t number(const std::string& flag, uint64_t otherwise, uint64_t min = 0) const;
-  double decimal(const std::string& flag, double otherwise) const;
+  // Declares the command's options and arguments on a MainBuilder made with `context` and returns
+  // the parser it builds. Called again (and run with "--help") to print the usage after a usage
+  // error. The callbacks may throw UsageError for a bad value.
+  virtual kj::MainFunc parser(kj::ProcessContext& context) = 0;
 
-  std::vector<std::string> positional;
-  bool sawDoubleDash = false;
-  size_t positionalBeforeDoubleDash = 0;
-
-private:
-  std::map<std::string, std::string> flags;
+  // Does the command's work once its arguments were read; returns the exit status. Throws
+  // UsageError for bad usage found only now, kj::Exception for a failure.
+  virtual int run() = 0;
 };
 
-// The resolver URL: --resolver, else $TROUPE_RESOLVER, else UsageError.
-std::string resolverUrl(const Args& args);
+// Runs `command` as the whole program, named `programName` in messages and usage
+// ("troupe-registry"): reads argv[1...] with its parser, then runs it. Returns the exit status.
+int runCommand(kj::StringPtr programName, Command& command, int argc, char** argv);
+
+// One subcommand of a program of subcommands: its name, a line of help, and how to make it.
+struct Subcommand {
+  kj::StringPtr name;
+  kj::StringPtr brief;
+  kj::Own<Command> (*make)();
+};
+
+// Runs a program of subcommands (`troupe`): argv[1] names the subcommand, which reads the rest.
+// `programName --help` prints `brief`, the subcommands, the options, then `more`. An unknown or
+// missing subcommand is bad usage. Returns the exit status.
+int runSubcommands(kj::StringPtr programName, kj::StringPtr brief, kj::StringPtr more,
+                   kj::ArrayPtr<const Subcommand> subcommands, int argc, char** argv);
+
+// Value parsers for option callbacks; each throws UsageError naming `flag` and the bad text
+// ("--count needs a whole number of at least 1, not 'x'").
+uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min = 0);
+double parsePositive(kj::StringPtr flag, kj::StringPtr text);
+// Seconds (a positive decimal, "0.5") as a kj::Duration, to the millisecond.
+kj::Duration parseSeconds(kj::StringPtr flag, kj::StringPtr text);
+
+// The resolver URL: `flag` (--resolver) when given, else $TROUPE_RESOLVER, else UsageError.
+std::string resolverUrl(const std::string& flag);
 
 // Whether standard output is a terminal (progress lines, colours, tables are for people).
 bool stdoutIsTerminal();
@@ -57,10 +81,6 @@ std::string formatAge(uint64_t registeredAtMillis);
 
 // "tcp://..." and "unix:..." are addresses; anything else is an endpoint name or prefix.
 bool isAddress(const std::string& text);
-
-// Runs a subcommand's body, turning exceptions into a message on stderr and an exit status:
-// UsageError -> `usage` and 2; a kj::Exception -> "troupe <name>: <description>" and 1.
-int runCommand(const char* name, const char* usage, const std::function<int()>& body);
 
 // The endpoints `target` names in `resolver`: the one named exactly `target` if there is one,
 // else every endpoint whose name starts with it (a job's members, "ps/" or "ps/shard"). Fails

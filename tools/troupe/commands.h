@@ -1,14 +1,18 @@
 #pragma once
-// The `troupe` command's subcommands. Each takes its own argv (argv[0] is the subcommand's name)
-// and returns the process's exit status: 0 done, 1 failed (said why on stderr), 2 bad usage.
+// The `troupe` command's subcommands, each a Command (cli.h) that runCommand() or
+// runSubcommands() reads the arguments of and runs.
+
+#include <kj/memory.h>
+
+#include "tools/troupe/cli.h"
 
 namespace troupe::cli {
 
-int registryCommand(const char* program, int argc, char** argv);
-int lsCommand(int argc, char** argv);
-int actorsCommand(int argc, char** argv);
-int callCommand(int argc, char** argv);
-int waitCommand(int argc, char** argv);
-int launchCommand(int argc, char** argv);
+kj::Own<Command> registryCommand();
+kj::Own<Command> lsCommand();
+kj::Own<Command> actorsCommand();
+kj::Own<Command> callCommand();
+kj::Own<Command> waitCommand();
+kj::Own<Command> launchCommand();
 
 }  // namespace troupe::cli

@@ -1,7 +1,7 @@
 #include "tools/troupe/dynamic_actor.h"
 
-#include <capnp/compat/json.h>
 #include <capnp/dynamic.h>
+#include <capnp/message.h>
 #include <kj/debug.h>
 
 #include "troupe/actor/errors.h"
@@ -38,10 +38,11 @@ kj::Promise<DynamicActor> openDynamicActor(Channel& channel, kj::StringPtr name,
   auto actor = actorRequest.send();
   capnp::Capability::Client capability = actor.getActor();
   return schemaRequest.send().then(
-      [&loader, capability = kj::mv(capability)](auto response) mutable {
+      [&loader, name = std::string(name.cStr()), capability = kj::mv(capability)](
+          auto response) mutable {
         for (auto node : response.getNodes()) loader.load(node);
         auto schema = loader.get(response.getInterfaceId()).asInterface();
-        return DynamicActor{schema, kj::mv(capability)};
+        return DynamicActor{kj::mv(name), schema, kj::mv(capability)};
       });
 }
 
@@ -94,39 +95,59 @@ std::string describeMethod(capnp::InterfaceSchema::Method method) {
          fields(method.getParamType()) + " -> " + fields(method.getResultType());
 }
 
+namespace {
+
+capnp::InterfaceSchema::Method findMethod(capnp::InterfaceSchema schema, kj::StringPtr method) {
+  KJ_IF_MAYBE(m, schema.findMethodByName(method)) {
+    return *m;
+  }
+  kj::Vector<kj::String> known;
+  collectMethods(schema, known);
+  throwError(ErrorCode::INVALID_ARGUMENT,
+             kj::str(schema.getShortDisplayName(), " has no method '", method,
+                     "' (its methods: ", kj::strArray(known, ", "), ")"));
+}
+
+}  // namespace
+
+JsonCall::JsonCall(const DynamicActor& actor, kj::StringPtr methodName, kj::StringPtr json)
+    : schema(actor.schema),
+      method(findMethod(actor.schema, methodName)),
+      json(json.cStr()),
+      label(kj::str(actor.name.c_str(), ".", methodName).cStr()) {
+  // Read once here, so that bad parameters fail before any call is sent.
+  capnp::MallocMessageBuilder scratch;
+  codec.decodeParams(json, scratch.initRoot<capnp::DynamicStruct>(method.getParamType()),
+                     label.c_str());
+}
+
+capnp::RemotePromise<capnp::DynamicStruct> JsonCall::send(
+    capnp::Capability::Client capability) const {
+  auto request = capability.castAs<capnp::DynamicCapability>(schema).newRequest(method);
+  codec.decodeParams(json.c_str(), request, label.c_str());
+  return request.send();
+}
+
+std::string JsonCall::resultsJson(capnp::DynamicStruct::Reader results) const {
+  return codec.encodeResults(results).cStr();
+}
+
 kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method,
                                       kj::StringPtr json, kj::Duration deadline,
                                       kj::Timer& timer) {
-  KJ_IF_MAYBE(m, actor.schema.findMethodByName(method)) {
-    auto client = actor.capability.castAs<capnp::DynamicCapability>(actor.schema);
-    auto request = client.newRequest(*m);
-    capnp::JsonCodec codec;
-    codec.setRejectUnknownFields(true);  // a misspelt parameter is an error, not a default
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { codec.decode(json, request); })) {
-      throwError(ErrorCode::INVALID_ARGUMENT,
-                 kj::str("the parameters of ", method, " ",
-                         fields(m->getParamType()).c_str(), " cannot be read from '", json,
-                         "': ", e->getDescription()));
-    }
-    auto call = request.send().then([](capnp::Response<capnp::DynamicStruct> response) {
-      capnp::JsonCodec out;
-      return std::string(out.encode(capnp::DynamicStruct::Reader(response)).cStr());
-    });
-    return timer.timeoutAfter(deadline, kj::mv(call)).catch_(
-        [deadline](kj::Exception&& e) -> kj::Promise<std::string> {
-          if (e.getType() == kj::Exception::Type::OVERLOADED &&
-              e.getDescription().startsWith("operation timed out")) {
-            return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                             kj::str("no answer within ", deadline));
-          }
-          return kj::mv(e);
-        });
-  }
-  kj::Vector<kj::String> known;
-  collectMethods(actor.schema, known);
-  throwError(ErrorCode::INVALID_ARGUMENT,
-             kj::str(actor.schema.getShortDisplayName(), " has no method '", method,
-                     "' (its methods: ", kj::strArray(known, ", "), ")"));
+  auto call = kj::heap<JsonCall>(actor, method, json);
+  auto sent = call->send(actor.capability);
+  auto results = sent.then([&call = *call](capnp::Response<capnp::DynamicStruct> response) {
+                       return call.resultsJson(response);
+                     }).attach(kj::mv(call));
+  return timer.timeoutAfter(deadline, kj::mv(results))
+      .catch_([deadline](kj::Exception&& e) -> kj::Promise<std::string> {
+        if (e.getType() == kj::Exception::Type::OVERLOADED &&
+            e.getDescription().startsWith("operation timed out")) {
+          return makeError(ErrorCode::DEADLINE_EXCEEDED, kj::str("no answer within ", deadline));
+        }
+        return kj::mv(e);
+      });
 }
 
 }  // namespace troupe::cli

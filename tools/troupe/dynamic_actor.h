@@ -6,15 +6,19 @@
 #include <string>
 
 #include <capnp/schema-loader.h>
+#include <capnp/capability.h>
+#include <capnp/dynamic.h>
 #include <capnp/schema.h>
 #include <kj/async.h>
 
 #include "troupe/actor/channel.h"
+#include "tools/troupe/call_json.h"
 
 namespace troupe::cli {
 
 // One actor at one server, with its interface loaded.
 struct DynamicActor {
+  std::string name;  // as the server hosts it ("calc")
   capnp::InterfaceSchema schema;
   capnp::Capability::Client capability;
 };
@@ -30,9 +34,34 @@ std::string typeName(capnp::Type type);
 // "add (a :Float64, b :Float64) -> (value :Float64)".
 std::string describeMethod(capnp::InterfaceSchema::Method method);
 
-// Calls `method` ("add") of `actor` with parameters decoded from the JSON object `json` and
-// resolves with the results encoded as JSON. INVALID_ARGUMENT for an unknown method (naming the
-// known ones) or JSON that does not fit the parameters.
+// One method called with parameters given as JSON, ready to be sent to any actor with the
+// interface; its results read back as JSON (see CallJson: Data as base64). Loop thread only.
+class JsonCall {
+public:
+  // Finds `methodName` ("add") in `actor`'s interface and checks `json` against its parameters.
+  // Throws INVALID_ARGUMENT, before anything is sent, for an unknown method (naming the known
+  // ones) or JSON that does not fit the parameters (saying why, and naming the parameter).
+  JsonCall(const DynamicActor& actor, kj::StringPtr methodName, kj::StringPtr json);
+  KJ_DISALLOW_COPY(JsonCall);
+
+  // Sends the call to `capability`, an actor with the interface. The promise does not borrow
+  // this JsonCall.
+  capnp::RemotePromise<capnp::DynamicStruct> send(capnp::Capability::Client capability) const;
+
+  // A response to send() as one line of JSON.
+  std::string resultsJson(capnp::DynamicStruct::Reader results) const;
+
+private:
+  capnp::InterfaceSchema schema;
+  capnp::InterfaceSchema::Method method;
+  std::string json;
+  std::string label;  // "calc.add", for messages
+  CallJson codec;
+};
+
+// Calls `method` of `actor` with the parameters in `json` (see JsonCall, whose errors it throws)
+// and resolves with the results as JSON; DEADLINE_EXCEEDED when no answer came within
+// `deadline`.
 kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method,
                                       kj::StringPtr json, kj::Duration deadline, kj::Timer& timer);
 

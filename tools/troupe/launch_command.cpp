@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <kj/debug.h>
 
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
@@ -18,22 +21,6 @@
 namespace troupe::cli {
 
 namespace {
-
-constexpr const char* USAGE =
-    "usage: troupe launch [--name NAME] [--replicas N] [--cpu C] [--ram SIZE] [--gpu TYPE:COUNT]\n"
-    "                     [--max-retries N] [--log-dir DIR] [--resolver URL] -- BINARY ARGS...\n"
-    "Runs BINARY as a job of N replicas (default 1) on this machine with the local launcher, in\n"
-    "the foreground: prints the job's and each replica's state as they change, and exits when the\n"
-    "job ends (0 when it succeeded). Ctrl-C stops the job (SIGTERM to each replica, SIGKILL after\n"
-    "10 s; a second Ctrl-C kills at once). Replicas get TROUPE_JOB_ID, TROUPE_TASK_INDEX,\n"
-    "TROUPE_NUM_TASKS and TROUPE_RESOLVER; their output goes to DIR/NAME/replica-<i>.log.\n"
-    "  --name NAME        the job's name and id (default: BINARY's file name)\n"
-    "  --cpu C            cores per replica (default 1)     --ram SIZE  per replica (default 1g)\n"
-    "  --gpu TYPE:COUNT   GPUs per replica, e.g. H100:8\n"
-    "  --max-retries N    restarts of failed replicas before the job fails (default 0)\n"
-    "  --log-dir DIR      default: $TMPDIR/troupe-<pid>\n"
-    "  --resolver URL     where replicas publish (default: $TROUPE_RESOLVER, else a registry\n"
-    "                     this command runs for the job, whose URL it prints)\n";
 
 // BINARY as the shell would find it: a name without '/' is looked up in $PATH.
 std::string findProgram(const std::string& name) {
@@ -67,20 +54,21 @@ std::string nameFrom(const std::string& program) {
   return out.empty() ? "job" : out.substr(0, 64);
 }
 
-ResourceConfig resourcesFrom(const Args& args) {
-  double cpu = args.decimal("--cpu", 1);
-  auto ram = args.value("--ram", "1g");
-  auto gpu = args.value("--gpu");
-  if (gpu.empty()) return ResourceConfig::withCpu(cpu, ram.c_str());
-  auto colon = gpu.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw UsageError{"--gpu needs TYPE:COUNT"};
-  char* end = nullptr;
-  unsigned long n = strtoul(gpu.c_str() + colon + 1, &end, 10);
-  if (end == gpu.c_str() + colon + 1 || *end != '\0' || n == 0 || n > 64) {
-    throw UsageError{"--gpu needs TYPE:COUNT with COUNT 1..64, not '" + gpu + "'"};
+// "H100:8" as a GPU type and a count of 1..64.
+std::pair<std::string, uint32_t> parseGpu(kj::StringPtr text) {
+  auto error = [&]() {
+    return UsageError{
+        kj::str("--gpu needs TYPE:COUNT with COUNT 1..64, not '", printable(text), "'").cStr()};
+  };
+  KJ_IF_MAYBE(colon, text.findLast(':')) {
+    if (*colon == 0) throw error();
+    uint32_t count = 0;
+    auto failed = kj::runCatchingExceptions(
+        [&]() { count = text.slice(*colon + 1).parseAs<uint32_t>(); });
+    if (failed != nullptr || count == 0 || count > 64) throw error();
+    return {std::string(text.begin(), *colon), count};
   }
-  return ResourceConfig::withGpu(gpu.substr(0, colon).c_str(), static_cast<uint32_t>(n), cpu,
-                                 ram.c_str());
+  throw error();
 }
 
 // Prints what changed in the job since `shown`.
@@ -125,36 +113,91 @@ private:
   std::vector<ReplicaInfo> shown;
 };
 
-}  // namespace
+class LaunchCommand final : public Command {
+public:
+  kj::MainFunc parser(kj::ProcessContext& context) override {
+    auto builder = kj::MainBuilder(
+        context, VERSION_TEXT,
+        "Runs BINARY as a job of N replicas on this machine with the local launcher, in the "
+        "foreground: prints the job's and each replica's state as they change, and exits when "
+        "the job ends (0 when it succeeded). Ctrl-C stops the job (SIGTERM to each replica, "
+        "SIGKILL after 10 s; a second Ctrl-C kills at once). Replicas get TROUPE_JOB_ID, "
+        "TROUPE_TASK_INDEX, TROUPE_NUM_TASKS and TROUPE_RESOLVER; their output goes to "
+        "DIR/NAME/replica-<i>.log. BINARY and its arguments go after \"--\".");
+    builder
+        .addOptionWithArg({"name"}, [this](kj::StringPtr text) {
+              name = text.cStr();
+              return true;
+            }, "NAME", "The job's name and id (default: BINARY's file name).")
+        .addOptionWithArg({"replicas"}, [this](kj::StringPtr text) {
+              replicas = static_cast<uint32_t>(parseWhole("--replicas", text, 1));
+              return true;
+            }, "N", "How many replicas (default 1).")
+        .addOptionWithArg({"cpu"}, [this](kj::StringPtr text) {
+              cpu = parsePositive("--cpu", text);
+              return true;
+            }, "C", "Cores per replica (default 1).")
+        .addOptionWithArg({"ram"}, [this](kj::StringPtr text) {
+              ram = text.cStr();
+              return true;
+            }, "SIZE", "Memory per replica (default 1g).")
+        .addOptionWithArg({"gpu"}, [this](kj::StringPtr text) {
+              gpu = parseGpu(text);
+              return true;
+            }, "TYPE:COUNT", "GPUs per replica, e.g. H100:8.")
+        .addOptionWithArg({"max-retries"}, [this](kj::StringPtr text) {
+              maxRetries = static_cast<uint32_t>(parseWhole("--max-retries", text));
+              return true;
+            }, "N", "Restarts of failed replicas before the job fails (default 0).")
+        .addOptionWithArg({"log-dir"}, [this](kj::StringPtr text) {
+              logDir = text.cStr();
+              return true;
+            }, "DIR", "Where the replicas' logs go (default: $TMPDIR/troupe-<pid>).")
+        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
+              resolver = url.cStr();
+              return true;
+            }, "URL",
+            "Where replicas publish (default: $TROUPE_RESOLVER, else a registry this command "
+            "runs for the job, whose URL it prints).")
+        .expectOneOrMoreArgs("-- BINARY ARGS", [this](kj::StringPtr arg) {
+              program.push_back(arg.cStr());
+              return true;
+            });
+    // MainBuilder hands over the arguments before and after "--" alike; the program must come
+    // after it, so that its own options are not read as ours.
+    return [this, inner = builder.build()](kj::StringPtr name,
+                                           kj::ArrayPtr<const kj::StringPtr> params) mutable {
+      afterDoubleDash = nullptr;
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (params[i] == "--") {
+          afterDoubleDash = params.size() - i - 1;
+          break;
+        }
+      }
+      inner(name, params);
+    };
+  }
 
-int launchCommand(int argc, char** argv) {
-  return runCommand("launch", USAGE, [&]() {
-    Args args(argc, argv, {},
-              {"--name", "--replicas", "--cpu", "--ram", "--gpu", "--max-retries", "--log-dir",
-               "--resolver"});
-    if (args.has("--help")) {
-      fputs(USAGE, stdout);
-      return 0;
+  int run() override {
+    KJ_IF_MAYBE(after, afterDoubleDash) {
+      if (*after != program.size() || program.empty()) afterDoubleDash = nullptr;
     }
-    if (!args.sawDoubleDash || args.positionalBeforeDoubleDash != 0 ||
-        args.positional.empty()) {
+    if (afterDoubleDash == nullptr) {
       throw UsageError{"the program to run goes after \"--\": troupe launch [options] -- BINARY"};
     }
-    auto program = findProgram(args.positional[0]);
-    std::vector<std::string> programArgs(args.positional.begin() + 1, args.positional.end());
+    std::vector<std::string> programArgs(program.begin() + 1, program.end());
     JobRequest request{
-        .name = args.value("--name", nameFrom(args.positional[0])),
-        .entrypoint = Entrypoint::binary(program, programArgs),
-        .resources = resourcesFrom(args),
-        .replicas = static_cast<uint32_t>(args.number("--replicas", 1, 1)),
-        .maxRetriesFailure = static_cast<uint32_t>(args.number("--max-retries", 0)),
+        .name = name.empty() ? nameFrom(program[0]) : name,
+        .entrypoint = Entrypoint::binary(findProgram(program[0]), programArgs),
+        .resources = resources(),
+        .replicas = replicas,
+        .maxRetriesFailure = maxRetries,
     };
-    std::string resolver = args.value("--resolver");
     if (resolver.empty() && getenv("TROUPE_RESOLVER") != nullptr) resolver = getenv("TROUPE_RESOLVER");
 
     EventLoop loop;
     LocalLauncher launcher(loop, {.resolver = resolver,
-                                  .logDirectory = args.value("--log-dir"),
+                                  .logDirectory = logDir,
                                   .stopJobsOnSignal = false});
     printf("resolver %s; logs in %s/%s\n", launcher.resolverUrl().c_str(),
            launcher.logDirectory().c_str(), request.name.c_str());
@@ -184,7 +227,28 @@ int launchCommand(int argc, char** argv) {
     if (phase == JobPhase::SUCCEEDED) return 0;
     if (signalled != 0) return 128 + signalled;
     return 1;
-  });
-}
+  }
+
+private:
+  ResourceConfig resources() const {
+    if (gpu.first.empty()) return ResourceConfig::withCpu(cpu, ram.c_str());
+    return ResourceConfig::withGpu(gpu.first.c_str(), gpu.second, cpu, ram.c_str());
+  }
+
+  std::string name;
+  uint32_t replicas = 1;
+  double cpu = 1;
+  std::string ram = "1g";
+  std::pair<std::string, uint32_t> gpu;
+  uint32_t maxRetries = 0;
+  std::string logDir;
+  std::string resolver;
+  std::vector<std::string> program;  // BINARY, then its arguments
+  kj::Maybe<size_t> afterDoubleDash;  // how many arguments followed "--", if one was given
+};
+
+}  // namespace
+
+kj::Own<Command> launchCommand() { return kj::heap<LaunchCommand>(); }
 
 }  // namespace troupe::cli

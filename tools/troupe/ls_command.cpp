@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -14,14 +15,6 @@
 namespace troupe::cli {
 
 namespace {
-
-constexpr const char* USAGE =
-    "usage: troupe ls [PREFIX] [--watch] [--resolver URL]\n"
-    "Lists the endpoints whose names start with PREFIX (default: all): name, address, state,\n"
-    "incarnation and age. With --watch, prints them and then each change as it happens\n"
-    "(ADDED, CHANGED, REMOVED, JOB_ENDED) until interrupted.\n"
-    "  --resolver URL   registry://HOST:PORT, registry+unix:PATH, fixed:..., file:PATH\n"
-    "                   (default: $TROUPE_RESOLVER)\n";
 
 void printTable(const kj::Array<Endpoint>& endpoints) {
   bool people = stdoutIsTerminal();
@@ -75,31 +68,52 @@ kj::Promise<void> printEvents(Watch& watch) {
   });
 }
 
-}  // namespace
+class LsCommand final : public Command {
+public:
+  kj::MainFunc parser(kj::ProcessContext& context) override {
+    return kj::MainBuilder(
+               context, VERSION_TEXT,
+               "Lists the endpoints whose names start with PREFIX (default: all): name, address, "
+               "state, incarnation and age. With --watch, prints them and then each change as it "
+               "happens (ADDED, CHANGED, REMOVED, JOB_ENDED) until interrupted.")
+        .addOption({"watch"}, [this]() { watching = true; return true; },
+                   "Print each change as it happens, until interrupted.")
+        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
+              resolver = url.cStr();
+              return true;
+            }, "URL",
+            "registry://HOST:PORT, registry+unix:PATH, fixed:..., file:PATH (default: "
+            "$TROUPE_RESOLVER).")
+        .expectOptionalArg("PREFIX", [this](kj::StringPtr text) {
+              prefix = text.cStr();
+              return true;
+            })
+        .build();
+  }
 
-int lsCommand(int argc, char** argv) {
-  return runCommand("ls", USAGE, [&]() {
-    Args args(argc, argv, {"--watch"}, {"--resolver"});
-    if (args.has("--help")) {
-      fputs(USAGE, stdout);
-      return 0;
-    }
-    if (args.positional.size() > 1) throw UsageError{"at most one PREFIX"};
-    std::string prefix = args.positional.empty() ? "" : args.positional[0];
-    auto url = resolverUrl(args);
-
+  int run() override {
+    auto url = resolverUrl(resolver);
     EventLoop loop;
-    auto resolver = openResolver(loop, url.c_str());
-    if (!args.has("--watch")) {
-      auto endpoints = resolver->resolve(prefix.c_str()).wait(loop.waitScope());
+    auto opened = openResolver(loop, url.c_str());
+    if (!watching) {
+      auto endpoints = opened->resolve(prefix.c_str()).wait(loop.waitScope());
       printTable(endpoints);
       return 0;
     }
-    auto watch = resolver->watch(prefix.c_str());
+    auto watch = opened->watch(prefix.c_str());
     auto stopped = loop.onSignal({SIGINT, SIGTERM}).ignoreResult();
     printEvents(*watch).exclusiveJoin(kj::mv(stopped)).wait(loop.waitScope());
     return 0;
-  });
-}
+  }
+
+private:
+  bool watching = false;
+  std::string resolver;
+  std::string prefix;
+};
+
+}  // namespace
+
+kj::Own<Command> lsCommand() { return kj::heap<LsCommand>(); }
 
 }  // namespace troupe::cli

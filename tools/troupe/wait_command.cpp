@@ -4,8 +4,12 @@
 #include <stdio.h>
 
 #include <set>
+#include <algorithm>
 #include <string>
 
+#include <kj/debug.h>
+
+#include "troupe/actor/endpoint.h"
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
 #include "troupe/resolver/open_resolver.h"
@@ -16,11 +20,12 @@ namespace troupe::cli {
 
 namespace {
 
-constexpr const char* USAGE =
-    "usage: troupe wait PREFIX --count N [--timeout SECONDS] [--resolver URL]\n"
-    "Waits until N endpoints whose names start with PREFIX are READY, then prints their names.\n"
-    "Exits 1 when the timeout (default 60) passes first, or when a job under PREFIX ends.\n"
-    "  --resolver URL   default: $TROUPE_RESOLVER\n";
+// "job 'calc' ended: stopped".
+kj::Exception jobEnded(const JobStatus& job) {
+  return makeError(ErrorCode::JOB_ENDED,
+                   kj::str("job '", job.jobId.c_str(), "' ended",
+                           job.reason.empty() ? "" : ": ", job.reason.c_str()));
+}
 
 // The READY endpoints under a watch's prefix, as its events arrive.
 class ReadyTracker {
@@ -46,8 +51,7 @@ public:
           synced = true;
           break;
         case WatchEvent::Type::JOB_ENDED:
-          throwError(ErrorCode::JOB_ENDED, kj::str("job '", event.job.jobId.c_str(),
-                                                   "' ended: ", event.job.reason.c_str()));
+          kj::throwFatalException(jobEnded(event.job));
       }
       if (synced) progress();
       if (synced && ready.size() >= count) return kj::READY_NOW;
@@ -71,37 +75,82 @@ private:
   size_t shown = SIZE_MAX;
 };
 
-}  // namespace
+// The job whose endpoints `prefix` names: the part before the first '/' ("calc/" and
+// "calc/calc-0" name job calc), or the whole prefix when it has no '/' and is a job id. Null when
+// the prefix names no one job.
+kj::Maybe<std::string> jobNamedBy(const std::string& prefix) {
+  auto slash = prefix.find('/');
+  std::string jobId = slash == std::string::npos ? prefix : prefix.substr(0, slash);
+  bool valid = kj::runCatchingExceptions([&]() { validateJobId(jobId.c_str()); }) == nullptr;
+  if (!valid) return nullptr;
+  return jobId;
+}
 
-int waitCommand(int argc, char** argv) {
-  return runCommand("wait", USAGE, [&]() {
-    Args args(argc, argv, {}, {"--count", "--timeout", "--resolver"});
-    if (args.has("--help")) {
-      fputs(USAGE, stdout);
-      return 0;
-    }
-    if (args.positional.size() != 1) throw UsageError{"one PREFIX is needed"};
-    if (!args.has("--count")) throw UsageError{"--count N is needed"};
-    auto count = args.number("--count", 1, 1);
-    double timeout = args.decimal("--timeout", 60);
-    auto url = resolverUrl(args);
-    std::string prefix = args.positional[0];
+// Rejects with JOB_ENDED when the job `prefix` names has already ended; otherwise never resolves.
+// A watch reports only the ends it sees happen, so an end before the wait began is asked for.
+kj::Promise<void> failIfEnded(Resolver& resolver, const std::string& prefix) {
+  KJ_IF_MAYBE(jobId, jobNamedBy(prefix)) {
+    return resolver.jobStatus(jobId->c_str())
+        .then([jobId = *jobId](JobStatus status) -> kj::Promise<void> {
+          if (status.state != JobState::ENDED) return kj::NEVER_DONE;
+          status.jobId = jobId;
+          return jobEnded(status);
+        });
+  }
+  return kj::NEVER_DONE;
+}
+
+class WaitCommand final : public Command {
+public:
+  kj::MainFunc parser(kj::ProcessContext& context) override {
+    return kj::MainBuilder(
+               context, VERSION_TEXT,
+               "Waits until --count N endpoints whose names start with PREFIX are READY, then "
+               "prints their names. Exits 1 when the timeout passes first, or when the job under "
+               "PREFIX ends or has ended.")
+        .addOptionWithArg({"count"}, [this](kj::StringPtr text) {
+              count = parseWhole("--count", text, 1);
+              return true;
+            }, "N", "How many endpoints must be READY (needed).")
+        .addOptionWithArg({"timeout"}, [this](kj::StringPtr text) {
+              timeoutText = text.cStr();
+              timeout = parseSeconds("--timeout", text);
+              return true;
+            }, "SECONDS", "How long to wait (default 60).")
+        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
+              resolver = url.cStr();
+              return true;
+            }, "URL", "Default: $TROUPE_RESOLVER.")
+        .expectArg("PREFIX", [this](kj::StringPtr text) {
+              prefix = text.cStr();
+              return true;
+            })
+        .build();
+  }
+
+  int run() override {
+    if (count == 0) throw UsageError{"--count N is needed"};
+    auto url = resolverUrl(resolver);
 
     EventLoop loop;
-    auto resolver = openResolver(loop, url.c_str());
-    auto watch = resolver->watch(prefix.c_str());
+    auto opened = openResolver(loop, url.c_str());
+    // The watch first: a job that ends after it started is reported by the watch itself.
+    auto watch = opened->watch(prefix.c_str());
     ReadyTracker tracker(*watch, count);
-    auto limit = static_cast<int64_t>(timeout * 1000) * kj::MILLISECONDS;
-    auto expired = loop.timer().afterDelay(limit).then([&]() -> kj::Promise<void> {
+    auto ended = failIfEnded(*opened, prefix);
+    auto expired = loop.timer().afterDelay(timeout).then([&]() -> kj::Promise<void> {
       return makeError(ErrorCode::DEADLINE_EXCEEDED,
                        kj::str(tracker.ready.size(), " of ", count, " endpoints under '",
-                               prefix.c_str(), "' ready after ", timeout, " s"));
+                               prefix.c_str(), "' ready after ", timeoutText.c_str(), " s"));
     });
     auto interrupted = loop.onSignal({SIGINT, SIGTERM}).then([](int) -> kj::Promise<void> {
       return KJ_EXCEPTION(FAILED, "interrupted");
     });
     auto failure = kj::runCatchingExceptions([&]() {
-      tracker.run().exclusiveJoin(kj::mv(expired)).exclusiveJoin(kj::mv(interrupted))
+      tracker.run()
+          .exclusiveJoin(kj::mv(ended))
+          .exclusiveJoin(kj::mv(expired))
+          .exclusiveJoin(kj::mv(interrupted))
           .wait(loop.waitScope());
     });
     if (stdoutIsTerminal()) printf("\n");  // ends the progress line
@@ -110,7 +159,18 @@ int waitCommand(int argc, char** argv) {
     }
     for (auto& name : tracker.ready) printf("%s\n", name.c_str());
     return 0;
-  });
-}
+  }
+
+private:
+  uint64_t count = 0;
+  kj::Duration timeout = 60 * kj::SECONDS;
+  std::string timeoutText = "60";
+  std::string resolver;
+  std::string prefix;
+};
+
+}  // namespace
+
+kj::Own<Command> waitCommand() { return kj::heap<WaitCommand>(); }
 
 }  // namespace troupe::cli

@@ -1,14 +1,14 @@
-#include "troupe/actor/detail/rpc_acceptor.h"
+#include "troupe/actor/rpc_acceptor.h"
 
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/detail/listen_socket.h"
 #include "troupe/actor/detail/rpc_connection.h"
 
-namespace troupe::detail {
+namespace troupe {
 
 struct RpcAcceptor::Listener {
-  ListenSocket socket;
+  detail::ListenSocket socket;
   std::string text;
 };
 
@@ -22,8 +22,14 @@ public:
   }
   ~Connection() noexcept(false) { acceptor.connections.erase(this); }
 
+  // rpc.whenWritten(), settled when the connection goes.
+  kj::Promise<void> whenWritten() {
+    return writes.wrap(rpc.whenWritten()).catch_([](kj::Exception&&) {});
+  }
+
   RpcAcceptor& acceptor;
-  RpcConnection rpc;
+  detail::RpcConnection rpc;
+  kj::Canceler writes;  // declared after rpc: waits on its writes end before it goes
 };
 
 RpcAcceptor::RpcAcceptor(EventLoop& loop, capnp::Capability::Client bootstrap,
@@ -45,7 +51,7 @@ RpcAcceptor::~RpcAcceptor() noexcept(false) {
 Address RpcAcceptor::listen(kj::StringPtr text) {
   auto address = Address::parse(text);
   auto l = kj::heap<Listener>();
-  l->socket = openListenSocket(loop.lowLevelIo(), address);
+  l->socket = detail::openListenSocket(loop.lowLevelIo(), address);
   l->text = l->socket.bound.toString();
   auto bound = l->socket.bound;
   auto& ref = *l;
@@ -55,18 +61,17 @@ Address RpcAcceptor::listen(kj::StringPtr text) {
   return bound;
 }
 
-bool RpcAcceptor::anyQueued() const {
-  for (auto* c : connections) {
-    if (c->rpc.queuedMessages() > 0) return true;
-  }
-  return false;
+kj::Promise<void> RpcAcceptor::whenWritten() {
+  auto writes = kj::heapArrayBuilder<kj::Promise<void>>(connections.size());
+  for (auto* c : connections) writes.add(c->whenWritten());
+  return kj::joinPromises(writes.finish());
 }
 
 void RpcAcceptor::closeListeners() {
   acceptTasks = kj::heap<kj::TaskSet>(*this);
   for (auto& l : listeners) {
     l->socket.receiver = nullptr;
-    if (l->socket.ownsPath) removeSocketFile(l->socket.bound);
+    if (l->socket.ownsPath) detail::removeSocketFile(l->socket.bound);
   }
   listeners.clear();
   bound_.clear();
@@ -97,4 +102,4 @@ kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
       });
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe

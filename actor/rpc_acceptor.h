@@ -1,7 +1,8 @@
 #pragma once
-// RpcAcceptor: the listening side shared by troupe's servers (ActorServer, RegistryServer).
-// Accepts connections on any number of addresses and serves one bootstrap capability to each
-// over Cap'n Proto RPC, with troupe's message limit.
+// RpcAcceptor: the listening side of troupe's servers (ActorServer, RegistryServer), and of any
+// server built on troupe's transport. Accepts connections on any number of addresses and serves
+// one bootstrap capability to each over Cap'n Proto RPC, on troupe's own framing and message
+// limit.
 
 #include <memory>
 #include <set>
@@ -17,9 +18,7 @@ namespace spdlog {
 class logger;
 }
 
-namespace troupe::detail {
-
-class RpcConnection;
+namespace troupe {
 
 // Belongs to `loop`. Dropping it closes every listener (removing the unix socket files it made)
 // and every connection.
@@ -39,8 +38,9 @@ public:
 
   size_t connectionCount() const { return connections.size(); }
 
-  // Whether any connection still has messages queued for writing.
-  bool anyQueued() const;
+  // Resolves once every connection has written what it queued so far (a connection that closes
+  // meanwhile counts as done).
+  kj::Promise<void> whenWritten();
 
   // Stops accepting: closes the listeners and removes their socket files.
   void closeListeners();
@@ -67,4 +67,4 @@ private:
   kj::Own<kj::TaskSet> connectionTasks;
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe

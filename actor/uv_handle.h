@@ -1,13 +1,15 @@
 #pragma once
-// RAII ownership of libuv handles. A libuv handle's memory must outlive uv_close() until the loop
-// runs its close callback, so handles live on the heap and the close callback frees them.
+// RAII ownership of libuv handles, for code that adds handles of its own to an EventLoop's libuv
+// loop (EventLoop::uvLoop()): troupe's own event port, signals and child processes, and
+// components built on troupe. A libuv handle's memory must outlive uv_close() until the loop runs
+// its close callback, so handles live on the heap and the close callback frees them.
 
 #include <uv.h>
 
 #include <kj/common.h>
 #include <kj/debug.h>
 
-namespace troupe::detail {
+namespace troupe {
 
 // Owns one libuv handle of type H (uv_poll_t, uv_timer_t, uv_async_t, uv_signal_t, ...).
 // Belongs to the loop thread that initialised it. Dropping it closes the handle; the memory is
@@ -58,4 +60,4 @@ inline void checkUv(const char* what, int status) {
   if (status < 0) throwUvError(what, status);
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe
