@@ -60,7 +60,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
     // A bad resolver URL is refused before anything is created.
     if (!options.resolver.empty()) {
       url = options.resolver;
-      resolver = openResolver(loop, kj::StringPtr(url.c_str(), url.size()));
+      resolver = openResolver(loop, url);
     }
     detail::makeDirectories(logDirectory);
     if (options.program.empty()) {
@@ -73,11 +73,11 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
       auto server = kj::heap<RegistryServer>(loop, RegistryServerOptions{.logger = log});
       std::string socket = logDirectory + "/registry.sock";
       std::string bound = socket.size() < sizeof(sockaddr_un::sun_path)
-                              ? server->listen(kj::str("unix:", socket.c_str()))
+                              ? server->listen(kj::str("unix:", socket))
                               : server->listen("tcp://127.0.0.1:0");
       url = registryUrl(bound);
       registry = kj::mv(server);
-      resolver = openResolver(loop, kj::StringPtr(url.c_str(), url.size()));
+      resolver = openResolver(loop, url);
     }
     if (options.stopJobsOnSignal) {
       tasks.add(loop.onSignal({SIGTERM, SIGINT}).then([this](int signum) {
@@ -201,7 +201,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
     if (found != jobs.end() && !isFinal(found->second->phase())) {
       if (request.adopt) return JobHandle(kj::addRef(*found->second));
       throwError(ErrorCode::JOB_ALREADY_EXISTS,
-                 kj::str("job '", request.name.c_str(), "' is already ",
+                 kj::str("job '", request.name, "' is already ",
                          toString(found->second->phase()),
                          "; wait for it to end, terminate it, or submit with adopt = true to "
                          "take it over"));

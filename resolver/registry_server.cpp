@@ -41,7 +41,7 @@ protected:
   }
 
 private:
-  kj::StringPtr key() const { return kj::StringPtr(name.c_str(), name.size()); }
+  kj::StringPtr key() const { return name; }
 
   kj::Own<RegistryTable> table;
   std::string name;

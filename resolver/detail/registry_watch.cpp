@@ -83,7 +83,7 @@ void RegistryWatch::subscribe() {
   auto object = kj::heap<SubscriptionWatcher>(*this, id);
   watcher = *object;
   auto request = target.watchRequest();
-  request.setPrefix(kj::StringPtr(prefix.c_str(), prefix.size()));
+  request.setPrefix(prefix);
   request.setWatcher(kj::mv(object));
   tasks->add(link->withDeadline<WatchResponse>(request.send(), "watch")
                  .then(
@@ -226,13 +226,13 @@ void RegistryWatch::reconcile() {
   uint64_t id = subscription;
   kj::Vector<kj::Promise<kj::Maybe<JobStatus>>> asks;
   for (auto& jobId : removedJobs) {
-    kj::StringPtr job(jobId.c_str(), jobId.size());
-    if (!jobOverlapsPrefix(job, kj::StringPtr(prefix.c_str(), prefix.size()))) continue;
+    kj::StringPtr job = jobId;
+    if (!jobOverlapsPrefix(job, prefix)) continue;
     asks.add(link->call<capnp::Response<schema::Registry::JobStatusResults>>(
                      "jobStatus",
                      [jobId](schema::Registry::Client registry) {
                        auto request = registry.jobStatusRequest();
-                       request.setJobId(kj::StringPtr(jobId.c_str(), jobId.size()));
+                       request.setJobId(jobId);
                        return request.send();
                      })
                  .then(
