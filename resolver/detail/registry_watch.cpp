@@ -43,6 +43,14 @@ namespace {
 using WatchResponse = capnp::Response<schema::Registry::WatchResults>;
 using Type = WatchEvent::Type;
 
+// Whether `now` says anything new about an endpoint reported as `before`. Its registration time
+// alone does not: a registry that restarted registers the same incarnation again, later.
+bool differs(const Endpoint& before, const Endpoint& now) {
+  Endpoint same = now;
+  same.registeredAtMillis = before.registeredAtMillis;
+  return !(same == before);
+}
+
 }  // namespace
 
 RegistryWatch::RegistryWatch(kj::Own<RegistryLink> link, kj::StringPtr prefix)
@@ -208,7 +216,11 @@ void RegistryWatch::reconcile() {
       push(WatchEvent{Type::ADDED, s->second, {}});
       ++s;
     } else {
-      if (!(r->second == s->second)) push(WatchEvent{Type::CHANGED, s->second, {}});
+      if (differs(r->second, s->second)) {
+        push(WatchEvent{Type::CHANGED, s->second, {}});
+      } else {
+        s->second.registeredAtMillis = r->second.registeredAtMillis;  // keep the first
+      }
       ++r;
       ++s;
     }
@@ -271,7 +283,7 @@ void RegistryWatch::liveEvent(WatchEvent&& event) {
       if (it == reported.end()) {
         reported.emplace(event.endpoint.name, event.endpoint);
         push(WatchEvent{Type::ADDED, kj::mv(event.endpoint), {}});
-      } else if (!(it->second == event.endpoint)) {
+      } else if (differs(it->second, event.endpoint)) {
         it->second = event.endpoint;
         push(WatchEvent{Type::CHANGED, kj::mv(event.endpoint), {}});
       }
