@@ -93,7 +93,8 @@ struct LocalLauncherOptions {
 // process exits, whatever it left in its process group is killed.
 //
 // Admission. A job starts only when all of its replicas fit what is free on the machine (cores,
-// memory and GPUs, each replica needing ResourceConfig's cpu, ramBytes and GPU count; disk,
+// memory and GPUs, each replica reserving ResourceConfig's cpu, ramBytes and GPU count, which
+// are 0, 0 and none unless the request asks for more; disk,
 // regions and the GPU variant are not checked); until then it is PENDING, with a reason
 // ("needs 4 x 2 cpus, 3 of 8 free"), and it is evaluated again, in submission order, whenever
 // capacity frees. A job that could not fit even the empty machine, or that needs a TPU, is

@@ -283,10 +283,9 @@ ResourceConfig ResourceConfig::scale(uint32_t factor) const {
 }
 
 void ResourceConfig::validate() const {
-  if (!(cpu > 0) || !std::isfinite(cpu)) {
-    invalid(kj::str("cpu must be a positive number of cores, not ", cpu));
+  if (!(cpu >= 0) || !std::isfinite(cpu)) {
+    invalid(kj::str("cpu must be a number of cores, 0 or more (0 reserves none), not ", cpu));
   }
-  if (ramBytes == 0) invalid("ram must be more than 0 bytes");
   if (replicas == 0) invalid("replicas must be at least 1");
 
   size_t wildcards = 0;
