@@ -172,6 +172,11 @@ TEST_F(LocalLauncherTest, AJobLargerThanTheMachineIsUnschedulableAtOnce) {
   EXPECT_EQ(job.status(), JobPhase::UNSCHEDULABLE);
   EXPECT_NE(job.reason().find("needs 5 x 1 cpu,"), std::string::npos) << job.reason();
   EXPECT_NE(job.reason().find("the machine has 4 cpus"), std::string::npos) << job.reason();
+  // It ends in the resolver with its reason: waiting for its members fails at once, saying why.
+  ActorGroupBase group(loop, launcher.resolver(), "huge", "member");
+  auto never = awaitError(loop, group.waitReady(5, 10 * test::PATIENCE));
+  EXPECT_EQ(never.code, ErrorCode::JOB_ENDED) << never.text;
+  EXPECT_TRUE(never.mentions("unschedulable: needs 5 x 1 cpu")) << never.text;
 
   JobRequest tpu{.name = "tpu",
                  .entrypoint = replica({"exit", "0"}),
