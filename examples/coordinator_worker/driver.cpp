@@ -11,10 +11,11 @@
 #include <kj/debug.h>
 
 #include <troupe/actor/errors.h>
-#include "coordinator_impl.h"
-#include "worker.h"
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/pool/actor_pool.h>
+
+#include "coordinator_impl.h"
+#include "worker.h"
 
 namespace coordinator {
 namespace {

@@ -32,12 +32,13 @@
 
 #include <troupe/actor/errors.h>
 #include <troupe/actor/job_context.h>
-#include "inference.capnp.h"
-#include "model.h"
 #include <troupe/jobs/launcher.h>
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/pool/actor_pool.h>
 #include <troupe/resolver/host_actor.h>
+
+#include "inference.capnp.h"
+#include "model.h"
 
 using inference::InferenceServer;
 using Clock = std::chrono::steady_clock;

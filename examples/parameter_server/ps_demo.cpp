@@ -20,12 +20,13 @@
 #include <spdlog/spdlog.h>
 
 #include <troupe/actor/errors.h>
+#include <troupe/jobs/local_launcher.h>
+#include <troupe/pool/actor_pool.h>
+
 #include "model.h"
 #include "shard.h"
 #include "trainer.h"
 #include "weights.h"
-#include <troupe/jobs/local_launcher.h>
-#include <troupe/pool/actor_pool.h>
 
 namespace {
 
