@@ -233,8 +233,8 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
     return JobHandle(kj::mv(job));
   }
 
-  kj::Promise<void> shutdown(kj::Maybe<kj::Duration> grace) {
-    KJ_IF_MAYBE(done, shutdownDone) {
+  kj::Promise<void> drain(kj::Maybe<kj::Duration> grace) {
+    KJ_IF_MAYBE(done, drained) {
       if (grace != nullptr) {
         for (auto& [name, job] : jobs) job->stop(grace, "the launcher shut down");
       }
@@ -248,8 +248,8 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
       // Let the jobs' final states reach the resolver before the program goes.
       return allReported();
     });
-    shutdownDone = done.fork();
-    return canceler.wrap(KJ_ASSERT_NONNULL(shutdownDone).addBranch());
+    drained = done.fork();
+    return canceler.wrap(KJ_ASSERT_NONNULL(drained).addBranch());
   }
 
   // SIGTERM or SIGINT: every job stops (a second signal hurries it), then the signal gets its
@@ -261,7 +261,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
       for (auto& [name, job] : jobs) job->stop(0 * kj::SECONDS, "the launcher shut down");
       return kj::NEVER_DONE;
     });
-    return shutdown(nullptr).exclusiveJoin(kj::mv(hurry)).then([this, signum]() {
+    return drain(nullptr).exclusiveJoin(kj::mv(hurry)).then([this, signum]() {
       log->flush();
       ::signal(signum, SIG_DFL);
       ::raise(signum);
@@ -297,7 +297,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
   std::deque<kj::Own<detail::LocalJob>> queue;             // PENDING, in submission order
   bool admissionScheduled = false;
   bool shuttingDown = false;
-  kj::Maybe<kj::ForkedPromise<void>> shutdownDone;
+  kj::Maybe<kj::ForkedPromise<void>> drained;
   kj::Canceler canceler;  // wraps what is handed out of the above
   kj::TaskSet tasks;
 };
@@ -323,8 +323,8 @@ Resolver& LocalLauncher::resolver() { return *impl->resolver; }
 std::string LocalLauncher::resolverUrl() const { return impl->url; }
 EventLoop& LocalLauncher::loop() { return impl->loop; }
 
-kj::Promise<void> LocalLauncher::shutdown(kj::Maybe<kj::Duration> grace) {
-  return impl->shutdown(grace);
+kj::Promise<void> LocalLauncher::drain(kj::Maybe<kj::Duration> grace) {
+  return impl->drain(grace);
 }
 
 MachineResources LocalLauncher::machine() const { return impl->ledger.machine(); }

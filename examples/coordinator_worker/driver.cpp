@@ -416,7 +416,7 @@ int runDriver(troupe::EventLoop& loop, const DriverOptions& options) {
       }
     }
   }
-  launcher.shutdown().wait(loop.waitScope());
+  launcher.drain().wait(loop.waitScope());
   if (failures != 0) {
     fprintf(stderr, "coordinator demo FAILED\n");
     return 1;

@@ -398,7 +398,7 @@ int runDriver(const DriverOptions& options) {
   }
 
   job.terminate().wait(ws);
-  launcher.shutdown().wait(ws);
+  launcher.drain().wait(ws);
   printf("job %s %s\n", job.id().c_str(), troupe::toString(job.status()).cStr());
   return passed && error == nullptr ? 0 : 1;
 }

@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
     shards->terminate().wait(loop.waitScope());
     printf("shards job %s\n", troupe::toString(shards->status()).cStr());
   }
-  launcher.shutdown().wait(loop.waitScope());
+  launcher.drain().wait(loop.waitScope());
   fflush(stdout);
   return status;
 }

@@ -418,7 +418,7 @@ TEST_F(LocalLauncherTest, AKilledReplicaRestartsWithANewIncarnationAndFreshState
   EXPECT_NE(job.reason().find("SIGKILL"), std::string::npos) << job.reason();
 }
 
-TEST_F(LocalLauncherTest, ShutdownStopsEveryJobAndRefusesNewOnes) {
+TEST_F(LocalLauncherTest, DrainStopsEveryJobAndRefusesNewOnes) {
   auto& launcher = start();
   auto running = launcher.submit(request("running", replica({"wait"}), 1, 4));
   auto pending = launcher.submit(request("pending", replica({"exit", "0"}), 1, 1));
@@ -426,7 +426,7 @@ TEST_F(LocalLauncherTest, ShutdownStopsEveryJobAndRefusesNewOnes) {
   auto pid = running.replicas()[0].pid;
   EXPECT_EQ(pending.status(), JobPhase::PENDING);
 
-  await(loop, launcher.shutdown());
+  await(loop, launcher.drain());
   EXPECT_EQ(running.status(), JobPhase::STOPPED);
   EXPECT_EQ(running.reason(), "the launcher shut down");
   EXPECT_EQ(pending.status(), JobPhase::STOPPED);
@@ -457,7 +457,7 @@ TEST_F(LocalLauncherTest, PromisesKeptPastTheLauncherSettleWithoutIt) {
   auto pending = launcher.submit(request("pending", replica({"exit", "0"})));
   ASSERT_EQ(pending.status(), JobPhase::PENDING);
   auto terminated = pending.terminate();  // ends it now; its report to the resolver is queued
-  auto shutdown = launcher.shutdown(0 * kj::SECONDS);
+  auto shutdown = launcher.drain(0 * kj::SECONDS);
   this->launcher = nullptr;
   await(loop, kj::mv(terminated));
   auto failure = awaitError(loop, kj::mv(shutdown));

@@ -218,7 +218,7 @@ public:
       });
     });
     reporter.follow().exclusiveJoin(kj::mv(interrupt)).wait(loop.waitScope());
-    launcher.shutdown().wait(loop.waitScope());
+    launcher.drain().wait(loop.waitScope());
 
     auto phase = job.status();
     if (phase == JobPhase::FAILED) {
