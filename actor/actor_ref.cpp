@@ -17,8 +17,8 @@ ActorRefState::ActorRefState(kj::Own<Channel> channel, kj::StringPtr actorName,
 
 kj::Exception ActorRefState::deadlineError(kj::Duration deadline) const {
   return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                   kj::str("call to '", actorName.c_str(), "' at ",
-                           channel->address().toString().c_str(), " did not finish within ",
+                   kj::str("call to '", actorName, "' at ",
+                           channel->address().toString(), " did not finish within ",
                            deadline / kj::MILLISECONDS, " ms; it may have run"));
 }
 
@@ -27,7 +27,7 @@ void ActorRefState::callFailed(const kj::Exception& e, uint64_t epoch) {
   // it now so the next call connects again. A DISCONNECTED error the actor itself passed on
   // arrives as a "remote exception" and says nothing about this connection.
   if (e.getType() != kj::Exception::Type::DISCONNECTED) return;
-  if (kj::StringPtr(e.getDescription()).startsWith("remote exception:")) return;
+  if (fromPeer(e)) return;
   if (epoch == channel->epoch()) channel->disconnect();
 }
 
@@ -65,7 +65,7 @@ capnp::Capability::Client ActorRefBase::capability() {
   auto host = s.channel->host();
   uint64_t epoch = s.channel->epoch();
   auto request = host.getActorRequest();
-  request.setName(s.actorName.c_str());
+  request.setName(s.actorName);
   auto response = request.send();
   capnp::Capability::Client pipelined = response.getActor();
   s.actor = pipelined;
@@ -95,7 +95,7 @@ kj::Promise<uint64_t> ActorRefBase::ping(CallOptions options) {
   return finishCall(kj::mv(promise), options);
 }
 
-kj::StringPtr ActorRefBase::actorName() const { return state->actorName.c_str(); }
+kj::StringPtr ActorRefBase::actorName() const { return state->actorName; }
 
 // A handle's constness is not its connection's (as with a const pointer to a mutable object).
 Channel& ActorRefBase::channel() const {

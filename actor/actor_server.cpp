@@ -76,15 +76,15 @@ struct ActorServer::Impl final {
       if (a->name == name.cStr()) return *a;
     }
     kj::Vector<kj::StringPtr> names;
-    for (auto& a : actors) names.add(kj::StringPtr(a->name.c_str()));
+    for (auto& a : actors) names.add(kj::StringPtr(a->name));
     throwError(ErrorCode::ACTOR_NOT_FOUND,
-               kj::str("no actor named '", name, "' at ", endpointAddress().c_str(),
+               kj::str("no actor named '", name, "' at ", endpointAddress(),
                        " (hosted: ", names.empty() ? kj::str("none") : kj::strArray(names, ", "),
                        ")"));
   }
 
   void fillInfo(const detail::HostedActor& actor, schema::ActorInfo::Builder info) {
-    info.setName(actor.name.c_str());
+    info.setName(actor.name);
     info.setInterfaceName(actor.schema.getProto().getDisplayName());
     info.setInterfaceId(actor.schema.getProto().getId());
     kj::Vector<kj::StringPtr> methods;
@@ -122,7 +122,7 @@ struct ActorServer::Impl final {
 
   Endpoint endpointOf(const detail::HostedActor& actor) const {
     Endpoint e;
-    e.name = job.endpointName(actor.name.c_str());
+    e.name = job.endpointName(actor.name);
     e.address = endpointAddress();
     e.jobId = job.jobId;
     e.actor = actor.name;
@@ -230,7 +230,7 @@ protected:
     auto name = context.getParams().getName();
     if (server.tracker.draining) {
       throwError(ErrorCode::DRAINING,
-                 kj::str("server at ", server.endpointAddress().c_str(),
+                 kj::str("server at ", server.endpointAddress(),
                          " is draining; actor '", name, "' takes no new calls"));
     }
     auto& actor = server.find(name);
@@ -288,7 +288,7 @@ capnp::Capability::Client newActorHost(ActorServer::Impl& server) {
 
 ActorServer::ActorServer(EventLoop& loop, JobContext job, ActorServerOptions options)
     : impl(kj::heap<Impl>(loop, kj::mv(job), kj::mv(options))) {
-  validateJobId(impl->job.jobId.c_str());
+  validateJobId(impl->job.jobId);
 }
 
 ActorServer::~ActorServer() noexcept(false) {}

@@ -87,9 +87,9 @@ std::string Address::toString() const {
 }
 
 kj::String Address::toKjAddress() const {
-  if (kind == Kind::UNIX) return kj::str("unix:", path.c_str());
-  if (host.find(':') != std::string::npos) return kj::str('[', host.c_str(), "]:", port);
-  return kj::str(host.c_str(), ':', port);
+  if (kind == Kind::UNIX) return kj::str("unix:", path);
+  if (host.find(':') != std::string::npos) return kj::str('[', host, "]:", port);
+  return kj::str(host, ':', port);
 }
 
 }  // namespace troupe

@@ -36,7 +36,7 @@ Channel::~Channel() noexcept(false) {
   // A connection attempt refers to this channel; capabilities obtained from host() may outlive
   // it and keep the attempt's promise alive, so end the attempt itself now.
   connecting.cancel(makeError(ErrorCode::UNREACHABLE,
-                              kj::str("the channel to ", addressText.c_str(),
+                              kj::str("the channel to ", addressText,
                                       " was closed before it connected")));
   // Capabilities and the connection go before the tasks that watch them.
   pending = nullptr;
@@ -92,7 +92,7 @@ void Channel::startConnecting() {
                        if (attempt == epoch_) reset();
                        kj::throwFatalException(makeError(
                            ErrorCode::UNREACHABLE,
-                           kj::str("cannot connect to ", addressText.c_str(), ": ",
+                           kj::str("cannot connect to ", addressText, ": ",
                                    e.getDescription())));
                      });
   pending = capnp::Capability::Client(connecting.wrap(kj::mv(guarded)));

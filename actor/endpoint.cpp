@@ -1,5 +1,7 @@
 #include "troupe/actor/endpoint.h"
 
+#include <string.h>
+
 #include <kj/debug.h>
 
 #include "troupe/actor/errors.h"
@@ -46,9 +48,16 @@ EndpointState fromCapnp(schema::EndpointState state) {
 
 namespace {
 
-kj::StringPtr asPtr(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
-
-std::string fromText(capnp::Text::Reader text) { return std::string(text.begin(), text.size()); }
+// A text field from the wire. Refused (INVALID_ARGUMENT) when it holds a NUL byte, which a
+// std::string would keep but kj::StringPtr, and every C API, would cut short: what troupe
+// validates must be all there is.
+std::string textField(capnp::Text::Reader text, kj::StringPtr field) {
+  if (strlen(text.cStr()) != text.size()) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("the endpoint's ", field, " holds a NUL byte: '", printable(text), "'"));
+  }
+  return text;
+}
 
 bool isNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
@@ -80,10 +89,10 @@ kj::String nameProblem(kj::StringPtr name) {
 }  // namespace
 
 void Endpoint::toCapnp(schema::Endpoint::Builder builder) const {
-  builder.setName(asPtr(name));
-  builder.setAddress(asPtr(address));
-  builder.setJobId(asPtr(jobId));
-  builder.setActor(asPtr(actor));
+  builder.setName(name);
+  builder.setAddress(address);
+  builder.setJobId(jobId);
+  builder.setActor(actor);
   builder.setTaskIndex(taskIndex);
   builder.setIncarnation(incarnation);
   builder.setState(troupe::toCapnp(state));
@@ -91,24 +100,24 @@ void Endpoint::toCapnp(schema::Endpoint::Builder builder) const {
   auto list = builder.initMetadata(metadata.size());
   size_t i = 0;
   for (auto& [key, value] : metadata) {
-    list[i].setKey(asPtr(key));
-    list[i].setValue(asPtr(value));
+    list[i].setKey(key);
+    list[i].setValue(value);
     ++i;
   }
 }
 
 Endpoint Endpoint::fromCapnp(schema::Endpoint::Reader reader) {
   Endpoint e;
-  e.name = fromText(reader.getName());
-  e.address = fromText(reader.getAddress());
-  e.jobId = fromText(reader.getJobId());
-  e.actor = fromText(reader.getActor());
+  e.name = textField(reader.getName(), "name");
+  e.address = textField(reader.getAddress(), "address");
+  e.jobId = textField(reader.getJobId(), "job id");
+  e.actor = textField(reader.getActor(), "actor");
   e.taskIndex = reader.getTaskIndex();
   e.incarnation = reader.getIncarnation();
   e.state = troupe::fromCapnp(reader.getState());
   e.registeredAtMillis = reader.getRegisteredAtMillis();
   for (auto entry : reader.getMetadata()) {
-    e.metadata[fromText(entry.getKey())] = fromText(entry.getValue());
+    e.metadata[textField(entry.getKey(), "metadata key")] = textField(entry.getValue(), "metadata value");
   }
   return e;
 }
@@ -156,6 +165,13 @@ kj::Maybe<EndpointNameParts> parseEndpointName(kj::StringPtr name) {
     }
   }
   return nullptr;
+}
+
+kj::Exception endpointNameError(kj::StringPtr name) {
+  return makeError(ErrorCode::INVALID_ARGUMENT,
+                   kj::str("'", printable(name),
+                           "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, with "
+                           "the job id and actor made of letters, digits, '.', '_' and '-')"));
 }
 
 }  // namespace troupe

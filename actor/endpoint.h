@@ -63,4 +63,8 @@ struct EndpointNameParts {
 };
 kj::Maybe<EndpointNameParts> parseEndpointName(kj::StringPtr name);
 
+// What a resolver says when a name is not an endpoint name: INVALID_ARGUMENT, "'<name>' is not an
+// endpoint name (expected <job_id>/<actor>-<task_index>, ...)", with `name` made printable.
+kj::Exception endpointNameError(kj::StringPtr name);
+
 }  // namespace troupe

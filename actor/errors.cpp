@@ -14,26 +14,27 @@ struct CodeInfo {
   kj::StringPtr name;
   kj::Exception::Type type;
   bool neverRan;
+  bool retry;
 };
 
 constexpr CodeInfo CODES[] = {
-    {ErrorCode::FAILED, "failed"_kj, kj::Exception::Type::FAILED, false},
-    {ErrorCode::OVERLOADED, "overloaded"_kj, kj::Exception::Type::OVERLOADED, false},
-    {ErrorCode::DISCONNECTED, "disconnected"_kj, kj::Exception::Type::DISCONNECTED, false},
-    {ErrorCode::UNIMPLEMENTED, "unimplemented"_kj, kj::Exception::Type::UNIMPLEMENTED, false},
-    {ErrorCode::ACTOR_NOT_FOUND, "actor_not_found"_kj, kj::Exception::Type::FAILED, true},
-    {ErrorCode::DRAINING, "draining"_kj, kj::Exception::Type::OVERLOADED, true},
-    {ErrorCode::UNREACHABLE, "unreachable"_kj, kj::Exception::Type::DISCONNECTED, true},
-    {ErrorCode::DEADLINE_EXCEEDED, "deadline_exceeded"_kj, kj::Exception::Type::OVERLOADED, false},
-    {ErrorCode::INVALID_ARGUMENT, "invalid_argument"_kj, kj::Exception::Type::FAILED, true},
-    {ErrorCode::MESSAGE_TOO_LARGE, "message_too_large"_kj, kj::Exception::Type::FAILED, true},
-    {ErrorCode::ADDRESS_IN_USE, "address_in_use"_kj, kj::Exception::Type::FAILED, true},
-    {ErrorCode::JOB_ENDED, "job_ended"_kj, kj::Exception::Type::FAILED, true},
-    {ErrorCode::NAME_TAKEN, "name_taken"_kj, kj::Exception::Type::FAILED, true},
-    {ErrorCode::LEASE_LOST, "lease_lost"_kj, kj::Exception::Type::DISCONNECTED, true},
-    {ErrorCode::NO_ENDPOINTS, "no_endpoints"_kj, kj::Exception::Type::OVERLOADED, true},
-    {ErrorCode::MAY_HAVE_RUN, "may_have_run"_kj, kj::Exception::Type::DISCONNECTED, false},
-    {ErrorCode::JOB_ALREADY_EXISTS, "job_already_exists"_kj, kj::Exception::Type::FAILED, true},
+    {ErrorCode::FAILED, "failed"_kj, kj::Exception::Type::FAILED, false, false},
+    {ErrorCode::OVERLOADED, "overloaded"_kj, kj::Exception::Type::OVERLOADED, false, true},
+    {ErrorCode::DISCONNECTED, "disconnected"_kj, kj::Exception::Type::DISCONNECTED, false, true},
+    {ErrorCode::UNIMPLEMENTED, "unimplemented"_kj, kj::Exception::Type::UNIMPLEMENTED, false, false},
+    {ErrorCode::ACTOR_NOT_FOUND, "actor_not_found"_kj, kj::Exception::Type::FAILED, true, true},
+    {ErrorCode::DRAINING, "draining"_kj, kj::Exception::Type::OVERLOADED, true, true},
+    {ErrorCode::UNREACHABLE, "unreachable"_kj, kj::Exception::Type::DISCONNECTED, true, true},
+    {ErrorCode::DEADLINE_EXCEEDED, "deadline_exceeded"_kj, kj::Exception::Type::OVERLOADED, false, true},
+    {ErrorCode::INVALID_ARGUMENT, "invalid_argument"_kj, kj::Exception::Type::FAILED, true, false},
+    {ErrorCode::MESSAGE_TOO_LARGE, "message_too_large"_kj, kj::Exception::Type::FAILED, true, false},
+    {ErrorCode::ADDRESS_IN_USE, "address_in_use"_kj, kj::Exception::Type::FAILED, true, false},
+    {ErrorCode::JOB_ENDED, "job_ended"_kj, kj::Exception::Type::FAILED, true, false},
+    {ErrorCode::NAME_TAKEN, "name_taken"_kj, kj::Exception::Type::FAILED, true, false},
+    {ErrorCode::LEASE_LOST, "lease_lost"_kj, kj::Exception::Type::DISCONNECTED, true, true},
+    {ErrorCode::NO_ENDPOINTS, "no_endpoints"_kj, kj::Exception::Type::OVERLOADED, true, true},
+    {ErrorCode::MAY_HAVE_RUN, "may_have_run"_kj, kj::Exception::Type::DISCONNECTED, false, false},
+    {ErrorCode::JOB_ALREADY_EXISTS, "job_already_exists"_kj, kj::Exception::Type::FAILED, true, false},
 };
 
 const CodeInfo& info(ErrorCode code) {
@@ -122,6 +123,20 @@ kj::StringPtr errorCodeName(ErrorCode code) { return info(code).name; }
 kj::Exception::Type errorType(ErrorCode code) { return info(code).type; }
 
 bool callNeverRan(ErrorCode code) { return info(code).neverRan; }
+
+bool mayRetry(ErrorCode code) { return info(code).retry; }
+
+bool fromPeer(const kj::Exception& exception) {
+  return kj::StringPtr(exception.getDescription()).startsWith(REMOTE);
+}
+
+kj::Exception asRaisedByActor(kj::Exception&& exception, kj::StringPtr actorName) {
+  if (!kj::StringPtr(exception.getDescription()).startsWith(PREFIX)) return kj::mv(exception);
+  kj::Exception renamed(exception.getType(), exception.getFile(), exception.getLine(),
+                        kj::str("raised by actor '", actorName, "': ", exception.getDescription()));
+  for (void* trace : exception.getStackTrace()) renamed.addTrace(trace);
+  return renamed;
+}
 
 kj::StringPtr errorMessage(const kj::Exception& exception) {
   kj::StringPtr text = exception.getDescription();

@@ -12,28 +12,41 @@
 //
 // troupe's own failures refine those kinds. Their description starts with "troupe.<code>: " and
 // errorCode() recovers the code from any exception, including one that crossed the wire, so a
-// caller tells them apart by comparing codes, never by reading prose:
+// caller tells them apart by comparing codes, never by reading prose. The table says, per code,
+// whether the call may have run (callNeverRan() is its negation) and whether sending it again can
+// help (mayRetry(); "if idempotent": only when running it twice is harmless, which a pool asks of
+// the caller):
 //
-//   code               type           may the call have run?   raised when
-//   ACTOR_NOT_FOUND    FAILED         no                       no actor hosted under that name
-//   DRAINING           OVERLOADED     no                       the server drains: go elsewhere
-//   UNREACHABLE        DISCONNECTED   no                       no connection could be made
-//   DEADLINE_EXCEEDED  OVERLOADED     yes                      the call's deadline passed
-//   INVALID_ARGUMENT   FAILED         no                       a bad name, address or option
-//   MESSAGE_TOO_LARGE  FAILED         no                       a message over the size limit
-//   ADDRESS_IN_USE     FAILED         (not a call error)       listen() on an address in use
-//   JOB_ENDED          FAILED         no                       the job has ended: its endpoints
-//                                                              are gone and cannot register
-//   NAME_TAKEN         FAILED         (not a call error)       another live replica holds the
-//                                                              name with the same or a newer
-//                                                              incarnation
-//   LEASE_LOST         DISCONNECTED   (not a call error)       a registration expired or was
-//                                                              replaced: register again
-//   NO_ENDPOINTS       OVERLOADED     no                       a pool has no ready member
-//   MAY_HAVE_RUN       DISCONNECTED   yes                      a pool gave up on a call that was
-//                                                              not marked idempotent after it
-//                                                              may have reached an actor
-//   JOB_ALREADY_EXISTS FAILED         (not a call error)       a job of that name is still live
+//   code               type           may have run?  retry?          raised when
+//   FAILED             FAILED         yes            no              the actor (or the caller)
+//                                                                    failed; no troupe code
+//   OVERLOADED         OVERLOADED     yes            if idempotent   temporarily unable
+//   DISCONNECTED       DISCONNECTED   yes            if idempotent   the connection broke
+//   UNIMPLEMENTED      UNIMPLEMENTED  yes            no              no such method or interface
+//   ACTOR_NOT_FOUND    FAILED         no             yes             no actor hosted under that
+//                                                                    name (another member may)
+//   DRAINING           OVERLOADED     no             yes             the server drains: go
+//                                                                    elsewhere
+//   UNREACHABLE        DISCONNECTED   no             yes             no connection could be made
+//   DEADLINE_EXCEEDED  OVERLOADED     yes            if idempotent   the call's deadline passed
+//   INVALID_ARGUMENT   FAILED         no             no              a bad name, address or option
+//   MESSAGE_TOO_LARGE  FAILED         no             no              a message over the size limit
+//   ADDRESS_IN_USE     FAILED         (no call)      no              listen() on an address in use
+//   JOB_ENDED          FAILED         no             no              the job has ended: its
+//                                                                    endpoints are gone and cannot
+//                                                                    register
+//   NAME_TAKEN         FAILED         (no call)      no              another live replica holds
+//                                                                    the name with the same or a
+//                                                                    newer incarnation
+//   LEASE_LOST         DISCONNECTED   (no call)      yes             a registration expired or was
+//                                                                    replaced: register again
+//   NO_ENDPOINTS       OVERLOADED     no             yes             a pool has no ready member
+//   MAY_HAVE_RUN       DISCONNECTED   yes            no              a pool gave up on a call that
+//                                                                    was not marked idempotent
+//                                                                    after it may have reached an
+//                                                                    actor
+//   JOB_ALREADY_EXISTS FAILED         (no call)      no              a job of that name is still
+//                                                                    live
 //
 // An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
 // DISCONNECTED, UNIMPLEMENTED), for which callNeverRan() is false: even UNIMPLEMENTED may come
@@ -46,6 +59,9 @@
 // from a call it made) does not make its caller's call look unreachable: the server prefixes
 // such messages with "raised by actor '<name>': ", and only a code troupe itself attached to
 // this call counts.
+
+#include <string>
+#include <type_traits>
 
 #include <kj/exception.h>
 #include <kj/string.h>
@@ -88,9 +104,25 @@ kj::Exception::Type errorType(ErrorCode code);
 // may be sent again (elsewhere or later).
 bool callNeverRan(ErrorCode code);
 
+// True when sending the call again (to another member, or later) can succeed: for a code whose
+// call may have run, only if the call is idempotent. False for what the actor or the caller got
+// wrong. An exception the actor raised itself (raisedByActor()) is never retried, whatever its
+// code.
+bool mayRetry(ErrorCode code);
+
 // True when `exception` came back from the server and was raised by the actor's own code (not
 // by troupe on the server, and not by the connection or this process).
 bool raisedByActor(const kj::Exception& exception);
+
+// True when `exception` came from the other end of a connection (Cap'n Proto marks what a peer
+// sends), not from this process.
+bool fromPeer(const kj::Exception& exception);
+
+// What a server sends its caller for `exception`, thrown by the method of the actor named
+// `actorName`: the same, except that a troupe error the actor passes on (from a call of its own,
+// say) is renamed "raised by actor '<name>': ...", so that the caller does not read it as what
+// troupe said about the caller's own call.
+kj::Exception asRaisedByActor(kj::Exception&& exception, kj::StringPtr actorName);
 
 // Builds troupe's exception for `code`: type errorType(code), description
 // "troupe.<name>: <message>".
@@ -109,6 +141,10 @@ kj::Exception withContext(const kj::Exception& exception, kj::StringPtr where);
 // For error messages: `text` with control characters and non-ASCII bytes escaped ("\x0a") and
 // cut after 160 bytes ("..."), so that bad input quoted in a message stays readable.
 kj::String printable(kj::ArrayPtr<const char> text);
+template <typename S, typename = std::enable_if_t<std::is_same_v<S, std::string>>>
+kj::String printable(const S& text) {  // all of a std::string, NUL bytes included
+  return printable(kj::arrayPtr(text.data(), text.size()));
+}
 
 // Throws makeError(code, message).
 [[noreturn]] void throwError(ErrorCode code, kj::StringPtr message,

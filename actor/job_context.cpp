@@ -85,7 +85,7 @@ JobContext JobContext::fromEnvironment(EnvLookup getenv) {
 }
 
 std::string JobContext::endpointName(kj::StringPtr actor) const {
-  return troupe::endpointName(kj::StringPtr(jobId.c_str(), jobId.size()), actor, taskIndex);
+  return troupe::endpointName(jobId, actor, taskIndex);
 }
 
 }  // namespace troupe

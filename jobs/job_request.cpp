@@ -20,7 +20,6 @@ namespace troupe {
 
 namespace {
 
-kj::StringPtr asPtr(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
 
 kj::String quoted(const std::string& s) {
   return printable(kj::ArrayPtr<const char>(s.data(), s.size()));
@@ -100,7 +99,7 @@ Entrypoint Entrypoint::function(std::string name, std::vector<std::string> args)
 }
 
 void JobRequest::validate() const {
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { validateJobId(asPtr(name)); })) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { validateJobId(name); })) {
     invalid(kj::str("name: ", errorMessage(*e)));
   }
   switch (entrypoint.kind) {
@@ -139,7 +138,7 @@ void JobRequest::validate() const {
       invalid(kj::str("environment variable name '", quoted(key), "' ", problem));
     }
     if (hasNul(value)) {
-      invalid(kj::str("the value of environment variable ", key.c_str(), " contains a NUL byte"));
+      invalid(kj::str("the value of environment variable ", key, " contains a NUL byte"));
     }
   }
 }

@@ -145,7 +145,7 @@ kj::Own<ActorGroup<T>> createActorGroup(Launcher& launcher, JobRequest request,
   auto name = request.name;
   launcher.submit(kj::mv(request));
   return kj::heap<ActorGroup<T>>(launcher.loop(), launcher.resolver(),
-                                 kj::StringPtr(name.c_str(), name.size()), actorName,
+                                 name, actorName,
                                  kj::mv(options));
 }
 

@@ -60,7 +60,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
     // A bad resolver URL is refused before anything is created.
     if (!options.resolver.empty()) {
       url = options.resolver;
-      resolver = openResolver(loop, kj::StringPtr(url.c_str(), url.size()));
+      resolver = openResolver(loop, url);
     }
     detail::makeDirectories(logDirectory);
     if (options.program.empty()) {
@@ -73,11 +73,11 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
       auto server = kj::heap<RegistryServer>(loop, RegistryServerOptions{.logger = log});
       std::string socket = logDirectory + "/registry.sock";
       std::string bound = socket.size() < sizeof(sockaddr_un::sun_path)
-                              ? server->listen(kj::str("unix:", socket.c_str()))
+                              ? server->listen(kj::str("unix:", socket))
                               : server->listen("tcp://127.0.0.1:0");
       url = registryUrl(bound);
       registry = kj::mv(server);
-      resolver = openResolver(loop, kj::StringPtr(url.c_str(), url.size()));
+      resolver = openResolver(loop, url);
     }
     if (options.stopJobsOnSignal) {
       tasks.add(loop.onSignal({SIGTERM, SIGINT}).then([this](int signum) {
@@ -201,7 +201,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
     if (found != jobs.end() && !isFinal(found->second->phase())) {
       if (request.adopt) return JobHandle(kj::addRef(*found->second));
       throwError(ErrorCode::JOB_ALREADY_EXISTS,
-                 kj::str("job '", request.name.c_str(), "' is already ",
+                 kj::str("job '", request.name, "' is already ",
                          toString(found->second->phase()),
                          "; wait for it to end, terminate it, or submit with adopt = true to "
                          "take it over"));
@@ -233,8 +233,8 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
     return JobHandle(kj::mv(job));
   }
 
-  kj::Promise<void> shutdown(kj::Maybe<kj::Duration> grace) {
-    KJ_IF_MAYBE(done, shutdownDone) {
+  kj::Promise<void> drain(kj::Maybe<kj::Duration> grace) {
+    KJ_IF_MAYBE(done, drained) {
       if (grace != nullptr) {
         for (auto& [name, job] : jobs) job->stop(grace, "the launcher shut down");
       }
@@ -248,8 +248,8 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
       // Let the jobs' final states reach the resolver before the program goes.
       return allReported();
     });
-    shutdownDone = done.fork();
-    return canceler.wrap(KJ_ASSERT_NONNULL(shutdownDone).addBranch());
+    drained = done.fork();
+    return canceler.wrap(KJ_ASSERT_NONNULL(drained).addBranch());
   }
 
   // SIGTERM or SIGINT: every job stops (a second signal hurries it), then the signal gets its
@@ -261,7 +261,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
       for (auto& [name, job] : jobs) job->stop(0 * kj::SECONDS, "the launcher shut down");
       return kj::NEVER_DONE;
     });
-    return shutdown(nullptr).exclusiveJoin(kj::mv(hurry)).then([this, signum]() {
+    return drain(nullptr).exclusiveJoin(kj::mv(hurry)).then([this, signum]() {
       log->flush();
       ::signal(signum, SIG_DFL);
       ::raise(signum);
@@ -297,7 +297,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
   std::deque<kj::Own<detail::LocalJob>> queue;             // PENDING, in submission order
   bool admissionScheduled = false;
   bool shuttingDown = false;
-  kj::Maybe<kj::ForkedPromise<void>> shutdownDone;
+  kj::Maybe<kj::ForkedPromise<void>> drained;
   kj::Canceler canceler;  // wraps what is handed out of the above
   kj::TaskSet tasks;
 };
@@ -323,8 +323,8 @@ Resolver& LocalLauncher::resolver() { return *impl->resolver; }
 std::string LocalLauncher::resolverUrl() const { return impl->url; }
 EventLoop& LocalLauncher::loop() { return impl->loop; }
 
-kj::Promise<void> LocalLauncher::shutdown(kj::Maybe<kj::Duration> grace) {
-  return impl->shutdown(grace);
+kj::Promise<void> LocalLauncher::drain(kj::Maybe<kj::Duration> grace) {
+  return impl->drain(grace);
 }
 
 MachineResources LocalLauncher::machine() const { return impl->ledger.machine(); }

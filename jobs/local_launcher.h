@@ -9,7 +9,7 @@
 //                               .replicas = 4});
 //   auto phase = job.wait(10 * kj::MINUTES).wait(loop.waitScope());
 //   ...
-//   launcher.shutdown().wait(loop.waitScope());                // on SIGTERM, before exiting
+//   launcher.drain().wait(loop.waitScope());                   // on SIGTERM, before exiting
 
 #include <cstdint>
 #include <memory>
@@ -46,7 +46,7 @@ struct LocalLauncherOptions {
   // "/troupe-<pid>".
   std::string logDirectory;
 
-  // How long terminate() and shutdown() wait after SIGTERM before SIGKILL, unless told
+  // How long terminate() and drain() wait after SIGTERM before SIGKILL, unless told
   // otherwise; also how long a FAILED job's remaining replicas get. Default 10 s.
   kj::Duration terminateGrace = 10 * kj::SECONDS;
 
@@ -63,12 +63,12 @@ struct LocalLauncherOptions {
   bool backfill = false;
 
   // What SIGTERM and SIGINT delivered to this process do while the launcher exists. true (the
-  // default): the launcher stops every job (shutdown(), with terminateGrace; a second signal
+  // default): the launcher stops every job (drain(), with terminateGrace; a second signal
   // cuts the grace short: SIGKILL at once) and then raises the signal again with its default
   // effect, so the program ends as it would have, leaving no replica behind. The loop must be
   // running (any wait() on it) for this to happen; a program waiting for a job sees it STOPPED
   // first, and may exit on its own before the signal is raised again. false: the program handles these signals
-  // itself (EventLoop::onSignal) and must call shutdown() and wait for it before exiting.
+  // itself (EventLoop::onSignal) and must call drain() and wait for it before exiting.
   bool stopJobsOnSignal = true;
 
   // The program a FUNCTION entrypoint's replicas run (see Entrypoints). Default "": this very
@@ -93,7 +93,8 @@ struct LocalLauncherOptions {
 // process exits, whatever it left in its process group is killed.
 //
 // Admission. A job starts only when all of its replicas fit what is free on the machine (cores,
-// memory and GPUs, each replica needing ResourceConfig's cpu, ramBytes and GPU count; disk,
+// memory and GPUs, each replica reserving ResourceConfig's cpu, ramBytes and GPU count, which
+// are 0, 0 and none unless the request asks for more; disk,
 // regions and the GPU variant are not checked); until then it is PENDING, with a reason
 // ("needs 4 x 2 cpus, 3 of 8 free"), and it is evaluated again, in submission order, whenever
 // capacity frees. A job that could not fit even the empty machine, or that needs a TPU, is
@@ -118,12 +119,12 @@ struct LocalLauncherOptions {
 // hangs (an unreachable registry) delays its job's start by up to the resolver's call timeout.
 //
 // Stopping. terminate() sends SIGTERM to a job's process groups and SIGKILL after the grace
-// period. shutdown() terminates every job. On SIGTERM or SIGINT the launcher shuts down and the
+// period. drain() terminates every job. On SIGTERM or SIGINT the launcher drains and the
 // program then ends by that signal (see LocalLauncherOptions::stopJobsOnSignal); a program that
-// handles these signals itself turns that off, and calls shutdown() and waits for it before
+// handles these signals itself turns that off, and calls drain() and waits for it before
 // exiting. Destroying the launcher sends SIGKILL to every replica still running and reaps it
 // (blocking), so that no process is left behind; its jobs become STOPPED, but the resolver is not
-// told (it goes with the launcher): call shutdown() first so that it is. When a replica exits,
+// told (it goes with the launcher): call drain() first so that it is. When a replica exits,
 // what it left in its process group is killed at once, without a grace period of its own.
 //
 // Limitation: if this process dies without running its destructors (SIGKILL, a crash), replicas
@@ -138,13 +139,13 @@ public:
   explicit LocalLauncher(EventLoop& loop, LocalLauncherOptions options = {});
 
   // Kills (SIGKILL) and reaps every replica still running, blocking until they are gone; their
-  // jobs become STOPPED. Prefer shutdown() first.
+  // jobs become STOPPED. Prefer drain() first.
   ~LocalLauncher() noexcept(false);
   KJ_DISALLOW_COPY(LocalLauncher);
 
   // See Launcher::submit and the class comment. Throws INVALID_ARGUMENT for a malformed request
   // and JOB_ALREADY_EXISTS for the name of a live job (unless request.adopt: then that job's
-  // handle is returned, its request unchanged); a FAILED precondition after shutdown().
+  // handle is returned, its request unchanged); a FAILED precondition once drain() was called.
   JobHandle submit(JobRequest request) override;
 
   kj::Maybe<JobHandle> find(kj::StringPtr name) override;
@@ -157,7 +158,7 @@ public:
   // (SIGTERM, then SIGKILL after `grace`, default terminateGrace). Resolves when every replica
   // has exited and the resolver was told. Calling it again returns the same wait; with a
   // `grace` that ends sooner, SIGKILL comes sooner.
-  kj::Promise<void> shutdown(kj::Maybe<kj::Duration> grace = nullptr);
+  kj::Promise<void> drain(kj::Maybe<kj::Duration> grace = nullptr);
 
   // The capacity jobs are admitted against, and what of it is free now.
   MachineResources machine() const;

@@ -14,7 +14,6 @@ namespace troupe {
 
 namespace {
 
-kj::StringPtr ptr(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
 
 [[noreturn]] void invalid(kj::StringPtr message) {
   throwError(ErrorCode::INVALID_ARGUMENT, message);
@@ -89,12 +88,12 @@ detail::TpuSlice sliceFor(kj::StringPtr what, kj::StringPtr variant) {
 }
 
 void validateGpu(kj::StringPtr what, const GpuDevice& gpu) {
-  if (!isVisibleName(ptr(gpu.variant), 64)) {
-    invalid(kj::str(what, ": GPU variant '", printable(ptr(gpu.variant)),
+  if (!isVisibleName(gpu.variant, 64)) {
+    invalid(kj::str(what, ": GPU variant '", printable(gpu.variant),
                     "' must be 1 to 64 visible ASCII characters (e.g. \"H100\")"));
   }
   if (gpu.count == 0) {
-    invalid(kj::str(what, ": gpu ", printable(ptr(gpu.variant)), " needs a count of at least 1"));
+    invalid(kj::str(what, ": gpu ", printable(gpu.variant), " needs a count of at least 1"));
   }
 }
 
@@ -104,21 +103,21 @@ void validateTpu(kj::StringPtr what, const TpuDevice& tpu) {
                           "families: ",
                     detail::knownTpuFamilies(), ")"));
   }
-  auto slice = sliceFor(what, ptr(tpu.variant));
+  auto slice = sliceFor(what, tpu.variant);
   if (tpu.chipsPerVm != slice.chipsPerVm || tpu.vmCount != slice.vmCount) {
-    invalid(kj::str(what, ": tpu ", printable(ptr(tpu.variant)), " has ", slice.vmCount,
+    invalid(kj::str(what, ": tpu ", printable(tpu.variant), " has ", slice.vmCount,
                     " VM(s) of ", slice.chipsPerVm, " chips per slice, not ", tpu.vmCount,
                     " of ", tpu.chipsPerVm, " (ResourceConfig::withTpu fills these in)"));
   }
   bool fits = false;
-  KJ_IF_MAYBE(chips, detail::topologyChips(ptr(tpu.topology), slice.family.topologyDims)) {
+  KJ_IF_MAYBE(chips, detail::topologyChips(tpu.topology, slice.family.topologyDims)) {
     fits = *chips == slice.chips;
   }
   if (!fits) {
-    invalid(kj::str(what, ": topology '", printable(ptr(tpu.topology)), "' does not arrange the ",
-                    slice.chips, " chips of tpu ", printable(ptr(tpu.variant)), " in ",
+    invalid(kj::str(what, ": topology '", printable(tpu.topology), "' does not arrange the ",
+                    slice.chips, " chips of tpu ", printable(tpu.variant), " in ",
                     slice.family.topologyDims, " dimensions (its table topology is ",
-                    ptr(slice.topology), ")"));
+                    slice.topology, ")"));
   }
 }
 
@@ -131,8 +130,8 @@ void validateDevice(kj::StringPtr what, const Device& device) {
 void requireSameShape(const TpuDevice& a, const TpuDevice& b) {
   if (a.vmCount == b.vmCount && a.chipsPerVm == b.chipsPerVm) return;
   invalid(kj::str("TPU alternatives must agree on VMs per slice and chips per VM: ",
-                  printable(ptr(a.variant)), " is ", a.vmCount, " VM(s) x ", a.chipsPerVm,
-                  " chips, ", printable(ptr(b.variant)), " is ", b.vmCount, " VM(s) x ",
+                  printable(a.variant), " is ", a.vmCount, " VM(s) x ", a.chipsPerVm,
+                  " chips, ", printable(b.variant), " is ", b.vmCount, " VM(s) x ",
                   b.chipsPerVm, " chips"));
 }
 
@@ -200,7 +199,7 @@ uint64_t parseBytes(kj::StringPtr text) {
 
 std::string toString(const Device& device) {
   if (auto* gpu = std::get_if<GpuDevice>(&device)) {
-    return std::string(kj::str("gpu ", ptr(gpu->variant), "x", gpu->count).cStr());
+    return std::string(kj::str("gpu ", gpu->variant, "x", gpu->count).cStr());
   }
   if (auto* tpu = std::get_if<TpuDevice>(&device)) {
     return "tpu " + tpu->variant;
@@ -243,7 +242,7 @@ ResourceConfig ResourceConfig::withTpu(const std::vector<std::string>& types,
   double hostCpus = 0;
   uint64_t hostRam = 0;
   for (size_t i = 0; i < types.size(); ++i) {
-    auto slice = detail::lookupTpuSlice(ptr(types[i]));
+    auto slice = detail::lookupTpuSlice(types[i]);
     TpuDevice tpu{.variant = slice.variant,
                   .topology = slice.topology,
                   .chipsPerVm = slice.chipsPerVm,
@@ -264,7 +263,7 @@ ResourceConfig ResourceConfig::withTpu(const std::vector<std::string>& types,
   config.ramBytes = hostRam / 2;
   config.replicas = checkedReplicas(
       uint64_t{sliceCount} * std::get<TpuDevice>(config.device).vmCount,
-      kj::str(sliceCount, " slices of ", ptr(std::get<TpuDevice>(config.device).variant)));
+      kj::str(sliceCount, " slices of ", std::get<TpuDevice>(config.device).variant));
   config.validate();
   return config;
 }
@@ -284,26 +283,25 @@ ResourceConfig ResourceConfig::scale(uint32_t factor) const {
 }
 
 void ResourceConfig::validate() const {
-  if (!(cpu > 0) || !std::isfinite(cpu)) {
-    invalid(kj::str("cpu must be a positive number of cores, not ", cpu));
+  if (!(cpu >= 0) || !std::isfinite(cpu)) {
+    invalid(kj::str("cpu must be a number of cores, 0 or more (0 reserves none), not ", cpu));
   }
-  if (ramBytes == 0) invalid("ram must be more than 0 bytes");
   if (replicas == 0) invalid("replicas must be at least 1");
 
   size_t wildcards = 0;
   for (auto& region : regions) {
-    if (ptr(region) == ANY_REGION) {
+    if (region == ANY_REGION) {
       ++wildcards;
-    } else if (!isVisibleName(ptr(region), 128)) {
-      invalid(kj::str("region '", printable(ptr(region)),
+    } else if (!isVisibleName(region, 128)) {
+      invalid(kj::str("region '", printable(region),
                       "' must be 1 to 128 visible ASCII characters"));
     }
   }
   if (wildcards > 0 && wildcards < regions.size()) {
     auto named = std::find_if(regions.begin(), regions.end(),
-                              [](const std::string& r) { return ptr(r) != ANY_REGION; });
+                              [](const std::string& r) { return r != ANY_REGION; });
     invalid(kj::str("ANY_REGION ('", ANY_REGION, "') cannot be mixed with named regions such as '",
-                    printable(ptr(*named)), "': list regions, or ANY_REGION alone"));
+                    printable(*named), "': list regions, or ANY_REGION alone"));
   }
 
   validateDevice("device", device);
@@ -350,7 +348,7 @@ std::map<std::string, std::string> ResourceConfig::deviceEnvironment(
     set("CUDA_VISIBLE_DEVICES", kj::strArray(gpuIndexes, ",").cStr());
   }
   if (auto* tpu = std::get_if<TpuDevice>(&device)) {
-    auto slice = sliceFor("device", ptr(tpu->variant));
+    auto slice = sliceFor("device", tpu->variant);
     if (slice.family.setsLibtpuInitArgs) {
       set("LIBTPU_INIT_ARGS", detail::LIBTPU_INIT_ARGS_DEFAULT.cStr());
     }

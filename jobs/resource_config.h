@@ -54,9 +54,14 @@ std::string toString(const Device& device);
 
 // A plain value; every field can be set directly, and the factories fill in consistent
 // defaults. validate() checks the whole.
+//
+// A launcher reserves cpu cores and ramBytes of memory per replica and starts a job only when
+// its replicas' reservations fit. By default nothing is reserved (cpu 0, ramBytes 0), as Ray
+// reserves nothing for an actor unless asked: a job of any size starts at once, and the
+// replicas share the machine. Ask for cores and memory (withCpu) to keep jobs from crowding it.
 struct ResourceConfig {
-  double cpu = 1;                       // cores per replica
-  uint64_t ramBytes = uint64_t{1} << 30;  // memory per replica (default 1 GiB)
+  double cpu = 0;                       // cores reserved per replica; 0 (the default): none
+  uint64_t ramBytes = 0;                // memory reserved per replica, bytes; 0 (default): none
   uint64_t diskBytes = 0;               // scratch disk per replica (0 = no requirement)
   Device device = CpuDevice{};
   std::vector<Device> alternatives;     // other devices the job can run on instead
@@ -95,8 +100,7 @@ struct ResourceConfig {
   // times the slices). Throws INVALID_ARGUMENT for factor 0.
   ResourceConfig scale(uint32_t factor) const;
 
-  // Throws INVALID_ARGUMENT saying what is wrong: non-positive (or non-finite) cpu, zero ram,
-  // zero replicas, an empty region name or one with spaces, ANY_REGION mixed with named regions,
+  // Throws INVALID_ARGUMENT saying what is wrong: negative (or non-finite) cpu, zero replicas, an empty region name or one with spaces, ANY_REGION mixed with named regions,
   // alternatives of another kind than the device (or, for TPUs, disagreeing on VM count or chips
   // per VM), an empty or malformed GPU variant, a zero GPU count, an unknown TPU type, a TPU
   // device whose chips per VM or VM count differ from its type's, or whose topology does not

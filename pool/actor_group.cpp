@@ -24,7 +24,7 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
     validateJobId(jobId);
     validateActorName(actor);
     prefix = this->jobId + "/" + this->actor + "-";
-    watch = resolver.watch(prefix.c_str());
+    watch = resolver.watch(prefix);
     tasks.add(watchLoop());
     tasks.add(resolver.jobStatus(jobId).then([this](JobStatus status) {
       if (status.state == JobState::ENDED) jobHasEnded(kj::mv(status));
@@ -193,7 +193,7 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
         [this, count, timeout]() -> kj::Promise<void> {
           return makeError(ErrorCode::DEADLINE_EXCEEDED,
                            kj::str("only ", ready.size(), " of the ", count, " wanted members of ",
-                                   prefix.c_str(), " were ready after ",
+                                   prefix, " were ready after ",
                                    timeout / kj::MILLISECONDS, " ms; ", describeMembers()));
         });
     return whenChanged().exclusiveJoin(kj::mv(expired)).then([this, count, deadline, timeout]() {
@@ -280,8 +280,8 @@ kj::Own<const GroupMember> ActorGroupBase::readyMember(size_t index) {
   return kj::addRef(*impl->ready[index]);
 }
 
-kj::StringPtr ActorGroupBase::jobId() const { return impl->jobId.c_str(); }
-kj::StringPtr ActorGroupBase::actorName() const { return impl->actor.c_str(); }
+kj::StringPtr ActorGroupBase::jobId() const { return impl->jobId; }
+kj::StringPtr ActorGroupBase::actorName() const { return impl->actor; }
 EventLoop& ActorGroupBase::loop() { return impl->loop; }
 
 }  // namespace troupe

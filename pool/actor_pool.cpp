@@ -75,23 +75,6 @@ struct ActorPoolBase::Impl {
 
 namespace {
 
-// Errors an actor (or the caller) caused: sending the call again cannot help.
-bool isFinal(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::FAILED:
-    case ErrorCode::UNIMPLEMENTED:
-    case ErrorCode::INVALID_ARGUMENT:
-    case ErrorCode::MESSAGE_TOO_LARGE:
-    case ErrorCode::JOB_ENDED:
-    case ErrorCode::MAY_HAVE_RUN:
-    case ErrorCode::ADDRESS_IN_USE:
-    case ErrorCode::NAME_TAKEN:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Counts one attempt in flight to `member` for LEAST_OUTSTANDING, until dropped (whether the
 // attempt finished, failed or was cancelled).
 class Outstanding {
@@ -188,7 +171,7 @@ kj::Maybe<kj::Own<const GroupMember>> PoolCall::pick() {
 
 kj::Promise<void> PoolCall::afterFailure(kj::Exception&& e, const Endpoint& member) {
   auto code = errorCode(e);
-  if (raisedByActor(e) || isFinal(code)) return kj::mv(e);
+  if (raisedByActor(e) || !mayRetry(code)) return kj::mv(e);
   bool retry = callNeverRan(code) || idempotent;
   if (!retry) {
     return makeError(ErrorCode::MAY_HAVE_RUN,

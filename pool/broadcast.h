@@ -199,7 +199,7 @@ private:
       kj::Vector<kj::String> errors;
       for (auto& slot : s->slots) {
         KJ_IF_MAYBE(e, slot.result.error) {
-          errors.add(kj::str(slot.result.endpoint.name.c_str(), ": ", e->getDescription()));
+          errors.add(kj::str(slot.result.endpoint.name, ": ", e->getDescription()));
         }
       }
       return makeError(ErrorCode::FAILED,

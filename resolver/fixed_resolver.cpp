@@ -34,16 +34,14 @@ kj::String printable(std::string_view text) {
 
 // Null when `endpoint.name` is an endpoint name, after filling in its parts; else why not.
 kj::Maybe<kj::String> fillNameParts(Endpoint& endpoint) {
-  kj::StringPtr name(endpoint.name.c_str(), endpoint.name.size());
+  kj::StringPtr name = endpoint.name;
   KJ_IF_MAYBE(parts, parseEndpointName(name)) {
     endpoint.jobId = kj::mv(parts->jobId);
     endpoint.actor = kj::mv(parts->actor);
     endpoint.taskIndex = parts->taskIndex;
     return nullptr;
   }
-  return kj::str("'", printable(view(name)),
-                 "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, with the job "
-                 "id and actor made of letters, digits, '.', '_' and '-')");
+  return kj::str(errorMessage(endpointNameError(name)));
 }
 
 // The address in canonical form, or why it is not one.
@@ -76,7 +74,7 @@ public:
   }
 
   bool overlapsJob(kj::StringPtr jobId) const {
-    return jobOverlapsPrefix(jobId, kj::StringPtr(prefix.c_str(), prefix.size()));
+    return jobOverlapsPrefix(jobId, prefix);
   }
 
   // Hands `event` to the pending next(), or queues it.
@@ -196,7 +194,7 @@ public:
       if (entry.endpoint.jobId == status.jobId) doomed.add(name);
     }
     for (auto& name : doomed) erase(name);
-    kj::StringPtr jobId(status.jobId.c_str(), status.jobId.size());
+    kj::StringPtr jobId = status.jobId;
     for (auto& w : watches) {
       if (w.overlapsJob(jobId)) w.push(WatchEvent{WatchEvent::Type::JOB_ENDED, {}, status});
     }
@@ -453,7 +451,7 @@ namespace {
 kj::Maybe<kj::Exception> jobEndedError(const JobStatus& job) {
   if (job.state != JobState::ENDED) return nullptr;
   return makeError(ErrorCode::JOB_ENDED,
-                   kj::str("job '", job.jobId.c_str(), "' has ended (", job.reason.c_str(),
+                   kj::str("job '", job.jobId, "' has ended (", job.reason,
                            "); its endpoints cannot register"));
 }
 
@@ -501,7 +499,7 @@ kj::Promise<JobStatus> FixedResolver::jobStatus(kj::StringPtr jobId) {
 }
 
 kj::Promise<void> FixedResolver::setJobStatus(JobStatus status) {
-  validateJobId(kj::StringPtr(status.jobId.c_str(), status.jobId.size()));
+  validateJobId(status.jobId);
   table->setJobStatus(kj::mv(status));
   return kj::READY_NOW;
 }

@@ -21,7 +21,7 @@ void serveReplica(EventLoop& loop, ActorServer& server) {
     server.serveUntilSignal();
     return;
   }
-  auto resolver = openResolver(loop, job.resolver.c_str());
+  auto resolver = openResolver(loop, job.resolver);
   auto publisher = kj::heap<EndpointPublisher>(server, *resolver);
   publisher->whenPublished().wait(loop.waitScope());
   loop.logger()->info("published {} endpoint(s) of job '{}' task {} in {}",
@@ -38,7 +38,7 @@ int hostCapability(EventLoop& loop, kj::StringPtr name, capnp::InterfaceSchema s
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 ActorServer server(loop, JobContext::fromEnvironment(), kj::mv(options.server));
                 server.hostCapability(name, schema, kj::mv(actor), options.actor);
-                if (!options.listen.empty()) server.listen(options.listen.c_str());
+                if (!options.listen.empty()) server.listen(options.listen);
                 serveReplica(loop, server);
               })) {
     // main()'s caller sees this even when the loop's logger is silent.

@@ -40,7 +40,6 @@ kj::String registryAddress(kj::StringPtr url) {
                      "registry+unix:PATH, tcp://HOST:PORT or unix:PATH)"));
 }
 
-kj::StringPtr ptr(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
 
 }  // namespace
 
@@ -74,18 +73,14 @@ kj::Own<Watch> RegistryResolver::watch(kj::StringPtr prefix) {
 }
 
 kj::Own<Registration> RegistryResolver::registerEndpoint(Endpoint endpoint) {
-  KJ_IF_MAYBE(parts, parseEndpointName(ptr(endpoint.name))) {
+  KJ_IF_MAYBE(parts, parseEndpointName(endpoint.name)) {
     endpoint.jobId = kj::mv(parts->jobId);
     endpoint.actor = kj::mv(parts->actor);
     endpoint.taskIndex = parts->taskIndex;
     return kj::heap<detail::RegistryRegistration>(kj::addRef(*link), kj::mv(endpoint));
   }
-  return kj::heap<detail::RegistryRegistration>(
-      kj::addRef(*link),
-      makeError(ErrorCode::INVALID_ARGUMENT,
-                kj::str("'", printable(ptr(endpoint.name)),
-                        "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, with "
-                        "the job id and actor made of letters, digits, '.', '_' and '-')")));
+  return kj::heap<detail::RegistryRegistration>(kj::addRef(*link),
+                                                endpointNameError(endpoint.name));
 }
 
 kj::Promise<JobStatus> RegistryResolver::jobStatus(kj::StringPtr jobId) {
@@ -102,7 +97,7 @@ kj::Promise<JobStatus> RegistryResolver::jobStatus(kj::StringPtr jobId) {
 }
 
 kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status) {
-  validateJobId(ptr(status.jobId));
+  validateJobId(status.jobId);
   using Response = capnp::Response<schema::Registry::SetJobStatusResults>;
   return link
       ->call<Response>("setJobStatus",

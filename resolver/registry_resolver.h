@@ -76,7 +76,8 @@ public:
   // reconnect backoff, for as long as it takes) and reconciles: once the new snapshot is
   // complete it reports REMOVED for endpoints it had reported that are gone (followed by
   // JOB_ENDED for their jobs that the registry says have ended), ADDED for new ones, CHANGED for
-  // those that differ, then SYNCED. Nothing is reported twice and no event is lost: events queue
+  // those that differ (in more than their registration time, which a restarted registry gives
+  // anew: the first one reported stays), then SYNCED. Nothing is reported twice and no event is lost: events queue
   // until next() takes them. next() rejects (once the queue is drained) only when the registry
   // refuses the watch itself, with the registry's error. Dropping the watch ends it.
   kj::Own<Watch> watch(kj::StringPtr prefix) override;

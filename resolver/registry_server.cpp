@@ -41,7 +41,7 @@ protected:
   }
 
 private:
-  kj::StringPtr key() const { return kj::StringPtr(name.c_str(), name.size()); }
+  kj::StringPtr key() const { return name; }
 
   kj::Own<RegistryTable> table;
   std::string name;
@@ -135,6 +135,8 @@ struct RegistryServer::Impl final {
   schema::Registry::Client registry;
   bool stopped = false;
   kj::Own<RpcAcceptor> acceptor;
+  kj::Maybe<kj::ForkedPromise<void>> drained;
+  kj::Canceler draining;  // last: the drain refers to the acceptor
 };
 
 RegistryServer::RegistryServer(EventLoop& loop, RegistryServerOptions options)
@@ -154,15 +156,23 @@ std::string RegistryServer::listen(kj::StringPtr text) {
 
 schema::Registry::Client RegistryServer::capability() { return impl->registry; }
 
-kj::Promise<void> RegistryServer::stop() {
-  if (impl->stopped) return kj::READY_NOW;
+kj::Promise<void> RegistryServer::drain() {
+  KJ_IF_MAYBE(d, impl->drained) {
+    return d->addBranch();
+  }
   impl->stopped = true;
-  auto count = impl->acceptor->connectionCount();
   impl->table->shutdown();
   impl->acceptor->closeListeners();
-  impl->acceptor->closeConnections();
-  impl->log->info("registry stopped ({} connections closed)", count);
-  return kj::READY_NOW;
+  auto& i = *impl;
+  auto done = impl->acceptor->whenWritten()
+                  .exclusiveJoin(impl->loop.timer().afterDelay(1 * kj::SECONDS))
+                  .then([&i]() {
+                    auto count = i.acceptor->connectionCount();
+                    i.acceptor->closeConnections();
+                    i.log->info("registry stopped ({} connections closed)", count);
+                  });
+  auto& fork = impl->drained.emplace(impl->draining.wrap(kj::mv(done)).fork());
+  return fork.addBranch();
 }
 
 kj::Array<std::string> RegistryServer::listenAddresses() const {

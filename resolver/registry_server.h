@@ -70,21 +70,22 @@ public:
   // Starts listening on `address` ("tcp://host:port" with port 0 for any free port, or
   // "unix:/path") and returns the address bound, with the port filled in. May be called more
   // than once. Throws INVALID_ARGUMENT for a malformed address, ADDRESS_IN_USE when it is taken,
-  // and FAILED after stop(). A stale unix socket file (nothing listening behind it) is replaced;
+  // and FAILED once drain() was called. A stale unix socket file (nothing listening behind it) is replaced;
   // the file is removed again on stop.
   std::string listen(kj::StringPtr address);
 
   // The Registry capability served to every connection, for use in this process (tests, a
-  // launcher beside the registry). Valid until stop(); its calls fail with DISCONNECTED after.
+  // launcher beside the registry). Valid until drain(); its calls fail with DISCONNECTED after.
   schema::Registry::Client capability();
 
-  // Stops: closes the listeners and every connection (their leases and watchers go with them),
-  // forgets every entry and job state, and fails later calls on capabilities still held with
-  // DISCONNECTED. Watchers are not told (their connections close). Resolves once done; calling
-  // it again resolves at once.
-  kj::Promise<void> stop();
+  // Stops: closes the listeners, forgets every entry and job state (later calls, on connections
+  // or capabilities still held, fail with DISCONNECTED), lets the answers already given reach
+  // their callers (for up to a second), then closes every connection; leases and watchers go
+  // with them, and watchers are not told. Resolves once done; calling it again joins the same
+  // drain. The server must outlive the promise, or destroying it rejects the promise.
+  kj::Promise<void> drain();
 
-  // Addresses bound by listen(), in order; empty after stop().
+  // Addresses bound by listen(), in order; empty once drain() was called.
   kj::Array<std::string> listenAddresses() const;
 
   // Live entries.

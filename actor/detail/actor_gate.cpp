@@ -93,19 +93,9 @@ CallCompletion::CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracke
                        },
                        [this](kj::Exception&& e) {
                          done();
-                         this->fulfiller.reject(ownedByActor(kj::mv(e)));
+                         this->fulfiller.reject(asRaisedByActor(kj::mv(e), this->actorName));
                        })
                    .eagerlyEvaluate(nullptr);
-}
-
-kj::Exception CallCompletion::ownedByActor(kj::Exception&& e) {
-  // A troupe error the actor passes on (from a call of its own, say) must not read, at the
-  // caller, as what troupe said about the caller's call.
-  if (!kj::StringPtr(e.getDescription()).startsWith("troupe.")) return kj::mv(e);
-  kj::Exception renamed(e.getType(), e.getFile(), e.getLine(),
-                        kj::str("raised by actor '", actorName.c_str(), "': ", e.getDescription()));
-  for (void* trace : e.getStackTrace()) renamed.addTrace(trace);
-  return renamed;
 }
 
 CallCompletion::~CallCompletion() noexcept(false) {
@@ -171,7 +161,7 @@ public:
                               kj::Own<capnp::CallContextHook>&& context) override {
     if (actor.tracker.draining) {
       auto e = makeError(ErrorCode::DRAINING,
-                         kj::str("actor '", actor.name.c_str(),
+                         kj::str("actor '", actor.name,
                                  "' is draining; the call was not run, send it elsewhere"));
       return {kj::Promise<void>(kj::cp(e)), capnp::newBrokenPipeline(kj::mv(e))};
     }

@@ -40,7 +40,6 @@ public:
 
 private:
   void done();
-  kj::Exception ownedByActor(kj::Exception&& e);
 
   kj::PromiseFulfiller<void>& fulfiller;
   kj::Maybe<CallTracker&> tracker;  // null once the call ended

@@ -39,10 +39,10 @@ private:
   auto text = address.toString();
   if (error == EADDRINUSE) {
     throwError(ErrorCode::ADDRESS_IN_USE,
-               kj::str("cannot listen on ", text.c_str(), ": address already in use"));
+               kj::str("cannot listen on ", text, ": address already in use"));
   }
   throwError(ErrorCode::INVALID_ARGUMENT,
-             kj::str("cannot listen on ", text.c_str(), ": ", strerror(error)));
+             kj::str("cannot listen on ", text, ": ", strerror(error)));
 }
 
 kj::Own<kj::ConnectionReceiver> wrap(kj::LowLevelAsyncIoProvider& io, FdGuard& fd) {
@@ -62,7 +62,7 @@ ListenSocket listenTcp(kj::LowLevelAsyncIoProvider& io, const Address& address) 
   int rc = getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
   if (rc != 0 || found == nullptr) {
     throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str("cannot listen on ", address.toString().c_str(), ": ",
+               kj::str("cannot listen on ", address.toString(), ": ",
                        rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc)));
   }
   KJ_DEFER(freeaddrinfo(found));
@@ -107,7 +107,7 @@ ListenSocket listenUnix(kj::LowLevelAsyncIoProvider& io, const Address& address)
   if (::lstat(address.path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
       throwError(ErrorCode::ADDRESS_IN_USE,
-                 kj::str("cannot listen on ", address.toString().c_str(),
+                 kj::str("cannot listen on ", address.toString(),
                          ": the path exists and is not a socket"));
     }
     if (unixSocketAlive(addr)) failBind(address, EADDRINUSE);

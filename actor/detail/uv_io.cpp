@@ -146,6 +146,34 @@ void setNonblockingCloexec(int fd, uint flags) {
   }
 }
 
+// The socket calls kj's stream and listener interfaces both pass through, with kj's argument
+// types and troupe's errors.
+namespace socketOption {
+
+void get(int fd, int level, int option, void* value, uint* length) {
+  socklen_t len = *length;
+  if (::getsockopt(fd, level, option, value, &len) < 0) {
+    kj::throwFatalException(syscallException("getsockopt", errno));
+  }
+  *length = len;
+}
+
+void set(int fd, int level, int option, const void* value, uint length) {
+  if (::setsockopt(fd, level, option, value, length) < 0) {
+    kj::throwFatalException(syscallException("setsockopt", errno));
+  }
+}
+
+void name(int fd, struct sockaddr* addr, uint* length) {
+  socklen_t len = *length;
+  if (::getsockname(fd, addr, &len) < 0) {
+    kj::throwFatalException(syscallException("getsockname", errno));
+  }
+  *length = len;
+}
+
+}  // namespace socketOption
+
 class OwnedFd {
 public:
   OwnedFd(int fd, uint flags)
@@ -213,25 +241,15 @@ public:
   }
 
   void getsockopt(int level, int option, void* value, uint* length) override {
-    socklen_t len = *length;
-    if (::getsockopt(fd, level, option, value, &len) < 0) {
-      kj::throwFatalException(syscallException("getsockopt", errno));
-    }
-    *length = len;
+    socketOption::get(fd, level, option, value, length);
   }
 
   void setsockopt(int level, int option, const void* value, uint length) override {
-    if (::setsockopt(fd, level, option, value, length) < 0) {
-      kj::throwFatalException(syscallException("setsockopt", errno));
-    }
+    socketOption::set(fd, level, option, value, length);
   }
 
   void getsockname(struct sockaddr* addr, uint* length) override {
-    socklen_t len = *length;
-    if (::getsockname(fd, addr, &len) < 0) {
-      kj::throwFatalException(syscallException("getsockname", errno));
-    }
-    *length = len;
+    socketOption::name(fd, addr, length);
   }
 
   void getpeername(struct sockaddr* addr, uint* length) override {
@@ -400,25 +418,15 @@ public:
   }
 
   void getsockopt(int level, int option, void* value, uint* length) override {
-    socklen_t len = *length;
-    if (::getsockopt(fd, level, option, value, &len) < 0) {
-      kj::throwFatalException(syscallException("getsockopt", errno));
-    }
-    *length = len;
+    socketOption::get(fd, level, option, value, length);
   }
 
   void setsockopt(int level, int option, const void* value, uint length) override {
-    if (::setsockopt(fd, level, option, value, length) < 0) {
-      kj::throwFatalException(syscallException("setsockopt", errno));
-    }
+    socketOption::set(fd, level, option, value, length);
   }
 
   void getsockname(struct sockaddr* addr, uint* length) override {
-    socklen_t len = *length;
-    if (::getsockname(fd, addr, &len) < 0) {
-      kj::throwFatalException(syscallException("getsockname", errno));
-    }
-    *length = len;
+    socketOption::name(fd, addr, length);
   }
 
 private:

@@ -8,6 +8,7 @@
 
 #include <troupe/actor/actor_ref.h>
 #include <troupe/actor/errors.h>
+
 #include "calculator.capnp.h"
 
 using calculator::Calculator;

@@ -9,9 +9,10 @@
 #include <kj/debug.h>
 
 #include <troupe/actor/errors.h>
-#include "calculator.capnp.h"
 #include <troupe/pool/actor_pool.h>
 #include <troupe/resolver/open_resolver.h>
+
+#include "calculator.capnp.h"
 
 using calculator::Calculator;
 

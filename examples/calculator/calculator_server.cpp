@@ -15,6 +15,7 @@
 
 #include <troupe/actor/actor_server.h>
 #include <troupe/resolver/host_actor.h>
+
 #include "calculator.capnp.h"
 
 namespace {
@@ -35,7 +36,7 @@ protected:
     ++served;
     auto p = context.getParams();
     // An exception reaches the caller as a FAILED error carrying this message.
-    KJ_REQUIRE(p.getB() != 0, "cannot divide by zero");
+    if (p.getB() == 0) KJ_FAIL_REQUIRE("cannot divide by zero");
     context.getResults().setValue(p.getA() / p.getB());
     return kj::READY_NOW;
   }

@@ -21,12 +21,13 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "coordinator_impl.h"
-#include "driver.h"
-#include "worker.h"
 #include <troupe/jobs/job_request.h>
 #include <troupe/resolver/host_actor.h>
 #include <troupe/resolver/open_resolver.h>
+
+#include "coordinator_impl.h"
+#include "driver.h"
+#include "worker.h"
 
 namespace {
 

@@ -12,6 +12,7 @@
 #include <kj/timer.h>
 
 #include <troupe/actor/change_signal.h>
+
 #include "coordinator.capnp.h"
 
 namespace coordinator {

@@ -11,10 +11,11 @@
 #include <kj/debug.h>
 
 #include <troupe/actor/errors.h>
-#include "coordinator_impl.h"
-#include "worker.h"
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/pool/actor_pool.h>
+
+#include "coordinator_impl.h"
+#include "worker.h"
 
 namespace coordinator {
 namespace {
@@ -415,7 +416,7 @@ int runDriver(troupe::EventLoop& loop, const DriverOptions& options) {
       }
     }
   }
-  launcher.shutdown().wait(loop.waitScope());
+  launcher.drain().wait(loop.waitScope());
   if (failures != 0) {
     fprintf(stderr, "coordinator demo FAILED\n");
     return 1;

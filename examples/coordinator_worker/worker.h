@@ -10,8 +10,9 @@
 #include <kj/time.h>
 
 #include <troupe/actor/event_loop.h>
-#include "coordinator.capnp.h"
 #include <troupe/pool/actor_pool.h>
+
+#include "coordinator.capnp.h"
 
 namespace coordinator {
 

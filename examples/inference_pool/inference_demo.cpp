@@ -32,12 +32,13 @@
 
 #include <troupe/actor/errors.h>
 #include <troupe/actor/job_context.h>
-#include "inference.capnp.h"
-#include "model.h"
 #include <troupe/jobs/launcher.h>
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/pool/actor_pool.h>
 #include <troupe/resolver/host_actor.h>
+
+#include "inference.capnp.h"
+#include "model.h"
 
 using inference::InferenceServer;
 using Clock = std::chrono::steady_clock;
@@ -397,7 +398,7 @@ int runDriver(const DriverOptions& options) {
   }
 
   job.terminate().wait(ws);
-  launcher.shutdown().wait(ws);
+  launcher.drain().wait(ws);
   printf("job %s %s\n", job.id().c_str(), troupe::toString(job.status()).cStr());
   return passed && error == nullptr ? 0 : 1;
 }

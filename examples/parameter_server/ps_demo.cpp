@@ -20,12 +20,13 @@
 #include <spdlog/spdlog.h>
 
 #include <troupe/actor/errors.h>
+#include <troupe/jobs/local_launcher.h>
+#include <troupe/pool/actor_pool.h>
+
 #include "model.h"
 #include "shard.h"
 #include "trainer.h"
 #include "weights.h"
-#include <troupe/jobs/local_launcher.h>
-#include <troupe/pool/actor_pool.h>
 
 namespace {
 
@@ -238,7 +239,7 @@ int main(int argc, char** argv) {
     shards->terminate().wait(loop.waitScope());
     printf("shards job %s\n", troupe::toString(shards->status()).cStr());
   }
-  launcher.shutdown().wait(loop.waitScope());
+  launcher.drain().wait(loop.waitScope());
   fflush(stdout);
   return status;
 }

@@ -7,9 +7,10 @@
 
 #include <kj/debug.h>
 
+#include <troupe/resolver/host_actor.h>
+
 #include "model.h"
 #include "parameter_server.capnp.h"
-#include <troupe/resolver/host_actor.h>
 
 namespace ps {
 

@@ -7,10 +7,11 @@
 #include <kj/vector.h>
 
 #include <troupe/actor/job_context.h>
-#include "model.h"
-#include "weights.h"
 #include <troupe/pool/actor_pool.h>
 #include <troupe/resolver/open_resolver.h>
+
+#include "model.h"
+#include "weights.h"
 
 namespace ps {
 

@@ -6,8 +6,9 @@
 
 #include <kj/async.h>
 
-#include "parameter_server.capnp.h"
 #include <troupe/pool/actor_pool.h>
+
+#include "parameter_server.capnp.h"
 
 namespace ps {
 

@@ -16,7 +16,7 @@ namespace {
 
 [[noreturn]] void failSyscall(const char* what, const std::string& path, int error) {
   kj::throwFatalException(kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
-                                        kj::str(what, " '", path.c_str(), "': ", strerror(error))));
+                                        kj::str(what, " '", path, "': ", strerror(error))));
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ Subprocess::Subprocess(uv_loop_t* loop, const SpawnOptions& options) {
   if (status < 0) {
     kj::throwFatalException(kj::Exception(
         kj::Exception::Type::FAILED, __FILE__, __LINE__,
-        kj::str("cannot start '", file.c_str(), "': ", uv_strerror(status), " (",
+        kj::str("cannot start '", file, "': ", uv_strerror(status), " (",
                 uv_err_name(status), ")")));
   }
   pid_ = handle->pid;

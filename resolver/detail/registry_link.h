@@ -113,7 +113,7 @@ template <typename T>
 kj::Promise<T> RegistryLink::withDeadline(kj::Promise<T> promise, kj::StringPtr what) {
   auto timeout = options.callTimeout;
   auto expired = loop.timer().afterDelay(timeout).then(
-      [what = kj::str(what), address = kj::str(addressText.c_str()), timeout]() -> kj::Promise<T> {
+      [what = kj::str(what), address = kj::str(addressText), timeout]() -> kj::Promise<T> {
         return makeError(ErrorCode::DEADLINE_EXCEEDED,
                          kj::str("the registry at ", address, " did not answer ", what, " within ",
                                  timeout / kj::MILLISECONDS, " ms"));

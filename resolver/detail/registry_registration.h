@@ -45,7 +45,7 @@ private:
   void sendState();
   void failed(kj::Exception&& e, uint64_t epoch);
   void stop(kj::Exception&& e);
-  kj::StringPtr name() const { return kj::StringPtr(endpoint.name.c_str(), endpoint.name.size()); }
+  kj::StringPtr name() const { return endpoint.name; }
 
   kj::Own<RegistryLink> link;
   Endpoint endpoint;        // with the current state

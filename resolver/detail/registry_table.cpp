@@ -21,7 +21,6 @@ size_t endpointBytes(const Endpoint& endpoint) {
 namespace {
 
 std::string_view view(kj::StringPtr s) { return std::string_view(s.begin(), s.size()); }
-kj::StringPtr ptr(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
 
 bool startsWith(const std::string& name, std::string_view prefix) {
   return std::string_view(name).substr(0, prefix.size()) == prefix;
@@ -61,38 +60,35 @@ void RegistryTable::checkRunning() const {
 RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis) {
   checkRunning();
   auto refuse = [&](ErrorCode code, kj::StringPtr message) {
-    log->warn("refused registration of '{}': {}", printable(ptr(endpoint.name)).cStr(),
+    log->warn("refused registration of '{}': {}", printable(endpoint.name).cStr(),
               message.cStr());
     throwError(code, message);
   };
 
-  KJ_IF_MAYBE(parts, parseEndpointName(ptr(endpoint.name))) {
+  KJ_IF_MAYBE(parts, parseEndpointName(endpoint.name)) {
     endpoint.jobId = kj::mv(parts->jobId);
     endpoint.actor = kj::mv(parts->actor);
     endpoint.taskIndex = parts->taskIndex;
   } else {
-    refuse(ErrorCode::INVALID_ARGUMENT,
-           kj::str("'", printable(ptr(endpoint.name)),
-                   "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, with the "
-                   "job id and actor made of letters, digits, '.', '_' and '-')"));
+    refuse(ErrorCode::INVALID_ARGUMENT, errorMessage(endpointNameError(endpoint.name)));
   }
   size_t bytes = endpointBytes(endpoint);
   if (bytes > options.maxEndpointBytes) {
     refuse(ErrorCode::INVALID_ARGUMENT,
-           kj::str("endpoint '", endpoint.name.c_str(), "' is ", bytes,
+           kj::str("endpoint '", endpoint.name, "' is ", bytes,
                    " bytes (name, address and metadata); the registry's limit is ",
                    options.maxEndpointBytes));
   }
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                endpoint.address = Address::parse(ptr(endpoint.address)).toString();
+                endpoint.address = Address::parse(endpoint.address).toString();
               })) {
     refuse(ErrorCode::INVALID_ARGUMENT,
-           kj::str("endpoint '", endpoint.name.c_str(), "' has a bad address: ", errorMessage(*e)));
+           kj::str("endpoint '", endpoint.name, "' has a bad address: ", errorMessage(*e)));
   }
   auto ended = endedJobs.find(endpoint.jobId);
   if (ended != endedJobs.end()) {
     refuse(ErrorCode::JOB_ENDED,
-           kj::str("job '", endpoint.jobId.c_str(), "' has ended (", ended->second.reason.c_str(),
+           kj::str("job '", endpoint.jobId, "' has ended (", ended->second.reason,
                    "); its endpoints cannot register"));
   }
 
@@ -108,8 +104,8 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis)
     auto& entry = it->second;
     if (endpoint.incarnation <= entry.endpoint.incarnation) {
       refuse(ErrorCode::NAME_TAKEN,
-             kj::str("'", endpoint.name.c_str(), "' is held by a live registration of incarnation ",
-                     entry.endpoint.incarnation, " at ", entry.endpoint.address.c_str(),
+             kj::str("'", endpoint.name, "' is held by a live registration of incarnation ",
+                     entry.endpoint.incarnation, " at ", entry.endpoint.address,
                      " (this one has incarnation ", endpoint.incarnation,
                      "); only a newer incarnation replaces it"));
     }
@@ -335,7 +331,7 @@ JobStatus RegistryTable::jobStatus(kj::StringPtr jobId) {
 
 void RegistryTable::setJobStatus(JobStatus status) {
   checkRunning();
-  kj::StringPtr jobId = ptr(status.jobId);
+  kj::StringPtr jobId = status.jobId;
   validateJobId(jobId);
   if (status.state == JobState::RUNNING) {
     if (endedJobs.erase(status.jobId) > 0) {
@@ -355,7 +351,7 @@ void RegistryTable::setJobStatus(JobStatus status) {
   }
   kj::Vector<uint64_t> ids;
   for (auto& [id, watcher] : watchers) {
-    if (jobOverlapsPrefix(jobId, ptr(watcher.prefix))) ids.add(id);
+    if (jobOverlapsPrefix(jobId, watcher.prefix)) ids.add(id);
   }
   for (auto id : ids) {
     auto it = watchers.find(id);

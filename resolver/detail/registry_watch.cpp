@@ -43,6 +43,14 @@ namespace {
 using WatchResponse = capnp::Response<schema::Registry::WatchResults>;
 using Type = WatchEvent::Type;
 
+// Whether `now` says anything new about an endpoint reported as `before`. Its registration time
+// alone does not: a registry that restarted registers the same incarnation again, later.
+bool differs(const Endpoint& before, const Endpoint& now) {
+  Endpoint same = now;
+  same.registeredAtMillis = before.registeredAtMillis;
+  return !(same == before);
+}
+
 }  // namespace
 
 RegistryWatch::RegistryWatch(kj::Own<RegistryLink> link, kj::StringPtr prefix)
@@ -83,7 +91,7 @@ void RegistryWatch::subscribe() {
   auto object = kj::heap<SubscriptionWatcher>(*this, id);
   watcher = *object;
   auto request = target.watchRequest();
-  request.setPrefix(kj::StringPtr(prefix.c_str(), prefix.size()));
+  request.setPrefix(prefix);
   request.setWatcher(kj::mv(object));
   tasks->add(link->withDeadline<WatchResponse>(request.send(), "watch")
                  .then(
@@ -208,7 +216,11 @@ void RegistryWatch::reconcile() {
       push(WatchEvent{Type::ADDED, s->second, {}});
       ++s;
     } else {
-      if (!(r->second == s->second)) push(WatchEvent{Type::CHANGED, s->second, {}});
+      if (differs(r->second, s->second)) {
+        push(WatchEvent{Type::CHANGED, s->second, {}});
+      } else {
+        s->second.registeredAtMillis = r->second.registeredAtMillis;  // keep the first
+      }
       ++r;
       ++s;
     }
@@ -226,13 +238,13 @@ void RegistryWatch::reconcile() {
   uint64_t id = subscription;
   kj::Vector<kj::Promise<kj::Maybe<JobStatus>>> asks;
   for (auto& jobId : removedJobs) {
-    kj::StringPtr job(jobId.c_str(), jobId.size());
-    if (!jobOverlapsPrefix(job, kj::StringPtr(prefix.c_str(), prefix.size()))) continue;
+    kj::StringPtr job = jobId;
+    if (!jobOverlapsPrefix(job, prefix)) continue;
     asks.add(link->call<capnp::Response<schema::Registry::JobStatusResults>>(
                      "jobStatus",
                      [jobId](schema::Registry::Client registry) {
                        auto request = registry.jobStatusRequest();
-                       request.setJobId(kj::StringPtr(jobId.c_str(), jobId.size()));
+                       request.setJobId(jobId);
                        return request.send();
                      })
                  .then(
@@ -271,7 +283,7 @@ void RegistryWatch::liveEvent(WatchEvent&& event) {
       if (it == reported.end()) {
         reported.emplace(event.endpoint.name, event.endpoint);
         push(WatchEvent{Type::ADDED, kj::mv(event.endpoint), {}});
-      } else if (!(it->second == event.endpoint)) {
+      } else if (differs(it->second, event.endpoint)) {
         it->second = event.endpoint;
         push(WatchEvent{Type::CHANGED, kj::mv(event.endpoint), {}});
       }

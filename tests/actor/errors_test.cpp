@@ -77,6 +77,33 @@ TEST(ErrorsTest, CallNeverRanFollowsTheTable) {
   EXPECT_FALSE(callNeverRan(ErrorCode::DISCONNECTED));
 }
 
+TEST(ErrorsTest, MayRetryFollowsTheTable) {
+  // Retrying cannot help what the actor or the caller got wrong, nor a call a pool already gave
+  // up on.
+  for (auto code : {ErrorCode::FAILED, ErrorCode::UNIMPLEMENTED, ErrorCode::INVALID_ARGUMENT,
+                    ErrorCode::MESSAGE_TOO_LARGE, ErrorCode::ADDRESS_IN_USE, ErrorCode::JOB_ENDED,
+                    ErrorCode::NAME_TAKEN, ErrorCode::MAY_HAVE_RUN,
+                    ErrorCode::JOB_ALREADY_EXISTS}) {
+    EXPECT_FALSE(mayRetry(code)) << str(errorCodeName(code));
+  }
+  for (auto code : {ErrorCode::OVERLOADED, ErrorCode::DISCONNECTED, ErrorCode::ACTOR_NOT_FOUND,
+                    ErrorCode::DRAINING, ErrorCode::UNREACHABLE, ErrorCode::DEADLINE_EXCEEDED,
+                    ErrorCode::LEASE_LOST, ErrorCode::NO_ENDPOINTS}) {
+    EXPECT_TRUE(mayRetry(code)) << str(errorCodeName(code));
+  }
+}
+
+TEST(ErrorsTest, AsRaisedByActorRenamesOnlyTroupesOwnErrors) {
+  auto passedOn = asRaisedByActor(makeError(ErrorCode::UNREACHABLE, "cannot connect"), "calc");
+  EXPECT_EQ(str(passedOn.getDescription()),
+            "raised by actor 'calc': troupe.unreachable: cannot connect");
+  EXPECT_EQ(passedOn.getType(), Type::DISCONNECTED);
+  auto own = asRaisedByActor(plain(Type::FAILED, "divide by zero"), "calc");
+  EXPECT_EQ(str(own.getDescription()), "divide by zero");
+  EXPECT_TRUE(fromPeer(plain(Type::FAILED, "remote exception: x")));
+  EXPECT_FALSE(fromPeer(plain(Type::FAILED, "x")));
+}
+
 TEST(ErrorsTest, MakeErrorBuildsTypeAndPrefixedDescription) {
   for (auto& row : TABLE) {
     SCOPED_TRACE(row.name);

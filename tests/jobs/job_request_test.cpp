@@ -49,7 +49,7 @@ TEST(JobRequestTest, BadEntrypointsResourcesAndEnvironmentAreRefused) {
   EXPECT_TRUE(thrownBy([&]() { noFunction.validate(); }).mentions("name is empty"));
 
   auto badResources = valid();
-  badResources.resources.cpu = 0;
+  badResources.resources.cpu = -1;
   auto failure = thrownBy([&]() { badResources.validate(); });
   EXPECT_EQ(failure.code, ErrorCode::INVALID_ARGUMENT);
   EXPECT_TRUE(failure.mentions("resources")) << failure.text;

@@ -179,6 +179,11 @@ TEST_F(LocalLauncherTest, AJobLargerThanTheMachineIsUnschedulableAtOnce) {
   EXPECT_EQ(job.status(), JobPhase::UNSCHEDULABLE);
   EXPECT_NE(job.reason().find("needs 5 x 1 cpu,"), std::string::npos) << job.reason();
   EXPECT_NE(job.reason().find("the machine has 4 cpus"), std::string::npos) << job.reason();
+  // It ends in the resolver with its reason: waiting for its members fails at once, saying why.
+  ActorGroupBase group(loop, launcher.resolver(), "huge", "member");
+  auto never = awaitError(loop, group.waitReady(5, 10 * test::PATIENCE));
+  EXPECT_EQ(never.code, ErrorCode::JOB_ENDED) << never.text;
+  EXPECT_TRUE(never.mentions("unschedulable: needs 5 x 1 cpu")) << never.text;
 
   JobRequest tpu{.name = "tpu",
                  .entrypoint = replica({"exit", "0"}),
@@ -431,7 +436,7 @@ TEST_F(LocalLauncherTest, AKilledReplicaRestartsWithANewIncarnationAndFreshState
   EXPECT_NE(job.reason().find("SIGKILL"), std::string::npos) << job.reason();
 }
 
-TEST_F(LocalLauncherTest, ShutdownStopsEveryJobAndRefusesNewOnes) {
+TEST_F(LocalLauncherTest, DrainStopsEveryJobAndRefusesNewOnes) {
   auto& launcher = start();
   auto running = launcher.submit(request("running", replica({"wait"}), 1, 4));
   auto pending = launcher.submit(request("pending", replica({"exit", "0"}), 1, 1));
@@ -439,7 +444,7 @@ TEST_F(LocalLauncherTest, ShutdownStopsEveryJobAndRefusesNewOnes) {
   auto pid = running.replicas()[0].pid;
   EXPECT_EQ(pending.status(), JobPhase::PENDING);
 
-  await(loop, launcher.shutdown());
+  await(loop, launcher.drain());
   EXPECT_EQ(running.status(), JobPhase::STOPPED);
   EXPECT_EQ(running.reason(), "the launcher shut down");
   EXPECT_EQ(pending.status(), JobPhase::STOPPED);
@@ -470,7 +475,7 @@ TEST_F(LocalLauncherTest, PromisesKeptPastTheLauncherSettleWithoutIt) {
   auto pending = launcher.submit(request("pending", replica({"exit", "0"})));
   ASSERT_EQ(pending.status(), JobPhase::PENDING);
   auto terminated = pending.terminate();  // ends it now; its report to the resolver is queued
-  auto shutdown = launcher.shutdown(0 * kj::SECONDS);
+  auto shutdown = launcher.drain(0 * kj::SECONDS);
   this->launcher = nullptr;
   await(loop, kj::mv(terminated));
   auto failure = awaitError(loop, kj::mv(shutdown));

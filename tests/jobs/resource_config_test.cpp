@@ -179,10 +179,10 @@ TEST(ResourceConfigTest, DeviceToString) {
   EXPECT_EQ(toString(TpuDevice{.variant = "v5p-8"}), "tpu v5p-8");
 }
 
-TEST(ResourceConfigTest, DefaultIsOneCpuReplicaAnywhere) {
+TEST(ResourceConfigTest, DefaultIsOneCpuReplicaAnywhereReservingNothing) {
   ResourceConfig rc;
-  EXPECT_EQ(rc.cpu, 1);
-  EXPECT_EQ(rc.ramBytes, GI);
+  EXPECT_EQ(rc.cpu, 0);
+  EXPECT_EQ(rc.ramBytes, 0u);
   EXPECT_EQ(rc.diskBytes, 0u);
   EXPECT_EQ(rc.device, Device(CpuDevice{}));
   EXPECT_TRUE(rc.alternatives.empty());
@@ -212,12 +212,10 @@ TEST(ResourceConfigTest, WithCpu) {
 }
 
 TEST(ResourceConfigTest, WithCpuRefusesBadInput) {
-  EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withCpu(0, "1g"); }),
-                       "cpu must be a positive number of cores, not 0"));
   EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withCpu(-2, "1g"); }),
-                       "cpu must be a positive number of cores, not -2"));
-  EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withCpu(2, "0"); }),
-                       "ram must be more than 0 bytes"));
+                       "cpu must be a number of cores, 0 or more (0 reserves none), not -2"));
+  // Reserving nothing is allowed.
+  ResourceConfig::withCpu(0, "0").validate();
   EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withCpu(2, "lots"); }),
                        "'lots' is not a size"));
 }
@@ -260,8 +258,8 @@ TEST(ResourceConfigTest, WithGpuRefusesMalformedVariants) {
 TEST(ResourceConfigTest, WithGpuRefusesZeroCountAndBadHost) {
   EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withGpu("H100", 0); }),
                        "device: gpu H100 needs a count of at least 1"));
-  EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withGpu("H100", 8, 0); }),
-                       "cpu must be a positive number of cores"));
+  EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withGpu("H100", 8, -1); }),
+                       "cpu must be a number of cores, 0 or more"));
   EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withGpu("H100", 8, 8, "64q"); }),
                        "'64q' is not a size"));
 }
@@ -553,18 +551,17 @@ std::string invalidConfig(const ResourceConfig& rc) {
 
 TEST(ValidateTest, HostResources) {
   ResourceConfig rc;
-  rc.cpu = 0;
-  EXPECT_TRUE(contains(invalidConfig(rc), "cpu must be a positive number of cores, not 0"));
   rc.cpu = -1;
-  EXPECT_TRUE(contains(invalidConfig(rc), "cpu must be a positive number of cores"));
+  EXPECT_TRUE(contains(invalidConfig(rc), "cpu must be a number of cores, 0 or more"));
   rc.cpu = std::nan("");
-  EXPECT_TRUE(contains(invalidConfig(rc), "cpu must be a positive number of cores"));
+  EXPECT_TRUE(contains(invalidConfig(rc), "cpu must be a number of cores, 0 or more"));
   rc.cpu = HUGE_VAL;
-  EXPECT_TRUE(contains(invalidConfig(rc), "cpu must be a positive number of cores"));
+  EXPECT_TRUE(contains(invalidConfig(rc), "cpu must be a number of cores, 0 or more"));
   rc.cpu = 0.25;
   rc.validate();
+  rc.cpu = 0;
   rc.ramBytes = 0;
-  EXPECT_TRUE(contains(invalidConfig(rc), "ram must be more than 0 bytes"));
+  rc.validate();  // nothing reserved
 }
 
 TEST(ValidateTest, ZeroReplicas) {

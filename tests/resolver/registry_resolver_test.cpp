@@ -310,6 +310,7 @@ TEST_F(RegistryResolverTest, AfterTheRegistryRestartsRegistrationsReturnAndWatch
   for (int i = 0; i < 3; ++i) view.apply(test::nextEvent(loop, *watch));
   ASSERT_EQ(view.names(), "job/a-0,job/b-0");
   ASSERT_EQ(view.synced, 1);
+  auto registeredAt = view.entries["job/a-0"].registeredAtMillis;
 
   first = nullptr;  // the registry goes, and everything it knew with it
   b = nullptr;      // b leaves while it is away
@@ -320,6 +321,10 @@ TEST_F(RegistryResolverTest, AfterTheRegistryRestartsRegistrationsReturnAndWatch
   while (view.synced < 2 || view.names() != "job/a-0") view.apply(test::nextEvent(loop, *watch));
   EXPECT_TRUE(view.problems.empty()) << view.problems[0];
   EXPECT_EQ(view.count("REMOVED job/b-0 ready"), 1u);
+  // a was never down: registering again with the new registry is no change to report, and its
+  // age counts from its first registration.
+  EXPECT_EQ(view.count("CHANGED job/a-0 ready"), 0u);
+  EXPECT_EQ(view.entries["job/a-0"].registeredAtMillis, registeredAt);
   EXPECT_EQ(view.entries["job/a-0"].address, "tcp://127.0.0.1:4000");
   EXPECT_EQ(second.endpointCount(), 1u);
   auto found = await(loop, client.resolve(""));

@@ -471,7 +471,7 @@ TEST_F(RegistryServerTest, DroppingTheWatchHandleEndsTheWatch) {
   EXPECT_EQ(server->watcherCount(), 0u);
 }
 
-TEST_F(RegistryServerTest, StopClosesConnectionsForgetsEverythingAndRefusesLaterCalls) {
+TEST_F(RegistryServerTest, DrainClosesConnectionsForgetsEverythingAndRefusesLaterCalls) {
   auto path = test::socketPath("stop");
   auto address = server->listen(kj::str("unix:", path.c_str()));
   EXPECT_EQ(address, "unix:" + path);
@@ -480,7 +480,7 @@ TEST_F(RegistryServerTest, StopClosesConnectionsForgetsEverythingAndRefusesLater
   auto lease = add(endpoint("job/ps-0"), 60000, remote);
   auto local = add(endpoint("job/ps-1"), 60000);
 
-  await(loop, server->stop());
+  await(loop, server->drain());
   EXPECT_EQ(server->endpointCount(), 0u);
   EXPECT_EQ(server->listenAddresses().size(), 0u);
   struct stat st;
@@ -492,7 +492,7 @@ TEST_F(RegistryServerTest, StopClosesConnectionsForgetsEverythingAndRefusesLater
   EXPECT_EQ(e.code, ErrorCode::DISCONNECTED) << e.text;
   e = awaitError(loop, registry().resolveRequest().send());
   EXPECT_EQ(e.code, ErrorCode::DISCONNECTED) << e.text;
-  await(loop, server->stop());  // again: nothing to do
+  await(loop, server->drain());  // again: joins the drain done
 }
 
 TEST_F(RegistryServerTest, ListeningOnATakenAddressFailsWithAddressInUse) {

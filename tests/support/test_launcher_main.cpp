@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     kj::NEVER_DONE.wait(loop.waitScope());
   }
   signalled.wait(loop.waitScope());
-  launcher.shutdown(5 * kj::SECONDS).wait(loop.waitScope());
+  launcher.drain(5 * kj::SECONDS).wait(loop.waitScope());
   printf("SHUTDOWN %s\n", troupe::toString(job.status()).cStr());
   fflush(stdout);
   return 0;

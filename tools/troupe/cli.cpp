@@ -11,6 +11,7 @@
 #include <kj/vector.h>
 
 #include "troupe/actor/errors.h"
+#include "troupe/actor/parse_number.h"
 #include "troupe/version.h"
 
 namespace troupe::cli {
@@ -206,9 +207,9 @@ int runSubcommands(kj::StringPtr programName, kj::StringPtr brief, kj::StringPtr
 }
 
 uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min) {
-  uint64_t value = 0;
-  auto failed = kj::runCatchingExceptions([&]() { value = text.parseAs<uint64_t>(); });
-  if (failed != nullptr || value < min) {
+  auto parsed = parseWholeNumber(text);
+  uint64_t value = parsed.orDefault(0);
+  if (parsed == nullptr || value < min) {
     throw UsageError{kj::str(flag, " needs a whole number",
                              min > 0 ? kj::str(" of at least ", min) : kj::str(), ", not '",
                              printable(text), "'")
@@ -217,15 +218,26 @@ uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min) {
   return value;
 }
 
-double parsePositive(kj::StringPtr flag, kj::StringPtr text) {
+namespace {
+
+double parseDecimal(kj::StringPtr flag, kj::StringPtr text, bool zeroToo) {
   double value = 0;
   auto failed = kj::runCatchingExceptions([&]() { value = text.parseAs<double>(); });
-  if (failed != nullptr || !std::isfinite(value) || value <= 0) {
-    throw UsageError{
-        kj::str(flag, " needs a positive number, not '", printable(text), "'").cStr()};
+  if (failed != nullptr || !std::isfinite(value) || value < 0 || (value == 0 && !zeroToo)) {
+    throw UsageError{kj::str(flag, zeroToo ? " needs a number, 0 or more" : " needs a positive number",
+                             ", not '", printable(text), "'")
+                         .cStr()};
   }
   return value;
 }
+
+}  // namespace
+
+double parsePositive(kj::StringPtr flag, kj::StringPtr text) {
+  return parseDecimal(flag, text, false);
+}
+
+double parseCores(kj::StringPtr flag, kj::StringPtr text) { return parseDecimal(flag, text, true); }
 
 kj::Duration parseSeconds(kj::StringPtr flag, kj::StringPtr text) {
   return static_cast<int64_t>(parsePositive(flag, text) * 1000) * kj::MILLISECONDS;

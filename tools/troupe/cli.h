@@ -67,6 +67,8 @@ int runSubcommands(kj::StringPtr programName, kj::StringPtr brief, kj::StringPtr
 // ("--count needs a whole number of at least 1, not 'x'").
 uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min = 0);
 double parsePositive(kj::StringPtr flag, kj::StringPtr text);
+// A number of cores: a decimal, 0 or more.
+double parseCores(kj::StringPtr flag, kj::StringPtr text);
 // Seconds (a positive decimal, "0.5") as a kj::Duration, to the millisecond.
 kj::Duration parseSeconds(kj::StringPtr flag, kj::StringPtr text);
 

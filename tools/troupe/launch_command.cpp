@@ -134,13 +134,14 @@ public:
               return true;
             }, "N", "How many replicas (default 1).")
         .addOptionWithArg({"cpu"}, [this](kj::StringPtr text) {
-              cpu = parsePositive("--cpu", text);
+              cpu = parseCores("--cpu", text);
               return true;
-            }, "C", "Cores per replica (default 1).")
+            }, "C", "Cores reserved per replica (default 0: none; replicas share the "
+                    "machine).")
         .addOptionWithArg({"ram"}, [this](kj::StringPtr text) {
               ram = text.cStr();
               return true;
-            }, "SIZE", "Memory per replica (default 1g).")
+            }, "SIZE", "Memory reserved per replica (default 0: none).")
         .addOptionWithArg({"gpu"}, [this](kj::StringPtr text) {
               gpu = parseGpu(text);
               return true;
@@ -217,7 +218,7 @@ public:
       });
     });
     reporter.follow().exclusiveJoin(kj::mv(interrupt)).wait(loop.waitScope());
-    launcher.shutdown().wait(loop.waitScope());
+    launcher.drain().wait(loop.waitScope());
 
     auto phase = job.status();
     if (phase == JobPhase::FAILED) {
@@ -237,8 +238,8 @@ private:
 
   std::string name;
   uint32_t replicas = 1;
-  double cpu = 1;
-  std::string ram = "1g";
+  double cpu = 0;
+  std::string ram = "0";
   std::pair<std::string, uint32_t> gpu;
   uint32_t maxRetries = 0;
   std::string logDir;

@@ -73,7 +73,7 @@ public:
 
     int signum = loop.onSignal({SIGTERM, SIGINT}).wait(loop.waitScope());
     spdlog::info("received {}; stopping", strsignal(signum));
-    server.stop().wait(loop.waitScope());
+    server.drain().wait(loop.waitScope());
     return 0;
   }
 
