@@ -169,7 +169,8 @@ kj::String messageWithout(const kj::Exception& exception, kj::StringPtr where) {
   size_t at = afterTags(text);
   auto context = kj::str(where, ": ");
   if (!text.slice(at).startsWith(context)) return kj::str(errorMessage(exception));
-  auto without = kj::str(kj::ArrayPtr<const char>(text.begin(), at), text.slice(at + context.size()));
+  auto tags = kj::arrayPtr(text.begin(), at);
+  auto without = kj::str(tags, text.slice(at + context.size()));
   return kj::str(errorMessage(kj::Exception(exception.getType(), exception.getFile(),
                                             exception.getLine(), kj::mv(without))));
 }
@@ -177,7 +178,7 @@ kj::String messageWithout(const kj::Exception& exception, kj::StringPtr where) {
 kj::Exception withContext(const kj::Exception& exception, kj::StringPtr where) {
   kj::StringPtr text = exception.getDescription();
   size_t at = afterTags(text);
-  auto description = kj::str(kj::ArrayPtr<const char>(text.begin(), at), where, ": ", text.slice(at));
+  auto description = kj::str(kj::arrayPtr(text.begin(), at), where, ": ", text.slice(at));
   return kj::Exception(exception.getType(), exception.getFile(), exception.getLine(),
                        kj::mv(description));
 }
