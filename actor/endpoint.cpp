@@ -170,8 +170,8 @@ kj::Maybe<EndpointNameParts> parseEndpointName(kj::StringPtr name) {
 kj::Exception endpointNameError(kj::StringPtr name) {
   return makeError(ErrorCode::INVALID_ARGUMENT,
                    kj::str("'", printable(name),
-                           "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, with "
-                           "the job id and actor made of letters, digits, '.', '_' and '-')"));
+                           "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, "
+                           "with the job id and actor made of letters, digits, '.', '_' and '-')"));
 }
 
 }  // namespace troupe

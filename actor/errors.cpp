@@ -148,16 +148,37 @@ kj::StringPtr errorMessage(const kj::Exception& exception) {
   return text;
 }
 
-kj::Exception withContext(const kj::Exception& exception, kj::StringPtr where) {
-  // After the tags errorCode() and raisedByActor() read: "remote exception: ", "troupe.<code>: ".
-  kj::StringPtr text = exception.getDescription();
+namespace {
+
+// Where the message proper starts in `text`: after the tags errorCode() and raisedByActor() read,
+// "remote exception: " and "troupe.<code>: ".
+size_t afterTags(kj::StringPtr text) {
   size_t at = 0;
   if (text.startsWith(REMOTE)) at = REMOTE.size();
   KJ_IF_MAYBE(c, taggedCode(text.slice(at))) {
     at += PREFIX.size() + c->name.size() + 1;
     if (at < text.size() && text[at] == ' ') ++at;
   }
-  auto description = kj::str(kj::ArrayPtr<const char>(text.begin(), at), where, ": ", text.slice(at));
+  return at;
+}
+
+}  // namespace
+
+kj::String messageWithout(const kj::Exception& exception, kj::StringPtr where) {
+  kj::StringPtr text = exception.getDescription();
+  size_t at = afterTags(text);
+  auto context = kj::str(where, ": ");
+  if (!text.slice(at).startsWith(context)) return kj::str(errorMessage(exception));
+  auto tags = kj::arrayPtr(text.begin(), at);
+  auto without = kj::str(tags, text.slice(at + context.size()));
+  return kj::str(errorMessage(kj::Exception(exception.getType(), exception.getFile(),
+                                            exception.getLine(), kj::mv(without))));
+}
+
+kj::Exception withContext(const kj::Exception& exception, kj::StringPtr where) {
+  kj::StringPtr text = exception.getDescription();
+  size_t at = afterTags(text);
+  auto description = kj::str(kj::arrayPtr(text.begin(), at), where, ": ", text.slice(at));
   return kj::Exception(exception.getType(), exception.getFile(), exception.getLine(),
                        kj::mv(description));
 }

@@ -138,6 +138,10 @@ kj::StringPtr errorMessage(const kj::Exception& exception);
 // errorCode() and raisedByActor() answer for the result as they do for `exception`.
 kj::Exception withContext(const kj::Exception& exception, kj::StringPtr where);
 
+// errorMessage(exception) without the "<where>: " withContext() put in, for a line that names
+// `where` already; errorMessage(exception) when there is none.
+kj::String messageWithout(const kj::Exception& exception, kj::StringPtr where);
+
 // For error messages: `text` with control characters and non-ASCII bytes escaped ("\x0a") and
 // cut after 160 bytes ("..."), so that bad input quoted in a message stays readable.
 kj::String printable(kj::ArrayPtr<const char> text);

@@ -100,11 +100,12 @@ struct ResourceConfig {
   // times the slices). Throws INVALID_ARGUMENT for factor 0.
   ResourceConfig scale(uint32_t factor) const;
 
-  // Throws INVALID_ARGUMENT saying what is wrong: negative (or non-finite) cpu, zero replicas, an empty region name or one with spaces, ANY_REGION mixed with named regions,
-  // alternatives of another kind than the device (or, for TPUs, disagreeing on VM count or chips
-  // per VM), an empty or malformed GPU variant, a zero GPU count, an unknown TPU type, a TPU
-  // device whose chips per VM or VM count differ from its type's, or whose topology does not
-  // arrange its slice's chips.
+  // Throws INVALID_ARGUMENT saying what is wrong: negative (or non-finite) cpu, zero replicas,
+  // an empty region name or one with spaces, ANY_REGION mixed with named regions, alternatives
+  // of another kind than the device (or, for TPUs, disagreeing on VM count or chips per VM), an
+  // empty or malformed GPU variant, a zero GPU count, an unknown TPU type, a TPU device whose
+  // chips per VM or VM count differ from its type's, or whose topology does not arrange its
+  // slice's chips.
   void validate() const;
 
   // The environment variables a replica on this device gets, for the GPUs `gpuIndexes` given to

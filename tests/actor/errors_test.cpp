@@ -206,7 +206,9 @@ TEST(ErrorsTest, WithContextNamesWhereAndKeepsCodeTypeAndOrigin) {
     EXPECT_EQ(wrapped.getType(), c.original.getType());
     EXPECT_EQ(errorCode(wrapped), errorCode(c.original)) << c.expected;
     EXPECT_EQ(raisedByActor(wrapped), raisedByActor(c.original)) << c.expected;
+    EXPECT_EQ(str(messageWithout(wrapped, "m-0 (tcp://h:1)")), str(errorMessage(c.original)));
   }
+  EXPECT_EQ(str(messageWithout(makeError(ErrorCode::UNREACHABLE, "x"), "m-1")), "x");
 }
 
 TEST(ErrorsTest, CodeWithNothingAfterTheColon) {

@@ -28,7 +28,8 @@ void printMethods(capnp::InterfaceSchema schema, std::vector<uint64_t>& seen) {
   for (auto super : schema.getSuperclasses()) printMethods(super, seen);
 }
 
-void listServer(EventLoop& loop, const std::string& address, const std::vector<std::string>& names) {
+void listServer(EventLoop& loop, const std::string& address,
+                const std::vector<std::string>& names) {
   auto channel = Channel::open(loop, address.c_str());
   auto actors = channel->host().listActorsRequest().send().wait(loop.waitScope());
   printf("%s", address.c_str());
@@ -57,14 +58,9 @@ public:
                "(parameter and result fields with their types). TARGET is an address "
                "(tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or a prefix of "
                "endpoint names (every server under it).")
-        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
-              resolver = url.cStr();
-              return true;
-            }, "URL", "For endpoint names (default: $TROUPE_RESOLVER).")
-        .expectArg("TARGET", [this](kj::StringPtr text) {
-              target = text.cStr();
-              return true;
-            })
+        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+                          "For endpoint names (default: $TROUPE_RESOLVER).")
+        .expectArg("TARGET", storeIn(target))
         .build();
   }
 

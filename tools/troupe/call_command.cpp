@@ -56,16 +56,6 @@ kj::Promise<std::string> callOne(EventLoop& loop, const Target& target, std::str
       .attach(kj::mv(channel), kj::mv(loader));
 }
 
-// A broadcast member's error without the "<name> (<address>): " the pool puts in it (after any
-// "remote exception: "), for a line that starts with the member's name already.
-kj::String withoutMember(kj::StringPtr message, const Endpoint& member) {
-  auto context = kj::str(member.name.c_str(), " (", member.address.c_str(), "): ");
-  kj::StringPtr remote = "remote exception: ";
-  size_t at = message.startsWith(remote) ? remote.size() : 0;
-  if (!message.slice(at).startsWith(context)) return kj::str(message);
-  return kj::str(message.slice(0, at), message.slice(at + context.size()));
-}
-
 class CallCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
@@ -85,19 +75,11 @@ public:
               deadline = parseSeconds("--timeout", text);
               return true;
             }, "SECONDS", "The deadline of each call (default 30).")
-        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
-              resolver = url.cStr();
-              return true;
-            }, "URL", "For endpoint names (default: $TROUPE_RESOLVER).")
-        .expectArg("TARGET", [this](kj::StringPtr text) {
-              target = text.cStr();
-              return true;
-            })
+        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+                          "For endpoint names (default: $TROUPE_RESOLVER).")
+        .expectArg("TARGET", storeIn(target))
         .expectArg("ACTOR.METHOD", KJ_BIND_METHOD(*this, setActorMethod))
-        .expectOptionalArg("JSON", [this](kj::StringPtr text) {
-              json = text.cStr();
-              return true;
-            })
+        .expectOptionalArg("JSON", storeIn(json))
         .build();
   }
 
@@ -183,7 +165,7 @@ private:
         printf("%s %s\n", r.endpoint.name.c_str(), call.resultsJson(*response).c_str());
       } else KJ_IF_MAYBE(e, r.error) {
         printf("%s error: %s\n", r.endpoint.name.c_str(),
-               withoutMember(errorMessage(*e), r.endpoint).cStr());
+               messageWithout(*e, kj::str(r.endpoint.name, " (", r.endpoint.address, ")")).cStr());
         status = 1;
       }
     }

@@ -206,6 +206,13 @@ int runSubcommands(kj::StringPtr programName, kj::StringPtr brief, kj::StringPtr
   return parseAndRun(context, top, chosen, argc, argv);
 }
 
+kj::Function<kj::MainBuilder::Validity(kj::StringPtr)> storeIn(std::string& out) {
+  return [&out](kj::StringPtr text) -> kj::MainBuilder::Validity {
+    out = text;
+    return true;
+  };
+}
+
 uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min) {
   auto parsed = parseWholeNumber(text);
   uint64_t value = parsed.orDefault(0);
@@ -224,9 +231,8 @@ double parseDecimal(kj::StringPtr flag, kj::StringPtr text, bool zeroToo) {
   double value = 0;
   auto failed = kj::runCatchingExceptions([&]() { value = text.parseAs<double>(); });
   if (failed != nullptr || !std::isfinite(value) || value < 0 || (value == 0 && !zeroToo)) {
-    throw UsageError{kj::str(flag, zeroToo ? " needs a number, 0 or more" : " needs a positive number",
-                             ", not '", printable(text), "'")
-                         .cStr()};
+    auto wanted = zeroToo ? " needs a number, 0 or more" : " needs a positive number";
+    throw UsageError{kj::str(flag, wanted, ", not '", printable(text), "'").cStr()};
   }
   return value;
 }

@@ -63,6 +63,10 @@ struct Subcommand {
 int runSubcommands(kj::StringPtr programName, kj::StringPtr brief, kj::StringPtr more,
                    kj::ArrayPtr<const Subcommand> subcommands, int argc, char** argv);
 
+// An option or argument callback for kj::MainBuilder that keeps the text in `out`, which must
+// outlive the parse.
+kj::Function<kj::MainBuilder::Validity(kj::StringPtr)> storeIn(std::string& out);
+
 // Value parsers for option callbacks; each throws UsageError naming `flag` and the bad text
 // ("--count needs a whole number of at least 1, not 'x'").
 uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min = 0);

@@ -125,10 +125,8 @@ public:
         "TROUPE_TASK_INDEX, TROUPE_NUM_TASKS and TROUPE_RESOLVER; their output goes to "
         "DIR/NAME/replica-<i>.log. BINARY and its arguments go after \"--\".");
     builder
-        .addOptionWithArg({"name"}, [this](kj::StringPtr text) {
-              name = text.cStr();
-              return true;
-            }, "NAME", "The job's name and id (default: BINARY's file name).")
+        .addOptionWithArg({"name"}, storeIn(name), "NAME",
+                          "The job's name and id (default: BINARY's file name).")
         .addOptionWithArg({"replicas"}, [this](kj::StringPtr text) {
               replicas = static_cast<uint32_t>(parseWhole("--replicas", text, 1));
               return true;
@@ -138,10 +136,8 @@ public:
               return true;
             }, "C", "Cores reserved per replica (default 0: none; replicas share the "
                     "machine).")
-        .addOptionWithArg({"ram"}, [this](kj::StringPtr text) {
-              ram = text.cStr();
-              return true;
-            }, "SIZE", "Memory reserved per replica (default 0: none).")
+        .addOptionWithArg({"ram"}, storeIn(ram), "SIZE",
+                          "Memory reserved per replica (default 0: none).")
         .addOptionWithArg({"gpu"}, [this](kj::StringPtr text) {
               gpu = parseGpu(text);
               return true;
@@ -150,14 +146,9 @@ public:
               maxRetries = static_cast<uint32_t>(parseWhole("--max-retries", text));
               return true;
             }, "N", "Restarts of failed replicas before the job fails (default 0).")
-        .addOptionWithArg({"log-dir"}, [this](kj::StringPtr text) {
-              logDir = text.cStr();
-              return true;
-            }, "DIR", "Where the replicas' logs go (default: $TMPDIR/troupe-<pid>).")
-        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
-              resolver = url.cStr();
-              return true;
-            }, "URL",
+        .addOptionWithArg({"log-dir"}, storeIn(logDir), "DIR",
+                          "Where the replicas' logs go (default: $TMPDIR/troupe-<pid>).")
+        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
             "Where replicas publish (default: $TROUPE_RESOLVER, else a registry this command "
             "runs for the job, whose URL it prints).")
         .expectOneOrMoreArgs("-- BINARY ARGS", [this](kj::StringPtr arg) {
@@ -194,7 +185,8 @@ public:
         .replicas = replicas,
         .maxRetriesFailure = maxRetries,
     };
-    if (resolver.empty() && getenv("TROUPE_RESOLVER") != nullptr) resolver = getenv("TROUPE_RESOLVER");
+    const char* fromEnvironment = getenv("TROUPE_RESOLVER");
+    if (resolver.empty() && fromEnvironment != nullptr) resolver = fromEnvironment;
 
     EventLoop loop;
     LocalLauncher launcher(loop, {.resolver = resolver,

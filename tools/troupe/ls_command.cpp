@@ -78,16 +78,10 @@ public:
                "happens (ADDED, CHANGED, REMOVED, JOB_ENDED) until interrupted.")
         .addOption({"watch"}, [this]() { watching = true; return true; },
                    "Print each change as it happens, until interrupted.")
-        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
-              resolver = url.cStr();
-              return true;
-            }, "URL",
+        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
             "registry://HOST:PORT, registry+unix:PATH, fixed:..., file:PATH (default: "
             "$TROUPE_RESOLVER).")
-        .expectOptionalArg("PREFIX", [this](kj::StringPtr text) {
-              prefix = text.cStr();
-              return true;
-            })
+        .expectOptionalArg("PREFIX", storeIn(prefix))
         .build();
   }
 

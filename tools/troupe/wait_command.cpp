@@ -117,14 +117,8 @@ public:
               timeout = parseSeconds("--timeout", text);
               return true;
             }, "SECONDS", "How long to wait (default 60).")
-        .addOptionWithArg({"resolver"}, [this](kj::StringPtr url) {
-              resolver = url.cStr();
-              return true;
-            }, "URL", "Default: $TROUPE_RESOLVER.")
-        .expectArg("PREFIX", [this](kj::StringPtr text) {
-              prefix = text.cStr();
-              return true;
-            })
+        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL", "Default: $TROUPE_RESOLVER.")
+        .expectArg("PREFIX", storeIn(prefix))
         .build();
   }
 
