@@ -8,7 +8,7 @@
 
 namespace troupe {
 
-namespace detail {
+namespace actor_detail {
 
 ActorRefState::ActorRefState(kj::Own<Channel> channel, kj::StringPtr actorName,
                              ActorRefOptions options)
@@ -36,20 +36,20 @@ void ActorRefState::taskFailed(kj::Exception&& exception) {
                                   exception.getDescription().cStr());
 }
 
-}  // namespace detail
+}  // namespace actor_detail
 
 ActorRefBase::ActorRefBase(kj::Own<Channel> channel, kj::StringPtr actorName,
                            ActorRefOptions options) {
   validateActorName(actorName);
-  state = kj::refcounted<detail::ActorRefState>(kj::mv(channel), actorName, kj::mv(options));
+  state = kj::refcounted<actor_detail::ActorRefState>(kj::mv(channel), actorName, kj::mv(options));
 }
 
 // Copies share the state: it is reference-counted, and sharing it is what copying means here.
 ActorRefBase::ActorRefBase(const ActorRefBase& other)
-    : state(kj::addRef(const_cast<detail::ActorRefState&>(*other.state))) {}
+    : state(kj::addRef(const_cast<actor_detail::ActorRefState&>(*other.state))) {}
 
 ActorRefBase& ActorRefBase::operator=(const ActorRefBase& other) {
-  state = kj::addRef(const_cast<detail::ActorRefState&>(*other.state));
+  state = kj::addRef(const_cast<actor_detail::ActorRefState&>(*other.state));
   return *this;
 }
 
@@ -99,7 +99,7 @@ kj::StringPtr ActorRefBase::actorName() const { return state->actorName; }
 
 // A handle's constness is not its connection's (as with a const pointer to a mutable object).
 Channel& ActorRefBase::channel() const {
-  return *const_cast<detail::ActorRefState&>(*state).channel;
+  return *const_cast<actor_detail::ActorRefState&>(*state).channel;
 }
 
 }  // namespace troupe

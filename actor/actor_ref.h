@@ -39,7 +39,7 @@ struct ActorRefOptions {
   kj::Maybe<kj::Duration> defaultDeadline;
 };
 
-namespace detail {
+namespace actor_detail {
 
 // What copies of one ActorRef share.
 class ActorRefState final : public kj::Refcounted, private kj::TaskSet::ErrorHandler {
@@ -76,7 +76,14 @@ struct PromiseValue<capnp::RemotePromise<R>> {
   using Type = capnp::Response<R>;
 };
 
-}  // namespace detail
+}  // namespace actor_detail
+
+// What a call function `Fn` given a `Client` resolves to: the response of the RemotePromise it
+// returns (capnp::Response<Results>), or the value of its kj::Promise. ActorRef::call,
+// ActorPool::call and broadcast resolve to it.
+template <typename Fn, typename Client>
+using CallValue =
+    typename actor_detail::PromiseValue<std::decay_t<std::invoke_result_t<Fn&, Client>>>::Type;
 
 // The untyped part of ActorRef<T>. Copies share the same state and connection.
 class ActorRefBase {
@@ -109,7 +116,7 @@ public:
   Channel& channel() const;
 
 private:
-  kj::Own<detail::ActorRefState> state;
+  kj::Own<actor_detail::ActorRefState> state;
 };
 
 // A typed handle to an actor implementing Cap'n Proto interface T. Belongs to its loop's thread.
@@ -141,10 +148,8 @@ public:
   // returned promise cancels the call.
   template <typename Fn>
   auto call(Fn&& fn, CallOptions options = {})
-      -> kj::Promise<typename detail::PromiseValue<
-          std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type> {
-    using Value = typename detail::PromiseValue<
-        std::decay_t<std::invoke_result_t<Fn&, typename T::Client>>>::Type;
+      -> kj::Promise<CallValue<Fn, typename T::Client>> {
+    using Value = CallValue<Fn, typename T::Client>;
     kj::Promise<Value> promise = kj::evalNow([&]() -> kj::Promise<Value> { return fn(client()); });
     return finishCall(kj::mv(promise), options);
   }

@@ -71,7 +71,7 @@ struct ActorServer::Impl final {
 
   // --- actors
 
-  detail::HostedActor& find(kj::StringPtr name) {
+  actor_detail::HostedActor& find(kj::StringPtr name) {
     for (auto& a : actors) {
       if (a->name == name.cStr()) return *a;
     }
@@ -83,7 +83,7 @@ struct ActorServer::Impl final {
                        ")"));
   }
 
-  void fillInfo(const detail::HostedActor& actor, schema::ActorInfo::Builder info) {
+  void fillInfo(const actor_detail::HostedActor& actor, schema::ActorInfo::Builder info) {
     info.setName(actor.name);
     info.setInterfaceName(actor.schema.getProto().getDisplayName());
     info.setInterfaceId(actor.schema.getProto().getId());
@@ -120,7 +120,7 @@ struct ActorServer::Impl final {
     return a.toString();
   }
 
-  Endpoint endpointOf(const detail::HostedActor& actor) const {
+  Endpoint endpointOf(const actor_detail::HostedActor& actor) const {
     Endpoint e;
     e.name = job.endpointName(actor.name);
     e.address = endpointAddress();
@@ -205,8 +205,8 @@ struct ActorServer::Impl final {
   uint64_t incarnation;
   ServerState state = ServerState::STARTING;
 
-  detail::CallTracker tracker;
-  kj::Vector<kj::Own<detail::HostedActor>> actors;
+  actor_detail::CallTracker tracker;
+  kj::Vector<kj::Own<actor_detail::HostedActor>> actors;
   std::vector<EndpointListener*> endpointListeners;
 
   kj::Own<RpcAcceptor> acceptor;
@@ -251,7 +251,7 @@ protected:
 
   kj::Promise<void> getSchema(GetSchemaContext context) override {
     auto& actor = server.find(context.getParams().getName());
-    auto nodes = detail::schemaClosure(actor.schema);
+    auto nodes = actor_detail::schemaClosure(actor.schema);
     auto results = context.getResults();
     results.setInterfaceId(actor.schema.getProto().getId());
     auto list = results.initNodes(nodes.size());
@@ -305,7 +305,7 @@ void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema sche
     }
   }
   impl->actors.add(
-      kj::heap<detail::HostedActor>(name, schema, kj::mv(actor), options, impl->tracker));
+      kj::heap<actor_detail::HostedActor>(name, schema, kj::mv(actor), options, impl->tracker));
   if (impl->state == ServerState::SERVING) {
     auto endpoint = impl->endpointOf(*impl->actors.back());
     for (auto* l : impl->endpointListeners) l->endpointChanged(endpoint);

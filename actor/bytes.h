@@ -15,9 +15,9 @@
 
 namespace troupe {
 
-namespace detail {
+namespace actor_detail {
 bool attachToOutgoingMessage(const void* address, kj::Array<const kj::byte>& bytes);
-}  // namespace detail
+}  // namespace actor_detail
 
 // Sets the Data field that `adopt` (a generated `adoptXxx` method of struct builder `M`) adopts
 // on `builder` to `bytes`.
@@ -44,7 +44,7 @@ bool adoptBytes(B& builder, void (M::*adopt)(capnp::Orphan<capnp::Data>&&),
     // The struct's own location tells which message it is in.
     const void* at = capnp::AnyStruct::Builder(M(target)).getDataSection().begin();
     kj::ArrayPtr<const kj::byte> view = bytes;
-    if (detail::attachToOutgoingMessage(at, bytes)) {
+    if (actor_detail::attachToOutgoingMessage(at, bytes)) {
       (target.*adopt)(orphanage.referenceExternalData(view));
       return true;
     }

@@ -72,7 +72,7 @@ void Channel::startConnecting() {
               kj::throwFatalException(KJ_EXCEPTION(
                   DISCONNECTED, "the connection was dropped by disconnect() while it was made"));
             }
-            auto conn = kj::heap<detail::RpcConnection>(kj::mv(stream), options.maxMessageBytes);
+            auto conn = kj::heap<actor_detail::RpcConnection>(kj::mv(stream), options.maxMessageBytes);
             auto cap = conn->bootstrap();
             tasks->add(conn->onDisconnect().then([this, attempt]() {
               if (attempt == epoch_) reset();

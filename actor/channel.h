@@ -14,7 +14,7 @@
 
 namespace troupe {
 
-namespace detail {
+namespace actor_detail {
 class RpcConnection;
 }
 
@@ -78,7 +78,7 @@ private:
   uint64_t epoch_ = 0;
   kj::Maybe<capnp::Capability::Client> pending;  // while connecting: queues calls
   kj::Maybe<capnp::Capability::Client> direct;   // once connected
-  kj::Maybe<kj::Own<detail::RpcConnection>> connection;
+  kj::Maybe<kj::Own<actor_detail::RpcConnection>> connection;
   kj::Own<ErrorHandler> errorHandler;
   kj::Own<kj::TaskSet> tasks;
   kj::Canceler connecting;  // the connection attempt, which refers to this channel

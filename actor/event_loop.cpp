@@ -60,14 +60,14 @@ private:
   kj::Date calendarAtStart;
 };
 
-// Calls detail::trimMessageBuffers() once per BUFFER_CACHE_TRIM_INTERVAL of `timer`, counting
+// Calls actor_detail::trimMessageBuffers() once per BUFFER_CACHE_TRIM_INTERVAL of `timer`, counting
 // the intervals since `last` (more than one when the loop was busy or a manual clock took a long
 // step), so the cache's idle bound holds in loop time.
 kj::Promise<void> trimMessageBuffersEvery(kj::Timer& timer, kj::TimePoint last) {
-  constexpr auto& INTERVAL = detail::BUFFER_CACHE_TRIM_INTERVAL;
+  constexpr auto& INTERVAL = actor_detail::BUFFER_CACHE_TRIM_INTERVAL;
   return timer.atTime(last + INTERVAL).then([&timer, last]() {
     int64_t intervals = kj::max(int64_t{1}, (timer.now() - last) / INTERVAL);
-    detail::trimMessageBuffers(static_cast<uint64_t>(intervals));
+    actor_detail::trimMessageBuffers(static_cast<uint64_t>(intervals));
     return trimMessageBuffersEvery(timer, last + intervals * INTERVAL);
   });
 }
@@ -79,7 +79,7 @@ struct EventLoop::Impl {
       : log(options.logger ? kj::mv(options.logger) : silentLogger()),
         random(options.randomSeed.orDefault(std::random_device()())) {
     checkUv("uv_loop_init", uv_loop_init(&uv));
-    port = kj::heap<detail::UvEventPort>(&uv);
+    port = kj::heap<actor_detail::UvEventPort>(&uv);
     kjLoop = kj::heap<kj::EventLoop>(*port);
     scope = kj::heap<kj::WaitScope>(*kjLoop);
     if (options.manualClock) {
@@ -88,7 +88,7 @@ struct EventLoop::Impl {
     } else {
       clock = &port->timer();
     }
-    lowLevel = kj::heap<detail::UvLowLevelIo>(&uv, *clock);
+    lowLevel = kj::heap<actor_detail::UvLowLevelIo>(&uv, *clock);
     provider = kj::newAsyncIoProvider(*lowLevel);
 
     // Gives back the large message buffers this thread has stopped reusing, on this loop's
@@ -101,12 +101,12 @@ struct EventLoop::Impl {
   std::shared_ptr<spdlog::logger> log;
   Random random;
   uv_loop_t uv;
-  kj::Own<detail::UvEventPort> port;
+  kj::Own<actor_detail::UvEventPort> port;
   kj::Own<kj::EventLoop> kjLoop;
   kj::Own<kj::WaitScope> scope;
   kj::Own<ManualTimer> manual;  // null unless the loop keeps time by hand
   kj::Timer* clock = nullptr;   // what timer() returns: `manual`, or the port's own timer
-  kj::Own<detail::UvLowLevelIo> lowLevel;
+  kj::Own<actor_detail::UvLowLevelIo> lowLevel;
   kj::Own<kj::AsyncIoProvider> provider;
   kj::Promise<void> trim = nullptr;
 };
@@ -187,14 +187,14 @@ class OffloadAdapter;
 // task back to the waiting promise or, if that promise was dropped, frees it.
 struct OffloadRequest {
   uv_work_t req;
-  kj::Own<detail::OffloadTask> task;
+  kj::Own<actor_detail::OffloadTask> task;
   OffloadAdapter* adapter;  // null once the promise was dropped
 };
 
 class OffloadAdapter {
 public:
-  OffloadAdapter(kj::PromiseFulfiller<kj::Own<detail::OffloadTask>>& fulfiller, uv_loop_t* loop,
-                 kj::Own<detail::OffloadTask> task)
+  OffloadAdapter(kj::PromiseFulfiller<kj::Own<actor_detail::OffloadTask>>& fulfiller, uv_loop_t* loop,
+                 kj::Own<actor_detail::OffloadTask> task)
       : fulfiller(fulfiller), request(new OffloadRequest{{}, kj::mv(task), this}) {
     request->req.data = request;
     int status = uv_queue_work(loop, &request->req, &OffloadAdapter::work, &OffloadAdapter::done);
@@ -225,15 +225,15 @@ private:
     delete r;
   }
 
-  kj::PromiseFulfiller<kj::Own<detail::OffloadTask>>& fulfiller;
+  kj::PromiseFulfiller<kj::Own<actor_detail::OffloadTask>>& fulfiller;
   OffloadRequest* request;
 };
 
 }  // namespace
 
-kj::Promise<kj::Own<detail::OffloadTask>> EventLoop::offloadTask(
-    kj::Own<detail::OffloadTask> task) {
-  return kj::newAdaptedPromise<kj::Own<detail::OffloadTask>, OffloadAdapter>(&impl->uv,
+kj::Promise<kj::Own<actor_detail::OffloadTask>> EventLoop::offloadTask(
+    kj::Own<actor_detail::OffloadTask> task) {
+  return kj::newAdaptedPromise<kj::Own<actor_detail::OffloadTask>, OffloadAdapter>(&impl->uv,
                                                                             kj::mv(task));
 }
 

@@ -22,7 +22,7 @@ class logger;
 
 namespace troupe {
 
-namespace detail {
+namespace actor_detail {
 class UvEventPort;
 class UvLowLevelIo;
 
@@ -34,7 +34,7 @@ public:
   virtual void run() noexcept = 0;
 };
 
-}  // namespace detail
+}  // namespace actor_detail
 
 struct EventLoopOptions {
   // Where troupe components built on this loop log unless their own options name a logger.
@@ -148,7 +148,7 @@ public:
   kj::Promise<int> onSignal(std::initializer_list<int> signals);
 
 private:
-  kj::Promise<kj::Own<detail::OffloadTask>> offloadTask(kj::Own<detail::OffloadTask> task);
+  kj::Promise<kj::Own<actor_detail::OffloadTask>> offloadTask(kj::Own<actor_detail::OffloadTask> task);
 
   struct Impl;
   kj::Own<Impl> impl;
@@ -162,7 +162,7 @@ auto EventLoop::offload(Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn&>> {
   using R = std::invoke_result_t<Fn&>;
   using Stored = std::conditional_t<std::is_void_v<R>, kj::_::Void, R>;
 
-  class Task final : public detail::OffloadTask {
+  class Task final : public actor_detail::OffloadTask {
   public:
     explicit Task(Fn&& fn) : fn(kj::fwd<Fn>(fn)) {}
     void run() noexcept override {
@@ -181,7 +181,7 @@ auto EventLoop::offload(Fn&& fn) -> kj::Promise<std::invoke_result_t<Fn&>> {
   };
 
   return offloadTask(kj::heap<Task>(kj::fwd<Fn>(fn)))
-      .then([](kj::Own<detail::OffloadTask>&& done) -> kj::Promise<R> {
+      .then([](kj::Own<actor_detail::OffloadTask>&& done) -> kj::Promise<R> {
         auto& task = kj::downcast<Task>(*done);
         KJ_IF_MAYBE(e, task.error) {
           return kj::mv(*e);

@@ -8,7 +8,7 @@
 namespace troupe {
 
 struct RpcAcceptor::Listener {
-  detail::ListenSocket socket;
+  actor_detail::ListenSocket socket;
   std::string text;
 };
 
@@ -28,7 +28,7 @@ public:
   }
 
   RpcAcceptor& acceptor;
-  detail::RpcConnection rpc;
+  actor_detail::RpcConnection rpc;
   kj::Canceler writes;  // declared after rpc: waits on its writes end before it goes
 };
 
@@ -51,7 +51,7 @@ RpcAcceptor::~RpcAcceptor() noexcept(false) {
 Address RpcAcceptor::listen(kj::StringPtr text) {
   auto address = Address::parse(text);
   auto l = kj::heap<Listener>();
-  l->socket = detail::openListenSocket(loop.lowLevelIo(), address);
+  l->socket = actor_detail::openListenSocket(loop.lowLevelIo(), address);
   l->text = l->socket.bound.toString();
   auto bound = l->socket.bound;
   auto& ref = *l;
@@ -71,7 +71,7 @@ void RpcAcceptor::closeListeners() {
   acceptTasks = kj::heap<kj::TaskSet>(*this);
   for (auto& l : listeners) {
     l->socket.receiver = nullptr;
-    if (l->socket.ownsPath) detail::removeSocketFile(l->socket.bound);
+    if (l->socket.ownsPath) actor_detail::removeSocketFile(l->socket.bound);
   }
   listeners.clear();
   bound_.clear();

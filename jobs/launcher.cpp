@@ -38,7 +38,7 @@ bool isFinal(JobPhase phase) {
 
 namespace {
 
-kj::Promise<JobPhase> finalPhase(kj::Own<detail::Job> job) {
+kj::Promise<JobPhase> finalPhase(kj::Own<jobs_detail::Job> job) {
   auto phase = job->phase();
   if (isFinal(phase)) return phase;
   auto changed = job->whenChanged();

@@ -39,7 +39,7 @@ struct ReplicaInfo {
   std::string logPath;  // where its stdout and stderr go
 };
 
-namespace detail {
+namespace jobs_detail {
 
 // What a launcher keeps for one job; JobHandle's implementation. Loop thread only.
 class Job : public kj::Refcounted {
@@ -56,13 +56,13 @@ public:
   virtual kj::Timer& timer() = 0;
 };
 
-}  // namespace detail
+}  // namespace jobs_detail
 
 // A submitted job. Copies refer to the same job. Belongs to the launcher's loop; valid after
 // the launcher is gone (it then reports the job's last phase).
 class JobHandle {
 public:
-  explicit JobHandle(kj::Own<detail::Job> job) : job(kj::mv(job)) {}
+  explicit JobHandle(kj::Own<jobs_detail::Job> job) : job(kj::mv(job)) {}
   JobHandle(const JobHandle& other) : job(share(other)) {}
   JobHandle& operator=(const JobHandle& other) {
     job = share(other);
@@ -104,11 +104,11 @@ public:
 private:
   // Another reference to `other`'s job. Copying a handle does not change the job; only its
   // reference count, which kj::addRef() counts through a non-const reference.
-  static kj::Own<detail::Job> share(const JobHandle& other) {
-    return kj::addRef(const_cast<detail::Job&>(*other.job));
+  static kj::Own<jobs_detail::Job> share(const JobHandle& other) {
+    return kj::addRef(const_cast<jobs_detail::Job&>(*other.job));
   }
 
-  kj::Own<detail::Job> job;
+  kj::Own<jobs_detail::Job> job;
 };
 
 // Starts jobs somewhere. Belongs to one loop.

@@ -48,7 +48,7 @@ std::string registryUrl(const std::string& bound) {
 
 }  // namespace
 
-struct LocalLauncher::Impl final : public detail::LocalJobHost,
+struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
                                    private kj::TaskSet::ErrorHandler {
   Impl(EventLoop& loop, LocalLauncherOptions&& opts)
       : loop(loop),
@@ -62,7 +62,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
       url = options.resolver;
       resolver = openResolver(loop, url);
     }
-    detail::makeDirectories(logDirectory);
+    jobs_detail::makeDirectories(logDirectory);
     if (options.program.empty()) {
       program = "/proc/self/exe";  // the very binary, even if its file was replaced since
       programName = ownProgramName();
@@ -86,12 +86,12 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
     }
     auto m = ledger.machine();
     log->info("local launcher: {} cpus, {} memory, {} GPUs; logs in {}; resolver {}",
-              detail::formatCpus(static_cast<uint64_t>(m.cpus * 1000)),
-              detail::formatBytes(m.ramBytes), m.gpus, logDirectory, url);
+              jobs_detail::formatCpus(static_cast<uint64_t>(m.cpus * 1000)),
+              jobs_detail::formatBytes(m.ramBytes), m.gpus, logDirectory, url);
   }
 
   static MachineResources machineOf(const LocalLauncherOptions& options) {
-    auto m = detail::detectMachine();
+    auto m = jobs_detail::detectMachine();
     if (options.cpus > 0) m.cpus = options.cpus;
     if (options.ramBytes > 0) m.ramBytes = options.ramBytes;
     if (options.gpus >= 0) m.gpus = static_cast<uint32_t>(options.gpus);
@@ -141,12 +141,12 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
     return kj::joinPromises(branches.finish());
   }
 
-  void giveBack(const detail::Allocation& allocation) override {
+  void giveBack(const jobs_detail::Allocation& allocation) override {
     ledger.give(allocation);
     scheduleAdmission();
   }
 
-  void jobEnded(detail::LocalJob&) override { scheduleAdmission(); }
+  void jobEnded(jobs_detail::LocalJob&) override { scheduleAdmission(); }
 
   void taskFailed(kj::Exception&& exception) override {
     log->error("local launcher: {}", exception.getDescription().cStr());
@@ -172,7 +172,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
         it = queue.erase(it);
         continue;
       }
-      auto need = detail::needOf(job.request().resources);
+      auto need = jobs_detail::needOf(job.request().resources);
       uint32_t count = job.request().replicaCount();
       KJ_IF_MAYBE(why, ledger.shortfall(need, count)) {
         job.setPendingReason(*why);
@@ -186,7 +186,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
         ++it;
         continue;
       }
-      std::vector<detail::Allocation> allocations;
+      std::vector<jobs_detail::Allocation> allocations;
       for (uint32_t i = 0; i < count; ++i) allocations.push_back(ledger.take(need));
       auto own = kj::mv(*it);
       it = queue.erase(it);
@@ -206,9 +206,9 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
                          "; wait for it to end, terminate it, or submit with adopt = true to "
                          "take it over"));
     }
-    auto need = detail::needOf(request.resources);
+    auto need = jobs_detail::needOf(request.resources);
     uint32_t count = request.replicaCount();
-    detail::LocalJobSettings settings{
+    jobs_detail::LocalJobSettings settings{
         .program = program,
         .programName = programName,
         .resolverUrl = url,
@@ -218,7 +218,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
         .logger = log,
     };
     auto name = request.name;
-    auto job = kj::refcounted<detail::LocalJob>(loop, *this, kj::mv(request), kj::mv(settings));
+    auto job = kj::refcounted<jobs_detail::LocalJob>(loop, *this, kj::mv(request), kj::mv(settings));
     // An ended job of the same name is forgotten; handles to it stay valid, apart from this
     // launcher.
     if (found != jobs.end()) found->second->detach();
@@ -281,7 +281,7 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
   std::string logDirectory;
   std::string program;
   std::string programName;
-  detail::CapacityLedger ledger;
+  jobs_detail::CapacityLedger ledger;
   // Declared before what uses them, so destroyed after.
   kj::Maybe<kj::Own<RegistryServer>> registry;
   std::string url;
@@ -293,8 +293,8 @@ struct LocalLauncher::Impl final : public detail::LocalJobHost,
     uint32_t inFlight = 0;
   };
   std::map<std::string, JobReports> reports;
-  std::map<std::string, kj::Own<detail::LocalJob>> jobs;  // by name: the latest of each
-  std::deque<kj::Own<detail::LocalJob>> queue;             // PENDING, in submission order
+  std::map<std::string, kj::Own<jobs_detail::LocalJob>> jobs;  // by name: the latest of each
+  std::deque<kj::Own<jobs_detail::LocalJob>> queue;             // PENDING, in submission order
   bool admissionScheduled = false;
   bool shuttingDown = false;
   kj::Maybe<kj::ForkedPromise<void>> drained;

@@ -79,9 +79,9 @@ kj::StringPtr kindName(const Device& device) {
 }
 
 // The slice `variant` names, with `what` ("device", "alternative 1") before the error.
-detail::TpuSlice sliceFor(kj::StringPtr what, kj::StringPtr variant) {
+jobs_detail::TpuSlice sliceFor(kj::StringPtr what, kj::StringPtr variant) {
   try {
-    return detail::lookupTpuSlice(variant);
+    return jobs_detail::lookupTpuSlice(variant);
   } catch (const kj::Exception& e) {
     invalid(kj::str(what, ": ", errorMessage(e)));
   }
@@ -101,7 +101,7 @@ void validateTpu(kj::StringPtr what, const TpuDevice& tpu) {
   if (tpu.variant.empty()) {
     invalid(kj::str(what, ": a TPU device needs a variant, a slice type such as v5p-8 (known "
                           "families: ",
-                    detail::knownTpuFamilies(), ")"));
+                    jobs_detail::knownTpuFamilies(), ")"));
   }
   auto slice = sliceFor(what, tpu.variant);
   if (tpu.chipsPerVm != slice.chipsPerVm || tpu.vmCount != slice.vmCount) {
@@ -110,7 +110,7 @@ void validateTpu(kj::StringPtr what, const TpuDevice& tpu) {
                     " of ", tpu.chipsPerVm, " (ResourceConfig::withTpu fills these in)"));
   }
   bool fits = false;
-  KJ_IF_MAYBE(chips, detail::topologyChips(tpu.topology, slice.family.topologyDims)) {
+  KJ_IF_MAYBE(chips, jobs_detail::topologyChips(tpu.topology, slice.family.topologyDims)) {
     fits = *chips == slice.chips;
   }
   if (!fits) {
@@ -242,7 +242,7 @@ ResourceConfig ResourceConfig::withTpu(const std::vector<std::string>& types,
   double hostCpus = 0;
   uint64_t hostRam = 0;
   for (size_t i = 0; i < types.size(); ++i) {
-    auto slice = detail::lookupTpuSlice(types[i]);
+    auto slice = jobs_detail::lookupTpuSlice(types[i]);
     TpuDevice tpu{.variant = slice.variant,
                   .topology = slice.topology,
                   .chipsPerVm = slice.chipsPerVm,
@@ -350,7 +350,7 @@ std::map<std::string, std::string> ResourceConfig::deviceEnvironment(
   if (auto* tpu = std::get_if<TpuDevice>(&device)) {
     auto slice = sliceFor("device", tpu->variant);
     if (slice.family.setsLibtpuInitArgs) {
-      set("LIBTPU_INIT_ARGS", detail::LIBTPU_INIT_ARGS_DEFAULT.cStr());
+      set("LIBTPU_INIT_ARGS", jobs_detail::LIBTPU_INIT_ARGS_DEFAULT.cStr());
     }
   }
   return env;

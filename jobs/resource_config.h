@@ -112,7 +112,7 @@ struct ResourceConfig {
   // it on its machine:
   //   JAX_PLATFORMS         "cpu" on CPUs; set and empty on GPUs and TPUs (JAX picks the
   //                         accelerator)
-  //   LIBTPU_INIT_ARGS      on v5e, v5p and v6e: detail::LIBTPU_INIT_ARGS_DEFAULT (MaxText's
+  //   LIBTPU_INIT_ARGS      on v5e, v5p and v6e: jobs_detail::LIBTPU_INIT_ARGS_DEFAULT (MaxText's
   //                         collective-overlap flags); not set on v4
   //   CUDA_VISIBLE_DEVICES  on GPUs: the indexes, comma-separated ("0,1"); not set when
   //                         `gpuIndexes` is empty (the platform decides what the replica sees)

@@ -40,16 +40,6 @@ struct ActorPoolOptions {
   kj::Duration maxBackoff = 1 * kj::SECONDS;
 };
 
-namespace detail {
-
-// What a call function `Fn` applied to a `Client` resolves to: the response of a RemotePromise,
-// or the value of a kj::Promise.
-template <typename Fn, typename Client>
-using CallValue =
-    typename PromiseValue<std::decay_t<std::invoke_result_t<Fn&, Client>>>::Type;
-
-}  // namespace detail
-
 // The untyped part of ActorPool<T>: its calls take the member's capability as a
 // capnp::Capability::Client (cast it, e.g. to a capnp::DynamicCapability for a program without
 // generated code). Belongs to its group's loop. Borrows the group, which must outlive the pool.
@@ -76,12 +66,12 @@ public:
   // ActorPool<T>::call with the member's untyped capability.
   template <typename Fn>
   auto callCapability(Fn&& fn, CallOptions options = {})
-      -> kj::Promise<detail::CallValue<Fn, capnp::Capability::Client>>;
+      -> kj::Promise<CallValue<Fn, capnp::Capability::Client>>;
 
   // ActorPool<T>::broadcast with each member's untyped capability.
   template <typename Fn>
   auto broadcastCapability(Fn&& fn, CallOptions options = {})
-      -> BroadcastFuture<detail::CallValue<Fn, capnp::Capability::Client>>;
+      -> BroadcastFuture<CallValue<Fn, capnp::Capability::Client>>;
 
   // Refuses new calls and broadcasts (they reject with DRAINING: they never ran) and resolves
   // once every call and broadcast member call in flight has finished. Calling it again joins
@@ -125,7 +115,7 @@ public:
   // so does destroying the pool (see ActorPoolBase).
   template <typename Fn>
   auto call(Fn&& fn, CallOptions options = {})
-      -> kj::Promise<detail::CallValue<Fn, typename T::Client>> {
+      -> kj::Promise<CallValue<Fn, typename T::Client>> {
     return callCapability(
         [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable {
           return fn(c.castAs<T>());
@@ -138,7 +128,7 @@ public:
   // the member and its address. Broadcast calls are not retried.
   template <typename Fn>
   auto broadcast(Fn&& fn, CallOptions options = {})
-      -> BroadcastFuture<detail::CallValue<Fn, typename T::Client>> {
+      -> BroadcastFuture<CallValue<Fn, typename T::Client>> {
     return broadcastCapability(
         [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable {
           return fn(c.castAs<T>());
@@ -151,8 +141,8 @@ public:
 
 template <typename Fn>
 auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options)
-    -> kj::Promise<detail::CallValue<Fn, capnp::Capability::Client>> {
-  using Value = detail::CallValue<Fn, capnp::Capability::Client>;
+    -> kj::Promise<CallValue<Fn, capnp::Capability::Client>> {
+  using Value = CallValue<Fn, capnp::Capability::Client>;
   // The successful attempt's result lands here; the slot outlives every attempt, which the
   // promise below depends on.
   auto slot = kj::heap<kj::Maybe<Value>>();
@@ -168,10 +158,10 @@ auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options)
 
 template <typename Fn>
 auto ActorPoolBase::broadcastCapability(Fn&& fn, CallOptions options)
-    -> BroadcastFuture<detail::CallValue<Fn, capnp::Capability::Client>> {
-  using Value = detail::CallValue<Fn, capnp::Capability::Client>;
+    -> BroadcastFuture<CallValue<Fn, capnp::Capability::Client>> {
+  using Value = CallValue<Fn, capnp::Capability::Client>;
   auto members = group().readyMembers();
-  auto state = kj::refcounted<detail::BroadcastState<Value>>(
+  auto state = kj::refcounted<pool_detail::BroadcastState<Value>>(
       group().loop(), KJ_MAP(m, members) { return m->endpoint; });
   auto& s = *state;
   // Each member call settles its slot; the state holds the calls, so it outlives them.

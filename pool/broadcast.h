@@ -27,7 +27,7 @@ struct CallResult {
   bool ok() const { return value != nullptr; }
 };
 
-namespace detail {
+namespace pool_detail {
 
 // Shared by a BroadcastFuture and the member calls feeding it. Loop thread only.
 template <typename V>
@@ -110,14 +110,14 @@ private:
   ChangeSignal changed;
 };
 
-}  // namespace detail
+}  // namespace pool_detail
 
 // Returned by ActorPool::broadcast(). Belongs to the loop's thread. Consume it one way: one of
 // waitAll(), waitAny() or waitQuorum(), or next() repeatedly; each takes the results it returns.
 // The calls run until they finish or until the future and every promise it returned are dropped.
 template <typename V>
 class BroadcastFuture {
-  using State = detail::BroadcastState<V>;
+  using State = pool_detail::BroadcastState<V>;
 
 public:
   explicit BroadcastFuture(kj::Own<State> state) : state(kj::mv(state)) {}

@@ -24,7 +24,7 @@ namespace troupe {
 
 namespace {
 
-using detail::FixedTable;
+using resolver_detail::FixedTable;
 
 std::string_view view(kj::StringPtr s) { return std::string_view(s.begin(), s.size()); }
 
@@ -89,7 +89,7 @@ public:
 private:
   kj::Maybe<FixedTable&> table;
   std::string prefix;
-  detail::WatchQueue events;
+  resolver_detail::WatchQueue events;
 };
 
 // One registration. Borrows the table until either goes; owns the entry of its name only while
@@ -117,7 +117,7 @@ private:
 
 }  // namespace
 
-namespace detail {
+namespace resolver_detail {
 
 // The state behind a FixedResolver: the entries, and the watches and registrations that borrow
 // it (linked here so they can be told when it goes, and unlinking themselves when they go first).
@@ -240,7 +240,7 @@ private:
   std::map<std::string, JobStatus, std::less<>> jobs;  // jobs not RUNNING
 };
 
-}  // namespace detail
+}  // namespace resolver_detail
 
 // ------------------------------------------------------------------------------------------------
 

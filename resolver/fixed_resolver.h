@@ -10,7 +10,7 @@
 
 namespace troupe {
 
-namespace detail {
+namespace resolver_detail {
 class FixedTable;
 }
 
@@ -112,7 +112,7 @@ public:
   kj::Promise<void> setJobStatus(JobStatus status) override;
 
 private:
-  kj::Own<detail::FixedTable> table;
+  kj::Own<resolver_detail::FixedTable> table;
 };
 
 }  // namespace troupe

@@ -30,7 +30,7 @@ void serveReplica(EventLoop& loop, ActorServer& server) {
   // The drain already removed the endpoints; dropping the publisher releases the leases.
 }
 
-namespace detail {
+namespace resolver_detail {
 
 int hostCapability(EventLoop& loop, kj::StringPtr name, capnp::InterfaceSchema schema,
                    capnp::Capability::Client actor, HostOptions options) {
@@ -50,6 +50,6 @@ int hostCapability(EventLoop& loop, kj::StringPtr name, capnp::InterfaceSchema s
   return 0;
 }
 
-}  // namespace detail
+}  // namespace resolver_detail
 
 }  // namespace troupe

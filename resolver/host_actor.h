@@ -40,17 +40,17 @@ void serveReplica(EventLoop& loop, ActorServer& server);
 template <typename T, typename Impl>
 int hostActor(EventLoop& loop, kj::StringPtr name, kj::Own<Impl> impl, HostOptions options = {});
 
-namespace detail {
+namespace resolver_detail {
 // hostActor's untyped part: everything after the actor exists.
 int hostCapability(EventLoop& loop, kj::StringPtr name, capnp::InterfaceSchema schema,
                    capnp::Capability::Client actor, HostOptions options);
-}  // namespace detail
+}  // namespace resolver_detail
 
 template <typename T, typename Impl>
 int hostActor(EventLoop& loop, kj::StringPtr name, kj::Own<Impl> impl, HostOptions options) {
   static_assert(std::is_base_of_v<typename T::Server, Impl>,
                 "hostActor<T>(loop, name, impl): impl must implement T::Server");
-  return detail::hostCapability(loop, name, capnp::Schema::from<T>(),
+  return resolver_detail::hostCapability(loop, name, capnp::Schema::from<T>(),
                                 capnp::Capability::Client(kj::mv(impl)), kj::mv(options));
 }
 

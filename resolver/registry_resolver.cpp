@@ -45,7 +45,7 @@ kj::String registryAddress(kj::StringPtr url) {
 
 RegistryResolver::RegistryResolver(EventLoop& loop, kj::StringPtr address,
                                    RegistryResolverOptions options)
-    : link(kj::refcounted<detail::RegistryLink>(loop, registryAddress(address), kj::mv(options))) {}
+    : link(kj::refcounted<resolver_detail::RegistryLink>(loop, registryAddress(address), kj::mv(options))) {}
 
 RegistryResolver::~RegistryResolver() noexcept(false) {}
 
@@ -69,7 +69,7 @@ kj::Promise<kj::Array<Endpoint>> RegistryResolver::resolve(kj::StringPtr prefix)
 
 kj::Own<Watch> RegistryResolver::watch(kj::StringPtr prefix) {
   validatePrefix(prefix);
-  return kj::heap<detail::RegistryWatch>(kj::addRef(*link), prefix);
+  return kj::heap<resolver_detail::RegistryWatch>(kj::addRef(*link), prefix);
 }
 
 kj::Own<Registration> RegistryResolver::registerEndpoint(Endpoint endpoint) {
@@ -77,9 +77,9 @@ kj::Own<Registration> RegistryResolver::registerEndpoint(Endpoint endpoint) {
     endpoint.jobId = kj::mv(parts->jobId);
     endpoint.actor = kj::mv(parts->actor);
     endpoint.taskIndex = parts->taskIndex;
-    return kj::heap<detail::RegistryRegistration>(kj::addRef(*link), kj::mv(endpoint));
+    return kj::heap<resolver_detail::RegistryRegistration>(kj::addRef(*link), kj::mv(endpoint));
   }
-  return kj::heap<detail::RegistryRegistration>(kj::addRef(*link),
+  return kj::heap<resolver_detail::RegistryRegistration>(kj::addRef(*link),
                                                 endpointNameError(endpoint.name));
 }
 

@@ -12,7 +12,7 @@
 
 namespace troupe {
 
-namespace detail {
+namespace resolver_detail {
 class RegistryLink;
 }
 
@@ -109,7 +109,7 @@ public:
   kj::Promise<void> setJobStatus(JobStatus status) override;
 
 private:
-  kj::Own<detail::RegistryLink> link;
+  kj::Own<resolver_detail::RegistryLink> link;
 };
 
 }  // namespace troupe

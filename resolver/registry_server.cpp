@@ -14,7 +14,7 @@ namespace troupe {
 
 namespace {
 
-using detail::RegistryTable;
+using resolver_detail::RegistryTable;
 
 // One registration, held by the registrant. Releasing it removes the entry it still holds.
 class LeaseImpl final : public schema::Lease::Server {
@@ -78,7 +78,7 @@ protected:
     auto found = table->resolve(context.getParams().getPrefix());
     context.releaseParams();
     size_t words = 16;
-    for (auto& e : found) words += (detail::endpointBytes(e) + 256) / sizeof(capnp::word);
+    for (auto& e : found) words += (resolver_detail::endpointBytes(e) + 256) / sizeof(capnp::word);
     context.initResults(capnp::MessageSize{words, 0});
     auto list = context.getResults().initEndpoints(found.size());
     for (size_t i = 0; i < found.size(); ++i) found[i].toCapnp(list[i]);

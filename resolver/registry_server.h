@@ -15,7 +15,7 @@
 
 namespace troupe {
 
-namespace detail {
+namespace resolver_detail {
 class RegistryTable;
 }
 

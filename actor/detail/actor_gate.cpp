@@ -4,7 +4,7 @@
 
 #include "troupe/actor/errors.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 CallTracker::~CallTracker() noexcept(false) {
   abortAll(KJ_EXCEPTION(DISCONNECTED, "the actor server was destroyed"));
@@ -216,4 +216,4 @@ capnp::Capability::Client HostedActor::client() {
   return capnp::Capability::Client(gate->addRef());
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

@@ -18,7 +18,7 @@
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/change_signal.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 class CallTracker;
 class CallSlot;
@@ -106,4 +106,4 @@ private:
   kj::Own<capnp::ClientHook> gate;
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

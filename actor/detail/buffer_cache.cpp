@@ -7,7 +7,7 @@
 
 #include <kj/vector.h>
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 namespace {
 
@@ -194,4 +194,4 @@ void trimMessageBuffers(uint64_t intervals) {
 size_t cachedMessageBuffers() { return threadCache().count(); }
 size_t cachedMessageBufferBytes() { return threadCache().totalBytes(); }
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

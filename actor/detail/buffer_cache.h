@@ -12,7 +12,7 @@
 #include <kj/array.h>
 #include <kj/time.h>
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 // Bodies smaller than this come from malloc as usual.
 constexpr size_t CACHED_BUFFER_MIN_BYTES = 64 * 1024;
@@ -60,4 +60,4 @@ void trimMessageBuffers(uint64_t intervals);
 size_t cachedMessageBuffers();
 size_t cachedMessageBufferBytes();
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

@@ -12,7 +12,7 @@
 
 #include "troupe/actor/errors.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 namespace {
 
@@ -141,4 +141,4 @@ void removeSocketFile(const Address& address) {
   if (address.kind == Address::Kind::UNIX) ::unlink(address.path.c_str());
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

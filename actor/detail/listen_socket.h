@@ -7,7 +7,7 @@
 
 #include "troupe/actor/address.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 struct ListenSocket {
   kj::Own<kj::ConnectionReceiver> receiver;
@@ -23,4 +23,4 @@ ListenSocket openListenSocket(kj::LowLevelAsyncIoProvider& io, const Address& ad
 // Removes a unix socket file created by openListenSocket.
 void removeSocketFile(const Address& address);
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

@@ -13,7 +13,7 @@
 #include "troupe/actor/detail/uv_io.h"
 #include "troupe/actor/errors.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 namespace {
 
@@ -286,4 +286,4 @@ kj::Promise<void> BoundedMessageStream::end() {
   return flush().then([this]() { stream.shutdownWrite(); });
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

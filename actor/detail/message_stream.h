@@ -11,7 +11,7 @@
 #include <kj/async-io.h>
 #include <kj/vector.h>
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 // How many times over a received message may be traversed. Cap'n Proto counts every read of a
 // pointer's target against the message's traversal limit; with a limit equal to the message
@@ -98,4 +98,4 @@ private:
   kj::Promise<void> flushLater = nullptr;   // the end-of-turn flush
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

@@ -2,7 +2,7 @@
 
 #include <capnp/message.h>
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream,
@@ -27,4 +27,4 @@ capnp::Capability::Client RpcConnection::bootstrap() {
   return rpc.bootstrap(vatId);
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

@@ -8,7 +8,7 @@
 #include "troupe/actor/detail/message_stream.h"
 #include "troupe/actor/detail/rpc_network.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 // Belongs to the loop thread that made the stream. Dropping it closes the connection: calls in
 // flight on it fail with DISCONNECTED on the other side.
@@ -38,4 +38,4 @@ private:
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

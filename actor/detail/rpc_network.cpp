@@ -9,7 +9,7 @@
 #include "troupe/actor/detail/buffer_cache.h"
 #include "troupe/actor/errors.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 namespace {
 
@@ -231,4 +231,4 @@ void RpcNetwork::taskFailed(kj::Exception&&) {
   // A failed write: the socket is closing, and the connection's reads report it.
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

@@ -13,7 +13,7 @@
 
 #include "troupe/actor/detail/message_stream.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 // When `address` lies in a message being built on this thread for an RPC connection, moves
 // `bytes` into that message (it keeps them until it is written or dropped) and returns true;
@@ -87,4 +87,4 @@ private:
   kj::TaskSet largeWrites;  // writes made from a message's own segments, each keeping it alive
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

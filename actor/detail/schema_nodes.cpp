@@ -2,7 +2,7 @@
 
 #include <set>
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 namespace {
 
@@ -49,4 +49,4 @@ kj::Vector<capnp::Schema> schemaClosure(capnp::InterfaceSchema root) {
   return kj::mv(closure.out);
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

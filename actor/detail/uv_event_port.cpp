@@ -8,7 +8,7 @@ void throwUvError(const char* what, int status) {
 
 }  // namespace troupe
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 UvTimer::UvTimer(uv_loop_t* loop)
     : clock(kj::systemPreciseMonotonicClock()), impl(clock.now()) {
@@ -99,4 +99,4 @@ void UvEventPort::wake() const {
   uv_async_send(const_cast<uv_async_t*>(async.get()));
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

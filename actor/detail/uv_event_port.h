@@ -11,7 +11,7 @@
 
 #include "troupe/actor/uv_handle.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 // kj::Timer on a uv_timer_t. `now()` reads the monotonic clock (not a cached loop time), so a
 // deadline set while the loop was busy is measured from when it was set. Timers fire with the
@@ -57,4 +57,4 @@ private:
   UvTimer timer_;
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

@@ -13,7 +13,7 @@
 
 #include "troupe/actor/detail/uv_event_port.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 kj::Exception syscallException(const char* what, int error, kj::StringPtr detail) {
   auto type = kj::Exception::Type::FAILED;
@@ -481,4 +481,4 @@ kj::Own<kj::ConnectionReceiver> UvLowLevelIo::wrapListenSocketFd(int fd, Network
 
 kj::Timer& UvLowLevelIo::getTimer() { return timer; }
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

@@ -8,7 +8,7 @@
 
 #include "troupe/actor/uv_handle.h"
 
-namespace troupe::detail {
+namespace troupe::actor_detail {
 
 // Watches one file descriptor for readiness. Read (and write) interest stays registered while
 // events keep finding a waiter, and is dropped only when an event fires with nobody waiting, so
@@ -67,4 +67,4 @@ private:
 // unreachable, FAILED otherwise.
 kj::Exception syscallException(const char* what, int error, kj::StringPtr detail = nullptr);
 
-}  // namespace troupe::detail
+}  // namespace troupe::actor_detail

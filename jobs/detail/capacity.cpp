@@ -9,7 +9,7 @@
 
 #include <kj/debug.h>
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 namespace {
 
@@ -208,4 +208,4 @@ MachineResources CapacityLedger::available() const {
   return {freeMilliCpus / 1000.0, freeRam, gpus};
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

@@ -11,7 +11,7 @@
 #include "troupe/jobs/local_launcher.h"
 #include "troupe/jobs/resource_config.h"
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 // Detects this machine: cores online (sysconf(_SC_NPROCESSORS_ONLN)), MemTotal from
 // <procRoot>/meminfo, and the NVIDIA GPUs listed in <procRoot>/driver/nvidia/gpus/ (one
@@ -75,4 +75,4 @@ private:
   uint64_t freeRam;
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

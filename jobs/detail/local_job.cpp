@@ -13,7 +13,7 @@
 
 extern char** environ;
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 namespace {
 
@@ -383,4 +383,4 @@ void LocalJob::detach() {
   changed();
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

@@ -16,7 +16,7 @@
 #include "troupe/jobs/launcher.h"
 #include "troupe/resolver/resolver.h"
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 class LocalJob;
 
@@ -139,4 +139,4 @@ private:
   kj::Own<kj::TaskSet> tasks;  // last: its tasks use everything above
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

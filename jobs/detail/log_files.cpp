@@ -10,7 +10,7 @@
 
 #include <kj/debug.h>
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 namespace {
 
@@ -109,4 +109,4 @@ std::vector<std::string> tailLines(const std::string& path, size_t count) {
   return lines;
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

@@ -7,7 +7,7 @@
 #include <kj/io.h>
 #include <kj/string.h>
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 // Creates `path` and its missing parents (mode 0700). Throws FAILED naming the path and the
 // error when it cannot.
@@ -26,4 +26,4 @@ void appendLine(int fd, kj::StringPtr line);
 // first; empty when the file is missing. Reads only as much of the end as it needs.
 std::vector<std::string> tailLines(const std::string& path, size_t count);
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

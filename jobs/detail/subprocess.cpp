@@ -7,7 +7,7 @@
 
 #include <kj/debug.h>
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 std::string describe(const ExitStatus& status) {
   if (status.signal != 0) {
@@ -107,4 +107,4 @@ void Subprocess::onExit(uv_process_t* h, int64_t code, int signal) {
   self->exitFulfiller->fulfill(ExitStatus{code, signal});
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

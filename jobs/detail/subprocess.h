@@ -12,7 +12,7 @@
 
 #include "troupe/actor/uv_handle.h"
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 // How a process ended: it exited with `code`, or a signal killed it.
 struct ExitStatus {
@@ -80,4 +80,4 @@ private:
   kj::Own<kj::PromiseFulfiller<ExitStatus>> exitFulfiller;
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

@@ -7,7 +7,7 @@
 #include "troupe/actor/errors.h"
 #include "troupe/actor/parse_number.h"
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 namespace {
 
@@ -205,4 +205,4 @@ kj::Maybe<uint64_t> topologyChips(kj::StringPtr topology, uint32_t dims) {
   return product(topology, dims);
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

@@ -9,7 +9,7 @@
 #include <kj/common.h>
 #include <kj/string.h>
 
-namespace troupe::detail {
+namespace troupe::jobs_detail {
 
 // One TPU generation. A slice type is "<name>-<N>", N counting TensorCores (coresPerChip per
 // chip): v4-8 and v5p-8 are 4 chips, v5litepod-8 and v6e-8 are 8.
@@ -50,4 +50,4 @@ TpuSlice lookupTpuSlice(kj::StringPtr type);
 // has `dims` dimensions; nullptr when it is malformed or has another number of dimensions.
 kj::Maybe<uint64_t> topologyChips(kj::StringPtr topology, uint32_t dims);
 
-}  // namespace troupe::detail
+}  // namespace troupe::jobs_detail

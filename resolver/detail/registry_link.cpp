@@ -4,7 +4,7 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 // The Watcher of the liveness watch. Cap'n Proto releases it when the connection breaks (or
 // the registry drops the watch), which is the point of it.
@@ -158,4 +158,4 @@ void RegistryLink::stopProbe() {
   ++probeId;
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

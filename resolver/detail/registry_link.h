@@ -15,7 +15,7 @@
 #include "troupe/resolver/registry_resolver.h"
 #include "troupe/schemas/registry.capnp.h"
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 // The prefix of the liveness watch: '~' cannot start an endpoint name (nor a job id), so it
 // matches nothing and the registry never sends it more than SYNCED.
@@ -135,4 +135,4 @@ kj::Promise<T> RegistryLink::call(kj::StringPtr what, Fn fn, bool mayRetry) {
   });
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

@@ -5,7 +5,7 @@
 
 #include "troupe/actor/errors.h"
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 namespace {
 
@@ -213,4 +213,4 @@ void RegistryRegistration::stop(kj::Exception&& e) {
   }
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

@@ -7,7 +7,7 @@
 #include "troupe/resolver/detail/registry_link.h"
 #include "troupe/resolver/resolver.h"
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 // Loop thread only. See RegistryResolver::registerEndpoint for the contract.
 class RegistryRegistration final : public Registration,
@@ -63,4 +63,4 @@ private:
   kj::Own<kj::TaskSet> tasks;
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

@@ -10,7 +10,7 @@
 #include "troupe/actor/errors.h"
 #include "troupe/resolver/registry_wire.h"
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 size_t endpointBytes(const Endpoint& endpoint) {
   size_t total = endpoint.name.size() + endpoint.address.size();
@@ -373,4 +373,4 @@ void RegistryTable::shutdown() {
   endedJobs.clear();
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

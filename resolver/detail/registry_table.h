@@ -19,7 +19,7 @@
 #include "troupe/resolver/resolver.h"
 #include "troupe/schemas/registry.capnp.h"
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 // What an endpoint costs a registry to keep, in bytes: its name, address and metadata keys and
 // values (the parts of the name that are repeated in jobId and actor are not counted again).
@@ -124,4 +124,4 @@ private:
   kj::Own<kj::TaskSet> tasks;  // expiry timers, events() calls in flight
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

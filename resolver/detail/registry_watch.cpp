@@ -9,7 +9,7 @@
 #include "troupe/actor/errors.h"
 #include "troupe/resolver/registry_wire.h"
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 // The Watcher of one subscription. The registry holds it; Cap'n Proto releases it when the
 // connection breaks or the registry drops the watch.
@@ -299,4 +299,4 @@ void RegistryWatch::liveEvent(WatchEvent&& event) {
   }
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

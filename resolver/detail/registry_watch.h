@@ -12,7 +12,7 @@
 #include "troupe/resolver/detail/watch_queue.h"
 #include "troupe/resolver/resolver.h"
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 class SubscriptionWatcher;
 
@@ -73,4 +73,4 @@ private:
   kj::Own<kj::TaskSet> tasks;
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

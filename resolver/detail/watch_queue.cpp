@@ -1,6 +1,6 @@
 #include "troupe/resolver/detail/watch_queue.h"
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 kj::Promise<WatchEvent> WatchQueue::next() {
   if (!queue.empty()) {
@@ -24,4 +24,4 @@ void WatchQueue::end(kj::Exception reason) {
   pushed.notify();
 }
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

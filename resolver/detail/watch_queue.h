@@ -8,7 +8,7 @@
 #include "troupe/actor/change_signal.h"
 #include "troupe/resolver/resolver.h"
 
-namespace troupe::detail {
+namespace troupe::resolver_detail {
 
 // Events a resolver pushed and the watch's user has not taken yet, in order, none dropped.
 // Loop thread only. Dropping it rejects a pending next().
@@ -31,4 +31,4 @@ private:
   ChangeSignal pushed;  // an event was pushed, or the queue ended
 };
 
-}  // namespace troupe::detail
+}  // namespace troupe::resolver_detail

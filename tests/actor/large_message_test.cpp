@@ -158,7 +158,7 @@ TEST_F(LargeMessageTest, ResponsesStillHeldKeepTheirBytesWhileLaterCallsReuseMem
   auto echo = ref<Echo>("echo");
   // Hold more large responses than the cache keeps buffers, each while later ones arrive.
   kj::Vector<capnp::Response<Echo::EchoResults>> held;
-  for (uint8_t tag = 0; tag < detail::BUFFER_CACHE_MAX_BUFFERS + 2; ++tag) {
+  for (uint8_t tag = 0; tag < actor_detail::BUFFER_CACHE_MAX_BUFFERS + 2; ++tag) {
     held.add(echoPattern(echo, 2 * MiB, tag).wait(ws()));
   }
   for (uint8_t tag = 0; tag < held.size(); ++tag) {
@@ -203,10 +203,10 @@ TEST_F(LargeMessageTest, TheCacheStaysWithinItsBounds) {
     auto r = echoPattern(echo, (tag + 1) * 8 * MiB, tag).wait(ws());
     ASSERT_EQ(r.getPayload().size(), (tag + 1) * 8 * MiB);
   }
-  EXPECT_LE(detail::cachedMessageBuffers(), detail::BUFFER_CACHE_MAX_BUFFERS);
-  EXPECT_LE(detail::cachedMessageBufferBytes(), detail::BUFFER_CACHE_MAX_BYTES);
+  EXPECT_LE(actor_detail::cachedMessageBuffers(), actor_detail::BUFFER_CACHE_MAX_BUFFERS);
+  EXPECT_LE(actor_detail::cachedMessageBufferBytes(), actor_detail::BUFFER_CACHE_MAX_BYTES);
   // Something was kept for the next large message.
-  EXPECT_GT(detail::cachedMessageBufferBytes(), 8 * MiB);
+  EXPECT_GT(actor_detail::cachedMessageBufferBytes(), 8 * MiB);
 }
 
 TEST_F(LargeMessageTest, BuffersNoLongerReusedAreGivenBack) {
@@ -214,18 +214,18 @@ TEST_F(LargeMessageTest, BuffersNoLongerReusedAreGivenBack) {
   auto r = echoPattern(echo, 16 * MiB, 7).wait(ws());
   ASSERT_EQ(firstMismatch(r.getPayload(), 7), 16 * MiB);
   r = echoPattern(echo, 64, 8).wait(ws());
-  auto cachedBytes = detail::cachedMessageBufferBytes();
-  auto cachedBuffers = detail::cachedMessageBuffers();
+  auto cachedBytes = actor_detail::cachedMessageBufferBytes();
+  auto cachedBuffers = actor_detail::cachedMessageBuffers();
   ASSERT_GT(cachedBytes, 0u);
   // Kept while they have waited no longer than BUFFER_CACHE_IDLE_SECONDS of the loop's time...
-  constexpr auto& INTERVAL = detail::BUFFER_CACHE_TRIM_INTERVAL;
-  test::advanceInSteps(loop, detail::BUFFER_CACHE_IDLE_SECONDS * kj::SECONDS, INTERVAL);
-  EXPECT_EQ(detail::cachedMessageBufferBytes(), cachedBytes);
-  EXPECT_EQ(detail::cachedMessageBuffers(), cachedBuffers);
+  constexpr auto& INTERVAL = actor_detail::BUFFER_CACHE_TRIM_INTERVAL;
+  test::advanceInSteps(loop, actor_detail::BUFFER_CACHE_IDLE_SECONDS * kj::SECONDS, INTERVAL);
+  EXPECT_EQ(actor_detail::cachedMessageBufferBytes(), cachedBytes);
+  EXPECT_EQ(actor_detail::cachedMessageBuffers(), cachedBuffers);
   // ...and given back by the trim one interval later.
   test::advanceInSteps(loop, INTERVAL, INTERVAL);
-  EXPECT_EQ(detail::cachedMessageBufferBytes(), 0u);
-  EXPECT_EQ(detail::cachedMessageBuffers(), 0u);
+  EXPECT_EQ(actor_detail::cachedMessageBufferBytes(), 0u);
+  EXPECT_EQ(actor_detail::cachedMessageBuffers(), 0u);
 }
 
 }  // namespace

@@ -368,7 +368,7 @@ TEST(WithTpuTest, EveryTableSliceIsConsistent) {
       EXPECT_EQ(n % f.coresPerChip, 0u);
       EXPECT_EQ(tpu.chipsPerVm * tpu.vmCount, chips);
       EXPECT_TRUE(tpu.chipsPerVm == 4 || (tpu.vmCount == 1 && tpu.chipsPerVm <= 8));
-      KJ_IF_MAYBE(arranged, detail::topologyChips(tpu.topology.c_str(), f.dims)) {
+      KJ_IF_MAYBE(arranged, jobs_detail::topologyChips(tpu.topology.c_str(), f.dims)) {
         EXPECT_EQ(*arranged, chips);
       } else {
         ADD_FAILURE() << "malformed topology " << tpu.topology;
@@ -722,7 +722,7 @@ TEST(DeviceEnvironmentTest, TpuV5eV5pV6eGetLibtpuInitArgs) {
       " --xla_tpu_enable_async_collective_fusion_multiple_steps=true"
       " --xla_tpu_overlap_compute_collective_tc=true"
       " --xla_enable_async_all_gather=true";
-  EXPECT_EQ(str(detail::LIBTPU_INIT_ARGS_DEFAULT), flags);
+  EXPECT_EQ(str(jobs_detail::LIBTPU_INIT_ARGS_DEFAULT), flags);
   for (auto type : {"v5p-8", "v5litepod-16", "v5e-4", "v6e-256"}) {
     SCOPED_TRACE(type);
     EXPECT_EQ(ResourceConfig::withTpu(type).deviceEnvironment({}),
