@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+#include <atomic>
 #include <set>
 #include <vector>
 
@@ -22,8 +22,19 @@ namespace troupe {
 
 namespace {
 
+// The loop's calendar time in nanoseconds, and in any case more than any incarnation handed
+// out before in this process: two servers made in the same instant (or on a manual clock
+// that did not move) still differ, and a newer one still replaces an older one's entries.
 uint64_t freshIncarnation(EventLoop& loop) {
-  return static_cast<uint64_t>((loop.calendarNow() - kj::UNIX_EPOCH) / kj::NANOSECONDS);
+  // The one process-wide value here: incarnations must be unique across every loop.
+  static std::atomic<uint64_t> last{0};
+  auto now = static_cast<uint64_t>((loop.calendarNow() - kj::UNIX_EPOCH) / kj::NANOSECONDS);
+  uint64_t previous = last.load();
+  uint64_t next;
+  do {
+    next = now > previous ? now : previous + 1;
+  } while (!last.compare_exchange_weak(previous, next));
+  return next;
 }
 
 bool isWildcardHost(const std::string& host) {

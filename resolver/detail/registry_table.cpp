@@ -1,6 +1,5 @@
 #include "troupe/resolver/detail/registry_table.h"
 
-#include <chrono>
 
 #include <kj/debug.h>
 #include <kj/vector.h>

@@ -153,5 +153,19 @@ TEST_F(ActorServerTest, ListeningOnATakenPortIsAddressInUse) {
             0u);
 }
 
+TEST(ActorServerIncarnation, ServersMadeInTheSameInstantStillGetNewerIncarnations) {
+  // On a manual clock that does not move, the calendar says the same time to both.
+  EventLoop loop({.manualClock = true});
+  JobContext job;
+  job.jobId = "job-1";
+  ActorServer first(loop, job);
+  ActorServer second(loop, job);
+  EXPECT_GT(second.incarnation(), first.incarnation());
+  loop.advanceTime(1 * kj::SECONDS);
+  ActorServer later(loop, job);
+  EXPECT_GE(later.incarnation(),
+            static_cast<uint64_t>((loop.calendarNow() - kj::UNIX_EPOCH) / kj::NANOSECONDS));
+}
+
 }  // namespace
 }  // namespace troupe

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,7 +76,7 @@ std::string ChildProcess::readLine(int timeoutMs) {
       return line;
     }
     int64_t left = deadline - nowMs();
-    if (left <= 0) return "";
+    if (left <= 0 || stdoutFd < 0) return "";
     struct pollfd p = {stdoutFd, POLLIN, 0};
     int n = poll(&p, 1, static_cast<int>(left));
     if (n < 0 && errno == EINTR) continue;
@@ -93,25 +94,36 @@ void ChildProcess::kill(int signal) {
 
 int ChildProcess::wait(int timeoutMs) {
   if (reaped) return status;
-  // Wait for the exit through a pidfd-free path: poll waitpid with WNOHANG against a deadline,
-  // blocking on the child's stdout closing in between (it closes when the child exits).
+  // Woken by the exit itself (a pidfd turns readable when the process terminates), reading what
+  // the child writes meanwhile so that it never blocks on a full pipe.
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  if (pidfd < 0) throw std::runtime_error(std::string("pidfd_open: ") + strerror(errno));
   int64_t deadline = nowMs() + timeoutMs;
+  int result = -1;
   for (;;) {
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      reaped = true;
-      return status;
-    }
     int64_t left = deadline - nowMs();
-    if (left <= 0) return -1;
-    struct pollfd p = {stdoutFd, POLLIN, 0};
-    int n = poll(&p, 1, static_cast<int>(left < 10 ? left : 10));
-    if (n > 0) {
+    if (left < 0) break;
+    struct pollfd fds[2] = {{pidfd, POLLIN, 0}, {stdoutFd, POLLIN, 0}};
+    int n = poll(fds, stdoutFd >= 0 ? 2 : 1, static_cast<int>(left));
+    if (n <= 0) continue;  // EINTR, or the deadline
+    if (fds[0].revents & POLLIN) {
+      waitpid(pid_, &status, 0);
+      reaped = true;
+      result = status;
+      break;
+    }
+    if (fds[1].revents & (POLLIN | POLLHUP)) {
       char chunk[4096];
       ssize_t got = read(stdoutFd, chunk, sizeof(chunk));
       if (got > 0) buffer.append(chunk, got);
+      if (got == 0) {  // end of its output; the exit follows
+        close(stdoutFd);
+        stdoutFd = -1;
+      }
     }
   }
+  close(pidfd);
+  return result;
 }
 
 }  // namespace troupe::test

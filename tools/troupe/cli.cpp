@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 
 #include <kj/debug.h>
@@ -259,12 +258,10 @@ std::string resolverUrl(const std::string& flag) {
 
 bool stdoutIsTerminal() { return isatty(STDOUT_FILENO) == 1; }
 
-std::string formatAge(uint64_t registeredAtMillis) {
+std::string formatAge(uint64_t registeredAtMillis, kj::Date now) {
   if (registeredAtMillis == 0) return "-";
-  auto now = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count());
-  uint64_t s = now > registeredAtMillis ? (now - registeredAtMillis) / 1000 : 0;
+  auto nowMillis = static_cast<uint64_t>((now - kj::UNIX_EPOCH) / kj::MILLISECONDS);
+  uint64_t s = nowMillis > registeredAtMillis ? (nowMillis - registeredAtMillis) / 1000 : 0;
   char text[32];
   if (s < 60) {
     snprintf(text, sizeof(text), "%llus", static_cast<unsigned long long>(s));

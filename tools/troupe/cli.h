@@ -82,8 +82,9 @@ std::string resolverUrl(const std::string& flag);
 // Whether standard output is a terminal (progress lines, colours, tables are for people).
 bool stdoutIsTerminal();
 
-// "3s", "5m12s", "2h03m", "4d"; "-" for 0 (the resolver did not say).
-std::string formatAge(uint64_t registeredAtMillis);
+// How long before `now` the time `registeredAtMillis` (Unix time, ms) was: "3s", "5m12s",
+// "2h03m", "4d"; "-" for 0 (the resolver did not say).
+std::string formatAge(uint64_t registeredAtMillis, kj::Date now);
 
 // "tcp://..." and "unix:..." are addresses; anything else is an endpoint name or prefix.
 bool isAddress(const std::string& text);

@@ -16,13 +16,13 @@ namespace troupe::cli {
 
 namespace {
 
-void printTable(const kj::Array<Endpoint>& endpoints) {
+void printTable(const kj::Array<Endpoint>& endpoints, kj::Date now) {
   bool people = stdoutIsTerminal();
   std::vector<std::vector<std::string>> rows;
   if (people) rows.push_back({"NAME", "ADDRESS", "STATE", "INCARNATION", "AGE"});
   for (auto& e : endpoints) {
     rows.push_back({e.name, e.address, toString(e.state).cStr(), std::to_string(e.incarnation),
-                    formatAge(e.registeredAtMillis)});
+                    formatAge(e.registeredAtMillis, now)});
   }
   if (!people) {
     for (auto& row : rows) {
@@ -91,7 +91,7 @@ public:
     auto opened = openResolver(loop, url.c_str());
     if (!watching) {
       auto endpoints = opened->resolve(prefix.c_str()).wait(loop.waitScope());
-      printTable(endpoints);
+      printTable(endpoints, loop.calendarNow());
       return 0;
     }
     auto watch = opened->watch(prefix.c_str());
