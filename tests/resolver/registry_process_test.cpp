@@ -2,6 +2,10 @@
 // (tests/support/test_registrant_main.cpp) in children, watched from this process. Covers a
 // registrant that dies or freezes, a daemon that starts late, is SIGKILLed and restarted, or is
 // stopped with SIGTERM.
+//
+// This process's loop keeps time by hand: its clients' backoffs come due when a test moves the
+// clock. The children run on their own real clocks; their start, death, stop and output are the
+// events a test waits for.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -72,7 +76,7 @@ class RegistryProcessTest : public ::testing::Test {
 protected:
   RegistryProcessTest()
       : sink(std::make_shared<test::LineSink>()),
-        loop(EventLoopOptions{.logger = test::loggerFor(sink)}) {}
+        loop(EventLoopOptions{.logger = test::loggerFor(sink), .manualClock = true}) {}
   ~RegistryProcessTest() noexcept override {}
 
   kj::Own<Registration> registered(Resolver& resolver, Endpoint e) {
@@ -170,6 +174,13 @@ TEST_F(RegistryProcessTest, ADaemonStartedLaterIsWaitedFor) {
   await(loop, sink->whenLogged("cannot register 'job/ps-0'"));
 
   RegistryProcess registry("unix:" + path);
+  // The client asks again when its first backoff is over, 10 to 20 ms on (the jitter keeps at
+  // least half of reconnectBackoffInitial), and not before. A retry due by then sends its
+  // register() in the poll, ahead of this resolve() on their one connection to the daemon.
+  loop.advanceTime(10 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  loop.waitScope().poll();
+  EXPECT_EQ(await(loop, client.resolve("")).size(), 0u) << "it retried before its backoff";
+  loop.advanceTime(10 * kj::MILLISECONDS + 1 * kj::NANOSECONDS);
   await(loop, registration->whenRegistered());
   auto found = await(loop, client.resolve(""));
   ASSERT_EQ(found.size(), 1u);
@@ -200,7 +211,17 @@ TEST_F(RegistryProcessTest,
   first->process.wait();
   first = nullptr;
   b = nullptr;  // b leaves while the registry is away
+  // The client finds the registry gone: a's registration and the watch ask again at once, find
+  // nothing listening, and wait out their first backoff.
+  await(loop, sink->whenLogged("cannot register 'job/a-0'"));
+  await(loop, sink->whenLogged("watch on 'job/': subscribing failed"));
   RegistryProcess second(listen);
+  // Just short of the shortest first backoff (half of reconnectBackoffInitial) a has not asked
+  // again: a retry due by then would send its register() in the poll, ahead of this resolve().
+  loop.advanceTime(10 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  loop.waitScope().poll();
+  EXPECT_EQ(await(loop, client.resolve("job/a-")).size(), 0u) << "a retried before its backoff";
+  loop.advanceTime(10 * kj::MILLISECONDS + 1 * kj::NANOSECONDS);  // past the longest
 
   // Without anyone asking, a and c register again, and the watch comes back with a snapshot of
   // the new registry, reconciled against what it had reported.
