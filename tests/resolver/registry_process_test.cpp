@@ -3,9 +3,9 @@
 // registrant that dies or freezes, a daemon that starts late, is SIGKILLed and restarted, or is
 // stopped with SIGTERM.
 //
-// This process's loop keeps time by hand: its clients' backoffs come due when a test moves the
-// clock. The children run on their own real clocks; their start, death, stop and output are the
-// events a test waits for.
+// This process's loop keeps time by hand: its clients' backoffs, and the leases of a registry it
+// runs itself, come due when a test moves the clock. The children run on their own real clocks;
+// their start, death, stop and output are the events a test waits for.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,6 +17,7 @@
 
 #include "troupe/actor/errors.h"
 #include "troupe/resolver/registry_resolver.h"
+#include "troupe/resolver/registry_server.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe {
@@ -133,20 +134,30 @@ TEST_F(RegistryProcessTest, AKilledRegistrantIsRemovedAtOnce) {
   EXPECT_EQ(next(loop, *watch), "REMOVED job/ps-0 ready");
 }
 
+// The registry runs in this process, so that its lease TTLs pass on the test's clock; the
+// registrant is a child renewing every 20 ms of its own time. The test moves its clock only while
+// the child is frozen: no renewal can be missed by a slow machine, and the lease runs out exactly
+// one TTL after the last renewal the registry took in.
 TEST_F(RegistryProcessTest, AFrozenRegistrantExpiresAfterItsTtlAndReturnsWhenThawed) {
   test::TempSocket socket("frozen");
-  RegistryProcess registry("unix:" + socket.path);
-  auto url = registryUrl(registry.address);
+  RegistryServer server(loop);
+  auto url = registryUrl(server.listen(("unix:" + socket.path).c_str()));
   RegistryResolver client(loop, url.c_str());
   auto watch = client.watch("job/");
   EXPECT_EQ(next(loop, *watch), "SYNCED");
 
-  // Renewals every 100 ms leave a wide margin (900 ms) before the frozen one is missed.
-  auto child = registrant(url, "job/ps-0", {"--ttl-ms", "1000", "--renew-ms", "100"});
+  auto child = registrant(url, "job/ps-0", {"--ttl-ms", "1000", "--renew-ms", "20"});
   EXPECT_EQ(next(loop, *watch), "ADDED job/ps-0 ready");
-  child.kill(SIGSTOP);  // its connection stays open, its renewals stop
+  ASSERT_TRUE(child.freeze());  // its connection stays open, its renewals stop
+  loop.waitScope().poll();      // the renewals it sent before it stopped reach the registry
+  // The clock has not moved since the registration: the lease lasts one TTL from now.
+  loop.advanceTime(1000 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_EQ(test::pending(loop, *watch), "(none)");
+  EXPECT_EQ(server.endpointCount(), 1u);
+  loop.advanceTime(1 * kj::NANOSECONDS);
   EXPECT_EQ(next(loop, *watch), "REMOVED job/ps-0 ready");
-  child.kill(SIGCONT);  // its next renewal finds the lease lost, and it registers again
+  EXPECT_EQ(server.endpointCount(), 0u);
+  child.thaw();  // its next renewal (within 20 ms) finds the lease lost; it registers again
   EXPECT_EQ(next(loop, *watch), "ADDED job/ps-0 ready");
   child.kill(SIGTERM);
   EXPECT_EQ(exitCode(child.wait()), 0);

@@ -92,6 +92,31 @@ void ChildProcess::kill(int signal) {
   if (!reaped) ::kill(pid_, signal);
 }
 
+bool ChildProcess::freeze() {
+  if (reaped) return false;
+  if (frozen) return true;  // its stop was reported already, and waitpid reports it only once
+  ::kill(pid_, SIGSTOP);
+  int got = 0;
+  pid_t r;
+  do {
+    r = waitpid(pid_, &got, WUNTRACED);
+  } while (r < 0 && errno == EINTR);
+  if (r != pid_) throw std::runtime_error(std::string("waitpid: ") + strerror(errno));
+  if (WIFSTOPPED(got)) {
+    frozen = true;
+    return true;
+  }
+  status = got;
+  reaped = true;
+  return false;
+}
+
+void ChildProcess::thaw() {
+  if (reaped) return;
+  ::kill(pid_, SIGCONT);
+  frozen = false;
+}
+
 int ChildProcess::wait(int timeoutMs) {
   if (reaped) return status;
   // Woken by the exit itself (a pidfd turns readable when the process terminates), reading what

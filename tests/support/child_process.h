@@ -24,6 +24,14 @@ public:
   // Sends `signal`.
   void kill(int signal);
 
+  // Sends SIGSTOP and returns once the child has stopped (as waitpid reports it): whatever it
+  // wrote before is written, and it writes nothing more until thaw(). Returns false if it had
+  // exited instead (it is reaped then). Waits without a bound, since a stop takes effect at once.
+  bool freeze();
+
+  // Sends SIGCONT: a frozen child runs on where it stopped.
+  void thaw();
+
   // Waits up to `timeoutMs` for the child to exit and returns its wait status, or -1 on timeout.
   int wait(int timeoutMs = 10000);
 
@@ -35,6 +43,7 @@ private:
   int stdoutFd = -1;
   std::string buffer;
   bool reaped = false;
+  bool frozen = false;
   int status = 0;
 };
 
