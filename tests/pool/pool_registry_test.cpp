@@ -1,5 +1,7 @@
 // Groups and pools over replicas in child processes that publish themselves in a troupe-registry
 // daemon (also a child process): members killed, frozen, restarted, and the registry restarted.
+// Where a lease's expiry is the subject, the registry runs in this process instead, on a loop
+// whose clock the test moves.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +14,7 @@
 #include "troupe/actor/errors.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/open_resolver.h"
+#include "troupe/resolver/registry_server.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/test_actors.h"
 #include "tests/support/test_server.h"
@@ -22,6 +25,27 @@ namespace {
 using test::Echo;
 using test::Member;
 
+// Starts replica `index` of job "test" publishing in the registry at `resolverUrl` (a
+// TROUPE_RESOLVER value). Returns once it listens; it publishes itself in the background.
+kj::Own<test::TestServer> replica(const std::string& resolverUrl, uint32_t index) {
+  return kj::heap<test::TestServer>(
+      std::vector<std::string>{},
+      std::vector<std::string>{"TROUPE_RESOLVER=" + resolverUrl,
+                               "TROUPE_TASK_INDEX=" + std::to_string(index),
+                               "TROUPE_NUM_TASKS=8"});
+}
+
+// Waits (boundedly) until `group` has `count` READY members.
+void awaitReadyCount(EventLoop& loop, ActorGroupBase& group, size_t count) {
+  while (group.readyCount() != count) test::await(loop, group.whenChanged());
+}
+
+kj::Promise<std::string> whoami(ActorPool<Member>& pool, bool idempotent = false) {
+  return pool.call([](Member::Client c) { return c.whoamiRequest().send(); },
+                   {.idempotent = idempotent})
+      .then([](auto r) { return std::string(r.getName().cStr()); });
+}
+
 class PoolRegistryTest : public ::testing::Test {
 protected:
   PoolRegistryTest()
@@ -31,15 +55,10 @@ protected:
         resolver(openResolver(loop, url.c_str())) {}
   ~PoolRegistryTest() noexcept override {}
 
-  // Starts replica `index` of job "test" publishing in the registry (with leases of `ttlMs`
-  // when given) and waits until it is published.
-  kj::Own<test::TestServer> startReplica(uint32_t index, uint32_t ttlMs = 0) {
-    auto resolverUrl = ttlMs == 0 ? url : url + "?ttl_ms=" + std::to_string(ttlMs);
-    auto server = kj::heap<test::TestServer>(
-        std::vector<std::string>{},
-        std::vector<std::string>{"TROUPE_RESOLVER=" + resolverUrl,
-                                 "TROUPE_TASK_INDEX=" + std::to_string(index),
-                                 "TROUPE_NUM_TASKS=8"});
+  // Starts replica `index` of job "test" publishing in the registry and waits until it is
+  // published.
+  kj::Own<test::TestServer> startReplica(uint32_t index) {
+    auto server = replica(url, index);
     for (;;) {
       auto line = server->process.readLine();
       if (line == "PUBLISHED") break;
@@ -48,20 +67,26 @@ protected:
     return server;
   }
 
-  // Waits (boundedly) until `group` has `count` READY members.
-  void awaitReadyCount(ActorGroupBase& group, size_t count) {
-    while (group.readyCount() != count) test::await(loop, group.whenChanged());
-  }
+  EventLoop loop;
+  test::TempSocket socket;
+  kj::Own<test::RegistryProcess> registry;
+  std::string url;
+  kj::Own<Resolver> resolver;
+};
 
-  static kj::Promise<std::string> whoami(ActorPool<Member>& pool, bool idempotent = false) {
-    return pool.call([](Member::Client c) { return c.whoamiRequest().send(); },
-                     {.idempotent = idempotent})
-        .then([](auto r) { return std::string(r.getName().cStr()); });
+// A registry in this process, on a loop with a manual clock: its leases run out when the test
+// moves the clock, while the replicas registering in it renew on their own real clocks.
+struct LocalRegistry {
+  LocalRegistry()
+      : loop(EventLoopOptions{.manualClock = true}), socket("pool-lease"), server(loop) {
+    server.listen(("unix:" + socket.path).c_str());
+    url = "registry+unix:" + socket.path;
+    resolver = openResolver(loop, url.c_str());
   }
 
   EventLoop loop;
   test::TempSocket socket;
-  kj::Own<test::RegistryProcess> registry;
+  RegistryServer server;
   std::string url;
   kj::Own<Resolver> resolver;
 };
@@ -75,7 +100,7 @@ TEST_F(PoolRegistryTest, AKilledMemberLeavesTheGroupAndThePoolKeepsServing) {
 
   replicas[1]->process.kill(SIGKILL);
   // Its connection to the registry dropped with it, which removes its entries at once.
-  awaitReadyCount(group, 2);
+  awaitReadyCount(loop, group, 2);
   auto names = group.members();
   ASSERT_EQ(names.size(), 2u);
   EXPECT_EQ(names[0].name, "test/member-0");
@@ -85,22 +110,33 @@ TEST_F(PoolRegistryTest, AKilledMemberLeavesTheGroupAndThePoolKeepsServing) {
   EXPECT_EQ(kj::strArray(seen, ","), "test/member-0,test/member-2,test/member-0,test/member-2");
 }
 
-TEST_F(PoolRegistryTest, AFrozenMemberLeavesWhenItsLeaseExpiresAndReturnsWhenThawed) {
-  auto a = startReplica(0, 300);
-  auto b = startReplica(1, 300);
-  ActorGroup<Member> group(loop, *resolver, "test", "member");
+// The registry's clock moves only while a is frozen, so a's lease runs out exactly one TTL after
+// the last renewal the registry took in, however slow the machine; b's lease (10 s) outlasts
+// what the test advances.
+TEST(PoolRegistryLeaseTest, AFrozenMemberLeavesWhenItsLeaseExpiresAndReturnsWhenThawed) {
+  LocalRegistry registry;
+  auto& loop = registry.loop;
+  auto a = replica(registry.url + "?ttl_ms=300", 0);  // renews every 100 ms of its own time
+  auto b = replica(registry.url, 1);
+  ActorGroup<Member> group(loop, *registry.resolver, "test", "member");
   test::await(loop, group.waitReady(2, 10 * kj::SECONDS));
 
-  a->process.kill(SIGSTOP);
-  // No renewal comes from the frozen process: the registry drops it after the lease's TTL.
-  awaitReadyCount(group, 1);
+  ASSERT_TRUE(a->process.freeze());  // no renewal comes from the frozen process
+  loop.waitScope().poll();           // the renewals it sent before it stopped reach the registry
+  loop.advanceTime(300 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  loop.waitScope().poll();
+  EXPECT_EQ(test::await(loop, registry.resolver->resolve("test/member-")).size(), 2u);
+  EXPECT_EQ(group.readyCount(), 2u);
+  // At its TTL the registry drops it, and the group follows.
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  awaitReadyCount(loop, group, 1);
   EXPECT_EQ(group.members()[0].name, "test/member-1");
   ActorPool<Member> pool(group);
   EXPECT_EQ(test::await(loop, whoami(pool)), "test/member-1");
 
   // Thawed, it learns its lease was lost and registers again.
-  a->process.kill(SIGCONT);
-  awaitReadyCount(group, 2);
+  a->process.thaw();
+  awaitReadyCount(loop, group, 2);
 }
 
 TEST_F(PoolRegistryTest, ARegistryRestartIsReconciledWithoutTheUsersHelp) {
