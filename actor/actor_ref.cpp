@@ -10,31 +10,43 @@ namespace troupe {
 
 namespace actor_detail {
 
-ActorRefState::ActorRefState(kj::Own<Channel> channel, kj::StringPtr actorName,
-                             ActorRefOptions options)
-    : channel(kj::mv(channel)), actorName(actorName.cStr()), options(kj::mv(options)),
-      tasks(*this) {}
+// What copies of one ActorRef share. Loop thread only.
+class ActorRefState final : public kj::Refcounted, private kj::TaskSet::ErrorHandler {
+public:
+  ActorRefState(kj::Own<Channel> channel, kj::StringPtr actorName, ActorRefOptions options)
+      : channel(kj::mv(channel)), actorName(actorName), options(kj::mv(options)), tasks(*this) {}
 
-kj::Exception ActorRefState::deadlineError(kj::Duration deadline) const {
-  return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                   kj::str("call to '", actorName, "' at ",
-                           channel->address().toString(), " did not finish within ",
-                           deadline / kj::MILLISECONDS, " ms; it may have run"));
-}
+  kj::Exception deadlineError(kj::Duration deadline) const {
+    return makeError(ErrorCode::DEADLINE_EXCEEDED,
+                     kj::str("call to '", actorName, "' at ", channel->address().toString(),
+                             " did not finish within ", deadline / kj::MILLISECONDS,
+                             " ms; it may have run"));
+  }
 
-void ActorRefState::callFailed(const kj::Exception& e, uint64_t epoch) {
-  // A broken connection fails calls with DISCONNECTED before the channel may have noticed; drop
-  // it now so the next call connects again. A DISCONNECTED error the actor itself passed on
-  // arrives as a "remote exception" and says nothing about this connection.
-  if (e.getType() != kj::Exception::Type::DISCONNECTED) return;
-  if (fromPeer(e)) return;
-  if (epoch == channel->epoch()) channel->disconnect();
-}
+  // A call made on connection `epoch` failed with `e`.
+  void callFailed(const kj::Exception& e, uint64_t epoch) {
+    // A broken connection fails calls with DISCONNECTED before the channel may have noticed;
+    // drop it now so the next call connects again. A DISCONNECTED error the actor itself passed
+    // on comes from the peer and says nothing about this connection.
+    if (e.getType() != kj::Exception::Type::DISCONNECTED) return;
+    if (fromPeer(e)) return;
+    if (epoch == channel->epoch()) channel->disconnect();
+  }
 
-void ActorRefState::taskFailed(kj::Exception&& exception) {
-  channel->loop().logger()->debug("looking up actor '{}': {}", actorName,
-                                  exception.getDescription().cStr());
-}
+  kj::Own<Channel> channel;
+  const std::string actorName;
+  const ActorRefOptions options;
+  kj::Maybe<capnp::Capability::Client> actor;  // for connection `actorEpoch`
+  uint64_t actorEpoch = 0;
+  kj::Maybe<uint64_t> incarnation;
+  kj::TaskSet tasks;  // the lookups of the actor
+
+private:
+  void taskFailed(kj::Exception&& exception) override {
+    channel->loop().logger()->debug("looking up actor '{}': {}", actorName,
+                                    exception.getDescription().cStr());
+  }
+};
 
 }  // namespace actor_detail
 
@@ -53,7 +65,30 @@ ActorRefBase& ActorRefBase::operator=(const ActorRefBase& other) {
   return *this;
 }
 
+ActorRefBase::ActorRefBase(ActorRefBase&& other) noexcept = default;
+ActorRefBase& ActorRefBase::operator=(ActorRefBase&& other) noexcept = default;
 ActorRefBase::~ActorRefBase() noexcept(false) {}
+
+ActorRefBase::FailureWatch::FailureWatch(const ActorRefBase& ref)
+    : state(kj::addRef(const_cast<actor_detail::ActorRefState&>(*ref.state))),
+      epoch(state->channel->epoch()) {}
+ActorRefBase::FailureWatch::FailureWatch(FailureWatch&& other) noexcept = default;
+ActorRefBase::FailureWatch::~FailureWatch() noexcept(false) {}
+
+void ActorRefBase::FailureWatch::failed(const kj::Exception& e) { state->callFailed(e, epoch); }
+
+kj::Maybe<kj::Duration> ActorRefBase::deadlineOf(const CallOptions& options) const {
+  KJ_IF_MAYBE(d, options.deadline) {
+    return *d;
+  }
+  return state->options.defaultDeadline;
+}
+
+kj::Promise<void> ActorRefBase::expiry(kj::Duration deadline) const {
+  auto& s = const_cast<actor_detail::ActorRefState&>(*state);
+  return s.channel->loop().timer().afterDelay(deadline).then(
+      [s = kj::addRef(s), deadline]() -> kj::Promise<void> { return s->deadlineError(deadline); });
+}
 
 capnp::Capability::Client ActorRefBase::capability() {
   auto& s = *state;

@@ -41,27 +41,8 @@ struct ActorRefOptions {
 
 namespace actor_detail {
 
-// What copies of one ActorRef share.
-class ActorRefState final : public kj::Refcounted, private kj::TaskSet::ErrorHandler {
-public:
-  ActorRefState(kj::Own<Channel> channel, kj::StringPtr actorName, ActorRefOptions options);
-
-  kj::Exception deadlineError(kj::Duration deadline) const;
-
-  // A call made on connection `epoch` failed with `e`.
-  void callFailed(const kj::Exception& e, uint64_t epoch);
-
-  kj::Own<Channel> channel;
-  const std::string actorName;
-  const ActorRefOptions options;
-  kj::Maybe<capnp::Capability::Client> actor;  // for connection `actorEpoch`
-  uint64_t actorEpoch = 0;
-  kj::Maybe<uint64_t> incarnation;
-  kj::TaskSet tasks;
-
-private:
-  void taskFailed(kj::Exception&& exception) override;
-};
+// What copies of one ActorRef share (actor_ref.cpp).
+class ActorRefState;
 
 template <typename P>
 struct PromiseValue {
@@ -91,8 +72,8 @@ public:
   ActorRefBase(kj::Own<Channel> channel, kj::StringPtr actorName, ActorRefOptions options = {});
   ActorRefBase(const ActorRefBase& other);
   ActorRefBase& operator=(const ActorRefBase& other);
-  ActorRefBase(ActorRefBase&&) = default;
-  ActorRefBase& operator=(ActorRefBase&&) = default;
+  ActorRefBase(ActorRefBase&& other) noexcept;
+  ActorRefBase& operator=(ActorRefBase&& other) noexcept;
   ~ActorRefBase() noexcept(false);
 
   // The actor's capability on the current connection (connecting if needed). Calls on it fail
@@ -116,6 +97,27 @@ public:
   Channel& channel() const;
 
 private:
+  // What a call started now tells when it fails: a DISCONNECTED failure of this connection drops
+  // it (ActorRefState::callFailed), so that the next call connects again.
+  class FailureWatch {
+  public:
+    explicit FailureWatch(const ActorRefBase& ref);
+    FailureWatch(FailureWatch&& other) noexcept;
+    ~FailureWatch() noexcept(false);
+    KJ_DISALLOW_COPY(FailureWatch);
+
+    void failed(const kj::Exception& e);
+
+  private:
+    kj::Own<actor_detail::ActorRefState> state;
+    uint64_t epoch;
+  };
+
+  // The deadline `options` ask for, else the default one; null for none.
+  kj::Maybe<kj::Duration> deadlineOf(const CallOptions& options) const;
+  // Rejects with DEADLINE_EXCEEDED (naming the actor and its address) after `deadline`.
+  kj::Promise<void> expiry(kj::Duration deadline) const;
+
   kj::Own<actor_detail::ActorRefState> state;
 };
 
@@ -159,17 +161,14 @@ public:
 
 template <typename V>
 kj::Promise<V> ActorRefBase::finishCall(kj::Promise<V> promise, const CallOptions& options) {
-  promise = promise.catch_([s = kj::addRef(*state), epoch = state->channel->epoch()](
-                               kj::Exception&& e) mutable -> kj::Promise<V> {
-    s->callFailed(e, epoch);
+  promise = promise.catch_([watch = FailureWatch(*this)](kj::Exception&& e) mutable
+                           -> kj::Promise<V> {
+    watch.failed(e);
     return kj::mv(e);
   });
-  kj::Maybe<kj::Duration> deadline = options.deadline;
-  if (deadline == nullptr) deadline = state->options.defaultDeadline;
-  KJ_IF_MAYBE(d, deadline) {
-    auto expired = state->channel->loop().timer().afterDelay(*d).then(
-        [s = kj::addRef(*state), d = *d]() -> kj::Promise<V> { return s->deadlineError(d); });
-    return promise.exclusiveJoin(kj::mv(expired));
+  KJ_IF_MAYBE(d, deadlineOf(options)) {
+    // expiry() only ever rejects.
+    return promise.exclusiveJoin(expiry(*d).then([]() -> kj::Promise<V> { KJ_UNREACHABLE; }));
   }
   return promise;
 }

@@ -2,11 +2,16 @@
 
 #include <kj/debug.h>
 
+#include "troupe/actor/errors.h"
+
 namespace troupe {
 
-Backoff::Backoff(kj::Duration initial, kj::Duration max) : initial(initial), max(max) {
-  KJ_REQUIRE(initial > 0 * kj::NANOSECONDS && initial <= max,
-             "a backoff needs 0 < initial <= max", initial, max);
+Backoff::Backoff(kj::Duration initial, kj::Duration max, kj::StringPtr what)
+    : initial(initial), max(max) {
+  if (!(initial > 0 * kj::NANOSECONDS && initial <= max)) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str(what, " need 0 < initial <= max; got ", initial, " and ", max));
+  }
 }
 
 kj::Duration Backoff::ceiling(uint32_t attempt) const {

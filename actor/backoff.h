@@ -15,8 +15,9 @@ namespace troupe {
 // one half and one, so that many clients failing at once do not retry in step. A plain value.
 class Backoff {
 public:
-  // Requires 0 < initial <= max.
-  Backoff(kj::Duration initial, kj::Duration max);
+  // Requires 0 < initial <= max; `what` names them in the error (the options they came from).
+  Backoff(kj::Duration initial, kj::Duration max,
+          kj::StringPtr what = "a backoff's initial and max");
 
   kj::Duration delay(uint32_t attempt, Random& random) const;
 

@@ -1,5 +1,7 @@
 #include "troupe/actor/errors.h"
 
+#include <string_view>
+
 #include <kj/debug.h>
 #include <kj/vector.h>
 
@@ -59,11 +61,8 @@ ErrorCode codeOfType(kj::Exception::Type type) {
 }
 
 bool contains(kj::StringPtr haystack, kj::StringPtr needle) {
-  if (needle.size() > haystack.size()) return false;
-  for (size_t i = 0; i + needle.size() <= haystack.size(); ++i) {
-    if (memcmp(haystack.begin() + i, needle.begin(), needle.size()) == 0) return true;
-  }
-  return false;
+  return std::string_view(haystack.begin(), haystack.size())
+             .find(std::string_view(needle.begin(), needle.size())) != std::string_view::npos;
 }
 
 }  // namespace

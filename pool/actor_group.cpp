@@ -32,6 +32,10 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   }
 
   ~Impl() noexcept(false) {
+    // Waits handed out refer to the group.
+    waits.cancel(makeError(ErrorCode::FAILED,
+                           kj::str("the group ", prefix, "* was destroyed while a wait on it "
+                                   "was pending")));
     // Members (and their connections) before the tasks that reference them.
     ready.clear();
     members.clear();
@@ -72,6 +76,7 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
         if (isMember(event.endpoint)) erase(event.endpoint.name);
         break;
       case WatchEvent::Type::SYNCED:
+        synced = true;
         break;
       case WatchEvent::Type::JOB_ENDED:
         if (event.job.jobId == jobId) jobHasEnded(kj::mv(event.job));
@@ -146,6 +151,14 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
 
   kj::Promise<void> whenChanged() { return changeSignal.next(); }
 
+  kj::Promise<void> whenSynced() {
+    KJ_IF_MAYBE(e, broken) {
+      return kj::cp(*e);
+    }
+    if (synced) return kj::READY_NOW;
+    return whenChanged().then([this]() { return whenSynced(); });
+  }
+
   // --- waiting
 
   kj::String describeMembers() const {
@@ -217,7 +230,9 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   std::set<std::pair<std::string, uint64_t>> handedOut;  // (name, incarnation)
   kj::Maybe<JobStatus> ended;
   kj::Maybe<kj::Exception> broken;
+  bool synced = false;  // the watch reported its snapshot
   ChangeSignal changeSignal;
+  kj::Canceler waits;  // waitReady() promises, which refer to the group
   kj::TaskSet tasks;
 };
 
@@ -228,7 +243,7 @@ ActorGroupBase::ActorGroupBase(EventLoop& loop, Resolver& resolver, kj::StringPt
 ActorGroupBase::~ActorGroupBase() noexcept(false) {}
 
 kj::Promise<kj::Array<Endpoint>> ActorGroupBase::waitReady(size_t count, kj::Duration timeout) {
-  return impl->waitReady(count, impl->loop.timer().now() + timeout, timeout);
+  return impl->waits.wrap(impl->waitReady(count, impl->loop.timer().now() + timeout, timeout));
 }
 
 kj::Array<Endpoint> ActorGroupBase::discoverNew() {
@@ -269,6 +284,8 @@ kj::Promise<void> ActorGroupBase::drainMembers(kj::Maybe<kj::Duration> grace) {
 kj::Maybe<const JobStatus&> ActorGroupBase::jobEnded() const { return impl->ended; }
 
 kj::Promise<void> ActorGroupBase::whenChanged() { return impl->whenChanged(); }
+
+kj::Promise<void> ActorGroupBase::whenSynced() { return impl->waits.wrap(impl->whenSynced()); }
 
 kj::Array<kj::Own<const GroupMember>> ActorGroupBase::readyMembers() {
   return KJ_MAP(m, impl->ready) -> kj::Own<const GroupMember> { return kj::addRef(*m); };

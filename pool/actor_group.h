@@ -58,7 +58,7 @@ public:
   // count as handed out (see discoverNew()). Rejects with JOB_ENDED at once when the job ends
   // (or has ended), saying how many members had registered and were ready before it ended (the
   // end removes them), and with DEADLINE_EXCEEDED after `timeout`, saying how many were ready
-  // and which were not. Dropping the promise cancels the wait.
+  // and which were not. Dropping the promise cancels the wait; destroying the group rejects it.
   kj::Promise<kj::Array<Endpoint>> waitReady(size_t count, kj::Duration timeout);
 
   // The READY members not handed out before by waitReady() or discoverNew(), sorted by name; a
@@ -85,6 +85,11 @@ public:
   // Resolves at the next membership change (a member added, changed or removed, or the job
   // ended). For pools that wait for a member to become ready.
   kj::Promise<void> whenChanged();
+
+  // Resolves once the group holds the resolver's view of its members (its watch reported what
+  // was there when the group was made), at once after that; rejects when the watch ends, or
+  // when the group is destroyed first. For a program that acts on whatever members there are.
+  kj::Promise<void> whenSynced();
 
   // The READY members now, in name order, each with a handle to its actor (see GroupMember).
   kj::Array<kj::Own<const GroupMember>> readyMembers();

@@ -22,7 +22,8 @@ struct ActorPoolBase::Impl {
   Impl(ActorGroupBase& group, ActorPoolOptions&& options)
       : group(group),
         options(kj::mv(options)),
-        backoff(this->options.initialBackoff, this->options.maxBackoff) {}
+        backoff(this->options.initialBackoff, this->options.maxBackoff,
+                "ActorPoolOptions' initialBackoff and maxBackoff") {}
 
   // `promise`, counted in flight until it settles or is dropped, and cancelled with the pool.
   kj::Promise<void> track(kj::Promise<void> promise) {
@@ -285,7 +286,8 @@ kj::Promise<void> ActorPoolBase::drain() {
     return d->addBranch();
   }
   impl->draining = true;
-  auto& fork = impl->drained.emplace(impl->whenIdle().fork());
+  // Cancelled with the pool's calls: whenIdle() refers to the pool.
+  auto& fork = impl->drained.emplace(impl->canceler.wrap(impl->whenIdle()).fork());
   return fork.addBranch();
 }
 

@@ -75,7 +75,7 @@ public:
 
   // Refuses new calls and broadcasts (they reject with DRAINING: they never ran) and resolves
   // once every call and broadcast member call in flight has finished. Calling it again joins
-  // the same drain.
+  // the same drain. Destroying the pool first rejects it with the pool's FAILED error.
   kj::Promise<void> drain();
 
   struct Impl;  // in actor_pool.cpp

@@ -165,7 +165,7 @@ kj::Promise<void> RegistryServer::drain() {
   impl->acceptor->closeListeners();
   auto& i = *impl;
   auto done = impl->acceptor->whenWritten()
-                  .exclusiveJoin(impl->loop.timer().afterDelay(1 * kj::SECONDS))
+                  .exclusiveJoin(impl->loop.timer().afterDelay(impl->options.drainGracePeriod))
                   .then([&i]() {
                     auto count = i.acceptor->connectionCount();
                     i.acceptor->closeConnections();

@@ -42,6 +42,10 @@ struct RegistryServerOptions {
   // limit. Default 64 MiB.
   uint64_t maxMessageBytes = uint64_t{64} << 20;
 
+  // How long drain() lets the answers already given reach their callers before it closes the
+  // connections. Default 1 s.
+  kj::Duration drainGracePeriod = 1 * kj::SECONDS;
+
   // Where the registry logs: info for registrations, removals and expiries, warn for refusals.
   // Default: the loop's logger.
   std::shared_ptr<spdlog::logger> logger;
@@ -80,9 +84,9 @@ public:
 
   // Stops: closes the listeners, forgets every entry and job state (later calls, on connections
   // or capabilities still held, fail with DISCONNECTED), lets the answers already given reach
-  // their callers (for up to a second), then closes every connection; leases and watchers go
-  // with them, and watchers are not told. Resolves once done; calling it again joins the same
-  // drain. The server must outlive the promise, or destroying it rejects the promise.
+  // their callers (for up to options.drainGracePeriod), then closes every connection; leases and
+  // watchers go with them, and watchers are not told. Resolves once done; calling it again joins
+  // the same drain. Destroying the server first rejects the promise.
   kj::Promise<void> drain();
 
   // Addresses bound by listen(), in order; empty once drain() was called.

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages troupe needs to build and test, skipping those already there.
 # Runs apt-get directly as root, through sudo otherwise.
+#
+#   scripts/setup.sh [PACKAGE...]     also the packages named (what a script needs besides)
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config file
   capnproto libcapnp-dev libuv1-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  "$@"
 )
 
 missing=()

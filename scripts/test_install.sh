@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Checks each way a project consumes troupe by building examples/calculator with it and running
 # the calculator's demo:
-#   1. `cmake --install` into a prefix, then find_package(troupe) from a project of its own, and
-#      a one-file program built with `pkg-config --cflags --libs troupe`;
+#   1. `cmake --install` into a prefix; every installed header compiles on its own; then
+#      find_package(troupe) from a project of its own, and a one-file program built with
+#      `pkg-config --cflags --libs troupe`;
 #   2. add_subdirectory(troupe) in a user's project (tests/install/subdirectory: shared
 #      libraries; troupe's tests, benchmarks and examples off);
-#   3. with --deb: `cpack -G DEB`, `apt-get install` of the package (as root, through sudo
-#      otherwise), then find_package(troupe) from /usr; the package is removed again at the end.
+#   3. with --deb: `cpack -G DEB`, then, on a fresh Debian 12 made with debootstrap (minbase,
+#      in a scratch folder, entered with chroot): `apt-get install` of the package with just a
+#      compiler, CMake and Ninja beside it, and find_package(troupe) from /usr. Needs root (sudo
+#      otherwise) and Debian's package mirror ($TROUPE_DEBIAN_MIRROR, default
+#      http://deb.debian.org/debian).
 #
 #   scripts/test_install.sh [--deb]     uses the build in $BUILD_DIR (default build/), which
 #                                       scripts/test.sh makes
@@ -18,37 +22,50 @@ deb=0
 [ "${1:-}" = --deb ] && deb=1
 
 scratch=$(mktemp -d)
-installed_deb=0
 as_root=()
 [ "$(id -u)" -eq 0 ] || as_root=(sudo)
+fresh=$scratch/fresh
 cleanup() {
-  if [ "$installed_deb" = 1 ]; then
-    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get remove -y -q troupe > /dev/null
+  # The fresh system's /proc is the host's: unmount it before anything is removed.
+  if mountpoint -q "$fresh/proc" 2>/dev/null; then "${as_root[@]}" umount "$fresh/proc"; fi
+  if mountpoint -q "$fresh/proc" 2>/dev/null; then
+    echo "test_install: $fresh/proc is still mounted; leaving $scratch in place" >&2
+    return
   fi
-  rm -rf "$scratch"
+  "${as_root[@]}" rm -rf "$scratch"
 }
 trap cleanup EXIT
 
-# Configures or builds quietly; shows the output only when that fails.
+# Configures, builds or runs quietly; shows the output only when that fails.
 quietly() { "$@" > "$scratch/step.log" 2>&1 || { cat "$scratch/step.log"; return 1; }; }
 configure() { quietly cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"; }
 build() { quietly cmake --build "$1"; }
 
-echo "== 1. cmake --install, then find_package(troupe) and pkg-config"
+echo "== 1. cmake --install, its headers alone, find_package(troupe) and pkg-config"
 prefix=$scratch/prefix
 cmake --install "$build" --prefix "$prefix" > /dev/null
+# Every header a user may include compiles by itself (STYLE.md: headers are self-contained).
+flags=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags troupe)
+(cd "$prefix/include" && find troupe -name '*.h' | sort) > "$scratch/headers"
+# shellcheck disable=SC2016
+xargs -P "$(nproc)" -I{} sh -c \
+  'printf "#include <%s>\n" "$1" | g++ -std=c++20 -fsyntax-only $2 -x c++ - ||
+   { echo "header $1 does not compile on its own" >&2; exit 255; }' _ {} "$flags" \
+  < "$scratch/headers"
+echo "$(wc -l < "$scratch/headers") installed headers compile on their own"
 configure -S examples/calculator -B "$scratch/calc-installed" -DCMAKE_PREFIX_PATH="$prefix"
 build "$scratch/calc-installed"
-quietly env TROUPE_REGISTRY="$prefix/bin/troupe-registry" examples/calculator/demo.sh "$scratch/calc-installed"
+quietly env TROUPE_REGISTRY="$prefix/bin/troupe-registry" examples/calculator/demo.sh \
+  "$scratch/calc-installed"
 cat > "$scratch/version.cpp" <<'CPP'
 #include <stdio.h>
 #include <troupe/actor/event_loop.h>
 #include <troupe/version.h>
 int main() { troupe::EventLoop loop; printf("troupe %s\n", troupe::VERSION); }
 CPP
-flags=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs troupe)
-# shellcheck disable=SC2086
-g++ -std=c++20 "$scratch/version.cpp" -o "$scratch/version" $flags
+# shellcheck disable=SC2046
+g++ -std=c++20 "$scratch/version.cpp" -o "$scratch/version" \
+  $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs troupe)
 "$scratch/version" | grep -qx "troupe $(sed -n 's/^project(troupe VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)"
 
 echo "== 2. add_subdirectory(troupe), shared libraries"
@@ -58,14 +75,26 @@ quietly env TROUPE_REGISTRY="$scratch/calc-subdirectory/troupe/tools/troupe-regi
   examples/calculator/demo.sh "$scratch/calc-subdirectory/calculator"
 
 if [ "$deb" = 1 ]; then
-  echo "== 3. cpack -G DEB, apt-get install, find_package(troupe) from /usr"
+  echo "== 3. cpack -G DEB; apt-get install on a fresh Debian 12, find_package(troupe) from /usr"
   (cd "$scratch" && quietly cpack -G DEB --config "$build/CPackConfig.cmake")
   package=$(ls "$scratch"/troupe_*.deb)
   echo "$(basename "$package"): Depends: $(dpkg-deb --field "$package" Depends)"
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$package" > /dev/null
-  installed_deb=1
-  configure -S examples/calculator -B "$scratch/calc-deb"
-  build "$scratch/calc-deb"
-  quietly env TROUPE_REGISTRY=/usr/bin/troupe-registry examples/calculator/demo.sh "$scratch/calc-deb"
+  scripts/setup.sh debootstrap
+  mirror=${TROUPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+  quietly "${as_root[@]}" debootstrap --variant=minbase bookworm "$fresh" "$mirror"
+  "${as_root[@]}" mount --bind /proc "$fresh/proc"
+  "${as_root[@]}" mkdir -p "$fresh/src/examples"
+  "${as_root[@]}" cp -r examples/calculator examples/demo_lib.sh "$fresh/src/examples/"
+  "${as_root[@]}" cp "$package" "$fresh/tmp/"
+  in_fresh() { "${as_root[@]}" chroot "$fresh" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+                 HOME=/root DEBIAN_FRONTEND=noninteractive "$@"; }
+  quietly in_fresh apt-get update -q
+  quietly in_fresh apt-get install -y -q --no-install-recommends \
+    "/tmp/$(basename "$package")" g++ cmake ninja-build
+  quietly in_fresh cmake -S /src/examples/calculator -B /build -G Ninja
+  quietly in_fresh cmake --build /build
+  quietly in_fresh env TROUPE_REGISTRY=/usr/bin/troupe-registry \
+    /src/examples/calculator/demo.sh /build
+  echo "the package installs on a fresh Debian 12 and the calculator builds and runs against it"
 fi
 echo "install checks passed"

@@ -148,7 +148,7 @@ void setNonblockingCloexec(int fd, uint flags) {
 
 // The socket calls kj's stream and listener interfaces both pass through, with kj's argument
 // types and troupe's errors.
-namespace socketOption {
+namespace sockopt {
 
 void get(int fd, int level, int option, void* value, uint* length) {
   socklen_t len = *length;
@@ -172,7 +172,7 @@ void name(int fd, struct sockaddr* addr, uint* length) {
   *length = len;
 }
 
-}  // namespace socketOption
+}  // namespace sockopt
 
 class OwnedFd {
 public:
@@ -241,15 +241,15 @@ public:
   }
 
   void getsockopt(int level, int option, void* value, uint* length) override {
-    socketOption::get(fd, level, option, value, length);
+    sockopt::get(fd, level, option, value, length);
   }
 
   void setsockopt(int level, int option, const void* value, uint length) override {
-    socketOption::set(fd, level, option, value, length);
+    sockopt::set(fd, level, option, value, length);
   }
 
   void getsockname(struct sockaddr* addr, uint* length) override {
-    socketOption::name(fd, addr, length);
+    sockopt::name(fd, addr, length);
   }
 
   void getpeername(struct sockaddr* addr, uint* length) override {
@@ -418,15 +418,15 @@ public:
   }
 
   void getsockopt(int level, int option, void* value, uint* length) override {
-    socketOption::get(fd, level, option, value, length);
+    sockopt::get(fd, level, option, value, length);
   }
 
   void setsockopt(int level, int option, const void* value, uint length) override {
-    socketOption::set(fd, level, option, value, length);
+    sockopt::set(fd, level, option, value, length);
   }
 
   void getsockname(struct sockaddr* addr, uint* length) override {
-    socketOption::name(fd, addr, length);
+    sockopt::name(fd, addr, length);
   }
 
 private:

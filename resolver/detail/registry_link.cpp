@@ -45,7 +45,8 @@ RegistryLink::RegistryLink(EventLoop& loop, kj::StringPtr address, RegistryResol
       log(this->options.logger ? this->options.logger : loop.logger()),
       addressText(Address::parse(address).toString()),
       channel(Channel::open(loop, address, channelOptions(this->options))),
-      reconnect(this->options.reconnectBackoffInitial, this->options.reconnectBackoffMax),
+      reconnect(this->options.reconnectBackoffInitial, this->options.reconnectBackoffMax,
+                "RegistryResolverOptions' reconnectBackoffInitial and reconnectBackoffMax"),
       tasks(kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this))) {
   KJ_REQUIRE(this->options.ttl > 0 * kj::SECONDS, "RegistryResolverOptions: ttl must be positive");
 }

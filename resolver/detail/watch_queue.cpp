@@ -1,6 +1,12 @@
 #include "troupe/resolver/detail/watch_queue.h"
 
+#include "troupe/actor/errors.h"
+
 namespace troupe::resolver_detail {
+
+WatchQueue::~WatchQueue() noexcept(false) {
+  waiting.cancel(makeError(ErrorCode::FAILED, "the watch was dropped while next() waited"));
+}
 
 kj::Promise<WatchEvent> WatchQueue::next() {
   if (!queue.empty()) {
@@ -11,7 +17,7 @@ kj::Promise<WatchEvent> WatchQueue::next() {
   KJ_IF_MAYBE(e, endError) {
     return kj::cp(*e);
   }
-  return pushed.next().then([this]() { return next(); });
+  return waiting.wrap(pushed.next().then([this]() { return next(); }));
 }
 
 void WatchQueue::push(WatchEvent event) {

@@ -14,6 +14,10 @@ namespace troupe::resolver_detail {
 // Loop thread only. Dropping it rejects a pending next().
 class WatchQueue {
 public:
+  WatchQueue() = default;
+  ~WatchQueue() noexcept(false);
+  KJ_DISALLOW_COPY(WatchQueue);
+
   // The oldest event; when there is none, a promise for the next one pushed, or, once end()
   // was called, the end's error.
   kj::Promise<WatchEvent> next();
@@ -28,7 +32,8 @@ public:
 private:
   std::deque<WatchEvent> queue;
   kj::Maybe<kj::Exception> endError;
-  ChangeSignal pushed;  // an event was pushed, or the queue ended
+  ChangeSignal pushed;    // an event was pushed, or the queue ended
+  kj::Canceler waiting;   // last: a pending next() refers to the queue
 };
 
 }  // namespace troupe::resolver_detail

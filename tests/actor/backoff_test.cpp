@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <kj/vector.h>
 
+#include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
 
 namespace troupe {
@@ -47,9 +48,19 @@ TEST(BackoffTest, TheLoopsSeedRepeatsTheWaits) {
   EXPECT_FALSE(a == c);
 }
 
-TEST(BackoffTest, ABadRangeIsRefused) {
-  EXPECT_ANY_THROW(Backoff(0 * kj::SECONDS, 1 * kj::SECONDS));
-  EXPECT_ANY_THROW(Backoff(2 * kj::SECONDS, 1 * kj::SECONDS));
+TEST(BackoffTest, ABadRangeIsRefusedNamingIt) {
+  for (auto initial : {0 * kj::SECONDS, 2 * kj::SECONDS}) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  Backoff(initial, 1 * kj::SECONDS, "FooOptions' retryMin and retryMax");
+                })) {
+      EXPECT_EQ(errorCode(*e), ErrorCode::INVALID_ARGUMENT);
+      EXPECT_TRUE(kj::StringPtr(e->getDescription()).startsWith(
+          "troupe.invalid_argument: FooOptions' retryMin and retryMax need 0 < initial <= max"))
+          << e->getDescription().cStr();
+    } else {
+      ADD_FAILURE() << "accepted " << (initial / kj::SECONDS) << " s";
+    }
+  }
 }
 
 }  // namespace

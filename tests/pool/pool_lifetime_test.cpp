@@ -118,6 +118,34 @@ TEST_F(PoolLifetimeTest, DrainWaitsForCallsInFlightAndRefusesNewOnes) {
   pool.drain().wait(ws());  // joins the finished drain
 }
 
+TEST_F(PoolLifetimeTest, DestroyingThePoolDuringADrainRejectsTheDrain) {
+  startReplicas(1);
+  ActorGroup<Blocker> group(loop, resolver, "job-1", "blocker");
+  group.waitReady(1, 10 * kj::SECONDS).wait(ws());
+  auto pool = kj::heap<ActorPool<Blocker>>(group);
+  auto held = pool->call([](Blocker::Client c) { return hold(c, "g"); });
+  replicas[0]->blocker.whenStarted(1).wait(ws());
+  auto drained = pool->drain();
+  pool = nullptr;
+  auto e = failureOf(kj::mv(drained));
+  EXPECT_EQ(errorCode(e), ErrorCode::FAILED) << e.getDescription().cStr();
+  EXPECT_NE(strstr(e.getDescription().cStr(), "was destroyed"), nullptr);
+  EXPECT_EQ(errorCode(failureOf(kj::mv(held))), ErrorCode::FAILED);
+}
+
+TEST_F(PoolLifetimeTest, DestroyingTheGroupRejectsAWaitReadyInFlight) {
+  startReplicas(1);
+  auto group = kj::heap<ActorGroup<Member>>(loop, resolver, "job-1", "member");
+  auto waiting = group->waitReady(2, 10 * kj::SECONDS);
+  group->waitReady(1, 10 * kj::SECONDS).wait(ws());  // its change has been seen
+  group = nullptr;
+  auto e = failureOf(kj::mv(waiting));
+  EXPECT_EQ(errorCode(e), ErrorCode::FAILED) << e.getDescription().cStr();
+  EXPECT_NE(strstr(e.getDescription().cStr(), "group job-1/member-* was destroyed while a wait"),
+            nullptr)
+      << e.getDescription().cStr();
+}
+
 TEST_F(PoolLifetimeTest, MembersHandedOutAreSnapshotsThatOutliveTheGroup) {
   startReplicas(2);
   auto group = kj::heap<ActorGroup<Member>>(loop, resolver, "job-1", "member");

@@ -342,6 +342,21 @@ TEST(FixedResolverWatch, DroppedNextDoesNotLoseTheEvent) {
   EXPECT_EQ(nextEvent(loop, *watch), "ADDED job-1/ps-0 ready");
 }
 
+TEST(FixedResolverWatch, ANextPendingWhenTheWatchIsDroppedRejects) {
+  EventLoop loop;
+  FixedResolver resolver;
+  auto watch = resolver.watch("");
+  EXPECT_EQ(nextEvent(loop, *watch), "SYNCED");
+  auto pending = watch->next();
+  // An event arrives and the watch goes in the same turn, before the pending next() could take
+  // it: the promise must not go on into the queue that went with the watch.
+  resolver.add(endpoint("job-1/ps-0", "tcp://h:1"));
+  watch = nullptr;
+  auto e = errorFrom([&]() { pending.wait(loop.waitScope()); });
+  EXPECT_EQ(errorCode(e), ErrorCode::FAILED) << e.getDescription().cStr();
+  EXPECT_NE(strstr(e.getDescription().cStr(), "the watch was dropped"), nullptr);
+}
+
 TEST(FixedResolverWatch, EachWatchSeesItsOwnPrefixAndADroppedWatchUnhooks) {
   EventLoop loop;
   FixedResolver resolver;

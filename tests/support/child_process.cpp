@@ -127,7 +127,7 @@ int ChildProcess::wait(int timeoutMs) {
   int result = -1;
   for (;;) {
     int64_t left = deadline - nowMs();
-    if (left < 0) break;
+    if (left <= 0) break;
     struct pollfd fds[2] = {{pidfd, POLLIN, 0}, {stdoutFd, POLLIN, 0}};
     int n = poll(fds, stdoutFd >= 0 ? 2 : 1, static_cast<int>(left));
     if (n <= 0) continue;  // EINTR, or the deadline
@@ -137,12 +137,12 @@ int ChildProcess::wait(int timeoutMs) {
       result = status;
       break;
     }
-    if (fds[1].revents & (POLLIN | POLLHUP)) {
+    if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
       char chunk[4096];
       ssize_t got = read(stdoutFd, chunk, sizeof(chunk));
       if (got > 0) buffer.append(chunk, got);
-      if (got == 0) {  // end of its output; the exit follows
-        close(stdoutFd);
+      if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+        close(stdoutFd);  // the end of its output (or a broken pipe); the exit follows
         stdoutFd = -1;
       }
     }

@@ -31,6 +31,17 @@ struct Target {
   std::string address;
 };
 
+// `promise`, or DEADLINE_EXCEEDED ("<what> within <limit>") if it has not settled by `until`.
+template <typename T>
+kj::Promise<T> by(EventLoop& loop, kj::TimePoint until, kj::Duration limit, kj::String what,
+                  kj::Promise<T> promise) {
+  auto expired = loop.timer().atTime(until).then(
+      [what = kj::mv(what), limit]() -> kj::Promise<T> {
+        return makeError(ErrorCode::DEADLINE_EXCEEDED, kj::str(what, " within ", limit));
+      });
+  return promise.exclusiveJoin(kj::mv(expired));
+}
+
 // One call on one server, from connecting to the JSON it answered.
 kj::Promise<std::string> callOne(EventLoop& loop, const Target& target, std::string actor,
                                  std::string method, std::string json, kj::Duration deadline) {
@@ -44,15 +55,8 @@ kj::Promise<std::string> callOne(EventLoop& loop, const Target& target, std::str
     return promise.attach(kj::mv(holder));
   });
   // Connecting and fetching the schema count against the deadline too.
-  return loop.timer().timeoutAfter(deadline, kj::mv(call))
-      .catch_([deadline, where = target.name](kj::Exception&& e) -> kj::Promise<std::string> {
-        if (e.getType() == kj::Exception::Type::OVERLOADED &&
-            e.getDescription().startsWith("operation timed out")) {
-          return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                           kj::str(where.c_str(), " gave no answer within ", deadline));
-        }
-        return kj::mv(e);
-      })
+  return by(loop, loop.timer().now() + deadline, deadline,
+            kj::str(target.name, " gave no answer"), kj::mv(call))
       .attach(kj::mv(channel), kj::mv(loader));
 }
 
@@ -74,7 +78,9 @@ public:
         .addOptionWithArg({"timeout"}, [this](kj::StringPtr text) {
               deadline = parseSeconds("--timeout", text);
               return true;
-            }, "SECONDS", "The deadline of each call (default 30).")
+            }, "SECONDS",
+            "Deadline of the call, connecting and fetching the schema included; with --all, of "
+            "finding the members and calling them all (default 30).")
         .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
                           "For endpoint names (default: $TROUPE_RESOLVER).")
         .expectArg("TARGET", storeIn(target))
@@ -123,41 +129,37 @@ private:
   }
 
   // --all over endpoint names: the pool's broadcast to every READY member of the job's group
-  // for ACTOR, once the group sees the members the resolver listed.
+  // for ACTOR that the group sees once it has the resolver's view. Finding the members,
+  // fetching the schema and the calls all count against the one deadline.
   int broadcast(EventLoop& loop, Resolver& resolver, const std::vector<Endpoint>& ready) {
+    auto until = loop.timer().now() + deadline;
     auto job = broadcastJob(ready);
-    size_t count = 0;
-    for (auto& e : ready) count += e.jobId == job && e.actor == actor;
-    ActorGroupBase group(loop, resolver, job.c_str(), actor.c_str());
-    group.waitReady(count, deadline).wait(loop.waitScope());
+    ActorGroupBase group(loop, resolver, job, actor);
+    by(loop, until, deadline, kj::str("the members of ", job, "/", actor, "- were not listed"),
+       group.whenSynced())
+        .wait(loop.waitScope());
+    auto members = group.readyMembers();
+    if (members.size() == 0) {
+      throwError(ErrorCode::NO_ENDPOINTS,
+                 kj::str("no member of ", job, "/", actor, "- is READY any more"));
+    }
 
     // The interface, from the first member; the JsonCall checks the method and the parameters
     // before anything is sent.
-    auto members = group.readyMembers();
-    KJ_ASSERT(members.size() > 0);
     ActorRefBase first = members[0]->ref;
     capnp::SchemaLoader loader;
-    auto opened = openDynamicActor(first.channel(), actor.c_str(), loader);
-    auto dynamicActor =
-        loop.timer()
-            .timeoutAfter(deadline, kj::mv(opened))
-            .catch_([&](kj::Exception&& e) -> kj::Promise<DynamicActor> {
-              if (e.getType() == kj::Exception::Type::OVERLOADED &&
-                  e.getDescription().startsWith("operation timed out")) {
-                return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                                 kj::str(members[0]->endpoint.name.c_str(),
-                                         " sent no schema within ", deadline));
-              }
-              return kj::mv(e);
-            })
-            .wait(loop.waitScope());
+    auto dynamicActor = by(loop, until, deadline,
+                           kj::str(members[0]->endpoint.name, " sent no schema"),
+                           openDynamicActor(first.channel(), actor, loader))
+                            .wait(loop.waitScope());
     JsonCall call(dynamicActor, method.c_str(), json.c_str());
 
     ActorPoolBase pool(group);  // before `call` goes, the pool and its calls have gone
+    auto left = until - loop.timer().now();
     auto results = pool.broadcastCapability(
                            [&call](capnp::Capability::Client c) { return call.send(kj::mv(c)); },
-                           CallOptions{.deadline = deadline})
-                       .waitAll(deadline)
+                           CallOptions{.deadline = left})
+                       .waitAll(left)
                        .wait(loop.waitScope());
     int status = 0;
     for (auto& r : results) {

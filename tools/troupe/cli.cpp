@@ -245,7 +245,14 @@ double parsePositive(kj::StringPtr flag, kj::StringPtr text) {
 double parseCores(kj::StringPtr flag, kj::StringPtr text) { return parseDecimal(flag, text, true); }
 
 kj::Duration parseSeconds(kj::StringPtr flag, kj::StringPtr text) {
-  return static_cast<int64_t>(parsePositive(flag, text) * 1000) * kj::MILLISECONDS;
+  // From a millisecond to about 31 years: a kj::Duration (int64 nanoseconds) holds that.
+  double seconds = parsePositive(flag, text);
+  if (seconds < 0.001 || seconds > 1e9) {
+    throw UsageError{kj::str(flag, " needs a number of seconds from 0.001 to 1000000000, not '",
+                             printable(text), "'")
+                         .cStr()};
+  }
+  return static_cast<int64_t>(seconds * 1000) * kj::MILLISECONDS;
 }
 
 std::string resolverUrl(const std::string& flag) {

@@ -73,7 +73,7 @@ uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min = 0);
 double parsePositive(kj::StringPtr flag, kj::StringPtr text);
 // A number of cores: a decimal, 0 or more.
 double parseCores(kj::StringPtr flag, kj::StringPtr text);
-// Seconds (a positive decimal, "0.5") as a kj::Duration, to the millisecond.
+// Seconds (a decimal from 0.001 to 1e9, "0.5") as a kj::Duration, to the millisecond.
 kj::Duration parseSeconds(kj::StringPtr flag, kj::StringPtr text);
 
 // The resolver URL: `flag` (--resolver) when given, else $TROUPE_RESOLVER, else UsageError.

@@ -14,6 +14,7 @@
 
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/actor/parse_number.h"
 #include "troupe/jobs/local_launcher.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
@@ -62,11 +63,9 @@ std::pair<std::string, uint32_t> parseGpu(kj::StringPtr text) {
   };
   KJ_IF_MAYBE(colon, text.findLast(':')) {
     if (*colon == 0) throw error();
-    uint32_t count = 0;
-    auto failed = kj::runCatchingExceptions(
-        [&]() { count = text.slice(*colon + 1).parseAs<uint32_t>(); });
-    if (failed != nullptr || count == 0 || count > 64) throw error();
-    return {std::string(text.begin(), *colon), count};
+    uint64_t count = parseWholeNumber(text.slice(*colon + 1), 64).orDefault(0);
+    if (count == 0) throw error();
+    return {std::string(text.begin(), *colon), static_cast<uint32_t>(count)};
   }
   throw error();
 }
