@@ -67,7 +67,7 @@ struct ActorServer::Impl final {
                                                    : freshIncarnation(loop)),
         acceptor(kj::heap<RpcAcceptor>(loop, newActorHost(*this),
                                                this->options.maxMessageBytes, log,
-                                               "actor server")) {
+                                               "actor server", this->options.credentials)) {
     auto paf = kj::newPromiseAndFulfiller<void>();
     drainStarted = paf.promise.fork();
     drainStartedFulfiller = kj::mv(paf.fulfiller);
@@ -125,7 +125,7 @@ struct ActorServer::Impl final {
     auto bound = acceptor->bound();
     if (bound.size() == 0) return "";
     Address a = bound[0];
-    if (a.kind == Address::Kind::TCP && isWildcardHost(a.host)) {
+    if (a.isInet() && isWildcardHost(a.host)) {
       a.host = job.advertiseHost.empty() ? machineName() : job.advertiseHost;
     }
     return a.toString();
@@ -335,10 +335,15 @@ std::string ActorServer::listen(kj::StringPtr text) {
   return bound;
 }
 
+std::string ActorServer::defaultListenAddress() const {
+  auto& credentials = impl->options.credentials ? impl->options.credentials
+                                                : impl->loop.credentials();
+  std::string scheme = credentials->canServeTls() ? "tls://" : "tcp://";
+  return scheme + (impl->job.advertiseHost.empty() ? "127.0.0.1:0" : "0.0.0.0:0");
+}
+
 kj::Promise<void> ActorServer::serve() {
-  if (impl->state == ServerState::STARTING) {
-    listen(impl->job.advertiseHost.empty() ? "tcp://127.0.0.1:0" : "tcp://0.0.0.0:0");
-  }
+  if (impl->state == ServerState::STARTING) listen(defaultListenAddress());
   // SIGTERM and SIGINT start a drain, and keep being caught until the server stops: one that
   // arrives while a drain asked for otherwise is under way (a launcher stopping the replica
   // after ActorGroup::drainMembers(), say) joins that drain instead of killing the process.

@@ -37,6 +37,10 @@ struct ActorServerOptions {
 
   // Where the server logs (listening, draining, failed connections). Default: the loop's logger.
   std::shared_ptr<spdlog::logger> logger;
+
+  // What tls:// listeners present and check clients with, and the cluster token clients must
+  // present. Default: null, meaning the loop's (EventLoop::credentials()).
+  std::shared_ptr<Credentials> credentials;
 };
 
 struct ActorOptions {
@@ -106,10 +110,15 @@ public:
   // Serves until SIGTERM or SIGINT arrives, or a drain is requested (drain() or a peer's
   // ActorHost.drain), then drains and resolves once stopped. The signals are caught until the
   // server stops, so one arriving during a drain joins it; after the server stopped (or after a
-  // second signal) they have their default effect again. Listens on tcp://127.0.0.1:0 first if
-  // listen() was never called (tcp://0.0.0.0:0 when JobContext::advertiseHost is set). The
-  // server must outlive the returned promise, and that of drain().
+  // second signal) they have their default effect again. Listens on defaultListenAddress()
+  // first if listen() was never called. The server must outlive the returned promise, and that
+  // of drain().
   kj::Promise<void> serve();
+
+  // Where serve() listens when listen() was never called: tls:// when the server's credentials
+  // can serve TLS, tcp:// otherwise; on 127.0.0.1, or on 0.0.0.0 when JobContext::advertiseHost
+  // is set; port 0.
+  std::string defaultListenAddress() const;
 
   // serve().wait(loop.waitScope()): the last line of a replica's main().
   void serveUntilSignal();

@@ -12,7 +12,7 @@ namespace {
 [[noreturn]] void bad(kj::StringPtr text, kj::StringPtr why) {
   throwError(ErrorCode::INVALID_ARGUMENT,
              kj::str("bad address '", text, "': ", why,
-                     " (expected tcp://HOST:PORT or unix:/PATH)"));
+                     " (expected tcp://HOST:PORT, tls://HOST:PORT or unix:/PATH)"));
 }
 
 }  // namespace
@@ -36,6 +36,9 @@ Address Address::parse(kj::StringPtr text) {
   }
   kj::StringPtr rest = text;
   if (rest.startsWith("tcp://")) {
+    rest = rest.slice(6);
+  } else if (rest.startsWith("tls://")) {
+    a.kind = Kind::TLS;
     rest = rest.slice(6);
   } else {
     for (size_t i = 0; i + 3 <= rest.size(); ++i) {
@@ -80,10 +83,11 @@ Address Address::parse(kj::StringPtr text) {
 std::string Address::toString() const {
   // "unix://" is read as a prefix, so a path that itself starts with "//" keeps it explicit.
   if (kind == Kind::UNIX) return (path.rfind("//", 0) == 0 ? "unix://" : "unix:") + path;
+  std::string scheme = kind == Kind::TLS ? "tls://" : "tcp://";
   if (host.find(':') != std::string::npos) {
-    return "tcp://[" + host + "]:" + std::to_string(port);
+    return scheme + "[" + host + "]:" + std::to_string(port);
   }
-  return "tcp://" + host + ":" + std::to_string(port);
+  return scheme + host + ":" + std::to_string(port);
 }
 
 kj::String Address::toKjAddress() const {

@@ -29,6 +29,7 @@ Channel::Channel(EventLoop& loop, Address address, ChannelOptions options)
       address_(kj::mv(address)),
       addressText(address_.toString()),
       options(options),
+      credentials(options.credentials ? options.credentials : loop.credentials()),
       errorHandler(kj::heap<ErrorHandler>(*this)),
       tasks(kj::heap<kj::TaskSet>(*errorHandler)) {}
 
@@ -66,13 +67,18 @@ void Channel::startConnecting() {
             auto& ref = *addr;
             return ref.connect().attach(kj::mv(addr));
           })
+          .then([this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+            if (address_.kind != Address::Kind::TLS) return kj::mv(stream);
+            return credentials->wrapClient(loop_.timer(), kj::mv(stream), address_);
+          })
           .then([this, attempt](kj::Own<kj::AsyncIoStream> stream) -> capnp::Capability::Client {
             if (attempt != epoch_) {
               // disconnect() was called while this attempt was under way: drop the stream.
               kj::throwFatalException(KJ_EXCEPTION(
                   DISCONNECTED, "the connection was dropped by disconnect() while it was made"));
             }
-            auto conn = kj::heap<actor_detail::RpcConnection>(kj::mv(stream), options.maxMessageBytes);
+            auto conn = kj::heap<actor_detail::RpcConnection>(
+                kj::mv(stream), options.maxMessageBytes, address_.kind != Address::Kind::TLS);
             auto cap = conn->bootstrap();
             tasks->add(conn->onDisconnect().then([this, attempt]() {
               if (attempt == epoch_) reset();

@@ -2,12 +2,14 @@
 // Channel: the connection to one ActorServer address, made when first needed and made again
 // after it breaks. ActorRefs to actors at the same address can share one.
 
+#include <memory>
 #include <string>
 
 #include <kj/async.h>
 #include <kj/refcount.h>
 
 #include "troupe/actor/address.h"
+#include "troupe/actor/credentials.h"
 #include "troupe/actor/event_loop.h"
 #include "troupe/actor/limits.h"
 #include "troupe/schemas/actor.capnp.h"
@@ -22,9 +24,13 @@ struct ChannelOptions {
   // Largest message sent or accepted, in bytes; must match the server's. Default 512 MiB.
   uint64_t maxMessageBytes = DEFAULT_MAX_MESSAGE_BYTES;
 
-  // How long a connection attempt may take before calls waiting on it fail with UNREACHABLE.
-  // Default 10 s.
+  // How long a connection attempt (the TLS handshake included) may take before calls waiting
+  // on it fail with UNREACHABLE. Default 10 s.
   kj::Duration connectTimeout = 10 * kj::SECONDS;
+
+  // What the channel verifies a tls:// server with and presents to servers (TLS client
+  // certificate, cluster token). Default: null, meaning the loop's (EventLoop::credentials()).
+  std::shared_ptr<Credentials> credentials;
 };
 
 // Belongs to the loop it was opened on. Shared by reference counting (addRef()); the last
@@ -75,6 +81,7 @@ private:
   Address address_;
   std::string addressText;
   ChannelOptions options;
+  std::shared_ptr<Credentials> credentials;  // never null
   uint64_t epoch_ = 0;
   kj::Maybe<capnp::Capability::Client> pending;  // while connecting: queues calls
   kj::Maybe<capnp::Capability::Client> direct;   // once connected

@@ -77,7 +77,9 @@ kj::Promise<void> trimMessageBuffersEvery(kj::Timer& timer, kj::TimePoint last) 
 struct EventLoop::Impl {
   explicit Impl(EventLoopOptions&& options)
       : log(options.logger ? kj::mv(options.logger) : silentLogger()),
-        random(options.randomSeed.orDefault(std::random_device()())) {
+        random(options.randomSeed.orDefault(std::random_device()())),
+        credentials(options.credentials ? kj::mv(options.credentials)
+                                        : Credentials::fromEnvironment()) {
     checkUv("uv_loop_init", uv_loop_init(&uv));
     port = kj::heap<actor_detail::UvEventPort>(&uv);
     kjLoop = kj::heap<kj::EventLoop>(*port);
@@ -100,6 +102,7 @@ struct EventLoop::Impl {
 
   std::shared_ptr<spdlog::logger> log;
   Random random;
+  std::shared_ptr<Credentials> credentials;
   uv_loop_t uv;
   kj::Own<actor_detail::UvEventPort> port;
   kj::Own<kj::EventLoop> kjLoop;
@@ -162,6 +165,7 @@ const kj::Executor& EventLoop::executor() { return impl->kjLoop->getExecutor(); 
 uv_loop_t* EventLoop::uvLoop() { return &impl->uv; }
 const std::shared_ptr<spdlog::logger>& EventLoop::logger() const { return impl->log; }
 Random& EventLoop::random() { return impl->random; }
+const std::shared_ptr<Credentials>& EventLoop::credentials() const { return impl->credentials; }
 
 kj::Date EventLoop::calendarNow() const {
   if (impl->manual.get() != nullptr) return impl->manual->calendarNow();

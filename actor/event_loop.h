@@ -14,6 +14,7 @@
 #include <kj/function.h>
 #include <kj/timer.h>
 
+#include "troupe/actor/credentials.h"
 #include "troupe/actor/random.h"
 
 namespace spdlog {
@@ -54,6 +55,12 @@ struct EventLoopOptions {
   // stays real: sockets, pipes, signals, child processes, offload() and cross-thread work run
   // as on any loop (and anything timed in another process keeps that process's own clock).
   bool manualClock = false;
+
+  // What components on this loop prove themselves with and check peers against (TLS, the
+  // cluster token), unless their own options name other credentials. Default: null, meaning
+  // Credentials::fromEnvironment() (TROUPE_TLS_*, TROUPE_TOKEN_FILE, TROUPE_TOKEN), read when the
+  // loop is made; the constructor throws INVALID_ARGUMENT if they name files it cannot use.
+  std::shared_ptr<Credentials> credentials;
 };
 
 // Owns a uv_loop_t, the kj::EventLoop it drives and kj's async I/O on top of it. Construct one
@@ -129,6 +136,9 @@ public:
 
   // The logger components fall back to (never null).
   const std::shared_ptr<spdlog::logger>& logger() const;
+
+  // The credentials of components on this loop (EventLoopOptions::credentials); never null.
+  const std::shared_ptr<Credentials>& credentials() const;
 
   // The random source of components on this loop (jitter), seeded by
   // EventLoopOptions::randomSeed. Loop thread only.

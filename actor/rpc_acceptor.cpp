@@ -4,6 +4,7 @@
 
 #include "troupe/actor/detail/listen_socket.h"
 #include "troupe/actor/detail/rpc_connection.h"
+#include "troupe/actor/errors.h"
 
 namespace troupe {
 
@@ -15,9 +16,9 @@ struct RpcAcceptor::Listener {
 // One accepted connection; lives in connectionTasks until its peer goes.
 class RpcAcceptor::Connection {
 public:
-  Connection(RpcAcceptor& acceptor, kj::Own<kj::AsyncIoStream> stream)
+  Connection(RpcAcceptor& acceptor, kj::Own<kj::AsyncIoStream> stream, bool direct)
       : acceptor(acceptor),
-        rpc(kj::mv(stream), acceptor.bootstrap, acceptor.maxMessageBytes) {
+        rpc(kj::mv(stream), acceptor.bootstrap, acceptor.maxMessageBytes, direct) {
     acceptor.connections.insert(this);
   }
   ~Connection() noexcept(false) { acceptor.connections.erase(this); }
@@ -34,12 +35,13 @@ public:
 
 RpcAcceptor::RpcAcceptor(EventLoop& loop, capnp::Capability::Client bootstrap,
                          uint64_t maxMessageBytes, std::shared_ptr<spdlog::logger> log,
-                         kj::StringPtr what)
+                         kj::StringPtr what, std::shared_ptr<Credentials> credentials)
     : loop(loop),
       bootstrap(kj::mv(bootstrap)),
       maxMessageBytes(maxMessageBytes),
       log(kj::mv(log)),
       what(what.cStr()),
+      credentials(credentials ? kj::mv(credentials) : loop.credentials()),
       acceptTasks(kj::heap<kj::TaskSet>(*this)),
       connectionTasks(kj::heap<kj::TaskSet>(*this)) {}
 
@@ -50,6 +52,12 @@ RpcAcceptor::~RpcAcceptor() noexcept(false) {
 
 Address RpcAcceptor::listen(kj::StringPtr text) {
   auto address = Address::parse(text);
+  if (address.kind == Address::Kind::TLS && !credentials->canServeTls()) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("cannot listen on ", address.toString(),
+                       ": TLS needs a certificate and its key (TlsOptions certFile and keyFile, "
+                       "or TROUPE_TLS_CERT and TROUPE_TLS_KEY)"));
+  }
   auto l = kj::heap<Listener>();
   l->socket = actor_detail::openListenSocket(loop.lowLevelIo(), address);
   l->text = l->socket.bound.toString();
@@ -84,12 +92,27 @@ void RpcAcceptor::taskFailed(kj::Exception&& exception) {
   log->debug("{} connection ended: {}", what, exception.getDescription().cStr());
 }
 
+kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool direct) {
+  auto connection = kj::heap<Connection>(*this, kj::mv(stream), direct);
+  auto disconnected = connection->rpc.onDisconnect();
+  return disconnected.attach(kj::mv(connection));
+}
+
 kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
   return l.socket.receiver->accept().then(
       [this, &l](kj::Own<kj::AsyncIoStream> stream) {
-        auto connection = kj::heap<Connection>(*this, kj::mv(stream));
-        auto disconnected = connection->rpc.onDisconnect();
-        connectionTasks->add(disconnected.attach(kj::mv(connection)));
+        if (l.socket.bound.kind == Address::Kind::TLS) {
+          // The handshake runs among the connections, so that closing them cancels it.
+          connectionTasks->add(
+              credentials->wrapServer(loop.timer(), kj::mv(stream))
+                  .then(
+                      [this](kj::Own<kj::AsyncIoStream> tls) { return serve(kj::mv(tls), false); },
+                      [this, &l](kj::Exception&& e) {
+                        log->warn("{} on {}: {}", what, l.text, e.getDescription().cStr());
+                      }));
+        } else {
+          connectionTasks->add(serve(kj::mv(stream), true));
+        }
         return acceptLoop(l);
       },
       [this, &l](kj::Exception&& e) {

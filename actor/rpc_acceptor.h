@@ -24,13 +24,18 @@ namespace troupe {
 // and every connection.
 class RpcAcceptor final : public kj::TaskSet::ErrorHandler {
 public:
-  // `what` names the server in log lines ("actor server", "registry").
+  // `what` names the server in log lines ("actor server", "registry"). `credentials`: what a
+  // tls:// listener presents and checks clients with; null for the loop's.
   RpcAcceptor(EventLoop& loop, capnp::Capability::Client bootstrap, uint64_t maxMessageBytes,
-              std::shared_ptr<spdlog::logger> log, kj::StringPtr what);
+              std::shared_ptr<spdlog::logger> log, kj::StringPtr what,
+              std::shared_ptr<Credentials> credentials = nullptr);
   ~RpcAcceptor() noexcept(false);
   KJ_DISALLOW_COPY(RpcAcceptor);
 
-  // Listens on `address` (see ActorServer::listen) and returns the address bound.
+  // Listens on `address` (see ActorServer::listen) and returns the address bound. A tls://
+  // address needs credentials that can serve TLS (else INVALID_ARGUMENT); each connection on it
+  // is served once its TLS handshake completes, and one whose handshake fails is closed (and
+  // logged).
   Address listen(kj::StringPtr address);
 
   // The addresses listened on now, in the order listen() bound them.
@@ -54,12 +59,14 @@ private:
 
   void taskFailed(kj::Exception&& exception) override;
   kj::Promise<void> acceptLoop(Listener& listener);
+  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream, bool direct);
 
   EventLoop& loop;
   capnp::Capability::Client bootstrap;
   uint64_t maxMessageBytes;
   std::shared_ptr<spdlog::logger> log;
   std::string what;
+  std::shared_ptr<Credentials> credentials;  // never null
   kj::Vector<kj::Own<Listener>> listeners;
   kj::Vector<Address> bound_;
   std::set<Connection*> connections;

@@ -55,5 +55,5 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libcapnp-dev (>= 0.9.2), capnproto (>= 0.9.2), libuv1-dev (>= 1.44), libspdlog-dev (>= 1:1.10), pkg-config")
+    "libcapnp-dev (>= 0.9.2), capnproto (>= 0.9.2), libuv1-dev (>= 1.44), libssl-dev (>= 3), libspdlog-dev (>= 1:1.10), pkg-config")
 include(CPack)

@@ -43,6 +43,7 @@ std::string ownProgramName() {
 std::string registryUrl(const std::string& bound) {
   if (bound.rfind("unix:", 0) == 0) return "registry+unix:" + bound.substr(5);
   if (bound.rfind("tcp://", 0) == 0) return "registry://" + bound.substr(6);
+  if (bound.rfind("tls://", 0) == 0) return "registry+tls://" + bound.substr(6);
   return bound;
 }
 

@@ -12,9 +12,7 @@ namespace troupe {
 
 void serveReplica(EventLoop& loop, ActorServer& server) {
   auto& job = server.job();
-  if (server.state() == ServerState::STARTING) {
-    server.listen(job.advertiseHost.empty() ? "tcp://127.0.0.1:0" : "tcp://0.0.0.0:0");
-  }
+  if (server.state() == ServerState::STARTING) server.listen(server.defaultListenAddress());
   if (job.resolver.empty()) {
     loop.logger()->info("serving {} without a resolver (TROUPE_RESOLVER is not set)",
                         server.listenAddresses()[0]);

@@ -16,8 +16,9 @@
 namespace troupe {
 
 struct HostOptions {
-  // Where to listen; "" (the default) means tcp://127.0.0.1:0, or tcp://0.0.0.0:0 when the job
-  // names an advertise host (TROUPE_ADVERTISE_HOST), so that other machines can reach it.
+  // Where to listen; "" (the default) means ActorServer::defaultListenAddress(): 127.0.0.1, or
+  // 0.0.0.0 when the job names an advertise host (TROUPE_ADVERTISE_HOST) so that other machines
+  // can reach it; tls:// when the credentials hold a certificate (TROUPE_TLS_CERT).
   std::string listen;
 
   // The server's settings (drain grace period, message limit, ...).

@@ -28,7 +28,8 @@ void applyQuery(kj::StringPtr url, kj::StringPtr query, RegistryResolverOptions&
 }  // namespace
 
 kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
-  if (url.startsWith("registry://") || url.startsWith("registry+unix:")) {
+  if (url.startsWith("registry://") || url.startsWith("registry+tls://") ||
+      url.startsWith("registry+unix:")) {
     RegistryResolverOptions options;
     KJ_IF_MAYBE(q, url.findFirst('?')) {
       applyQuery(url, url.slice(*q + 1), options);
@@ -48,7 +49,8 @@ kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
   }
   throwError(ErrorCode::INVALID_ARGUMENT,
              kj::str("unknown resolver URL '", printable(url),
-                     "' (expected registry://HOST:PORT, registry+unix:PATH, fixed:NAME=ADDRESS,... "
+                     "' (expected registry://HOST:PORT, registry+tls://HOST:PORT, registry+unix:PATH, "
+                     "fixed:NAME=ADDRESS,... "
                      "or file:PATH)"));
 }
 

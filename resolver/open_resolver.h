@@ -12,6 +12,7 @@ namespace troupe {
 // Opens the resolver `url` names, on `loop` (the resolver belongs to it; the caller owns it):
 //
 //   registry://HOST:PORT      a RegistryResolver (default options) over TCP; PORT defaults to 7700
+//   registry+tls://HOST:PORT  the same over TLS, verified with the loop's credentials
 //   registry+unix:PATH        a RegistryResolver over a unix socket
 //
 // A registry URL may end in "?ttl_ms=N" to ask for N-millisecond leases (RegistryResolverOptions

@@ -14,8 +14,16 @@ namespace {
 
 // The troupe address behind a registry URL.
 kj::String registryAddress(kj::StringPtr url) {
+  kj::StringPtr scheme;
+  kj::StringPtr rest;
   if (url.startsWith("registry://")) {
-    auto rest = url.slice(strlen("registry://"));
+    scheme = "tcp://";
+    rest = url.slice(strlen("registry://"));
+  } else if (url.startsWith("registry+tls://")) {
+    scheme = "tls://";
+    rest = url.slice(strlen("registry+tls://"));
+  }
+  if (scheme != nullptr) {
     if (rest.size() == 0) {
       throwError(ErrorCode::INVALID_ARGUMENT,
                  kj::str("registry URL '", printable(url), "' names no host"));
@@ -29,15 +37,18 @@ kj::String registryAddress(kj::StringPtr url) {
     } else {
       hasPort = rest.findFirst(':') != nullptr;
     }
-    return hasPort ? kj::str("tcp://", rest) : kj::str("tcp://", rest, ":7700");
+    return hasPort ? kj::str(scheme, rest) : kj::str(scheme, rest, ":7700");
   }
   if (url.startsWith("registry+unix:"))
     return kj::str("unix:", url.slice(strlen("registry+unix:")));
-  if (url.startsWith("tcp://") || url.startsWith("unix:")) return kj::str(url);
+  if (url.startsWith("tcp://") || url.startsWith("tls://") || url.startsWith("unix:")) {
+    return kj::str(url);
+  }
   throwError(ErrorCode::INVALID_ARGUMENT,
              kj::str("'", printable(url),
                      "' is not a registry address (expected registry://HOST:PORT, "
-                     "registry+unix:PATH, tcp://HOST:PORT or unix:PATH)"));
+                     "registry+tls://HOST:PORT, registry+unix:PATH, tcp://HOST:PORT, "
+                     "tls://HOST:PORT or unix:PATH)"));
 }
 
 

@@ -58,9 +58,10 @@ struct RegistryResolverOptions {
 // next renewal.
 class RegistryResolver final : public Resolver {
 public:
-  // `address` is "registry://HOST:PORT" (TCP) or "registry+unix:PATH" (a unix socket), or a
-  // plain troupe address ("tcp://HOST:PORT", "unix:PATH"). Throws INVALID_ARGUMENT for anything
-  // else. Does not connect yet.
+  // `address` is "registry://HOST:PORT" (TCP), "registry+tls://HOST:PORT" (TLS, verified with
+  // the credentials of options.channel or the loop) or "registry+unix:PATH" (a unix socket), or
+  // a plain troupe address ("tcp://HOST:PORT", "tls://HOST:PORT", "unix:PATH"); the port
+  // defaults to 7700. Throws INVALID_ARGUMENT for anything else. Does not connect yet.
   RegistryResolver(EventLoop& loop, kj::StringPtr address, RegistryResolverOptions options = {});
   ~RegistryResolver() noexcept(false);
   KJ_DISALLOW_COPY(RegistryResolver);

@@ -49,6 +49,10 @@ struct RegistryServerOptions {
   // Where the registry logs: info for registrations, removals and expiries, warn for refusals.
   // Default: the loop's logger.
   std::shared_ptr<spdlog::logger> logger;
+
+  // What tls:// listeners present and check clients with, and the cluster token clients must
+  // present. Default: null, meaning the loop's (EventLoop::credentials()).
+  std::shared_ptr<Credentials> credentials;
 };
 
 // An in-memory registry of endpoints, leases, watchers and job states. Belongs to the loop it

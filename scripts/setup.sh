@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config file
-  capnproto libcapnp-dev libuv1-dev libspdlog-dev
+  capnproto libcapnp-dev libuv1-dev libspdlog-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   "$@"
 )

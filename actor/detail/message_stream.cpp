@@ -52,11 +52,14 @@ uint32_t readLe32(const kj::byte* p) {
 
 }  // namespace
 
-BoundedMessageStream::BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes)
+BoundedMessageStream::BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes,
+                                           bool direct)
     : stream(stream),
       maxMessageBytes(maxMessageBytes),
       readBuffer(kj::heapArray<kj::byte>(READ_BUFFER_BYTES)),
       lastWrite(kj::Promise<void>(kj::READY_NOW).fork()) {
+  // A TLS stream reports the socket under it as its fd: writing there would skip the encryption.
+  if (!direct) return;
   KJ_IF_MAYBE(fd, stream.getFd()) {
     int type;
     socklen_t len = sizeof(type);

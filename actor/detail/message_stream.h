@@ -35,7 +35,10 @@ constexpr size_t BATCH_FLUSH_BYTES = 1024 * 1024;
 // Borrows `stream`, which must outlive it. Loop thread only.
 class BoundedMessageStream {
 public:
-  BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes);
+  // When `stream` is a socket itself (not TLS or another layer over one: `direct`), small
+  // batches are written to its file descriptor straight away when nothing else is being
+  // written, saving a trip through kj.
+  BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes, bool direct = true);
   ~BoundedMessageStream() noexcept(false);
   KJ_DISALLOW_COPY(BoundedMessageStream);
 

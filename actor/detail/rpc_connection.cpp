@@ -6,15 +6,17 @@ namespace troupe::actor_detail {
 
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream,
-                             capnp::Capability::Client bootstrap, uint64_t maxMessageBytes)
+                             capnp::Capability::Client bootstrap, uint64_t maxMessageBytes,
+                             bool direct)
     : stream(kj::mv(stream)),
-      messages(*this->stream, maxMessageBytes),
+      messages(*this->stream, maxMessageBytes, direct),
       network(messages, capnp::rpc::twoparty::Side::SERVER, maxMessageBytes),
       rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
 
-RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, uint64_t maxMessageBytes)
+RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, uint64_t maxMessageBytes,
+                             bool direct)
     : stream(kj::mv(stream)),
-      messages(*this->stream, maxMessageBytes),
+      messages(*this->stream, maxMessageBytes, direct),
       network(messages, capnp::rpc::twoparty::Side::CLIENT, maxMessageBytes),
       rpc(capnp::makeRpcClient(network)) {}
 

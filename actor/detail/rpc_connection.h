@@ -14,11 +14,12 @@ namespace troupe::actor_detail {
 // flight on it fail with DISCONNECTED on the other side.
 class RpcConnection {
 public:
-  // Server side: serves `bootstrap` to the peer.
+  // Server side: serves `bootstrap` to the peer. `direct`: `stream` is a socket itself, not a
+  // TLS stream over one (BoundedMessageStream).
   RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
-                uint64_t maxMessageBytes);
+                uint64_t maxMessageBytes, bool direct);
   // Client side.
-  RpcConnection(kj::Own<kj::AsyncIoStream> stream, uint64_t maxMessageBytes);
+  RpcConnection(kj::Own<kj::AsyncIoStream> stream, uint64_t maxMessageBytes, bool direct);
   KJ_DISALLOW_COPY(RpcConnection);
 
   // The peer's bootstrap capability (client side).

@@ -285,7 +285,8 @@ std::string formatAge(uint64_t registeredAtMillis, kj::Date now) {
 }
 
 bool isAddress(const std::string& text) {
-  return text.rfind("tcp://", 0) == 0 || text.rfind("unix:", 0) == 0;
+  return text.rfind("tcp://", 0) == 0 || text.rfind("tls://", 0) == 0 ||
+         text.rfind("unix:", 0) == 0;
 }
 
 kj::Promise<kj::Array<Endpoint>> endpointsNamed(Resolver& resolver, kj::StringPtr target) {

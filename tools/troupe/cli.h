@@ -86,7 +86,7 @@ bool stdoutIsTerminal();
 // "2h03m", "4d"; "-" for 0 (the resolver did not say).
 std::string formatAge(uint64_t registeredAtMillis, kj::Date now);
 
-// "tcp://..." and "unix:..." are addresses; anything else is an endpoint name or prefix.
+// "tcp://...", "tls://..." and "unix:..." are addresses; anything else is an endpoint name or prefix.
 bool isAddress(const std::string& text);
 
 // The endpoints `target` names in `resolver`: the one named exactly `target` if there is one,

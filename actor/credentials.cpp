@@ -1,0 +1,272 @@
+#include "troupe/actor/credentials.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/bio.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <kj/compat/tls.h>
+#include <kj/debug.h>
+#include <kj/vector.h>
+
+#include "troupe/actor/errors.h"
+
+namespace troupe {
+
+namespace {
+
+[[noreturn]] void badFile(kj::StringPtr what, kj::StringPtr path, kj::StringPtr why) {
+  throwError(ErrorCode::INVALID_ARGUMENT, kj::str("cannot use ", what, " '", path, "': ", why));
+}
+
+// The whole of the file at `path`; `what` names it in errors ("the TLS key (TROUPE_TLS_KEY)").
+kj::String readWholeFile(kj::StringPtr what, kj::StringPtr path) {
+  int fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) badFile(what, path, strerror(errno));
+  KJ_DEFER(::close(fd));
+  kj::Vector<char> text;
+  char chunk[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) badFile(what, path, strerror(errno));
+    if (n == 0) break;
+    if (text.size() + n > 1024 * 1024) badFile(what, path, "larger than 1 MiB");
+    text.addAll(chunk, chunk + n);
+  }
+  text.add('\0');
+  return kj::String(text.releaseAsArray());
+}
+
+// Runs `parse` on the contents of a PEM file, turning the OpenSSL error kj throws into one that
+// names the file (never the contents).
+template <typename T, typename Parse>
+T parsePem(kj::StringPtr what, kj::StringPtr path, Parse&& parse) {
+  auto text = readWholeFile(what, path);
+  kj::Maybe<T> result;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { result = parse(text); })) {
+    (void)e;  // OpenSSL's reason may quote the input; keep it out of the message
+    badFile(what, path, "not a PEM file of the expected kind");
+  }
+  return kj::mv(KJ_ASSERT_NONNULL(result));
+}
+
+// Whether the (parsed, so valid) PEM files hold a certificate and its private key. OpenSSL
+// would otherwise drop a mismatched key without a word and fail every handshake later.
+bool keyMatchesCertificate(kj::StringPtr certFile, kj::StringPtr keyFile) {
+  auto certText = readWholeFile("the TLS certificate", certFile);
+  auto keyText = readWholeFile("the TLS key", keyFile);
+  KJ_DEFER(OPENSSL_cleanse(keyText.begin(), keyText.size()));
+  BIO* certBio = BIO_new_mem_buf(certText.begin(), certText.size());
+  BIO* keyBio = BIO_new_mem_buf(keyText.begin(), keyText.size());
+  KJ_DEFER({
+    BIO_free(certBio);
+    BIO_free(keyBio);
+  });
+  X509* cert = PEM_read_bio_X509(certBio, nullptr, nullptr, nullptr);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(keyBio, nullptr, nullptr, nullptr);
+  bool matches = cert != nullptr && key != nullptr && X509_check_private_key(cert, key) == 1;
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  ERR_clear_error();
+  return matches;
+}
+
+kj::Own<kj::TlsContext> makeContext(const TlsOptions& tls, bool server,
+                                    kj::ArrayPtr<const kj::TlsCertificate> trusted,
+                                    kj::Maybe<const kj::TlsKeypair&> keypair) {
+  kj::TlsContext::Options o;
+  o.useSystemTrustStore = tls.caFile.empty();
+  o.trustedCertificates = trusted;
+  o.minVersion = kj::TlsVersion::TLS_1_2;
+  o.defaultKeypair = keypair;
+  o.verifyClients = server && tls.requireClientCertificates;
+  return kj::heap<kj::TlsContext>(kj::mv(o));
+}
+
+kj::Exception handshakeFailed(kj::StringPtr whom, kj::Exception&& e) {
+  auto description = e.getDescription();
+  auto mentions = [&](const char* text) { return strstr(description.cStr(), text) != nullptr; };
+  kj::StringPtr hint;
+  if (mentions("peer disconnected") || mentions("wrong version") ||
+      mentions("packet length too long") || mentions("unexpected eof") ||
+      mentions("record layer failure")) {
+    hint = " (does the peer speak TLS?)";
+  }
+  return makeError(ErrorCode::DISCONNECTED,
+                   kj::str("TLS handshake with ", whom, " failed: ", description, hint));
+}
+
+kj::Promise<kj::Own<kj::AsyncIoStream>> bounded(kj::Timer& timer, kj::Duration limit,
+                                                kj::String whom,
+                                                kj::Promise<kj::Own<kj::AsyncIoStream>> handshake) {
+  auto timeout = timer.afterDelay(limit).then([limit]() -> kj::Own<kj::AsyncIoStream> {
+    kj::throwFatalException(KJ_EXCEPTION(
+        DISCONNECTED, kj::str("no handshake within ", limit / kj::MILLISECONDS, " ms")));
+  });
+  return handshake.exclusiveJoin(kj::mv(timeout))
+      .catch_([whom = kj::mv(whom)](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
+        kj::throwFatalException(handshakeFailed(whom, kj::mv(e)));
+      });
+}
+
+}  // namespace
+
+Credentials::Credentials(CredentialsOptions o) : options(kj::mv(o)) {
+  KJ_IF_MAYBE(tls, options.tls) {
+    kj::Vector<kj::TlsCertificate> trusted;
+    if (!tls->caFile.empty()) {
+      // A bundle may hold several CAs: each PEM block is one.
+      auto text = readWholeFile("the TLS CA bundle", tls->caFile);
+      kj::StringPtr rest = text;
+      static constexpr kj::StringPtr BEGIN = "-----BEGIN CERTIFICATE-----"_kj;
+      static constexpr kj::StringPtr END = "-----END CERTIFICATE-----"_kj;
+      for (;;) {
+        auto begin = strstr(rest.cStr(), BEGIN.cStr());
+        if (begin == nullptr) break;
+        auto end = strstr(begin, END.cStr());
+        if (end == nullptr) break;
+        auto block = kj::str(kj::arrayPtr(begin, end + END.size()));
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { trusted.add(kj::TlsCertificate(block)); })) {
+          (void)e;
+          badFile("the TLS CA bundle", tls->caFile, "holds a certificate that does not parse");
+        }
+        rest = kj::StringPtr(end + END.size());
+      }
+      if (trusted.empty()) badFile("the TLS CA bundle", tls->caFile, "holds no PEM certificate");
+    }
+    if (tls->certFile.empty() != tls->keyFile.empty()) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 "a TLS certificate needs its key and a key its certificate: set both or neither");
+    }
+    if (tls->requireClientCertificates && tls->caFile.empty()) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 "requiring client certificates needs a CA bundle to check them against");
+    }
+    kj::Maybe<kj::TlsKeypair> keypair;
+    if (!tls->certFile.empty()) {
+      auto certificate = parsePem<kj::TlsCertificate>(
+          "the TLS certificate", tls->certFile,
+          [](kj::StringPtr text) { return kj::TlsCertificate(text); });
+      auto key = parsePem<kj::TlsPrivateKey>(
+          "the TLS key", tls->keyFile, [](kj::StringPtr text) { return kj::TlsPrivateKey(text); });
+      keypair = kj::TlsKeypair{kj::mv(key), kj::mv(certificate)};
+    }
+    if (!tls->certFile.empty() && !keyMatchesCertificate(tls->certFile, tls->keyFile)) {
+      badFile("the TLS key", tls->keyFile, "does not belong to the certificate");
+    }
+    trustedCertificates = trusted.releaseAsArray();
+    keypair_ = kj::mv(keypair);
+    KJ_IF_MAYBE(kp, keypair_) {
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                    serverTls = makeContext(*tls, true, trustedCertificates, *kp);
+                  })) {
+        (void)e;
+        badFile("the TLS key", tls->keyFile, "does not belong to the certificate");
+      }
+    }
+    clientTls = makeContext(*tls, false, trustedCertificates, keypair_);
+  } else {
+    clientTls = makeContext(TlsOptions{}, false, nullptr, nullptr);
+  }
+}
+
+Credentials::~Credentials() noexcept(false) {
+  // Leave no copy of the token in freed memory.
+  OPENSSL_cleanse(options.token.data(), options.token.size());
+}
+
+std::shared_ptr<Credentials> Credentials::fromEnvironment() {
+  auto get = [](const char* name) -> std::string {
+    const char* value = ::getenv(name);
+    return value == nullptr ? std::string() : std::string(value);
+  };
+  CredentialsOptions o;
+  TlsOptions tls;
+  tls.caFile = get("TROUPE_TLS_CA");
+  tls.certFile = get("TROUPE_TLS_CERT");
+  tls.keyFile = get("TROUPE_TLS_KEY");
+  tls.serverName = get("TROUPE_TLS_SERVER_NAME");
+  auto require = get("TROUPE_TLS_REQUIRE_CLIENT_CERT");
+  if (!require.empty() && require != "0" && require != "1") {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("TROUPE_TLS_REQUIRE_CLIENT_CERT must be 0 or 1, not '", require, "'"));
+  }
+  tls.requireClientCertificates = require == "1";
+  if (!tls.caFile.empty() || !tls.certFile.empty() || !tls.keyFile.empty() ||
+      !tls.serverName.empty() || tls.requireClientCertificates) {
+    o.tls = kj::mv(tls);
+  }
+
+  auto tokenFile = get("TROUPE_TOKEN_FILE");
+  const char* token = ::getenv("TROUPE_TOKEN");
+  if (!tokenFile.empty() && token != nullptr && *token != '\0') {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               "both TROUPE_TOKEN_FILE and TROUPE_TOKEN are set: set one");
+  }
+  if (!tokenFile.empty()) {
+    auto text = readWholeFile("the token file (TROUPE_TOKEN_FILE)", tokenFile);
+    o.token = text.cStr();
+    OPENSSL_cleanse(text.begin(), text.size());
+    while (!o.token.empty() && (o.token.back() == '\n' || o.token.back() == '\r')) {
+      o.token.pop_back();
+    }
+    if (o.token.empty()) {
+      badFile("the token file (TROUPE_TOKEN_FILE)", tokenFile, "it is empty");
+    }
+  } else if (token != nullptr) {
+    o.token = token;
+  }
+  return std::make_shared<Credentials>(kj::mv(o));
+}
+
+std::shared_ptr<Credentials> Credentials::none() {
+  return std::make_shared<Credentials>(CredentialsOptions{});
+}
+
+bool Credentials::canServeTls() const { return serverTls.get() != nullptr; }
+
+bool Credentials::requiresClientCertificates() const {
+  KJ_IF_MAYBE(tls, options.tls) {
+    return tls->requireClientCertificates && canServeTls();
+  }
+  return false;
+}
+
+kj::ArrayPtr<const kj::byte> Credentials::token() const {
+  return kj::arrayPtr(reinterpret_cast<const kj::byte*>(options.token.data()),
+                      options.token.size());
+}
+
+bool Credentials::tokenMatches(kj::ArrayPtr<const kj::byte> presented) const {
+  if (options.token.empty() || presented.size() != options.token.size()) return false;
+  return CRYPTO_memcmp(presented.begin(), options.token.data(), presented.size()) == 0;
+}
+
+kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapServer(
+    kj::Timer& timer, kj::Own<kj::AsyncIoStream> stream) {
+  KJ_REQUIRE(canServeTls(), "no TLS certificate to serve with");
+  auto limit = KJ_ASSERT_NONNULL(options.tls).handshakeTimeout;
+  return bounded(timer, limit, kj::str("a client"), serverTls->wrapServer(kj::mv(stream)));
+}
+
+kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapClient(
+    kj::Timer& timer, kj::Own<kj::AsyncIoStream> stream, const Address& address) {
+  kj::StringPtr name = address.host;
+  kj::Duration limit = TlsOptions{}.handshakeTimeout;
+  KJ_IF_MAYBE(tls, options.tls) {
+    if (!tls->serverName.empty()) name = tls->serverName;
+    limit = tls->handshakeTimeout;
+  }
+  return bounded(timer, limit, kj::str(address.toString()),
+                 clientTls->wrapClient(kj::mv(stream), name));
+}
+
+}  // namespace troupe

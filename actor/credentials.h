@@ -1,0 +1,110 @@
+#pragma once
+// Credentials: what a process proves itself with and checks its peers against. TLS (kj-tls on
+// OpenSSL) for the transport: a certificate and key that servers present (and clients, under
+// mutual TLS), and a CA bundle that peers' certificates must chain to. And the cluster token a
+// client presents before anything else, and a server requires (SECURITY.md).
+//
+// Secrets never leave this object: the token and keys are not logged, printed or put in error
+// messages; files are named in errors, never their contents.
+
+#include <memory>
+#include <string>
+
+#include <kj/array.h>
+#include <kj/async-io.h>
+#include <kj/compat/tls.h>
+#include <kj/time.h>
+
+#include "troupe/actor/address.h"
+
+namespace troupe {
+
+struct TlsOptions {
+  // CA certificates (PEM file) that peers' certificates must chain to. Default "": the
+  // system's trust store.
+  std::string caFile;
+
+  // This process's certificate chain and private key (PEM files, unencrypted key). Servers need
+  // them to listen on tls://; a client presents them when set (mutual TLS). Default "": none.
+  std::string certFile;
+  std::string keyFile;
+
+  // Servers: accept only clients presenting a certificate from caFile (mutual TLS); such a
+  // client is authenticated by its certificate, with or without a token. Default false.
+  bool requireClientCertificates = false;
+
+  // Clients: the name a server's certificate must carry. Default "": the host of the address
+  // connected to. kj-tls matches DNS names only, so a server reached at an IP address needs that
+  // address as a DNS name in its certificate (scripts/make_certs.sh writes both), or this.
+  std::string serverName;
+
+  // How long a TLS handshake may take before the connection is closed. Default 10 s.
+  kj::Duration handshakeTimeout = 10 * kj::SECONDS;
+};
+
+struct CredentialsOptions {
+  // TLS files and settings; none (the default) means no TLS: tls:// addresses cannot be listened
+  // on, and are connected to with the system's trust store.
+  kj::Maybe<TlsOptions> tls;
+
+  // The cluster token: clients present it when they connect; servers with one refuse every
+  // connection that does not present it (or a client certificate under mutual TLS). Any bytes
+  // (a file's content without its trailing newline). Default "": none.
+  std::string token;
+};
+
+// Loaded credentials. Immutable once made; may be shared by every loop and thread of a process
+// (std::shared_ptr: co-owned by the EventLoop whose options name it, and the options structs
+// and components that hold it).
+class Credentials {
+public:
+  // Reads the files named; throws INVALID_ARGUMENT naming the file (and the variable it came
+  // from, for fromEnvironment()) that is missing, unreadable or not what it should be.
+  explicit Credentials(CredentialsOptions options);
+  ~Credentials() noexcept(false);
+  KJ_DISALLOW_COPY(Credentials);
+
+  // From the environment:
+  //   TROUPE_TLS_CA, TROUPE_TLS_CERT, TROUPE_TLS_KEY   TlsOptions' caFile, certFile, keyFile
+  //   TROUPE_TLS_REQUIRE_CLIENT_CERT=1                 requireClientCertificates
+  //   TROUPE_TLS_SERVER_NAME                           serverName
+  //   TROUPE_TOKEN_FILE (a file holding the token), or TROUPE_TOKEN (the token itself)
+  // TLS is on when any TROUPE_TLS_* variable is set. Throws INVALID_ARGUMENT as the constructor
+  // does, or when both token variables are set.
+  static std::shared_ptr<Credentials> fromEnvironment();
+
+  // No TLS, no token.
+  static std::shared_ptr<Credentials> none();
+
+  // Whether this process can listen on tls:// (it has a certificate and key).
+  bool canServeTls() const;
+  bool requiresClientCertificates() const;
+  const kj::Maybe<TlsOptions>& tls() const { return options.tls; }
+
+  // The cluster token, empty for none. For presenting to a server only.
+  kj::ArrayPtr<const kj::byte> token() const;
+  bool hasToken() const { return !options.token.empty(); }
+
+  // Whether `presented` is the cluster token, compared in time that does not depend on where
+  // they differ. False when this process has no token.
+  bool tokenMatches(kj::ArrayPtr<const kj::byte> presented) const;
+
+  // The TLS handshake as a server (canServeTls() must hold) or as a client of `address` (a
+  // tls:// address), bounded by the handshake timeout of `timer`. Rejects with DISCONNECTED
+  // saying what failed (an untrusted or expired certificate, a name mismatch, a peer that does
+  // not speak TLS).
+  kj::Promise<kj::Own<kj::AsyncIoStream>> wrapServer(kj::Timer& timer,
+                                                     kj::Own<kj::AsyncIoStream> stream);
+  kj::Promise<kj::Own<kj::AsyncIoStream>> wrapClient(kj::Timer& timer,
+                                                     kj::Own<kj::AsyncIoStream> stream,
+                                                     const Address& address);
+
+private:
+  CredentialsOptions options;
+  kj::Array<kj::TlsCertificate> trustedCertificates;  // from caFile
+  kj::Maybe<kj::TlsKeypair> keypair_;                 // from certFile and keyFile
+  kj::Own<kj::TlsContext> serverTls;                  // null unless canServeTls()
+  kj::Own<kj::TlsContext> clientTls;
+};
+
+}  // namespace troupe
