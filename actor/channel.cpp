@@ -79,7 +79,11 @@ void Channel::startConnecting() {
             }
             auto conn = kj::heap<actor_detail::RpcConnection>(
                 kj::mv(stream), options.maxMessageBytes, address_.kind != Address::Kind::TLS);
-            auto cap = conn->bootstrap();
+            // Every troupe server's bootstrap is an Authenticator; the service behind it is
+            // asked for at once, and calls on it are pipelined behind the authentication.
+            auto request = conn->bootstrap().castAs<schema::Authenticator>().authenticateRequest();
+            request.setToken(credentials->token());
+            capnp::Capability::Client cap = request.send().getService();
             tasks->add(conn->onDisconnect().then([this, attempt]() {
               if (attempt == epoch_) reset();
             }));

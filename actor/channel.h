@@ -46,10 +46,11 @@ public:
 
   kj::Own<Channel> addRef() { return kj::addRef(*this); }
 
-  // The server's bootstrap capability, as interface T: the ActorHost of an ActorServer, the
-  // Registry of a RegistryServer. Starts connecting if there is no connection; calls made before
-  // it is up wait for it, and fail with UNREACHABLE if it cannot be made (the next call tries
-  // again). After a disconnect, calls on a capability obtained earlier fail with DISCONNECTED;
+  // The server's service, as interface T: the ActorHost of an ActorServer, the Registry of a
+  // RegistryServer, obtained from its Authenticator with the credentials' cluster token. Starts
+  // connecting if there is no connection; calls made before it is up wait for it, and fail with
+  // UNREACHABLE if it cannot be made (the next call tries again), or with UNAUTHENTICATED when
+  // the server refuses the token (every call on this connection does). After a disconnect, calls on a capability obtained earlier fail with DISCONNECTED;
   // ask again for the new connection. A T the server does not implement fails its calls with
   // UNIMPLEMENTED.
   template <typename T>

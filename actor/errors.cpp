@@ -37,6 +37,8 @@ constexpr CodeInfo CODES[] = {
     {ErrorCode::NO_ENDPOINTS, "no_endpoints"_kj, kj::Exception::Type::OVERLOADED, true, true},
     {ErrorCode::MAY_HAVE_RUN, "may_have_run"_kj, kj::Exception::Type::DISCONNECTED, false, false},
     {ErrorCode::JOB_ALREADY_EXISTS, "job_already_exists"_kj, kj::Exception::Type::FAILED, true, false},
+    {ErrorCode::UNAUTHENTICATED, "unauthenticated"_kj, kj::Exception::Type::FAILED, true, false},
+    {ErrorCode::PERMISSION_DENIED, "permission_denied"_kj, kj::Exception::Type::FAILED, true, false},
 };
 
 const CodeInfo& info(ErrorCode code) {

@@ -47,6 +47,11 @@
 //                                                                    actor
 //   JOB_ALREADY_EXISTS FAILED         (no call)      no              a job of that name is still
 //                                                                    live
+//   UNAUTHENTICATED    FAILED         no             no              the connection presented no
+//                                                                    cluster credential, or a
+//                                                                    wrong one (SECURITY.md)
+//   PERMISSION_DENIED  FAILED         no             no              the caller lacks the job
+//                                                                    credential the call needs
 //
 // An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
 // DISCONNECTED, UNIMPLEMENTED), for which callNeverRan() is false: even UNIMPLEMENTED may come
@@ -88,6 +93,8 @@ enum class ErrorCode {
   NO_ENDPOINTS,
   MAY_HAVE_RUN,
   JOB_ALREADY_EXISTS,
+  UNAUTHENTICATED,
+  PERMISSION_DENIED,
 };
 
 // The code of any exception: troupe's own when its description carries one (also after it

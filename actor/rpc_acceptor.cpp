@@ -1,10 +1,15 @@
 #include "troupe/actor/rpc_acceptor.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/detail/listen_socket.h"
 #include "troupe/actor/detail/rpc_connection.h"
 #include "troupe/actor/errors.h"
+#include "troupe/schemas/actor.capnp.h"
 
 namespace troupe {
 
@@ -13,12 +18,92 @@ struct RpcAcceptor::Listener {
   std::string text;
 };
 
+namespace {
+
+// After this many refused authentications a connection is closed.
+constexpr uint32_t MAX_FAILED_AUTHENTICATIONS = 3;
+
+// "127.0.0.1:5555", "[::1]:5555" or "a unix socket": who is at the other end, for log lines.
+kj::String peerName(kj::AsyncIoStream& stream) {
+  struct sockaddr_storage addr;
+  uint len = sizeof(addr);
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                stream.getpeername(reinterpret_cast<struct sockaddr*>(&addr), &len);
+              })) {
+    (void)e;
+    return kj::str("an unknown peer");
+  }
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (addr.ss_family == AF_INET) {
+    auto& in = reinterpret_cast<struct sockaddr_in&>(addr);
+    inet_ntop(AF_INET, &in.sin_addr, host, sizeof(host));
+    return kj::str(host, ':', ntohs(in.sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    auto& in6 = reinterpret_cast<struct sockaddr_in6&>(addr);
+    inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof(host));
+    return kj::str('[', host, "]:", ntohs(in6.sin6_port));
+  }
+  return kj::str("a unix socket");
+}
+
+// The bootstrap capability of one connection: it hands out the server's own once the
+// connection has authenticated (schemas/actor.capnp, Authenticator), and has the connection
+// closed after MAX_FAILED_AUTHENTICATIONS refusals.
+class Gate final : public schema::Authenticator::Server {
+public:
+  Gate(capnp::Capability::Client service, std::shared_ptr<Credentials> credentials,
+       std::shared_ptr<spdlog::logger> log, kj::StringPtr what, kj::String peer, bool certified,
+       kj::Own<kj::PromiseFulfiller<void>> close)
+      : service(kj::mv(service)),
+        credentials(kj::mv(credentials)),
+        log(kj::mv(log)),
+        what(kj::str(what)),
+        peer(kj::mv(peer)),
+        certified(certified),
+        close(kj::mv(close)) {}
+
+protected:
+  kj::Promise<void> authenticate(AuthenticateContext context) override {
+    auto token = context.getParams().getToken();
+    if (certified || !credentials->hasToken() || credentials->tokenMatches(token)) {
+      context.getResults().setService(service);
+      return kj::READY_NOW;
+    }
+    ++failures;
+    bool closing = failures >= MAX_FAILED_AUTHENTICATIONS;
+    log->warn("{}: refused a connection from {}: {} cluster token ({} of {} tries{})", what.cStr(),
+              peer.cStr(),
+              token.size() == 0 ? "no" : "a wrong", failures, MAX_FAILED_AUTHENTICATIONS,
+              closing ? "; closing it" : "");
+    if (closing) close->fulfill();
+    return makeError(ErrorCode::UNAUTHENTICATED,
+                     token.size() == 0
+                         ? "this server requires the cluster token, and none was presented "
+                           "(TROUPE_TOKEN_FILE or TROUPE_TOKEN, or CredentialsOptions::token)"_kj
+                         : "the cluster token presented is not this server's"_kj);
+  }
+
+private:
+  capnp::Capability::Client service;
+  std::shared_ptr<Credentials> credentials;
+  std::shared_ptr<spdlog::logger> log;
+  kj::String what;
+  kj::String peer;
+  bool certified;  // a client certificate under mutual TLS stands for the token
+  uint32_t failures = 0;
+  kj::Own<kj::PromiseFulfiller<void>> close;
+};
+
+}  // namespace
+
 // One accepted connection; lives in connectionTasks until its peer goes.
 class RpcAcceptor::Connection {
 public:
-  Connection(RpcAcceptor& acceptor, kj::Own<kj::AsyncIoStream> stream, bool direct)
+  Connection(RpcAcceptor& acceptor, kj::Own<kj::AsyncIoStream> stream,
+             capnp::Capability::Client gate, bool direct)
       : acceptor(acceptor),
-        rpc(kj::mv(stream), acceptor.bootstrap, acceptor.maxMessageBytes, direct) {
+        rpc(kj::mv(stream), kj::mv(gate), acceptor.maxMessageBytes, direct) {
     acceptor.connections.insert(this);
   }
   ~Connection() noexcept(false) { acceptor.connections.erase(this); }
@@ -92,10 +177,17 @@ void RpcAcceptor::taskFailed(kj::Exception&& exception) {
   log->debug("{} connection ended: {}", what, exception.getDescription().cStr());
 }
 
-kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool direct) {
-  auto connection = kj::heap<Connection>(*this, kj::mv(stream), direct);
-  auto disconnected = connection->rpc.onDisconnect();
-  return disconnected.attach(kj::mv(connection));
+kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool direct,
+                                     bool certified) {
+  auto close = kj::newPromiseAndFulfiller<void>();
+  auto peer = peerName(*stream);
+  capnp::Capability::Client gate = kj::heap<Gate>(bootstrap, credentials, log, what, kj::mv(peer),
+                                                  certified, kj::mv(close.fulfiller));
+  auto connection = kj::heap<Connection>(*this, kj::mv(stream), kj::mv(gate), direct);
+  auto& rpc = connection->rpc;
+  // Closed after too many refusals, once the last refusal has been written.
+  auto closed = close.promise.then([&rpc]() { return rpc.whenWritten(); });
+  return rpc.onDisconnect().exclusiveJoin(kj::mv(closed)).attach(kj::mv(connection));
 }
 
 kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
@@ -106,12 +198,14 @@ kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
           connectionTasks->add(
               credentials->wrapServer(loop.timer(), kj::mv(stream))
                   .then(
-                      [this](kj::Own<kj::AsyncIoStream> tls) { return serve(kj::mv(tls), false); },
+                      [this](kj::Own<kj::AsyncIoStream> tls) {
+                        return serve(kj::mv(tls), false, credentials->requiresClientCertificates());
+                      },
                       [this, &l](kj::Exception&& e) {
                         log->warn("{} on {}: {}", what, l.text, e.getDescription().cStr());
                       }));
         } else {
-          connectionTasks->add(serve(kj::mv(stream), true));
+          connectionTasks->add(serve(kj::mv(stream), true, false));
         }
         return acceptLoop(l);
       },

@@ -2,7 +2,9 @@
 // RpcAcceptor: the listening side of troupe's servers (ActorServer, RegistryServer), and of any
 // server built on troupe's transport. Accepts connections on any number of addresses and serves
 // one bootstrap capability to each over Cap'n Proto RPC, on troupe's own framing and message
-// limit.
+// limit, behind an Authenticator (schemas/actor.capnp): a connection gets the capability once it
+// presents the cluster token of the acceptor's credentials (or any token when they hold none, or
+// a client certificate under mutual TLS), and is closed after 3 refusals.
 
 #include <memory>
 #include <set>
@@ -59,7 +61,9 @@ private:
 
   void taskFailed(kj::Exception&& exception) override;
   kj::Promise<void> acceptLoop(Listener& listener);
-  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream, bool direct);
+  // Serves one connection behind its own Authenticator (`certified`: it came with a verified
+  // client certificate, which stands for the cluster token).
+  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream, bool direct, bool certified);
 
   EventLoop& loop;
   capnp::Capability::Client bootstrap;

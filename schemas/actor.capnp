@@ -41,8 +41,19 @@ struct ActorInfo {
   methods @3 :List(Text);   # method names, superclass methods included
 }
 
+interface Authenticator {
+  # The bootstrap capability of every connection to a troupe server (an ActorServer, the
+  # registry): before it authenticates, a connection can do nothing else (SECURITY.md).
+
+  authenticate @0 (token :Data) -> (service :Capability);
+  # Presents the cluster token (empty for none) and returns the server's own bootstrap
+  # capability (ActorHost, Registry). A server with a token requires it, unless the connection
+  # came with a client certificate under mutual TLS; one without takes any. Fails with
+  # "troupe.unauthenticated" otherwise; after 3 failures the server closes the connection.
+}
+
 interface ActorHost {
-  # The bootstrap capability of every ActorServer connection.
+  # What an ActorServer's Authenticator hands an authenticated connection.
 
   getActor @0 (name :Text) -> (actor :Capability, info :ActorInfo, incarnation :UInt64);
   # The named actor. Fails with "troupe.actor_not_found" when nothing is hosted under that name

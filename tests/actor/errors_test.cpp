@@ -48,6 +48,8 @@ constexpr Row TABLE[] = {
     {ErrorCode::NO_ENDPOINTS, "no_endpoints", Type::OVERLOADED},
     {ErrorCode::MAY_HAVE_RUN, "may_have_run", Type::DISCONNECTED},
     {ErrorCode::JOB_ALREADY_EXISTS, "job_already_exists", Type::FAILED},
+    {ErrorCode::UNAUTHENTICATED, "unauthenticated", Type::FAILED},
+    {ErrorCode::PERMISSION_DENIED, "permission_denied", Type::FAILED},
 };
 
 TEST(ErrorsTest, EveryCodeHasTheDocumentedNameAndType) {
@@ -68,6 +70,8 @@ TEST(ErrorsTest, CallNeverRanFollowsTheTable) {
   EXPECT_TRUE(callNeverRan(ErrorCode::NO_ENDPOINTS));
   EXPECT_FALSE(callNeverRan(ErrorCode::MAY_HAVE_RUN));
   EXPECT_TRUE(callNeverRan(ErrorCode::MESSAGE_TOO_LARGE));
+  EXPECT_TRUE(callNeverRan(ErrorCode::UNAUTHENTICATED));
+  EXPECT_TRUE(callNeverRan(ErrorCode::PERMISSION_DENIED));
   // "yes": the deadline may pass while the actor runs the call.
   EXPECT_FALSE(callNeverRan(ErrorCode::DEADLINE_EXCEEDED));
   // Unclassified kinds promise nothing: DISCONNECTED "may or may not have run", FAILED may be the
@@ -83,7 +87,8 @@ TEST(ErrorsTest, MayRetryFollowsTheTable) {
   for (auto code : {ErrorCode::FAILED, ErrorCode::UNIMPLEMENTED, ErrorCode::INVALID_ARGUMENT,
                     ErrorCode::MESSAGE_TOO_LARGE, ErrorCode::ADDRESS_IN_USE, ErrorCode::JOB_ENDED,
                     ErrorCode::NAME_TAKEN, ErrorCode::MAY_HAVE_RUN,
-                    ErrorCode::JOB_ALREADY_EXISTS}) {
+                    ErrorCode::JOB_ALREADY_EXISTS, ErrorCode::UNAUTHENTICATED,
+                    ErrorCode::PERMISSION_DENIED}) {
     EXPECT_FALSE(mayRetry(code)) << str(errorCodeName(code));
   }
   for (auto code : {ErrorCode::OVERLOADED, ErrorCode::DISCONNECTED, ErrorCode::ACTOR_NOT_FOUND,
