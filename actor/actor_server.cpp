@@ -335,10 +335,12 @@ std::string ActorServer::listen(kj::StringPtr text) {
   return bound;
 }
 
+const Credentials& ActorServer::credentials() const {
+  return impl->options.credentials ? *impl->options.credentials : *impl->loop.credentials();
+}
+
 std::string ActorServer::defaultListenAddress() const {
-  auto& credentials = impl->options.credentials ? impl->options.credentials
-                                                : impl->loop.credentials();
-  std::string scheme = credentials->canServeTls() ? "tls://" : "tcp://";
+  std::string scheme = credentials().canServeTls() ? "tls://" : "tcp://";
   return scheme + (impl->job.advertiseHost.empty() ? "127.0.0.1:0" : "0.0.0.0:0");
 }
 

@@ -129,6 +129,10 @@ public:
   // and endpoints are removed. Resolves when stopped; calling it again joins the same drain.
   kj::Promise<void> drain(kj::Maybe<kj::Duration> grace = nullptr);
 
+  // What the server's listeners present and require (ActorServerOptions::credentials, or the
+  // loop's).
+  const Credentials& credentials() const;
+
   // Where the server is in its life; this process start's incarnation; the job it serves.
   ServerState state() const;
   uint64_t incarnation() const;

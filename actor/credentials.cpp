@@ -120,6 +120,19 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> bounded(kj::Timer& timer, kj::Duration l
 }  // namespace
 
 Credentials::Credentials(CredentialsOptions o) : options(kj::mv(o)) {
+  if (!options.tokenFile.empty()) {
+    if (!options.token.empty()) {
+      throwError(ErrorCode::INVALID_ARGUMENT, "a token and a token file are both set: set one");
+    }
+    auto text = readWholeFile("the token file", options.tokenFile);
+    options.token = text.cStr();
+    OPENSSL_cleanse(text.begin(), text.size());
+    while (!options.token.empty() &&
+           (options.token.back() == '\n' || options.token.back() == '\r')) {
+      options.token.pop_back();
+    }
+    if (options.token.empty()) badFile("the token file", options.tokenFile, "it is empty");
+  }
   KJ_IF_MAYBE(tls, options.tls) {
     kj::Vector<kj::TlsCertificate> trusted;
     if (!tls->caFile.empty()) {
@@ -184,6 +197,10 @@ Credentials::~Credentials() noexcept(false) {
 }
 
 std::shared_ptr<Credentials> Credentials::fromEnvironment() {
+  return std::make_shared<Credentials>(optionsFromEnvironment());
+}
+
+CredentialsOptions Credentials::optionsFromEnvironment() {
   auto get = [](const char* name) -> std::string {
     const char* value = ::getenv(name);
     return value == nullptr ? std::string() : std::string(value);
@@ -212,19 +229,11 @@ std::shared_ptr<Credentials> Credentials::fromEnvironment() {
                "both TROUPE_TOKEN_FILE and TROUPE_TOKEN are set: set one");
   }
   if (!tokenFile.empty()) {
-    auto text = readWholeFile("the token file (TROUPE_TOKEN_FILE)", tokenFile);
-    o.token = text.cStr();
-    OPENSSL_cleanse(text.begin(), text.size());
-    while (!o.token.empty() && (o.token.back() == '\n' || o.token.back() == '\r')) {
-      o.token.pop_back();
-    }
-    if (o.token.empty()) {
-      badFile("the token file (TROUPE_TOKEN_FILE)", tokenFile, "it is empty");
-    }
+    o.tokenFile = kj::mv(tokenFile);
   } else if (token != nullptr) {
     o.token = token;
   }
-  return std::make_shared<Credentials>(kj::mv(o));
+  return o;
 }
 
 std::shared_ptr<Credentials> Credentials::none() {
@@ -267,6 +276,23 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapClient(
   }
   return bounded(timer, limit, kj::str(address.toString()),
                  clientTls->wrapClient(kj::mv(stream), name));
+}
+
+bool reachableFromOtherMachines(const Address& address) {
+  if (!address.isInet()) return false;
+  auto& h = address.host;
+  return !(h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0);
+}
+
+void refuseOpenListener(const Address& address, const Credentials& credentials,
+                        kj::StringPtr override) {
+  if (!reachableFromOtherMachines(address) || credentials.authenticatesClients()) return;
+  throwError(ErrorCode::INVALID_ARGUMENT,
+             kj::str("refusing to listen on ", address.toString(),
+                     " without credentials: anyone who can reach it could call every actor and "
+                     "change every job. Set a cluster token (TROUPE_TOKEN_FILE) or require "
+                     "client certificates (TROUPE_TLS_REQUIRE_CLIENT_CERT=1), listen on "
+                     "127.0.0.1, or say ", override, " to allow it (SECURITY.md)"));
 }
 
 }  // namespace troupe

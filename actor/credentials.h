@@ -48,9 +48,13 @@ struct CredentialsOptions {
   kj::Maybe<TlsOptions> tls;
 
   // The cluster token: clients present it when they connect; servers with one refuse every
-  // connection that does not present it (or a client certificate under mutual TLS). Any bytes
-  // (a file's content without its trailing newline). Default "": none.
+  // connection that does not present it (or a client certificate under mutual TLS). Any bytes.
+  // Default "": none.
   std::string token;
+
+  // A file holding the token, read when the Credentials are made (its content without a
+  // trailing newline; it must not be empty). Set this or `token`, not both. Default "": none.
+  std::string tokenFile;
 };
 
 // Loaded credentials. Immutable once made; may be shared by every loop and thread of a process
@@ -63,6 +67,9 @@ public:
   explicit Credentials(CredentialsOptions options);
   ~Credentials() noexcept(false);
   KJ_DISALLOW_COPY(Credentials);
+
+  // The options the environment names (below), for a program that overrides some of them.
+  static CredentialsOptions optionsFromEnvironment();
 
   // From the environment:
   //   TROUPE_TLS_CA, TROUPE_TLS_CERT, TROUPE_TLS_KEY   TlsOptions' caFile, certFile, keyFile
@@ -99,6 +106,10 @@ public:
                                                      kj::Own<kj::AsyncIoStream> stream,
                                                      const Address& address);
 
+  // Whether a server with these credentials lets in only clients that prove themselves: it has
+  // a cluster token, or requires client certificates.
+  bool authenticatesClients() const { return hasToken() || requiresClientCertificates(); }
+
 private:
   CredentialsOptions options;
   kj::Array<kj::TlsCertificate> trustedCertificates;  // from caFile
@@ -106,5 +117,17 @@ private:
   kj::Own<kj::TlsContext> serverTls;                  // null unless canServeTls()
   kj::Own<kj::TlsContext> clientTls;
 };
+
+// Whether clients on other machines may be able to connect to `address`: false only for unix
+// sockets and loopback hosts (127.0.0.0/8, ::1, localhost).
+bool reachableFromOtherMachines(const Address& address);
+
+// Refuses (INVALID_ARGUMENT, naming the address and the ways out, `override` among them) to
+// serve on `address` when other machines may reach it and `credentials` let in anyone
+// (authenticatesClients() is false): anyone who could reach the port could call every actor, or
+// rewrite every job's endpoints. For programs that listen where they are told (the troupe
+// command, hostActor); the ActorServer and RegistryServer classes themselves listen as asked.
+void refuseOpenListener(const Address& address, const Credentials& credentials,
+                        kj::StringPtr override);
 
 }  // namespace troupe

@@ -1,6 +1,7 @@
 #include "troupe/resolver/host_actor.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
@@ -10,9 +11,29 @@
 
 namespace troupe {
 
+namespace {
+
+// refuseOpenListener() for `address`, unless TROUPE_INSECURE=1.
+void refuseIfOpen(ActorServer& server, kj::StringPtr address) {
+  const char* insecure = ::getenv("TROUPE_INSECURE");
+  if (insecure != nullptr && kj::StringPtr(insecure) == "1") return;
+  refuseOpenListener(Address::parse(address), server.credentials(), "TROUPE_INSECURE=1");
+}
+
+}  // namespace
+
+std::string listenGuarded(ActorServer& server, kj::StringPtr address) {
+  refuseIfOpen(server, address);
+  return server.listen(address);
+}
+
 void serveReplica(EventLoop& loop, ActorServer& server) {
   auto& job = server.job();
-  if (server.state() == ServerState::STARTING) server.listen(server.defaultListenAddress());
+  if (server.state() == ServerState::STARTING) {
+    listenGuarded(server, server.defaultListenAddress().c_str());
+  } else {
+    for (auto& address : server.listenAddresses()) refuseIfOpen(server, address.c_str());
+  }
   if (job.resolver.empty()) {
     loop.logger()->info("serving {} without a resolver (TROUPE_RESOLVER is not set)",
                         server.listenAddresses()[0]);
@@ -36,7 +57,7 @@ int hostCapability(EventLoop& loop, kj::StringPtr name, capnp::InterfaceSchema s
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 ActorServer server(loop, JobContext::fromEnvironment(), kj::mv(options.server));
                 server.hostCapability(name, schema, kj::mv(actor), options.actor);
-                if (!options.listen.empty()) server.listen(options.listen);
+                if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
                 serveReplica(loop, server);
               })) {
     // main()'s caller sees this even when the loop's logger is silent.

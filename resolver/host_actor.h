@@ -32,8 +32,15 @@ struct HostOptions {
 // the job's resolver (job.resolver, when set: registry://, fixed:, file:), serves until SIGTERM,
 // SIGINT or a drain request, drains, and unpublishes. Blocks: call it from main() (it waits on
 // the loop). Throws what listening or opening the resolver throws, and the resolver's refusal
-// of the registration (JOB_ENDED, NAME_TAKEN, INVALID_ARGUMENT).
+// of the registration (JOB_ENDED, NAME_TAKEN, INVALID_ARGUMENT). Refuses (INVALID_ARGUMENT) to
+// serve on an address other machines may reach when the server's credentials let anyone in
+// (refuseOpenListener), unless TROUPE_INSECURE=1.
 void serveReplica(EventLoop& loop, ActorServer& server);
+
+// server.listen(address), after refusing (INVALID_ARGUMENT) an address other machines may reach
+// when the server's credentials let anyone in (refuseOpenListener), unless TROUPE_INSECURE=1:
+// what serveReplica() checks, done before anyone can connect. Returns the address bound.
+std::string listenGuarded(ActorServer& server, kj::StringPtr address);
 
 // Hosts `impl` as actor `name` of interface T in a replica of the job this process belongs to
 // (JobContext::fromEnvironment()), and serves it with serveReplica(). Returns the process's exit

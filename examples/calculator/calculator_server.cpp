@@ -3,7 +3,7 @@
 // set (e.g. registry://127.0.0.1:7700) it also publishes itself there as
 // <TROUPE_JOB_ID>/calc-<TROUPE_TASK_INDEX>, for clients that find it through a pool.
 //
-//   calculator_server [--listen tcp://127.0.0.1:0]
+//   calculator_server [--listen ADDRESS]     (default tcp://127.0.0.1:0, tls:// with TLS set up)
 
 #include <stdio.h>
 
@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include <troupe/actor/actor_server.h>
+#include <troupe/actor/errors.h>
 #include <troupe/resolver/host_actor.h>
 
 #include "calculator.capnp.h"
@@ -67,16 +68,22 @@ private:
 }  // namespace
 
 int main(int argc, char** argv) {
-  kj::StringPtr listen = "tcp://127.0.0.1:0";
-  if (argc == 3 && kj::StringPtr(argv[1]) == "--listen") listen = argv[2];
-
+  // TLS and the cluster token come from the environment (TROUPE_TLS_*, TROUPE_TOKEN_FILE).
   troupe::EventLoop loop({.logger = spdlog::default_logger()});
   troupe::ActorServer server(loop, troupe::JobContext::fromEnvironment());
   server.host<calculator::Calculator>("calc", kj::heap<CalculatorImpl>(loop));
-  auto address = server.listen(listen);
-  printf("calculator serving at %s as %s\n", address.c_str(),
-         server.job().endpointName("calc").c_str());
-  fflush(stdout);
-  troupe::serveReplica(loop, server);
+  // By default 127.0.0.1, over TLS when the environment names a certificate.
+  std::string listen = server.defaultListenAddress();
+  if (argc == 3 && kj::StringPtr(argv[1]) == "--listen") listen = argv[2];
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                auto address = troupe::listenGuarded(server, listen.c_str());
+                printf("calculator serving at %s as %s\n", address.c_str(),
+                       server.job().endpointName("calc").c_str());
+                fflush(stdout);
+                troupe::serveReplica(loop, server);
+              })) {
+    fprintf(stderr, "calculator_server: %s\n", troupe::errorMessage(*e).cStr());
+    return 1;
+  }
   return 0;
 }

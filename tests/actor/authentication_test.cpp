@@ -148,3 +148,39 @@ TEST_F(AuthenticationTest, AClientCertificateUnderMutualTlsStandsForTheToken) {
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(OpenListenerTest, OnlyLoopbackAndUnixSocketsAreClosedToOtherMachines) {
+  for (auto text : {"tcp://127.0.0.1:1", "tls://127.9.0.1:1", "tcp://[::1]:1", "tcp://localhost:1",
+                    "unix:/tmp/x.sock"}) {
+    EXPECT_FALSE(reachableFromOtherMachines(Address::parse(text))) << text;
+  }
+  for (auto text : {"tcp://0.0.0.0:1", "tcp://[::]:1", "tls://10.0.0.5:1", "tcp://node7:1",
+                    "tcp://128.0.0.1:1"}) {
+    EXPECT_TRUE(reachableFromOtherMachines(Address::parse(text))) << text;
+  }
+}
+
+TEST(OpenListenerTest, AnOpenAddressNeedsCredentialsThatAuthenticateClients) {
+  auto open = Address::parse("tcp://0.0.0.0:7700");
+  auto refused = test::thrownBy([&]() { refuseOpenListener(open, *Credentials::none(), "--x"); });
+  EXPECT_EQ(refused.code, ErrorCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(refused.mentions("refusing to listen on tcp://0.0.0.0:7700 without credentials"))
+      << refused.text;
+  EXPECT_TRUE(refused.mentions("or say --x to allow it")) << refused.text;
+  // A server certificate alone proves the server, not its clients.
+  auto& c = test::testCerts();
+  EXPECT_EQ(test::thrownBy([&]() {
+              refuseOpenListener(open, *test::serverCredentials(), "--x");
+            }).code,
+            ErrorCode::INVALID_ARGUMENT);
+  // A token, or client certificates, let it listen; so does loopback.
+  refuseOpenListener(open, *withToken("t"), "--x");
+  refuseOpenListener(open, *test::tlsCredentials(c.ca, c.cert, c.key, true), "--x");
+  refuseOpenListener(Address::parse("tcp://127.0.0.1:7700"), *Credentials::none(), "--x");
+}
+
+}  // namespace
+}  // namespace troupe

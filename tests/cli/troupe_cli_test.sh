@@ -2,9 +2,11 @@
 # The troupe command end to end: a registry (troupe registry), a job launched in the foreground
 # (troupe launch) whose replicas host the calculator example's actor, then troupe wait, ls,
 # actors and call against them, Data as base64 against the test server's Echo actor, bad input,
-# and Ctrl-C stopping the job. Every process started
-# here is stopped by its own pid, also when the script fails. A command that should fail at once
-# is given a long timeout: the test's own timeout catches one that waits instead.
+# clients without the token or the CA, listeners refused without credentials, and Ctrl-C
+# stopping the job. Everything runs with TLS and a cluster token, from the environment
+# (certificates made here by scripts/make_certs.sh). Every process started here is stopped by
+# its own pid, also when the script fails. A command that should fail at once is given a long
+# timeout: the test's own timeout catches one that waits instead.
 #
 #   troupe_cli_test.sh TROUPE CALCULATOR_SERVER TEST_SERVER
 set -euo pipefail
@@ -43,14 +45,22 @@ expect_status() {
   [ "$status" -eq "$expected" ] || fail "'$*' exited with $status, not $expected: $output"
 }
 
+echo "== credentials: a CA, a certificate and a cluster token"
+"$(dirname "$0")/../../scripts/make_certs.sh" "$out/certs"
+(umask 077 && openssl rand -hex 32 > "$out/token")
+token=$(cat "$out/token")
+export TROUPE_TLS_CA="$out/certs/ca.pem" TROUPE_TLS_CERT="$out/certs/node.pem"
+export TROUPE_TLS_KEY="$out/certs/node.key" TROUPE_TOKEN_FILE="$out/token"
+
 echo "== troupe registry"
 mkfifo "$out/registry.out"
-"$troupe" registry --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" &
+"$troupe" registry --listen tls://127.0.0.1:0 --log-level warn > "$out/registry.out" \
+  2> "$out/registry.err" &
 registry_pid=$!
 pids+=("$registry_pid")
 exec 3< "$out/registry.out"
-line=$(await_line 3 "LISTENING tcp://")
-export TROUPE_RESOLVER="registry://${line#LISTENING tcp://}"
+line=$(await_line 3 "LISTENING tls://")
+export TROUPE_RESOLVER="registry+tls://${line#LISTENING tls://}"
 
 echo "== troupe launch: job calc, 2 replicas"
 mkfifo "$out/launch.out"
@@ -69,7 +79,7 @@ grep -q "2 of 3 endpoints under 'calc/' ready after 0.3 s" <<< "$output" || fail
 
 echo "== troupe ls"
 expect_status 0 "$troupe" ls calc/
-[ "$(grep -c '^calc/calc-[01] tcp://127.0.0.1:[0-9]* ready [0-9]* [0-9]*s$' <<< "$output")" -eq 2 ] ||
+[ "$(grep -c '^calc/calc-[01] tls://127.0.0.1:[0-9]* ready [0-9]* [0-9]*s$' <<< "$output")" -eq 2 ] ||
   fail "ls printed: $output"
 expect_status 0 "$troupe" ls nothing-here/
 [ -z "$output" ] || fail "ls of an empty prefix printed: $output"
@@ -92,7 +102,7 @@ expect_status 1 "$troupe" call calc/ calc.divide '{"a": 1, "b": 0}' --all
   fail "call --all of a failing method printed: $output"
 expect_status 0 "$troupe" call calc calc.sum '{"values": [1]}' --all
 [ "$output" = $'calc/calc-0 {"value":1}\ncalc/calc-1 {"value":1}' ] || fail "call --all printed: $output"
-address=$(sed -n 's/^calc\/calc-1 \(tcp:[^ ]*\) .*/\1/p' <<< "$("$troupe" ls calc/calc-1)")
+address=$(sed -n 's/^calc\/calc-1 \(tls:[^ ]*\) .*/\1/p' <<< "$("$troupe" ls calc/calc-1)")
 expect_status 0 "$troupe" call "$address" calc.calls
 grep -q '^{"count":"[0-9]*"}$' <<< "$output" || fail "call by address printed: $output"
 
@@ -117,6 +127,30 @@ grep -q "^troupe call: parameter 'payload' of echo.echo is Data, a base64 string
 kill -TERM "$test_server_pid"
 wait "$test_server_pid" || fail "the test server did not stop cleanly on SIGTERM"
 exec 6<&-
+
+echo "== without the token or the CA, nothing is let in"
+expect_status 1 env -u TROUPE_TOKEN_FILE "$troupe" ls calc/
+grep -q "^troupe ls: .*requires the cluster token, and none was presented" <<< "$output" ||
+  fail "$output"
+echo "not-the-token" > "$out/wrong-token"
+expect_status 1 env TROUPE_TOKEN_FILE="$out/wrong-token" "$troupe" call calc/ calc.add '{"a": 1, "b": 2}'
+grep -q "the cluster token presented is not this server's" <<< "$output" || fail "$output"
+expect_status 1 env -u TROUPE_TOKEN_FILE "$troupe" call "$address" calc.calls
+grep -q "requires the cluster token" <<< "$output" || fail "$output"
+expect_status 1 env -u TROUPE_TLS_CA "$troupe" ls calc/
+grep -q "TLS peer's certificate is not trusted" <<< "$output" || fail "$output"
+expect_status 0 env -u TROUPE_TLS_CA -u TROUPE_TOKEN_FILE "$troupe" ls calc/ \
+  --tls-ca "$out/certs/ca.pem" --token-file "$out/token"
+grep -q "^calc/calc-0 tls://" <<< "$output" || fail "ls with flags printed: $output"
+
+echo "== listeners other machines may reach are refused without credentials"
+expect_status 1 env -u TROUPE_TOKEN_FILE "$troupe" registry --listen tcp://0.0.0.0:0
+grep -q "refusing to listen on tcp://0.0.0.0:0 without credentials" <<< "$output" || fail "$output"
+grep -q "or say --insecure to allow it" <<< "$output" || fail "$output"
+expect_status 1 env -u TROUPE_TOKEN_FILE -u TROUPE_RESOLVER TROUPE_ADVERTISE_HOST=replica.invalid \
+  "$server"
+grep -q "refusing to listen on tls://0.0.0.0:0 without credentials" <<< "$output" || fail "$output"
+grep -q "or say TROUPE_INSECURE=1 to allow it" <<< "$output" || fail "$output"
 
 echo "== bad input"
 expect_status 1 "$troupe" call calc/ calc.nope '{}'
@@ -195,4 +229,11 @@ status=0
 wait "$registry_pid" || status=$?
 [ "$status" -eq 0 ] || fail "registry exited with $status"
 exec 3<&- 4<&- 5<&-
+
+echo "== the token appears in no output and no log"
+grep -q "refused a connection from 127.0.0.1:[0-9]*: a wrong cluster token" "$out/registry.err" ||
+  fail "the registry did not log the refusal: $(cat "$out/registry.err")"
+if grep -rqF "$token" "$out/registry.err" "$out/launch.log" "$out/logs"; then
+  fail "the token was written out"
+fi
 echo "troupe cli test passed"

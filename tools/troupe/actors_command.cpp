@@ -52,7 +52,7 @@ void listServer(EventLoop& loop, const std::string& address,
 class ActorsCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return kj::MainBuilder(
+    return credentialFlags.addTo(kj::MainBuilder(
                context, VERSION_TEXT,
                "Lists the actors hosted where TARGET points, each with its interface and methods "
                "(parameter and result fields with their types). TARGET is an address "
@@ -60,11 +60,12 @@ public:
                "endpoint names (every server under it).")
         .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
                           "For endpoint names (default: $TROUPE_RESOLVER).")
-        .expectArg("TARGET", storeIn(target))
+        .expectArg("TARGET", storeIn(target)))
         .build();
   }
 
   int run() override {
+    credentialFlags.applyToEnvironment();
     EventLoop loop;
     // Servers by address, with the endpoint names that point at each.
     std::map<std::string, std::vector<std::string>> servers;
@@ -82,6 +83,7 @@ public:
 
 private:
   std::string resolver;
+  CredentialFlags credentialFlags;
   std::string target;
 };
 

@@ -63,7 +63,7 @@ kj::Promise<std::string> callOne(EventLoop& loop, const Target& target, std::str
 class CallCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return kj::MainBuilder(
+    return credentialFlags.addTo(kj::MainBuilder(
                context, VERSION_TEXT,
                "Calls METHOD of the actor named ACTOR with the parameters in JSON (an object; "
                "default {}) and prints the results as JSON; Data travels as base64 strings. The "
@@ -85,11 +85,12 @@ public:
                           "For endpoint names (default: $TROUPE_RESOLVER).")
         .expectArg("TARGET", storeIn(target))
         .expectArg("ACTOR.METHOD", KJ_BIND_METHOD(*this, setActorMethod))
-        .expectOptionalArg("JSON", storeIn(json))
+        .expectOptionalArg("JSON", storeIn(json)))
         .build();
   }
 
   int run() override {
+    credentialFlags.applyToEnvironment();
     EventLoop loop;
     if (isAddress(target)) return callOneAndPrint(loop, {target, target});
     auto opened = openResolver(loop, resolverUrl(resolver).c_str());
@@ -218,6 +219,7 @@ private:
   bool all = false;
   kj::Duration deadline = 30 * kj::SECONDS;
   std::string resolver;
+  CredentialFlags credentialFlags;
   std::string target;
   std::string actor;
   std::string method;

@@ -284,6 +284,42 @@ std::string formatAge(uint64_t registeredAtMillis, kj::Date now) {
   return text;
 }
 
+kj::MainBuilder& CredentialFlags::addTo(kj::MainBuilder& builder, bool server) {
+  builder
+      .addOptionWithArg({"tls-ca"}, storeIn(caFile), "FILE",
+                        "CA certificates (PEM) that TLS peers must chain to ($TROUPE_TLS_CA).")
+      .addOptionWithArg({"tls-cert"}, storeIn(certFile), "FILE",
+                        "This process's TLS certificate (PEM) ($TROUPE_TLS_CERT).")
+      .addOptionWithArg({"tls-key"}, storeIn(keyFile), "FILE",
+                        "Its private key (PEM) ($TROUPE_TLS_KEY).")
+      .addOptionWithArg({"token-file"}, storeIn(tokenFile), "FILE",
+                        "A file holding the cluster token ($TROUPE_TOKEN_FILE).");
+  if (server) {
+    builder.addOption({"tls-require-client-cert"},
+                      [this]() {
+                        requireClientCertificates = true;
+                        return true;
+                      },
+                      "Mutual TLS: accept only clients with a certificate from the CA "
+                      "($TROUPE_TLS_REQUIRE_CLIENT_CERT=1).");
+  }
+  return builder;
+}
+
+void CredentialFlags::applyToEnvironment() const {
+  auto set = [](const char* name, const std::string& value) {
+    if (!value.empty()) ::setenv(name, value.c_str(), 1);
+  };
+  set("TROUPE_TLS_CA", caFile);
+  set("TROUPE_TLS_CERT", certFile);
+  set("TROUPE_TLS_KEY", keyFile);
+  if (!tokenFile.empty()) {
+    ::unsetenv("TROUPE_TOKEN");  // the flag wins over a token from the environment
+    ::setenv("TROUPE_TOKEN_FILE", tokenFile.c_str(), 1);
+  }
+  if (requireClientCertificates) ::setenv("TROUPE_TLS_REQUIRE_CLIENT_CERT", "1", 1);
+}
+
 bool isAddress(const std::string& text) {
   return text.rfind("tcp://", 0) == 0 || text.rfind("tls://", 0) == 0 ||
          text.rfind("unix:", 0) == 0;

@@ -76,6 +76,23 @@ double parseCores(kj::StringPtr flag, kj::StringPtr text);
 // Seconds (a decimal from 0.001 to 1e9, "0.5") as a kj::Duration, to the millisecond.
 kj::Duration parseSeconds(kj::StringPtr flag, kj::StringPtr text);
 
+// The TLS and token flags every command takes, each standing for the environment variable of the
+// same meaning (Credentials::fromEnvironment): --tls-ca FILE (TROUPE_TLS_CA), --tls-cert FILE
+// (TROUPE_TLS_CERT), --tls-key FILE (TROUPE_TLS_KEY), --token-file FILE (TROUPE_TOKEN_FILE),
+// and for servers --tls-require-client-cert (TROUPE_TLS_REQUIRE_CLIENT_CERT=1). A token is never
+// a flag's value: it would show in the process list.
+struct CredentialFlags {
+  // Declares the flags on `builder`, which it returns.
+  kj::MainBuilder& addTo(kj::MainBuilder& builder, bool server = false);
+
+  // Sets the variables the flags given stand for, so that this process's loops and the
+  // processes it starts (a launch's replicas) use them. Call before making an EventLoop.
+  void applyToEnvironment() const;
+
+  std::string caFile, certFile, keyFile, tokenFile;
+  bool requireClientCertificates = false;
+};
+
 // The resolver URL: `flag` (--resolver) when given, else $TROUPE_RESOLVER, else UsageError.
 std::string resolverUrl(const std::string& flag);
 

@@ -154,6 +154,7 @@ public:
               program.push_back(arg.cStr());
               return true;
             });
+    credentialFlags.addTo(builder);
     // MainBuilder hands over the arguments before and after "--" alike; the program must come
     // after it, so that its own options are not read as ours.
     return [this, inner = builder.build()](kj::StringPtr name,
@@ -187,6 +188,7 @@ public:
     const char* fromEnvironment = getenv("TROUPE_RESOLVER");
     if (resolver.empty() && fromEnvironment != nullptr) resolver = fromEnvironment;
 
+    credentialFlags.applyToEnvironment();
     EventLoop loop;
     LocalLauncher launcher(loop, {.resolver = resolver,
                                   .logDirectory = logDir,
@@ -235,6 +237,7 @@ private:
   uint32_t maxRetries = 0;
   std::string logDir;
   std::string resolver;
+  CredentialFlags credentialFlags;
   std::vector<std::string> program;  // BINARY, then its arguments
   kj::Maybe<size_t> afterDoubleDash;  // how many arguments followed "--", if one was given
 };

@@ -71,7 +71,7 @@ kj::Promise<void> printEvents(Watch& watch) {
 class LsCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return kj::MainBuilder(
+    return credentialFlags.addTo(kj::MainBuilder(
                context, VERSION_TEXT,
                "Lists the endpoints whose names start with PREFIX (default: all): name, address, "
                "state, incarnation and age. With --watch, prints them and then each change as it "
@@ -81,12 +81,13 @@ public:
         .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
             "registry://HOST:PORT, registry+unix:PATH, fixed:..., file:PATH (default: "
             "$TROUPE_RESOLVER).")
-        .expectOptionalArg("PREFIX", storeIn(prefix))
+        .expectOptionalArg("PREFIX", storeIn(prefix)))
         .build();
   }
 
   int run() override {
     auto url = resolverUrl(resolver);
+    credentialFlags.applyToEnvironment();
     EventLoop loop;
     auto opened = openResolver(loop, url.c_str());
     if (!watching) {
@@ -103,6 +104,7 @@ public:
 private:
   bool watching = false;
   std::string resolver;
+  CredentialFlags credentialFlags;
   std::string prefix;
 };
 

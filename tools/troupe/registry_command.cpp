@@ -1,12 +1,15 @@
 // `troupe registry` (and the troupe-registry daemon): runs a RegistryServer in the foreground.
 //
 //   troupe registry [--listen ADDRESS]... [--default-ttl-ms N] [--max-endpoint-bytes N]
-//                   [--log-level LEVEL]
+//                   [--log-level LEVEL] [--insecure] [TLS and token flags]
 //
-// ADDRESS is "tcp://HOST:PORT" (default tcp://0.0.0.0:7700; port 0 picks a free one) or
-// "unix:PATH"; --listen may be given more than once. Prints "LISTENING <address>" on stdout for
-// each address once it listens (scripts and tests wait for it), logs to stderr, and stops
-// cleanly on SIGTERM or SIGINT (exit status 0). Exits 1 when it cannot listen, 2 on bad usage.
+// ADDRESS is "tcp://HOST:PORT", "tls://HOST:PORT" (port 0 picks a free one) or "unix:PATH";
+// --listen may be given more than once. The default is tls://127.0.0.1:7700 with a TLS
+// certificate, tcp://127.0.0.1:7700 without. An address other machines may reach needs
+// credentials that authenticate clients (a cluster token, or mutual TLS), or --insecure.
+// Prints "LISTENING <address>" on stdout for each address once it listens (scripts and tests
+// wait for it), logs to stderr, and stops cleanly on SIGTERM or SIGINT (exit status 0). Exits 1
+// when it cannot listen, 2 on bad usage.
 
 #include <signal.h>
 #include <stdio.h>
@@ -32,26 +35,31 @@ namespace {
 class RegistryCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return kj::MainBuilder(
+    return credentialFlags.addTo(kj::MainBuilder(
                context, VERSION_TEXT,
                "Runs the registry (troupe's default resolver) in the foreground until SIGTERM or "
                "SIGINT. Prints \"LISTENING <address>\" for each address it listens on; logs to "
                "stderr.")
         .addOptionWithArg({"listen"}, KJ_BIND_METHOD(*this, addListen), "ADDRESS",
-                          "Listen on ADDRESS: tcp://HOST:PORT (port 0 picks a free one) or "
-                          "unix:PATH; may be given more than once. Default: tcp://0.0.0.0:7700.")
+                          "Listen on ADDRESS: tcp://HOST:PORT, tls://HOST:PORT (port 0 picks a "
+                          "free one) or unix:PATH; may be given more than once. Default: "
+                          "127.0.0.1:7700, over TLS when given a certificate.")
+        .addOption({"insecure"}, [this]() { insecure = true; return true; },
+                   "Allow listening where other machines may connect without a cluster token "
+                   "or client certificates: anyone who reaches the port can then change every "
+                   "job's endpoints.")
         .addOptionWithArg({"default-ttl-ms"}, KJ_BIND_METHOD(*this, setDefaultTtl), "N",
                           "The lease of registrations that ask for none, in milliseconds "
                           "(default 10000).")
         .addOptionWithArg({"max-endpoint-bytes"}, KJ_BIND_METHOD(*this, setMaxEndpointBytes),
                           "N", "The largest endpoint a registrant may publish, in bytes.")
         .addOptionWithArg({"log-level"}, KJ_BIND_METHOD(*this, setLogLevel), "LEVEL",
-                          "trace, debug, info (the default), warn, error or off.")
+                          "trace, debug, info (the default), warn, error or off."), true)
         .build();
   }
 
   int run() override {
-    if (addresses.empty()) addresses.push_back("tcp://0.0.0.0:7700");
+    credentialFlags.applyToEnvironment();
 
     // A daemon's logs go to stderr; stdout carries only the LISTENING lines.
     auto logger = spdlog::stderr_color_mt("registry");
@@ -60,10 +68,21 @@ public:
     options.logger = spdlog::default_logger();
 
     EventLoop loop(EventLoopOptions{.logger = spdlog::default_logger()});
+    auto& credentials = *loop.credentials();
+    if (addresses.empty()) {
+      addresses.push_back(credentials.canServeTls() ? "tls://127.0.0.1:7700"
+                                                    : "tcp://127.0.0.1:7700");
+    }
     RegistryServer server(loop, options);
     for (auto& address : addresses) {
       std::string bound;
-      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { bound = server.listen(address.c_str()); })) {
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                    if (!insecure) {
+                      refuseOpenListener(Address::parse(address.c_str()), credentials,
+                                         "--insecure");
+                    }
+                    bound = server.listen(address.c_str());
+                  })) {
         spdlog::error("cannot listen on {}: {}", address, errorMessage(*e).cStr());
         return 1;
       }
@@ -107,6 +126,8 @@ private:
   }
 
   std::vector<std::string> addresses;
+  bool insecure = false;
+  CredentialFlags credentialFlags;
   RegistryServerOptions options;
   spdlog::level::level_enum level = spdlog::level::info;
 };

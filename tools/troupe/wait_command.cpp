@@ -103,7 +103,7 @@ kj::Promise<void> failIfEnded(Resolver& resolver, const std::string& prefix) {
 class WaitCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return kj::MainBuilder(
+    return credentialFlags.addTo(kj::MainBuilder(
                context, VERSION_TEXT,
                "Waits until --count N endpoints whose names start with PREFIX are READY, then "
                "prints their names. Exits 1 when the timeout passes first, or when the job under "
@@ -118,7 +118,7 @@ public:
               return true;
             }, "SECONDS", "How long to wait (default 60).")
         .addOptionWithArg({"resolver"}, storeIn(resolver), "URL", "Default: $TROUPE_RESOLVER.")
-        .expectArg("PREFIX", storeIn(prefix))
+        .expectArg("PREFIX", storeIn(prefix)))
         .build();
   }
 
@@ -126,6 +126,7 @@ public:
     if (count == 0) throw UsageError{"--count N is needed"};
     auto url = resolverUrl(resolver);
 
+    credentialFlags.applyToEnvironment();
     EventLoop loop;
     auto opened = openResolver(loop, url.c_str());
     // The watch first: a job that ends after it started is reported by the watch itself.
@@ -160,6 +161,7 @@ private:
   kj::Duration timeout = 60 * kj::SECONDS;
   std::string timeoutText = "60";
   std::string resolver;
+  CredentialFlags credentialFlags;
   std::string prefix;
 };
 
