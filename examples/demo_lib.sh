@@ -2,10 +2,14 @@
 #
 #   demo_init                  a scratch directory $out, removed at exit, and the list $pids of
 #                              background processes, each killed (SIGKILL) and reaped at exit if
-#                              still running
+#                              still running; credentials for everything the demo starts: a CA
+#                              and a certificate (scripts/make_certs.sh) and a cluster token, in
+#                              $out, named by TROUPE_TLS_CA, TROUPE_TLS_CERT, TROUPE_TLS_KEY and
+#                              TROUPE_TOKEN_FILE (SECURITY.md)
 #   await_line PREFIX          reads fd 3 until a line starts with PREFIX; prints the rest
-#   start_registry             $TROUPE_REGISTRY (default $bin/troupe-registry) on a free port:
-#                              sets $registry (its URL) and $registry_pid; its output is fd 3
+#   start_registry             $TROUPE_REGISTRY (default $bin/troupe-registry) on a free TLS
+#                              port: sets $registry (its URL) and $registry_pid; its output is
+#                              fd 3
 #   stop_registry              SIGTERM to it; fails unless it exits with status 0
 #   expect_usage CMD...        runs CMD, which must print a usage message and exit with 2
 
@@ -13,6 +17,10 @@ demo_init() {
   out=$(mktemp -d)
   pids=()
   trap demo_cleanup EXIT
+  "$(dirname "${BASH_SOURCE[0]}")/../scripts/make_certs.sh" "$out/certs"
+  (umask 077 && openssl rand -hex 32 > "$out/token")
+  export TROUPE_TLS_CA="$out/certs/ca.pem" TROUPE_TLS_CERT="$out/certs/node.pem"
+  export TROUPE_TLS_KEY="$out/certs/node.key" TROUPE_TOKEN_FILE="$out/token"
 }
 
 demo_cleanup() {
@@ -36,11 +44,12 @@ await_line() {
 
 start_registry() {
   mkfifo "$out/registry.out"
-  "${TROUPE_REGISTRY:-$bin/troupe-registry}" --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" &
+  "${TROUPE_REGISTRY:-$bin/troupe-registry}" --listen tls://127.0.0.1:0 --log-level warn \
+    > "$out/registry.out" &
   registry_pid=$!
   pids+=("$registry_pid")
   exec 3< "$out/registry.out"
-  registry="registry://$(await_line "LISTENING tcp://")"
+  registry="registry+tls://$(await_line "LISTENING tls://")"
   echo "registry at $registry (pid $registry_pid)"
 }
 
