@@ -278,7 +278,22 @@ protected:
   }
 
   kj::Promise<void> drain(DrainContext context) override {
-    auto millis = context.getParams().getGraceMillis();
+    auto params = context.getParams();
+    auto& credentials = server.options.credentials ? *server.options.credentials
+                                                   : *server.loop.credentials();
+    if (!credentials.jobTokenMatches(params.getJobCredential())) {
+      bool none = credentials.jobToken().size() == 0;
+      server.log->warn("refused a drain request: {}",
+                       none ? "this server has no job credential" : "a wrong job credential");
+      return makeError(
+          ErrorCode::PERMISSION_DENIED,
+          none ? kj::str("this server of job '", server.job.jobId,
+                         "' has no job credential, so it takes no drain request; stop it with "
+                         "SIGTERM")
+               : kj::str("draining a server of job '", server.job.jobId,
+                         "' needs the job's credential, which was not presented"));
+    }
+    auto millis = params.getGraceMillis();
     server.log->info("drain requested by a peer");
     server.startDrain(millis == 0 ? server.options.drainGracePeriod
                                   : millis * kj::MILLISECONDS);

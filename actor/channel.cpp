@@ -29,7 +29,7 @@ Channel::Channel(EventLoop& loop, Address address, ChannelOptions options)
       address_(kj::mv(address)),
       addressText(address_.toString()),
       options(options),
-      credentials(options.credentials ? options.credentials : loop.credentials()),
+      credentials_(options.credentials ? options.credentials : loop.credentials()),
       errorHandler(kj::heap<ErrorHandler>(*this)),
       tasks(kj::heap<kj::TaskSet>(*errorHandler)) {}
 
@@ -69,7 +69,7 @@ void Channel::startConnecting() {
           })
           .then([this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
             if (address_.kind != Address::Kind::TLS) return kj::mv(stream);
-            return credentials->wrapClient(loop_.timer(), kj::mv(stream), address_);
+            return credentials_->wrapClient(loop_.timer(), kj::mv(stream), address_);
           })
           .then([this, attempt](kj::Own<kj::AsyncIoStream> stream) -> capnp::Capability::Client {
             if (attempt != epoch_) {
@@ -82,7 +82,7 @@ void Channel::startConnecting() {
             // Every troupe server's bootstrap is an Authenticator; the service behind it is
             // asked for at once, and calls on it are pipelined behind the authentication.
             auto request = conn->bootstrap().castAs<schema::Authenticator>().authenticateRequest();
-            request.setToken(credentials->token());
+            request.setToken(credentials_->token());
             capnp::Capability::Client cap = request.send().getService();
             tasks->add(conn->onDisconnect().then([this, attempt]() {
               if (attempt == epoch_) reset();

@@ -68,6 +68,9 @@ public:
   // Drops the current connection (calls in flight on it fail with DISCONNECTED).
   void disconnect();
 
+  // What the channel presents (ChannelOptions::credentials, or the loop's).
+  const Credentials& credentials() const { return *credentials_; }
+
   // Where the channel connects, and the loop it belongs to.
   const Address& address() const { return address_; }
   EventLoop& loop() { return loop_; }
@@ -82,7 +85,7 @@ private:
   Address address_;
   std::string addressText;
   ChannelOptions options;
-  std::shared_ptr<Credentials> credentials;  // never null
+  std::shared_ptr<Credentials> credentials_;  // never null
   uint64_t epoch_ = 0;
   kj::Maybe<capnp::Capability::Client> pending;  // while connecting: queues calls
   kj::Maybe<capnp::Capability::Client> direct;   // once connected

@@ -79,6 +79,19 @@ bool keyMatchesCertificate(kj::StringPtr certFile, kj::StringPtr keyFile) {
   return matches;
 }
 
+// Reads the secret in `file` (when named) into `secret`, which must be empty then.
+void readSecretFile(kj::StringPtr what, const std::string& file, std::string& secret) {
+  if (file.empty()) return;
+  if (!secret.empty()) {
+    throwError(ErrorCode::INVALID_ARGUMENT, kj::str("both ", what, " and its content are set: set one"));
+  }
+  auto text = readWholeFile(what, file);
+  secret = text.cStr();
+  OPENSSL_cleanse(text.begin(), text.size());
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+  if (secret.empty()) badFile(what, file, "it is empty");
+}
+
 kj::Own<kj::TlsContext> makeContext(const TlsOptions& tls, bool server,
                                     kj::ArrayPtr<const kj::TlsCertificate> trusted,
                                     kj::Maybe<const kj::TlsKeypair&> keypair) {
@@ -120,19 +133,8 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> bounded(kj::Timer& timer, kj::Duration l
 }  // namespace
 
 Credentials::Credentials(CredentialsOptions o) : options(kj::mv(o)) {
-  if (!options.tokenFile.empty()) {
-    if (!options.token.empty()) {
-      throwError(ErrorCode::INVALID_ARGUMENT, "a token and a token file are both set: set one");
-    }
-    auto text = readWholeFile("the token file", options.tokenFile);
-    options.token = text.cStr();
-    OPENSSL_cleanse(text.begin(), text.size());
-    while (!options.token.empty() &&
-           (options.token.back() == '\n' || options.token.back() == '\r')) {
-      options.token.pop_back();
-    }
-    if (options.token.empty()) badFile("the token file", options.tokenFile, "it is empty");
-  }
+  readSecretFile("the token file", options.tokenFile, options.token);
+  readSecretFile("the job token file", options.jobTokenFile, options.jobToken);
   KJ_IF_MAYBE(tls, options.tls) {
     kj::Vector<kj::TlsCertificate> trusted;
     if (!tls->caFile.empty()) {
@@ -192,8 +194,9 @@ Credentials::Credentials(CredentialsOptions o) : options(kj::mv(o)) {
 }
 
 Credentials::~Credentials() noexcept(false) {
-  // Leave no copy of the token in freed memory.
+  // Leave no copy of the tokens in freed memory.
   OPENSSL_cleanse(options.token.data(), options.token.size());
+  OPENSSL_cleanse(options.jobToken.data(), options.jobToken.size());
 }
 
 std::shared_ptr<Credentials> Credentials::fromEnvironment() {
@@ -233,6 +236,7 @@ CredentialsOptions Credentials::optionsFromEnvironment() {
   } else if (token != nullptr) {
     o.token = token;
   }
+  o.jobTokenFile = get("TROUPE_JOB_TOKEN_FILE");
   return o;
 }
 
@@ -254,9 +258,21 @@ kj::ArrayPtr<const kj::byte> Credentials::token() const {
                       options.token.size());
 }
 
+bool sameSecret(kj::ArrayPtr<const kj::byte> a, kj::ArrayPtr<const kj::byte> b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.begin(), b.begin(), a.size()) == 0;
+}
+
 bool Credentials::tokenMatches(kj::ArrayPtr<const kj::byte> presented) const {
-  if (options.token.empty() || presented.size() != options.token.size()) return false;
-  return CRYPTO_memcmp(presented.begin(), options.token.data(), presented.size()) == 0;
+  return !options.token.empty() && sameSecret(presented, token());
+}
+
+kj::ArrayPtr<const kj::byte> Credentials::jobToken() const {
+  return kj::arrayPtr(reinterpret_cast<const kj::byte*>(options.jobToken.data()),
+                      options.jobToken.size());
+}
+
+bool Credentials::jobTokenMatches(kj::ArrayPtr<const kj::byte> presented) const {
+  return !options.jobToken.empty() && sameSecret(presented, jobToken());
 }
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapServer(

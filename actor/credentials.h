@@ -55,6 +55,13 @@ struct CredentialsOptions {
   // A file holding the token, read when the Credentials are made (its content without a
   // trailing newline; it must not be empty). Set this or `token`, not both. Default "": none.
   std::string tokenFile;
+
+  // The credential of the job this process is a replica of, which its launcher got from the
+  // resolver (Resolver::createJob) and handed over in a file: presented when the process
+  // registers its endpoints, and required of whoever asks its ActorServer to drain. Default "":
+  // none.
+  std::string jobToken;
+  std::string jobTokenFile;  // read like tokenFile; set this or jobToken
 };
 
 // Loaded credentials. Immutable once made; may be shared by every loop and thread of a process
@@ -76,6 +83,7 @@ public:
   //   TROUPE_TLS_REQUIRE_CLIENT_CERT=1                 requireClientCertificates
   //   TROUPE_TLS_SERVER_NAME                           serverName
   //   TROUPE_TOKEN_FILE (a file holding the token), or TROUPE_TOKEN (the token itself)
+  //   TROUPE_JOB_TOKEN_FILE                            jobTokenFile (set by launchers)
   // TLS is on when any TROUPE_TLS_* variable is set. Throws INVALID_ARGUMENT as the constructor
   // does, or when both token variables are set.
   static std::shared_ptr<Credentials> fromEnvironment();
@@ -95,6 +103,10 @@ public:
   // Whether `presented` is the cluster token, compared in time that does not depend on where
   // they differ. False when this process has no token.
   bool tokenMatches(kj::ArrayPtr<const kj::byte> presented) const;
+
+  // The job credential, empty for none; and whether `presented` is it (as tokenMatches()).
+  kj::ArrayPtr<const kj::byte> jobToken() const;
+  bool jobTokenMatches(kj::ArrayPtr<const kj::byte> presented) const;
 
   // The TLS handshake as a server (canServeTls() must hold) or as a client of `address` (a
   // tls:// address), bounded by the handshake timeout of `timer`. Rejects with DISCONNECTED
@@ -117,6 +129,9 @@ private:
   kj::Own<kj::TlsContext> serverTls;                  // null unless canServeTls()
   kj::Own<kj::TlsContext> clientTls;
 };
+
+// Whether `a` and `b` are the same bytes, in time that depends on their lengths only.
+bool sameSecret(kj::ArrayPtr<const kj::byte> a, kj::ArrayPtr<const kj::byte> b);
 
 // Whether clients on other machines may be able to connect to `address`: false only for unix
 // sockets and loopback hosts (127.0.0.0/8, ::1, localhost).

@@ -106,26 +106,55 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
   // other, so one slow report holds back only its own job. A report with none ahead of it is
   // sent at once, before anything the caller asks the resolver next (createActorGroup's
   // question about the job's state must find it RUNNING, not a previous job's end).
-  kj::Promise<void> reportStatus(JobStatus status) override {
-    auto& job = reports[status.jobId];
-    auto send = [this, status]() { return resolver->setJobStatus(status); };
+  kj::Promise<void> reportStatus(JobStatus status, std::string jobCredential) override {
+    auto jobId = status.jobId;
+    return inOrder(jobId, [this, status = kj::mv(status),
+                           credential = kj::mv(jobCredential)]() mutable {
+      return resolver->setJobStatus(status, credential).catch_([this, status](kj::Exception&& e) {
+        log->warn("could not report job {} as {} to {}: {}", status.jobId,
+                  toString(status.state).cStr(), url, e.getDescription().cStr());
+      });
+    });
+  }
+
+  kj::Promise<std::string> createJob(std::string jobId) override {
+    struct Outcome {
+      kj::Maybe<std::string> credential;
+      kj::Maybe<kj::Exception> error;
+    };
+    auto paf = kj::newPromiseAndFulfiller<std::string>();
+    auto sent = inOrder(jobId, [this, jobId, fulfiller = kj::mv(paf.fulfiller)]() mutable {
+      return resolver->createJob(jobId)
+          .then([](std::string c) { return Outcome{kj::mv(c), nullptr}; },
+                [](kj::Exception&& e) { return Outcome{nullptr, kj::mv(e)}; })
+          .then([fulfiller = kj::mv(fulfiller)](Outcome&& o) mutable {
+            KJ_IF_MAYBE(c, o.credential) {
+              fulfiller->fulfill(kj::mv(*c));
+            } else {
+              fulfiller->reject(kj::mv(KJ_ASSERT_NONNULL(o.error)));
+            }
+          });
+    });
+    tasks.add(kj::mv(sent));
+    return kj::mv(paf.promise);
+  }
+
+  // Runs `send` once everything sent about `jobId` before has been answered (at once when
+  // nothing is in flight). `send` must not reject. The promise may outlive the launcher (a
+  // JobHandle's terminate()): it then resolves.
+  kj::Promise<void> inOrder(const std::string& jobId, kj::Function<kj::Promise<void>()> send) {
+    auto& job = reports[jobId];
     kj::Promise<void> sent = nullptr;
     KJ_IF_MAYBE(l, job.last) {
-      sent = job.inFlight == 0 ? kj::evalNow(send) : l->addBranch().then(kj::mv(send));
+      sent = job.inFlight == 0 ? kj::evalNow(kj::mv(send)) : l->addBranch().then(kj::mv(send));
     } else {
-      sent = kj::evalNow(send);
+      sent = kj::evalNow(kj::mv(send));
     }
     ++job.inFlight;
-    auto next = sent.catch_([this, status](kj::Exception&& e) {
-                      log->warn("could not report job {} as {} to {}: {}", status.jobId,
-                                toString(status.state).cStr(), url,
-                                e.getDescription().cStr());
-                    })
-                    .then([&job]() { --job.inFlight; });
+    auto next = sent.then([&job]() { --job.inFlight; });
     auto forked = next.fork();
     auto mine = forked.addBranch();
     job.last = kj::mv(forked);
-    // The promise may outlive the launcher (a JobHandle's terminate()): it then resolves.
     return canceler.wrap(kj::mv(mine)).catch_([](kj::Exception&&) {});
   }
 

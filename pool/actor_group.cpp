@@ -271,8 +271,10 @@ kj::Promise<void> ActorGroupBase::drainMembers(kj::Maybe<kj::Duration> grace) {
   }
   kj::Vector<kj::Promise<void>> requests;
   for (auto& [name, m] : impl->members) {
-    auto request = m->ref.channel().host().drainRequest();
+    auto& channel = m->ref.channel();
+    auto request = channel.host().drainRequest();
     request.setGraceMillis(millis);
+    request.setJobCredential(channel.credentials().jobToken());
     requests.add(request.send().ignoreResult().catch_(
         [log = impl->log, name = name](kj::Exception&& e) {
           log->warn("asking {} to drain: {}", name, e.getDescription().cStr());

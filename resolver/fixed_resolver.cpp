@@ -1,5 +1,7 @@
 #include "troupe/resolver/fixed_resolver.h"
 
+#include "troupe/actor/credentials.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -10,6 +12,10 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <openssl/rand.h>
+
+#include <kj/encoding.h>
 
 #include <kj/debug.h>
 #include <kj/io.h>
@@ -498,10 +504,33 @@ kj::Promise<JobStatus> FixedResolver::jobStatus(kj::StringPtr jobId) {
   return table->jobStatus(view(jobId));
 }
 
-kj::Promise<void> FixedResolver::setJobStatus(JobStatus status) {
+kj::Promise<void> FixedResolver::setJobStatus(JobStatus status, std::string jobCredential) {
   validateJobId(status.jobId);
+  auto it = created.find(status.jobId);
+  if (it != created.end() && !sameSecret(kj::StringPtr(jobCredential).asBytes(),
+                                         kj::StringPtr(it->second).asBytes())) {
+    throwError(ErrorCode::PERMISSION_DENIED,
+               kj::str("only the owner of job '", status.jobId,
+                       "' may set its state, and the job credential presented is not the job's"));
+  }
   table->setJobStatus(kj::mv(status));
   return kj::READY_NOW;
+}
+
+kj::Promise<std::string> FixedResolver::createJob(kj::StringPtr jobId) {
+  validateJobId(jobId);
+  std::string id(jobId.cStr());
+  if (created.count(id) > 0 && table->jobStatus(view(jobId)).state == JobState::RUNNING) {
+    throwError(ErrorCode::JOB_ALREADY_EXISTS,
+               kj::str("job '", jobId, "' already exists and is live: choose another name, or "
+                       "stop it first"));
+  }
+  kj::byte random[16];
+  KJ_ASSERT(RAND_bytes(random, sizeof(random)) == 1, "no random bytes for a job credential");
+  auto credential = std::string(kj::encodeHex(kj::arrayPtr(random, sizeof(random))).cStr());
+  created[id] = credential;
+  table->setJobStatus(JobStatus{id, JobState::RUNNING, ""});
+  return credential;
 }
 
 }  // namespace troupe

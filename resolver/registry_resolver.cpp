@@ -107,17 +107,40 @@ kj::Promise<JobStatus> RegistryResolver::jobStatus(kj::StringPtr jobId) {
       .then([](Response&& response) { return fromCapnp(response.getStatus()); });
 }
 
-kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status) {
+kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status, std::string jobCredential) {
   validateJobId(status.jobId);
   using Response = capnp::Response<schema::Registry::SetJobStatusResults>;
+  bool ended = status.state == JobState::ENDED;
+  auto jobId = status.jobId;
   return link
       ->call<Response>("setJobStatus",
-                       [status = kj::mv(status)](schema::Registry::Client registry) {
+                       [status = kj::mv(status), credential = kj::mv(jobCredential)](
+                           schema::Registry::Client registry) {
                          auto request = registry.setJobStatusRequest();
                          toCapnp(status, request.initStatus());
+                         request.setJobCredential(kj::StringPtr(credential).asBytes());
                          return request.send();
                        })
-      .then([](Response&&) {});
+      .then([link = kj::addRef(*link), ended, jobId = kj::mv(jobId)](Response&&) mutable {
+        if (ended) link->claims.erase(jobId);
+      });
+}
+
+kj::Promise<std::string> RegistryResolver::createJob(kj::StringPtr jobId) {
+  validateJobId(jobId);
+  using Response = capnp::Response<schema::Registry::CreateJobResults>;
+  return link
+      ->call<Response>("createJob",
+                       [jobId = kj::str(jobId)](schema::Registry::Client registry) {
+                         auto request = registry.createJobRequest();
+                         request.setJobId(jobId);
+                         return request.send();
+                       })
+      .then([link = kj::addRef(*link), jobId = std::string(jobId.cStr())](Response&& response) mutable {
+        link->claims.insert_or_assign(jobId, response.getClaim());
+        auto credential = response.getCredential();
+        return std::string(credential.asChars().begin(), credential.size());
+      });
 }
 
 }  // namespace troupe

@@ -106,8 +106,14 @@ public:
   kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) override;
 
   // Records a job's state in the registry (see Resolver::setJobStatus). Throws INVALID_ARGUMENT
-  // for a bad job id; rejects like resolve().
-  kj::Promise<void> setJobStatus(JobStatus status) override;
+  // for a bad job id; rejects like resolve(), or with PERMISSION_DENIED. Setting a job ended
+  // releases the claim createJob() took.
+  kj::Promise<void> setJobStatus(JobStatus status, std::string jobCredential = {}) override;
+
+  // Creates the job in the registry (Resolver::createJob). The registry holds the job live
+  // while this resolver keeps the claim: until the job is set ended through it, or it is
+  // destroyed (or its connection breaks; the job stays live while it has endpoints).
+  kj::Promise<std::string> createJob(kj::StringPtr jobId) override;
 
 private:
   kj::Own<resolver_detail::RegistryLink> link;

@@ -1,5 +1,7 @@
 #include "troupe/resolver/registry_server.h"
 
+#include <openssl/crypto.h>
+
 #include <kj/debug.h>
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
@@ -48,6 +50,19 @@ private:
   uint64_t leaseId;
 };
 
+// Held by the launcher that created a job; releasing it tells the table.
+class JobClaimImpl final : public schema::JobClaim::Server {
+public:
+  JobClaimImpl(kj::Own<RegistryTable> table, std::string jobId, uint64_t claimId)
+      : table(kj::mv(table)), jobId(kj::mv(jobId)), claimId(claimId) {}
+  ~JobClaimImpl() noexcept(false) { table->releaseClaim(jobId, claimId); }
+
+private:
+  kj::Own<RegistryTable> table;
+  std::string jobId;
+  uint64_t claimId;
+};
+
 // Held by the watching client; releasing it ends the watch.
 class WatchHandleImpl final : public schema::WatchHandle::Server {
 public:
@@ -68,7 +83,7 @@ protected:
     auto params = context.getParams();
     auto endpoint = Endpoint::fromCapnp(params.getEndpoint());
     std::string name = endpoint.name;
-    auto granted = table->add(kj::mv(endpoint), params.getTtlMillis());
+    auto granted = table->add(kj::mv(endpoint), params.getTtlMillis(), params.getJobCredential());
     context.getResults().setLease(
         kj::heap<LeaseImpl>(kj::addRef(*table), kj::mv(name), granted.leaseId));
     return kj::READY_NOW;
@@ -99,7 +114,19 @@ protected:
   }
 
   kj::Promise<void> setJobStatus(SetJobStatusContext context) override {
-    table->setJobStatus(fromCapnp(context.getParams().getStatus()));
+    auto params = context.getParams();
+    table->setJobStatus(fromCapnp(params.getStatus()), params.getJobCredential());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> createJob(CreateJobContext context) override {
+    auto jobId = context.getParams().getJobId();
+    auto created = table->createJob(jobId);
+    auto results = context.getResults();
+    results.setCredential(kj::StringPtr(created.credential).asBytes());
+    OPENSSL_cleanse(created.credential.data(), created.credential.size());
+    results.setClaim(kj::heap<JobClaimImpl>(kj::addRef(*table), std::string(jobId.cStr()),
+                                            created.claimId));
     return kj::READY_NOW;
   }
 

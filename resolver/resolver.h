@@ -90,10 +90,20 @@ public:
   // The job's state as the resolver knows it (RUNNING for a job it has not heard of).
   virtual kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) = 0;
 
-  // Records a job's state; launchers call this. Ending a job removes its endpoints (watches see
-  // REMOVED for each, then JOB_ENDED) and refuses its registrations with JOB_ENDED until the job
-  // is set RUNNING again. Throws INVALID_ARGUMENT for a bad job id.
-  virtual kj::Promise<void> setJobStatus(JobStatus status) = 0;
+  // Records a job's state; launchers call this with the credential createJob() gave them.
+  // Ending a job removes its endpoints (watches see REMOVED for each, then JOB_ENDED) and refuses
+  // its registrations with JOB_ENDED until the job is set RUNNING again. Throws INVALID_ARGUMENT
+  // for a bad job id; rejects with PERMISSION_DENIED when the job was created and
+  // `jobCredential` is not its credential.
+  virtual kj::Promise<void> setJobStatus(JobStatus status, std::string jobCredential = {}) = 0;
+
+  // Creates the job `jobId` (RUNNING) for the caller, a launcher, and resolves with its
+  // credential: only holders may register under "<jobId>/" or set its state (SECURITY.md). The
+  // launcher hands the credential to the job's replicas (Credentials' job token). Rejects with
+  // JOB_ALREADY_EXISTS while a job of that name is live anywhere (created by another launcher
+  // or process and not ended, or with endpoints registered). The name may be created again once
+  // the job ended.
+  virtual kj::Promise<std::string> createJob(kj::StringPtr jobId) = 0;
 };
 
 // The longest prefix (and endpoint name) resolvers accept, in bytes.

@@ -64,9 +64,11 @@ interface ActorHost {
   ping @2 () -> (incarnation :UInt64, state :EndpointState);
   # Cheap liveness check; `incarnation` changes when the hosting process restarts.
 
-  drain @3 (graceMillis :UInt32) -> ();
+  drain @3 (graceMillis :UInt32, jobCredential :Data) -> ();
   # Starts draining the whole server (0 = the server's configured grace period) and returns at
-  # once; the connection closes when the drain completes.
+  # once; the connection closes when the drain completes. Needs the credential of the server's
+  # job: refused with "troupe.permission_denied" without it, and always by a server that has
+  # none (stop such a server with a signal).
   getSchema @4 (name :Text) -> (interfaceId :UInt64, nodes :List(Schema.Node));
   # The compiled schema of the named actor's interface: its node and every node it refers to
   # (superclasses, methods' parameter and result structs, the structs, enums and interfaces

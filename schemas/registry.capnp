@@ -52,12 +52,26 @@ interface Lease {
   # Publishes a new state; fails like renew() once the entry is gone.
 }
 
+interface JobClaim {
+  # Held by the launcher that created a job (Registry.createJob). While it is held, or while the
+  # job has endpoints, the job is live: its name cannot be created again. Releasing it (or losing
+  # the connection that holds it) does not end the job.
+}
+
 interface Registry {
-  register @0 (endpoint :Actor.Endpoint, ttlMillis :UInt32) -> (lease :Lease);
+  # Jobs and their credentials: a job created with createJob is owned by whoever holds its
+  # credential (the launcher, and the replicas it hands the credential to). Only a holder may
+  # register under "<job>/" (and so replace an incarnation) or set the job's state; every
+  # client may resolve and watch. A job nobody created is open: registrations without a
+  # credential are taken, and the first registration or status that presents one claims the
+  # job with it (how a registry that restarted learns its jobs' owners again).
+
+  register @0 (endpoint :Actor.Endpoint, ttlMillis :UInt32, jobCredential :Data) -> (lease :Lease);
   # Publishes `endpoint` under its name. Refused with "troupe.invalid_argument" for a bad name or
-  # an oversize entry, "troupe.job_ended" when its job has ended, and "troupe.name_taken" when
-  # another live lease holds the name with the same or a newer incarnation. A newer incarnation
-  # replaces the entry and revokes the old lease.
+  # an oversize entry, "troupe.permission_denied" without the job's credential,
+  # "troupe.job_ended" when its job has ended, and "troupe.name_taken" when another live lease
+  # holds the name with the same or a newer incarnation. A newer incarnation replaces the entry
+  # and revokes the old lease.
 
   resolve @1 (prefix :Text) -> (endpoints :List(Actor.Endpoint));
   # The endpoints whose names start with `prefix`, sorted by name.
@@ -68,7 +82,14 @@ interface Registry {
 
   jobStatus @3 (jobId :Text) -> (status :JobStatus);
 
-  setJobStatus @4 (status :JobStatus) -> ();
+  setJobStatus @4 (status :JobStatus, jobCredential :Data) -> ();
   # Launchers report job states. Ending a job removes its endpoints and refuses their
-  # registrations; setting it running again lets replicas register anew.
+  # registrations; setting it running again lets replicas register anew. Refused with
+  # "troupe.permission_denied" without the job's credential.
+
+  createJob @5 (jobId :Text) -> (credential :Data, claim :JobClaim);
+  # Creates the job `jobId` (running) and returns its credential, 32 random bytes. Refused with
+  # "troupe.job_already_exists" while a job of that name is live (see JobClaim; an open job is
+  # live while it has endpoints). An ended job's name may be created again, with a new
+  # credential.
 }

@@ -1,6 +1,10 @@
 #include "troupe/jobs/detail/local_job.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
@@ -120,17 +124,59 @@ void LocalJob::start(std::vector<Allocation> allocations) {
   settings.logger->info("job {}: starting {} replica(s)", request_.name, replicas_.size());
   changed();
 
-  // Replicas start once the resolver knows the job runs: a name reused after a job ended is
-  // refused registrations until then.
+  // Replicas start once the resolver has created the job (RUNNING) and given its credential,
+  // which they present to register. A name a live job holds elsewhere fails the job.
   KJ_IF_MAYBE(h, host) {
-    tasks->add(h->reportStatus({request_.name, JobState::RUNNING, ""}).then([this]() {
-      launch();
-    }));
+    tasks->add(h->createJob(request_.name)
+                   .then(
+                       [this](std::string credential) {
+                         jobCredential = kj::mv(credential);
+                         launch();
+                       },
+                       [this](kj::Exception&& e) {
+                         if (isFinal(phase_)) return;
+                         if (errorCode(e) == ErrorCode::JOB_ALREADY_EXISTS) {
+                           nameRefused = true;
+                           finish(JobPhase::FAILED, errorMessage(e).cStr());
+                           return;
+                         }
+                         // The resolver is unreachable, say: the replicas start, and register
+                         // into an open job once it answers.
+                         settings.logger->warn(
+                             "job {}: could not create it in the resolver ({}); starting its "
+                             "replicas without a job credential",
+                             request_.name, e.getDescription().cStr());
+                         launch();
+                       }));
   }
+}
+
+std::string LocalJob::writeJobToken() {
+  auto path = settings.logDirectory + "/job-token";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throwError(ErrorCode::FAILED, kj::str("cannot write ", path, ": ", strerror(errno)));
+  KJ_DEFER(::close(fd));
+  ::fchmod(fd, 0600);  // a file left by an earlier job keeps its mode otherwise
+  size_t done = 0;
+  while (done < jobCredential.size()) {
+    ssize_t n = ::write(fd, jobCredential.data() + done, jobCredential.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throwError(ErrorCode::FAILED, kj::str("cannot write ", path, ": ", strerror(errno)));
+    done += static_cast<size_t>(n);
+  }
+  return path;
 }
 
 void LocalJob::launch() {
   if (isFinal(phase_) || ending != nullptr) return;
+  if (!jobCredential.empty()) {
+    // Replicas read the credential from a file only the launcher's user can read, never from
+    // their command line.
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { jobTokenFile = writeJobToken(); })) {
+      finish(JobPhase::FAILED, errorMessage(*e).cStr());
+      return;
+    }
+  }
   for (auto& r : replicas_) {
     if (!startReplica(r)) return;
   }
@@ -162,6 +208,11 @@ SpawnOptions LocalJob::spawnOptions(const Replica& replica) const {
   env["TROUPE_TASK_INDEX"] = std::to_string(replica.index);
   env["TROUPE_NUM_TASKS"] = std::to_string(replicas_.size());
   env["TROUPE_RESOLVER"] = settings.resolverUrl;
+  if (jobTokenFile.empty()) {
+    env.erase("TROUPE_JOB_TOKEN_FILE");  // the launcher's own, if it is a replica itself
+  } else {
+    env["TROUPE_JOB_TOKEN_FILE"] = jobTokenFile;
+  }
   std::vector<uint32_t> gpus;
   KJ_IF_MAYBE(a, replica.allocation) {
     gpus = a->gpus;
@@ -351,7 +402,12 @@ void LocalJob::finish(JobPhase phase, std::string why) {
   KJ_IF_MAYBE(h, host) {
     // The report goes out in the host's order whether or not anyone waits for it; terminate()
     // waits for it.
-    endReported = h->reportStatus({request_.name, JobState::ENDED, reported}).fork();
+    if (nameRefused) {
+      endReported = kj::Promise<void>(kj::READY_NOW).fork();  // the name is another job's
+    } else {
+      endReported = h->reportStatus({request_.name, JobState::ENDED, reported}, jobCredential)
+                        .fork();
+    }
     h->jobEnded(*this);
   }
   changed();

@@ -25,9 +25,15 @@ class LocalJobHost {
 public:
   virtual ~LocalJobHost() noexcept(false) = default;
 
-  // Records `status` in the launcher's resolver, after every status recorded before it. Never
-  // rejects (a failed report is logged); dropping the promise does not cancel the report.
-  virtual kj::Promise<void> reportStatus(JobStatus status) = 0;
+  // Records `status` in the launcher's resolver with the job's credential, after everything
+  // sent about that job name before it. Never rejects (a failed report is logged); dropping the
+  // promise does not cancel the report.
+  virtual kj::Promise<void> reportStatus(JobStatus status, std::string jobCredential) = 0;
+
+  // Creates the job in the launcher's resolver (Resolver::createJob), in the same order as the
+  // reports, and resolves with its credential; rejects with what the resolver refused
+  // (JOB_ALREADY_EXISTS) or failed with.
+  virtual kj::Promise<std::string> createJob(std::string jobId) = 0;
 
   // Takes back one replica's share of the machine: it exited for good, or its job ended.
   virtual void giveBack(const Allocation& allocation) = 0;
@@ -103,6 +109,8 @@ private:
   void taskFailed(kj::Exception&& exception) override;
 
   void launch();
+  // Writes the job credential to a 0600 file in the job's log directory; returns its path.
+  std::string writeJobToken();
   bool startReplica(Replica& replica);
   SpawnOptions spawnOptions(const Replica& replica) const;
   void replicaExited(uint32_t index, uint32_t start, ExitStatus status);
@@ -134,6 +142,9 @@ private:
   std::string endingReason;
   kj::Maybe<kj::Promise<void>> killTimer;
   kj::Maybe<kj::ForkedPromise<void>> endReported;  // the resolver has recorded the job's end
+  std::string jobCredential;  // from the resolver's createJob(); empty until then
+  std::string jobTokenFile;   // where the replicas read it (TROUPE_JOB_TOKEN_FILE)
+  bool nameRefused = false;   // the resolver refused the name: report nothing about it
   kj::TimePoint killAt = kj::origin<kj::TimePoint>();
   ChangeSignal changeSignal;
   kj::Own<kj::TaskSet> tasks;  // last: its tasks use everything above

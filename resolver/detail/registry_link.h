@@ -3,6 +3,7 @@
 // registry, call deadlines, the reconnect backoff, and the liveness watch that tells
 // registrations at once when the connection breaks.
 
+#include <map>
 #include <string>
 
 #include <kj/async.h>
@@ -51,6 +52,13 @@ public:
 
   // Identifies the current connection (or connection attempt); changes when it is replaced.
   uint64_t epoch() const { return channel->epoch(); }
+
+  // What the channel presents; its job token goes with every registration.
+  const Credentials& credentials() const { return channel->credentials(); }
+
+  // The claims of the jobs created through this link (createJob), held until the job is set
+  // ended through it or the link goes.
+  std::map<std::string, schema::JobClaim::Client> claims;
 
   // A call on the connection of `epoch` failed with DISCONNECTED: drops that connection if it
   // is still the current one, so the next call connects again.

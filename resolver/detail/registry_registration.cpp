@@ -83,6 +83,7 @@ void RegistryRegistration::attempt() {
   auto request = target.registerRequest();
   endpoint.toCapnp(request.initEndpoint());
   request.setTtlMillis(toMillis(link->options.ttl));
+  request.setJobCredential(link->credentials().jobToken());
   sentState = endpoint.state;
   tasks->add(link->withDeadline<RegisterResponse>(request.send(), "register")
                  .then(
@@ -174,8 +175,10 @@ void RegistryRegistration::failed(kj::Exception&& e, uint64_t epoch) {
     link->connectionBroken(epoch);
   }
 
-  if (code == ErrorCode::INVALID_ARGUMENT || code == ErrorCode::JOB_ENDED ||
-      (code == ErrorCode::NAME_TAKEN && !everRegistered)) {
+  // Once registered, a job that ended may run again (set RUNNING by its launcher) and a name
+  // taken over may be given back: those are retried with backoff.
+  if (code == ErrorCode::INVALID_ARGUMENT || code == ErrorCode::PERMISSION_DENIED ||
+      ((code == ErrorCode::JOB_ENDED || code == ErrorCode::NAME_TAKEN) && !everRegistered)) {
     stop(kj::mv(e));
     return;
   }

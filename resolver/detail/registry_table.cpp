@@ -1,11 +1,16 @@
 #include "troupe/resolver/detail/registry_table.h"
 
 
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
 #include <kj/debug.h>
+#include <kj/encoding.h>
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/address.h"
+#include "troupe/actor/credentials.h"
 #include "troupe/actor/errors.h"
 #include "troupe/resolver/registry_wire.h"
 
@@ -56,7 +61,8 @@ void RegistryTable::checkRunning() const {
 // ------------------------------------------------------------------------------------------------
 // Entries and leases
 
-RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis) {
+RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
+                                          kj::ArrayPtr<const kj::byte> jobCredential) {
   checkRunning();
   auto refuse = [&](ErrorCode code, kj::StringPtr message) {
     log->warn("refused registration of '{}': {}", printable(endpoint.name).cStr(),
@@ -83,6 +89,11 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis)
               })) {
     refuse(ErrorCode::INVALID_ARGUMENT,
            kj::str("endpoint '", endpoint.name, "' has a bad address: ", errorMessage(*e)));
+  }
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                authorize(endpoint.jobId, jobCredential, kj::str("register '", endpoint.name, "'"));
+              })) {
+    refuse(errorCode(*e), errorMessage(*e));
   }
   auto ended = endedJobs.find(endpoint.jobId);
   if (ended != endedJobs.end()) {
@@ -328,10 +339,71 @@ JobStatus RegistryTable::jobStatus(kj::StringPtr jobId) {
   return JobStatus{std::string(jobId.cStr(), jobId.size()), JobState::RUNNING, ""};
 }
 
-void RegistryTable::setJobStatus(JobStatus status) {
+void RegistryTable::authorize(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
+                              kj::StringPtr what) {
+  auto it = jobs.find(jobId);
+  if (it == jobs.end()) {
+    // An open job: anyone may; a credential claims it (a registry that restarted learns its
+    // jobs' owners again from their first registrations).
+    if (presented.size() > 0) {
+      jobs[jobId].credential = std::string(presented.asChars().begin(), presented.size());
+      log->info("job '{}' is claimed by the credential of a client that {}", jobId, what.cStr());
+    }
+    return;
+  }
+  auto expected = kj::StringPtr(it->second.credential).asBytes();
+  if (!sameSecret(presented, expected)) {
+    log->warn("refused to let a client {}: {} job credential", what.cStr(),
+              presented.size() == 0 ? "no" : "a wrong");
+    throwError(ErrorCode::PERMISSION_DENIED,
+               kj::str("only the owner of job '", jobId, "' may ", what, ", and the job credential ",
+                       presented.size() == 0 ? "was not presented (TROUPE_JOB_TOKEN_FILE)"
+                                             : "presented is not the job's"));
+  }
+}
+
+bool RegistryTable::hasEndpoints(kj::StringPtr jobId) const {
+  for (auto& [name, entry] : entries) {
+    if (entry.endpoint.jobId == view(jobId)) return true;
+  }
+  return false;
+}
+
+RegistryTable::Created RegistryTable::createJob(kj::StringPtr jobId) {
+  checkRunning();
+  validateJobId(jobId);
+  std::string id(jobId.cStr(), jobId.size());
+  bool ended = endedJobs.count(id) > 0;
+  auto it = jobs.find(id);
+  bool claimed = it != jobs.end() && it->second.claimId != 0;
+  if (!ended && (claimed || hasEndpoints(jobId))) {
+    log->warn("refused to create job '{}': it is live", id);
+    throwError(ErrorCode::JOB_ALREADY_EXISTS,
+               kj::str("job '", jobId, "' already exists and is live (",
+                       claimed ? "its launcher holds it" : "it has endpoints",
+                       "): choose another name, or stop it first"));
+  }
+  kj::byte random[32];
+  KJ_ASSERT(RAND_bytes(random, sizeof(random)) == 1, "no random bytes for a job credential");
+  std::string credential = kj::encodeHex(kj::arrayPtr(random, sizeof(random))).cStr();
+  OPENSSL_cleanse(random, sizeof(random));
+  uint64_t claimId = nextClaimId++;
+  jobs[id] = Job{credential, claimId};
+  if (endedJobs.erase(id) > 0) log->info("job '{}' is created again", id);
+  log->info("job '{}' created", id);
+  return Created{kj::mv(credential), claimId};
+}
+
+void RegistryTable::releaseClaim(kj::StringPtr jobId, uint64_t claimId) {
+  auto it = jobs.find(view(jobId));
+  if (it != jobs.end() && it->second.claimId == claimId) it->second.claimId = 0;
+}
+
+void RegistryTable::setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> jobCredential) {
   checkRunning();
   kj::StringPtr jobId = status.jobId;
   validateJobId(jobId);
+  authorize(status.jobId, jobCredential, "set its state");
   if (status.state == JobState::RUNNING) {
     if (endedJobs.erase(status.jobId) > 0) {
       log->info("job '{}' is running again; its endpoints may register", status.jobId);
@@ -370,6 +442,7 @@ void RegistryTable::shutdown() {
   timerAt = nullptr;
   watchers.clear();
   endedJobs.clear();
+  jobs.clear();
 }
 
 }  // namespace troupe::resolver_detail

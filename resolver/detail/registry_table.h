@@ -41,9 +41,9 @@ public:
   };
 
   // Validates and publishes `endpoint` (jobId, actor and taskIndex are filled in from its name;
-  // the address is stored in canonical form). Throws INVALID_ARGUMENT, JOB_ENDED or NAME_TAKEN
-  // (see registry.capnp), and DISCONNECTED after shutdown().
-  Granted add(Endpoint endpoint, uint32_t ttlMillis);
+  // the address is stored in canonical form). Throws INVALID_ARGUMENT, PERMISSION_DENIED,
+  // JOB_ENDED or NAME_TAKEN (see registry.capnp), and DISCONNECTED after shutdown().
+  Granted add(Endpoint endpoint, uint32_t ttlMillis, kj::ArrayPtr<const kj::byte> jobCredential);
 
   // Extends the lease's deadline and returns its TTL. Throws LEASE_LOST when `leaseId` no longer
   // holds `name`.
@@ -65,7 +65,17 @@ public:
   void removeWatcher(uint64_t id);
 
   JobStatus jobStatus(kj::StringPtr jobId);
-  void setJobStatus(JobStatus status);
+  // Throws PERMISSION_DENIED without the job's credential (registry.capnp).
+  void setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> jobCredential);
+
+  struct Created {
+    std::string credential;
+    uint64_t claimId;  // for releaseClaim()
+  };
+  // Creates the job (registry.capnp, createJob); throws JOB_ALREADY_EXISTS while it is live.
+  Created createJob(kj::StringPtr jobId);
+  // The creator's JobClaim was released.
+  void releaseClaim(kj::StringPtr jobId, uint64_t claimId);
 
   // Forgets everything; later calls throw DISCONNECTED.
   void shutdown();
@@ -88,8 +98,21 @@ private:
     bool sending = false;
   };
 
+  // A job someone created or claimed: its credential, and whether its creator still holds
+  // the JobClaim.
+  struct Job {
+    std::string credential;
+    uint64_t claimId = 0;  // 0: no claim held
+  };
+
   void taskFailed(kj::Exception&& exception) override;
   void checkRunning() const;
+
+  // Checks `presented` against the job's credential before `what` (throws PERMISSION_DENIED);
+  // claims an unclaimed job for a non-empty one.
+  void authorize(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
+                 kj::StringPtr what);
+  bool hasEndpoints(kj::StringPtr jobId) const;
 
   // Looks up the entry `leaseId` holds; throws LEASE_LOST when it holds none.
   Entry& leased(kj::StringPtr name, uint64_t leaseId, kj::StringPtr what);
@@ -120,6 +143,8 @@ private:
   uint64_t nextWatcherId = 1;
 
   std::map<std::string, JobStatus, std::less<>> endedJobs;
+  std::map<std::string, Job, std::less<>> jobs;  // created or claimed
+  uint64_t nextClaimId = 1;
 
   kj::Own<kj::TaskSet> tasks;  // expiry timers, events() calls in flight
 };

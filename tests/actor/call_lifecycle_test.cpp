@@ -267,14 +267,52 @@ TEST_F(CallLifecycleTest, ACapabilityOutlivingItsRefFailsCleanly) {
   }
 }
 
-TEST_F(CallLifecycleTest, APeerCanAskTheServerToDrain) {
-  auto served = server->serve();
-  auto channel = Channel::open(loop, address.c_str());
+std::shared_ptr<Credentials> jobCredentials(std::string jobToken) {
+  return std::make_shared<Credentials>(CredentialsOptions{.jobToken = kj::mv(jobToken)});
+}
+
+// A drain request from a channel with `credentials`; what the server answered.
+kj::Promise<void> askToDrain(EventLoop& loop, const std::string& address,
+                             std::shared_ptr<Credentials> credentials) {
+  auto channel = Channel::open(loop, address.c_str(), {.credentials = kj::mv(credentials)});
   auto request = channel->host().drainRequest();
   request.setGraceMillis(1000);
-  request.send().wait(ws());
+  request.setJobCredential(channel->credentials().jobToken());
+  return request.send().ignoreResult().attach(kj::mv(channel));
+}
+
+TEST_F(CallLifecycleTest, APeerWithTheJobCredentialCanAskTheServerToDrain) {
+  ActorServer owned(loop, server->job(), {.credentials = jobCredentials("job-secret")});
+  auto at = owned.listen("tcp://127.0.0.1:0");
+  auto served = owned.serve();
+  askToDrain(loop, at, jobCredentials("job-secret")).wait(ws());
   served.wait(ws());
-  EXPECT_EQ(server->state(), ServerState::STOPPED);
+  EXPECT_EQ(owned.state(), ServerState::STOPPED);
+}
+
+TEST_F(CallLifecycleTest, ADrainRequestWithoutTheJobCredentialIsRefused) {
+  ActorServer owned(loop, server->job(), {.credentials = jobCredentials("job-secret")});
+  auto at = owned.listen("tcp://127.0.0.1:0");
+  for (auto presented : {"", "not-it"}) {
+    try {
+      askToDrain(loop, at, jobCredentials(presented)).wait(ws());
+      ADD_FAILURE() << "a drain with '" << presented << "' was taken";
+    } catch (const kj::Exception& e) {
+      EXPECT_EQ(errorCode(e), ErrorCode::PERMISSION_DENIED) << e.getDescription().cStr();
+      EXPECT_TRUE(kj::StringPtr(e.getDescription()).endsWith(
+          "draining a server of job 'job-1' needs the job's credential, which was not presented"))
+          << e.getDescription().cStr();
+    }
+  }
+  EXPECT_EQ(owned.state(), ServerState::SERVING);
+  // A server that has no job credential takes no drain request at all.
+  try {
+    askToDrain(loop, address, jobCredentials("")).wait(ws());
+    ADD_FAILURE() << "the fixture's server drained";
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::PERMISSION_DENIED) << e.getDescription().cStr();
+  }
+  EXPECT_EQ(server->state(), ServerState::SERVING);
 }
 
 TEST_F(CallLifecycleTest, ServeStopsOnSigterm) {

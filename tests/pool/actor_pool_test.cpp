@@ -321,7 +321,15 @@ TEST_F(ActorPoolTest, LeastOutstandingSpreadsHeldCalls) {
   EXPECT_EQ(pool.outstanding("job-1/blocker-0") + pool.outstanding("job-1/blocker-1"), 0u);
 }
 
-TEST_F(ActorPoolTest, DrainMembersDrainsEveryMemberAndTheyLeave) {
+// Members and the group share the loop's credentials, job credential included.
+class ActorPoolDrainTest : public ActorPoolTest {
+protected:
+  ActorPoolDrainTest()
+      : ActorPoolTest({.credentials = std::make_shared<Credentials>(
+                           CredentialsOptions{.jobToken = "job-1's credential"})}) {}
+};
+
+TEST_F(ActorPoolDrainTest, DrainMembersDrainsEveryMemberAndTheyLeave) {
   startReplicas(3);
   ActorGroup<Member> group(loop, resolver, "job-1", "member");
   group.waitReady(3, 10 * kj::SECONDS).wait(ws());
