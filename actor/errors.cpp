@@ -141,12 +141,19 @@ kj::Exception asRaisedByActor(kj::Exception&& exception, kj::StringPtr actorName
 
 kj::StringPtr errorMessage(const kj::Exception& exception) {
   kj::StringPtr text = exception.getDescription();
-  KJ_IF_MAYBE(c, taggedCode(text)) {
-    return text.slice(PREFIX.size() + c->name.size() + 1).startsWith(" ")
-               ? text.slice(PREFIX.size() + c->name.size() + 2)
-               : text.slice(PREFIX.size() + c->name.size() + 1);
+  // A troupe error a peer sent comes as "remote exception: troupe.<code>: ...", with the
+  // code's own type (errorCode()).
+  size_t at = 0;
+  if (text.startsWith(REMOTE)) {
+    KJ_IF_MAYBE(c, taggedCode(text.slice(REMOTE.size()))) {
+      if (c->type == exception.getType()) at = REMOTE.size();
+    }
   }
-  return text;
+  KJ_IF_MAYBE(c, taggedCode(text.slice(at))) {
+    at += PREFIX.size() + c->name.size() + 1;
+    if (at < text.size() && text[at] == ' ') ++at;
+  }
+  return text.slice(at);
 }
 
 namespace {

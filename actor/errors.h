@@ -136,8 +136,9 @@ kj::Exception asRaisedByActor(kj::Exception&& exception, kj::StringPtr actorName
 kj::Exception makeError(ErrorCode code, kj::StringPtr message, const char* file = __builtin_FILE(),
                         int line = __builtin_LINE());
 
-// The description of `exception` without troupe's "troupe.<code>: " tag at its start, for
-// quoting it in another message.
+// The description of `exception` without troupe's "troupe.<code>: " tag at its start (or
+// "remote exception: troupe.<code>: ", as a peer's troupe error arrives), for quoting it in
+// another message.
 kj::StringPtr errorMessage(const kj::Exception& exception);
 
 // `exception` with "<where>: " put in front of its message, for saying which member or address

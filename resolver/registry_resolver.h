@@ -43,6 +43,10 @@ struct RegistryResolverOptions {
 
   // Where the resolver logs (registrations, retries, lost leases). Default: the loop's logger.
   std::shared_ptr<spdlog::logger> logger;
+
+  // What the connection to the registry verifies it with (TLS) and presents: the cluster token,
+  // and the job credential that registrations carry. Default: null, meaning the loop's.
+  std::shared_ptr<Credentials> credentials;
 };
 
 // Belongs to the loop it was made on; everything it hands out (watches, registrations, promises)

@@ -34,6 +34,7 @@ ChannelOptions channelOptions(const RegistryResolverOptions& options) {
   ChannelOptions result;
   result.maxMessageBytes = options.maxMessageBytes;
   result.connectTimeout = options.callTimeout;
+  result.credentials = options.credentials;
   return result;
 }
 

@@ -170,6 +170,9 @@ TEST(ErrorsTest, ErrorMessageDropsTheTagOnly) {
   EXPECT_EQ(str(errorMessage(plain(Type::FAILED, "divide by zero"))), "divide by zero");
   EXPECT_EQ(str(errorMessage(plain(Type::FAILED, "remote exception: troupe.draining: x"))),
             "remote exception: troupe.draining: x");
+  // A peer's troupe error, with its code's type, is quoted without the tags.
+  EXPECT_EQ(str(errorMessage(plain(Type::OVERLOADED, "remote exception: troupe.draining: x"))),
+            "x");
 }
 
 TEST(ErrorsTest, ATagWhoseTypeDiffersIsNotACode) {

@@ -77,6 +77,12 @@ expect_status 0 "$troupe" wait calc/ --count 2 --timeout 20
 expect_status 1 "$troupe" wait calc/ --count 3 --timeout 0.3
 grep -q "2 of 3 endpoints under 'calc/' ready after 0.3 s" <<< "$output" || fail "$output"
 
+echo "== a second launch of a live job's name is refused, and leaves the job alone"
+expect_status 1 "$troupe" launch --name calc --log-dir "$out/logs2" -- "$server"
+grep -q "job calc: failed: job 'calc' already exists and is live" <<< "$output" || fail "$output"
+expect_status 0 "$troupe" wait calc/ --count 2 --timeout 20
+[ "$output" = $'calc/calc-0\ncalc/calc-1' ] || fail "wait after the refused launch printed: $output"
+
 echo "== troupe ls"
 expect_status 0 "$troupe" ls calc/
 [ "$(grep -c '^calc/calc-[01] tls://127.0.0.1:[0-9]* ready [0-9]* [0-9]*s$' <<< "$output")" -eq 2 ] ||
