@@ -54,6 +54,15 @@ protected:
         .attach(kj::mv(ref));
   }
 
+  // A bare connection to the server, for a plain Cap'n Proto client.
+  kj::Own<kj::AsyncIoStream> connect() {
+    return test::await(loop, loop.network()
+                                 .parseAddress(Address::parse(address).toKjAddress())
+                                 .then([](kj::Own<kj::NetworkAddress> a) {
+                                   return a->connect().attach(kj::mv(a));
+                                 }));
+  }
+
   std::shared_ptr<test::LineSink> sink;
   EventLoop loop;
   std::string address;
@@ -92,10 +101,7 @@ TEST_F(AuthenticationTest, AWrongTokenIsRefusedAndNoTokenAppearsInMessagesOrLogs
 TEST_F(AuthenticationTest, AConnectionIsClosedAfterThreeRefusals) {
   auto s = server(withToken(TOKEN));
   // A plain Cap'n Proto client, free to ask as often as it likes on one connection.
-  auto stream = test::await(
-      loop, loop.network()
-                .parseAddress(Address::parse(address).toKjAddress())
-                .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); }));
+  auto stream = connect();
   capnp::TwoPartyClient client(*stream);
   auto gate = client.bootstrap().castAs<schema::Authenticator>();
   auto attempt = [&](const std::string& token) {
@@ -114,10 +120,7 @@ TEST_F(AuthenticationTest, AConnectionIsClosedAfterThreeRefusals) {
 
 TEST_F(AuthenticationTest, NothingButAuthenticateIsOffered) {
   auto s = server(withToken(TOKEN));
-  auto stream = test::await(
-      loop, loop.network()
-                .parseAddress(Address::parse(address).toKjAddress())
-                .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); }));
+  auto stream = connect();
   capnp::TwoPartyClient client(*stream);
   // A client that skips authentication and calls the bootstrap as an ActorHost reaches nothing.
   auto host = client.bootstrap().castAs<schema::ActorHost>();
