@@ -2,6 +2,7 @@
 // served by plain Cap'n Proto (kj::setupAsyncIo + capnp::TwoPartyServer) as the baseline.
 //
 //   bench_echo_server [--impl troupe|capnp] --addr HOST:PORT [--count N] [--actors N]
+//                     [--tls CERTS_DIR]   (troupe over tls://, certificates of scripts/make_certs.sh)
 //                     [--max-message-mib M]
 //
 // Prints "LISTENING host:port" once it accepts connections (the peer harness's contract) and
@@ -39,6 +40,7 @@ struct Settings {
   unsigned count = 1;
   unsigned actors = 1;
   uint64_t maxMessageMiB = 0;  // 0: the implementation's default
+  std::string tlsDir;          // troupe only: serve tls:// with DIR/node.pem and DIR/node.key
 };
 
 // `count` servers in this process, on one loop, each on its own port (task indexes 0..count-1).
@@ -48,6 +50,16 @@ int serveTroupe(const std::string& host, unsigned port, const Settings& settings
   kj::Vector<kj::Own<troupe::ActorServer>> servers;
   troupe::ActorServerOptions options;
   if (settings.maxMessageMiB > 0) options.maxMessageBytes = settings.maxMessageMiB << 20;
+  std::string scheme = "tcp://";
+  if (!settings.tlsDir.empty()) {
+    troupe::TlsOptions tls;
+    tls.caFile = settings.tlsDir + "/ca.pem";
+    tls.certFile = settings.tlsDir + "/node.pem";
+    tls.keyFile = settings.tlsDir + "/node.key";
+    options.credentials =
+        std::make_shared<troupe::Credentials>(troupe::CredentialsOptions{.tls = tls});
+    scheme = "tls://";
+  }
   for (unsigned i = 0; i < count; ++i) {
     troupe::JobContext job;
     job.jobId = "bench";
@@ -58,7 +70,7 @@ int serveTroupe(const std::string& host, unsigned port, const Settings& settings
     for (unsigned a = 1; a < settings.actors; ++a) {
       server->host<troupe::bench::BenchEcho>(kj::str("echo", a), kj::heap<troupe::bench::EchoImpl>());
     }
-    auto listen = "tcp://" + host + ":" + std::to_string(count == 1 ? port : 0);
+    auto listen = scheme + host + ":" + std::to_string(count == 1 ? port : 0);
     auto bound = troupe::Address::parse(server->listen(listen.c_str()).c_str());
     announce(host, bound.port);
     servers.add(kj::mv(server));
@@ -131,6 +143,8 @@ int main(int argc, char** argv) {
       settings.count = static_cast<unsigned>(atoi(argv[i + 1]));
     } else if (strcmp(argv[i], "--actors") == 0) {
       settings.actors = static_cast<unsigned>(atoi(argv[i + 1]));
+    } else if (strcmp(argv[i], "--tls") == 0) {
+      settings.tlsDir = argv[i + 1];
     } else if (strcmp(argv[i], "--max-message-mib") == 0) {
       settings.maxMessageMiB = strtoull(argv[i + 1], nullptr, 10);
     } else {

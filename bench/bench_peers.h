@@ -20,6 +20,7 @@
 
 #include "bench_echo.capnp.h"
 #include "tests/support/child_process.h"
+#include "troupe/actor/credentials.h"
 
 namespace troupe::bench {
 
@@ -36,6 +37,39 @@ inline std::string startEchoServer(std::unique_ptr<troupe::test::ChildProcess>& 
   }
   return line.substr(strlen("LISTENING "));
 }
+
+#ifdef TROUPE_MAKE_CERTS_PATH
+// A CA and a certificate for 127.0.0.1 (scripts/make_certs.sh) in a temporary folder, removed
+// when this goes; for a bench_echo_server --tls and the clients that trust it.
+struct BenchCerts {
+  BenchCerts() {
+    char pattern[] = "/tmp/troupe-bench-certs-XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) {
+      perror("mkdtemp");
+      exit(1);
+    }
+    dir = pattern;
+    troupe::test::ChildProcess make(TROUPE_MAKE_CERTS_PATH, {dir});
+    if (make.wait(60000) != 0) {
+      fprintf(stderr, "scripts/make_certs.sh failed\n");
+      exit(1);
+    }
+  }
+  ~BenchCerts() {
+    troupe::test::ChildProcess remove("/bin/rm", {"-rf", dir});
+    remove.wait();
+  }
+
+  // What a client trusting the CA presents: no certificate, no token.
+  std::shared_ptr<troupe::Credentials> client() const {
+    troupe::TlsOptions tls;
+    tls.caFile = dir + "/ca.pem";
+    return std::make_shared<troupe::Credentials>(troupe::CredentialsOptions{.tls = tls});
+  }
+
+  std::string dir;
+};
+#endif
 
 inline kj::Array<kj::byte> payloadOf(size_t size) {
   auto data = kj::heapArray<kj::byte>(size);

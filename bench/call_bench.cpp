@@ -23,6 +23,7 @@
 
 #include "troupe/actor/actor_ref.h"
 #include "bench_echo.capnp.h"
+#include "bench/bench_peers.h"
 #include "bench/bench_support.h"
 #include "tests/support/child_process.h"
 
@@ -34,14 +35,19 @@ using Clock = std::chrono::steady_clock;
 struct Servers {
   std::unique_ptr<troupe::test::ChildProcess> troupe;
   std::unique_ptr<troupe::test::ChildProcess> capnp;
+  std::unique_ptr<troupe::test::ChildProcess> troupeTls;
   std::string troupeAddress;  // host:port
   std::string capnpAddress;
+  std::string troupeTlsAddress;
+  std::shared_ptr<troupe::Credentials> tlsClient;
 };
 Servers* servers = nullptr;
 
-std::string startServer(std::unique_ptr<troupe::test::ChildProcess>& slot, const char* impl) {
-  slot = std::make_unique<troupe::test::ChildProcess>(
-      BENCH_ECHO_SERVER_PATH, std::vector<std::string>{"--impl", impl, "--addr", "127.0.0.1:0"});
+std::string startServer(std::unique_ptr<troupe::test::ChildProcess>& slot, const char* impl,
+                        std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"--impl", impl, "--addr", "127.0.0.1:0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  slot = std::make_unique<troupe::test::ChildProcess>(BENCH_ECHO_SERVER_PATH, args);
   auto line = slot->readLine();
   if (line.rfind("LISTENING ", 0) != 0) {
     fprintf(stderr, "%s server did not start: '%s'\n", impl, line.c_str());
@@ -70,11 +76,14 @@ kj::Array<kj::byte> payloadOf(size_t size) {
   return data;
 }
 
-void BM_Troupe_ActorRef_PingPong(benchmark::State& state) {
+// `address` with `credentials` (null: the loop's), one call at a time.
+void troupePingPong(benchmark::State& state, const std::string& address,
+                    std::shared_ptr<troupe::Credentials> credentials) {
   auto payload = payloadOf(state.range(0));
   troupe::EventLoop loop;
-  auto echo = troupe::ActorRef<BenchEcho>::connect(
-      loop, ("tcp://" + servers->troupeAddress).c_str(), "echo");
+  troupe::ActorRefOptions options;
+  options.channel.credentials = kj::mv(credentials);
+  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo", options);
   auto call = [&]() {
     return echo.call([&](BenchEcho::Client c) {
       auto q = c.echoRequest(capnp::MessageSize{payload.size() / 8 + 4, 0});
@@ -90,6 +99,15 @@ void BM_Troupe_ActorRef_PingPong(benchmark::State& state) {
     latencies.add(Clock::now() - start);
     if (r.getPayload().size() != payload.size()) state.SkipWithError("echo size mismatch");
   }
+}
+
+void BM_Troupe_ActorRef_PingPong(benchmark::State& state) {
+  troupePingPong(state, "tcp://" + servers->troupeAddress, nullptr);
+}
+
+// The same over tls://: what TLS costs a small call.
+void BM_Troupe_ActorRef_PingPong_Tls(benchmark::State& state) {
+  troupePingPong(state, "tls://" + servers->troupeTlsAddress, servers->tlsClient);
 }
 
 void BM_PlainCapnp_PingPong(benchmark::State& state) {
@@ -121,6 +139,7 @@ void BM_PlainCapnp_PingPong(benchmark::State& state) {
 
 BENCHMARK(BM_PlainCapnp_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_Troupe_ActorRef_PingPong_Tls)->Arg(64)->Arg(4096)->UseRealTime();
 
 }  // namespace
 
@@ -129,6 +148,9 @@ int main(int argc, char** argv) {
   Servers s;
   s.troupeAddress = startServer(s.troupe, "troupe");
   s.capnpAddress = startServer(s.capnp, "capnp");
+  troupe::bench::BenchCerts certs;
+  s.troupeTlsAddress = startServer(s.troupeTls, "troupe", {"--tls", certs.dir});
+  s.tlsClient = certs.client();
   servers = &s;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -81,6 +81,26 @@ void BM_Troupe_ActorRef_Echo(benchmark::State& state) {
   runEchoes(state, loop.waitScope(), call);
 }
 
+// The same over tls://: what TLS costs a large call.
+std::shared_ptr<troupe::Credentials> tlsClient;
+std::string troupeTlsAddress;  // tls://host:port
+
+void BM_Troupe_ActorRef_Echo_Tls(benchmark::State& state) {
+  auto payload = troupe::bench::payloadOf(state.range(0));
+  troupe::EventLoop loop;
+  troupe::ActorRefOptions options;
+  options.channel.credentials = tlsClient;
+  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, troupeTlsAddress.c_str(), "echo", options);
+  auto call = [&]() {
+    return echo.call([&](BenchEcho::Client c) {
+      auto q = c.echoRequest(sizeFor(payload.size()));
+      q.setPayload(payload);
+      return q.send();
+    });
+  };
+  runEchoes(state, loop.waitScope(), call);
+}
+
 void sizes(benchmark::internal::Benchmark* b) {
   b->Arg(1 << 20)->Arg(64 << 20)->Arg(256 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
 }
@@ -88,6 +108,7 @@ void sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_PlainCapnp_Echo_DefaultLimit)->Apply(sizes);
 BENCHMARK(BM_PlainCapnp_Echo_512MiBLimit)->Apply(sizes);
 BENCHMARK(BM_Troupe_ActorRef_Echo)->Apply(sizes);
+BENCHMARK(BM_Troupe_ActorRef_Echo_Tls)->Apply(sizes);
 
 }  // namespace
 
@@ -98,6 +119,11 @@ int main(int argc, char** argv) {
   capnpAddress = troupe::bench::startEchoServer(capnpServer, {"--impl", "capnp"});
   capnpLargeAddress = troupe::bench::startEchoServer(
       capnpLargeServer, {"--impl", "capnp", "--max-message-mib", std::to_string(LIMIT_MIB)});
+  troupe::bench::BenchCerts certs;
+  std::unique_ptr<troupe::test::ChildProcess> tlsServer;
+  troupeTlsAddress =
+      "tls://" + troupe::bench::startEchoServer(tlsServer, {"--impl", "troupe", "--tls", certs.dir});
+  tlsClient = certs.client();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
