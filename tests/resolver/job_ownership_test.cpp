@@ -152,3 +152,27 @@ TEST_F(JobOwnershipTest, AJobEndedByItsOwnerThenRunningAgainGetsItsReplicasBack)
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST_F(JobOwnershipTest, AReplicaWhoseEntryWasTakenOverComesBackWhenTheIntruderGoes) {
+  // Even a holder of the credential (a stale copy of a replica, say) that takes a name over
+  // with a newer incarnation only holds it while it lives.
+  auto intruderClient = client(loop, url, credential);
+  auto e = test::endpoint("calc/calc-1", "tcp://127.0.0.1:6666");
+  e.incarnation = 99;
+  auto intruder = intruderClient->registerEndpoint(e);
+  await(loop, intruder->whenRegistered());
+  EXPECT_EQ(names(), "calc/calc-0@10,calc/calc-1@99,calc/calc-2@10");
+  // The replica's renewals find its lease revoked; it asks again, with backoff, and is told the
+  // name is taken while the intruder holds it.
+  test::advanceInSteps(loop, 10 * kj::SECONDS, 10 * kj::MILLISECONDS);
+  EXPECT_EQ(names(), "calc/calc-0@10,calc/calc-1@99,calc/calc-2@10");
+  intruder = nullptr;
+  test::advanceInSteps(loop, 10 * kj::SECONDS, 10 * kj::MILLISECONDS);
+  EXPECT_EQ(names(), ALL);
+}
+
+}  // namespace
+}  // namespace troupe
