@@ -127,13 +127,20 @@ void LocalJob::start(std::vector<Allocation> allocations) {
   // Replicas start once the resolver has created the job (RUNNING) and given its credential,
   // which they present to register. A name a live job holds elsewhere fails the job.
   KJ_IF_MAYBE(h, host) {
+    creating = true;
     tasks->add(h->createJob(request_.name)
                    .then(
                        [this](std::string credential) {
+                         creating = false;
                          jobCredential = kj::mv(credential);
+                         if (isFinal(phase_)) {
+                           reportEnd();  // stopped while the resolver created it
+                           return;
+                         }
                          launch();
                        },
                        [this](kj::Exception&& e) {
+                         creating = false;
                          if (isFinal(phase_)) return;
                          if (errorCode(e) == ErrorCode::JOB_ALREADY_EXISTS) {
                            nameRefused = true;
@@ -399,18 +406,22 @@ void LocalJob::finish(JobPhase phase, std::string why) {
   } else {
     settings.logger->warn("job {} {}", request_.name, reported);
   }
+  // The report goes out in the host's order whether or not anyone waits for it; terminate()
+  // waits for it. None goes about a name the resolver refused (it is another job's), nor while
+  // the resolver creates the job (its answer sends it, with the credential).
+  if (!nameRefused && !creating) reportEnd();
   KJ_IF_MAYBE(h, host) {
-    // The report goes out in the host's order whether or not anyone waits for it; terminate()
-    // waits for it.
-    if (nameRefused) {
-      endReported = kj::Promise<void>(kj::READY_NOW).fork();  // the name is another job's
-    } else {
-      endReported = h->reportStatus({request_.name, JobState::ENDED, reported}, jobCredential)
-                        .fork();
-    }
     h->jobEnded(*this);
   }
   changed();
+}
+
+void LocalJob::reportEnd() {
+  KJ_IF_MAYBE(h, host) {
+    endReported = h->reportStatus({request_.name, JobState::ENDED, endedReason(phase_, reason_)},
+                                  jobCredential)
+                      .fork();
+  }
 }
 
 void LocalJob::release(Replica& r) {

@@ -109,6 +109,8 @@ private:
   void taskFailed(kj::Exception&& exception) override;
 
   void launch();
+  // Tells the host's resolver the job ended (endReported).
+  void reportEnd();
   // Writes the job credential to a 0600 file in the job's log directory; returns its path.
   std::string writeJobToken();
   bool startReplica(Replica& replica);
@@ -145,6 +147,7 @@ private:
   std::string jobCredential;  // from the resolver's createJob(); empty until then
   std::string jobTokenFile;   // where the replicas read it (TROUPE_JOB_TOKEN_FILE)
   bool nameRefused = false;   // the resolver refused the name: report nothing about it
+  bool creating = false;      // the resolver's createJob() has not answered yet
   kj::TimePoint killAt = kj::origin<kj::TimePoint>();
   ChangeSignal changeSignal;
   kj::Own<kj::TaskSet> tasks;  // last: its tasks use everything above
