@@ -12,6 +12,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
+#include "troupe/actor/backoff.h"
 #include "troupe/actor/errors.h"
 #include "troupe/jobs/detail/log_files.h"
 
@@ -32,6 +33,9 @@ std::string endedReason(JobPhase phase, const std::string& why) {
 bool inheritable(kj::StringPtr name) {
   return name != "TROUPE_ENTRYPOINT" && name != "TROUPE_LAUNCHER_PID";
 }
+
+// Between attempts to create a job in a resolver that does not answer.
+const Backoff CREATE_BACKOFF(100 * kj::MILLISECONDS, 5 * kj::SECONDS);
 
 }  // namespace
 
@@ -126,20 +130,26 @@ void LocalJob::start(std::vector<Allocation> allocations) {
 
   // Replicas start once the resolver has created the job (RUNNING) and given its credential,
   // which they present to register. A name a live job holds elsewhere fails the job.
+  create(0);
+}
+
+void LocalJob::create(uint32_t attempt) {
   KJ_IF_MAYBE(h, host) {
     creating = true;
+    createTried = true;
     tasks->add(h->createJob(request_.name)
                    .then(
                        [this](std::string credential) {
                          creating = false;
                          jobCredential = kj::mv(credential);
+                         if (!isFinal(phase_) && ending == nullptr) reason_.clear();
                          if (isFinal(phase_)) {
                            reportEnd();  // stopped while the resolver created it
                            return;
                          }
                          launch();
                        },
-                       [this](kj::Exception&& e) {
+                       [this, attempt](kj::Exception&& e) {
                          creating = false;
                          if (isFinal(phase_)) return;
                          if (errorCode(e) == ErrorCode::JOB_ALREADY_EXISTS) {
@@ -147,13 +157,17 @@ void LocalJob::start(std::vector<Allocation> allocations) {
                            finish(JobPhase::FAILED, errorMessage(e).cStr());
                            return;
                          }
-                         // The resolver is unreachable, say: the replicas start, and register
-                         // into an open job once it answers.
-                         settings.logger->warn(
-                             "job {}: could not create it in the resolver ({}); starting its "
-                             "replicas without a job credential",
-                             request_.name, e.getDescription().cStr());
-                         launch();
+                         // The resolver is unreachable, say: ask again with backoff. The
+                         // replicas wait, so that they never register without the credential.
+                         auto delay = CREATE_BACKOFF.delay(attempt, loop.random());
+                         reason_ = kj::str("waiting to create the job in the resolver: ",
+                                           errorMessage(e)).cStr();
+                         settings.logger->warn("job {}: {}; trying again in {} ms", request_.name,
+                                               reason_, delay / kj::MILLISECONDS);
+                         changed();
+                         tasks->add(loop.timer().afterDelay(delay).then([this, attempt]() {
+                           if (!isFinal(phase_) && ending == nullptr) create(attempt + 1);
+                         }));
                        }));
   }
 }
@@ -407,9 +421,9 @@ void LocalJob::finish(JobPhase phase, std::string why) {
     settings.logger->warn("job {} {}", request_.name, reported);
   }
   // The report goes out in the host's order whether or not anyone waits for it; terminate()
-  // waits for it. None goes about a name the resolver refused (it is another job's), nor while
-  // the resolver creates the job (its answer sends it, with the credential).
-  if (!nameRefused && !creating) reportEnd();
+  // waits for it. None goes about a name the resolver refused (it is another job's) or never
+  // created, nor while the resolver creates the job (its answer sends it, with the credential).
+  if (!nameRefused && !creating && (!createTried || !jobCredential.empty())) reportEnd();
   KJ_IF_MAYBE(h, host) {
     h->jobEnded(*this);
   }

@@ -109,6 +109,8 @@ private:
   void taskFailed(kj::Exception&& exception) override;
 
   void launch();
+  // Asks the host to create the job in its resolver, then launches it (retry `attempt`).
+  void create(uint32_t attempt);
   // Tells the host's resolver the job ended (endReported).
   void reportEnd();
   // Writes the job credential to a 0600 file in the job's log directory; returns its path.
@@ -148,6 +150,7 @@ private:
   std::string jobTokenFile;   // where the replicas read it (TROUPE_JOB_TOKEN_FILE)
   bool nameRefused = false;   // the resolver refused the name: report nothing about it
   bool creating = false;      // the resolver's createJob() has not answered yet
+  bool createTried = false;   // create() was called (an unschedulable job never gets there)
   kj::TimePoint killAt = kj::origin<kj::TimePoint>();
   ChangeSignal changeSignal;
   kj::Own<kj::TaskSet> tasks;  // last: its tasks use everything above

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/open_resolver.h"
+#include "troupe/resolver/registry_server.h"
 #include "tests/jobs/launcher_fixture.h"
 #include "tests/support/test_actors.h"
 
@@ -482,6 +484,72 @@ TEST_F(LocalLauncherTest, PromisesKeptPastTheLauncherSettleWithoutIt) {
   EXPECT_TRUE(failure.mentions("the launcher was destroyed")) << failure.text;
   EXPECT_EQ(pending.status(), JobPhase::STOPPED);
   EXPECT_EQ(blocker.status(), JobPhase::STOPPED);
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST_F(LocalLauncherTest, ReplicasGetTheJobCredentialInAFileOnlyTheirUserCanRead) {
+  auto& launcher = start();
+  auto job = launcher.submit(request("owned", replica({"env", "TROUPE_JOB_TOKEN_FILE"})));
+  ASSERT_EQ(finalPhase(job), JobPhase::SUCCEEDED) << job.reason();
+  auto lines = grep(job, "TROUPE_JOB_TOKEN_FILE=");
+  ASSERT_EQ(lines.size(), 1u);
+  auto path = lines[0].substr(lines[0].find('=') + 1);
+  EXPECT_EQ(path, dir.path + "/owned/job-token");
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::ifstream in(path);
+  std::string credential((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(credential.size(), 64u);
+  // It is in no log line.
+  EXPECT_TRUE(grep(job, credential).empty());
+  EXPECT_EQ(sink->count(credential), 0u);
+}
+
+TEST_F(LocalLauncherTest, ASecondLauncherCannotTakeALiveJobsName) {
+  auto& first = start();
+  auto running = first.submit(request("calc", replica({"wait"})));
+  awaitStarted(running);
+  // Another launcher on the same registry, as another `troupe launch` would be.
+  auto o = options();
+  o.resolver = first.resolverUrl();
+  test::TempDir otherDir;
+  o.logDirectory = otherDir.path;
+  LocalLauncher second(loop, kj::mv(o));
+  auto refused = second.submit(request("calc", replica({"exit", "0"})));
+  ASSERT_EQ(finalPhase(refused), JobPhase::FAILED);
+  EXPECT_NE(refused.reason().find("job 'calc' already exists and is live"), std::string::npos)
+      << refused.reason();
+  for (auto& r : refused.replicas()) EXPECT_EQ(r.starts, 0u);  // nothing ran
+  // The first job runs on, and the resolver still has it running.
+  EXPECT_EQ(running.status(), JobPhase::RUNNING);
+  auto resolver = openResolver(loop, first.resolverUrl());
+  EXPECT_EQ(await(loop, resolver->jobStatus("calc")).state, JobState::RUNNING);
+}
+
+TEST_F(LocalLauncherClockTest, AJobWaitsForAResolverThatIsDownAndStartsOnceItIsCreated) {
+  test::TempSocket socket("late-registry");
+  auto o = options();
+  o.resolver = "registry+unix:" + socket.path;
+  auto& launcher = start(kj::mv(o));
+  auto job = launcher.submit(request("late", replica({"wait"})));
+  while (job.reason().find("waiting to create the job in the resolver") == std::string::npos) {
+    await(loop, job.whenChanged());
+  }
+  EXPECT_EQ(job.replicas()[0].pid, 0);  // no replica runs without the job's credential
+
+  RegistryServer registry(loop);
+  registry.listen(("unix:" + socket.path).c_str());
+  loop.advanceTime(5 * kj::SECONDS);  // past the longest wait between attempts
+  awaitStarted(job);
+  EXPECT_EQ(job.reason(), "");
+  auto other = openResolver(loop, ("registry+unix:" + socket.path).c_str());
+  EXPECT_EQ(awaitError(loop, other->createJob("late")).code, ErrorCode::JOB_ALREADY_EXISTS);
 }
 
 }  // namespace
