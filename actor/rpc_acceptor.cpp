@@ -8,6 +8,7 @@
 
 #include "troupe/actor/detail/listen_socket.h"
 #include "troupe/actor/detail/rpc_connection.h"
+#include "troupe/actor/detail/tls_sniff.h"
 #include "troupe/actor/errors.h"
 #include "troupe/schemas/actor.capnp.h"
 
@@ -194,9 +195,23 @@ kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
   return l.socket.receiver->accept().then(
       [this, &l](kj::Own<kj::AsyncIoStream> stream) {
         if (l.socket.bound.kind == Address::Kind::TLS) {
-          // The handshake runs among the connections, so that closing them cancels it.
+          // The handshake runs among the connections, so that closing them cancels it. A plain
+          // client is told to use TLS instead (tls_sniff.h).
+          auto limit = KJ_ASSERT_NONNULL(credentials->tls()).handshakeTimeout;
+          auto sniffed = actor_detail::sniffTls(kj::mv(stream), l.text)
+                             .exclusiveJoin(loop.timer().afterDelay(limit).then([]() {
+                               return kj::Maybe<kj::Own<kj::AsyncIoStream>>(nullptr);
+                             }));
           connectionTasks->add(
-              credentials->wrapServer(loop.timer(), kj::mv(stream))
+              sniffed
+                  .then([this](kj::Maybe<kj::Own<kj::AsyncIoStream>> tls)
+                            -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+                    KJ_IF_MAYBE(s, tls) {
+                      return credentials->wrapServer(loop.timer(), kj::mv(*s));
+                    }
+                    return makeError(ErrorCode::DISCONNECTED,
+                                     "a client that does not speak TLS was told to, and closed");
+                  })
                   .then(
                       [this](kj::Own<kj::AsyncIoStream> tls) {
                         return serve(kj::mv(tls), false, credentials->requiresClientCertificates());

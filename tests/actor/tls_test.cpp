@@ -171,11 +171,13 @@ TEST_F(TlsTest, ATlsClientAgainstAPlainServerFailsClearly) {
   EXPECT_EQ(test::await(loop, echo(plain.address, Credentials::none())), "ok");
 }
 
-TEST_F(TlsTest, APlainClientAgainstATlsServerFailsWithoutHanging) {
+TEST_F(TlsTest, APlainClientAgainstATlsServerIsToldToUseTls) {
   TlsServer s(loop, test::serverCredentials());
   auto plainAddress = "tcp://" + s.address.substr(strlen("tls://"));
   auto failure = echoFails(plainAddress, Credentials::none());
-  EXPECT_EQ(failure.code, ErrorCode::DISCONNECTED) << failure.text;
+  EXPECT_EQ(failure.code, ErrorCode::UNREACHABLE) << failure.text;
+  EXPECT_TRUE(failure.mentions(("this server speaks TLS: connect to " + s.address).c_str()))
+      << failure.text;
   EXPECT_EQ(test::await(loop, echo(s.address, test::clientCredentials())), "ok");
 }
 
