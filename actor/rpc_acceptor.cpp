@@ -191,34 +191,41 @@ kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool dir
   return rpc.onDisconnect().exclusiveJoin(kj::mv(closed)).attach(kj::mv(connection));
 }
 
+kj::Promise<void> RpcAcceptor::acceptTls(kj::Own<kj::AsyncIoStream> stream,
+                                         std::string listenerText) {
+  // A plain client is told to use TLS instead (tls_sniff.h). Its first byte and the handshake
+  // must come within the handshake timeout.
+  auto limit = KJ_ASSERT_NONNULL(credentials->tls()).handshakeTimeout;
+  auto timeout = loop.timer().afterDelay(limit).then(
+      [limit]() -> kj::Maybe<kj::Own<kj::AsyncIoStream>> {
+        kj::throwFatalException(makeError(
+            ErrorCode::DISCONNECTED,
+            kj::str("no TLS handshake began within ", limit / kj::MILLISECONDS, " ms")));
+      });
+  return actor_detail::sniffTls(kj::mv(stream), listenerText)
+      .exclusiveJoin(kj::mv(timeout))
+      .then([this](kj::Maybe<kj::Own<kj::AsyncIoStream>> tls)
+                -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+        KJ_IF_MAYBE(s, tls) {
+          return credentials->wrapServer(loop.timer(), kj::mv(*s));
+        }
+        return makeError(ErrorCode::DISCONNECTED,
+                         "a client that does not speak TLS was told to use it, and closed");
+      })
+      .then(
+          [this](kj::Own<kj::AsyncIoStream> tls) {
+            return serve(kj::mv(tls), false, credentials->requiresClientCertificates());
+          },
+          [this, listenerText](kj::Exception&& e) {
+            log->warn("{} on {}: {}", what, listenerText, e.getDescription().cStr());
+          });
+}
+
 kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
   return l.socket.receiver->accept().then(
       [this, &l](kj::Own<kj::AsyncIoStream> stream) {
         if (l.socket.bound.kind == Address::Kind::TLS) {
-          // The handshake runs among the connections, so that closing them cancels it. A plain
-          // client is told to use TLS instead (tls_sniff.h).
-          auto limit = KJ_ASSERT_NONNULL(credentials->tls()).handshakeTimeout;
-          auto sniffed = actor_detail::sniffTls(kj::mv(stream), l.text)
-                             .exclusiveJoin(loop.timer().afterDelay(limit).then([]() {
-                               return kj::Maybe<kj::Own<kj::AsyncIoStream>>(nullptr);
-                             }));
-          connectionTasks->add(
-              sniffed
-                  .then([this](kj::Maybe<kj::Own<kj::AsyncIoStream>> tls)
-                            -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
-                    KJ_IF_MAYBE(s, tls) {
-                      return credentials->wrapServer(loop.timer(), kj::mv(*s));
-                    }
-                    return makeError(ErrorCode::DISCONNECTED,
-                                     "a client that does not speak TLS was told to, and closed");
-                  })
-                  .then(
-                      [this](kj::Own<kj::AsyncIoStream> tls) {
-                        return serve(kj::mv(tls), false, credentials->requiresClientCertificates());
-                      },
-                      [this, &l](kj::Exception&& e) {
-                        log->warn("{} on {}: {}", what, l.text, e.getDescription().cStr());
-                      }));
+          connectionTasks->add(acceptTls(kj::mv(stream), l.text));
         } else {
           connectionTasks->add(serve(kj::mv(stream), true, false));
         }

@@ -64,6 +64,8 @@ private:
   // Serves one connection behind its own Authenticator (`certified`: it came with a verified
   // client certificate, which stands for the cluster token).
   kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream, bool direct, bool certified);
+  // A connection to a tls:// listener: its handshake, then serve().
+  kj::Promise<void> acceptTls(kj::Own<kj::AsyncIoStream> stream, std::string listenerText);
 
   EventLoop& loop;
   capnp::Capability::Client bootstrap;

@@ -239,3 +239,25 @@ TEST(CredentialsTest, TheEnvironmentNamesTheFilesAndTheToken) {
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(TlsHandshakeTest, AConnectionThatNeverBeginsItsHandshakeIsClosedAtTheTimeout) {
+  EventLoop loop(EventLoopOptions{.manualClock = true, .credentials = Credentials::none()});
+  TlsServer s(loop, test::serverCredentials());
+  auto stream = test::await(loop, loop.network()
+                                      .parseAddress(Address::parse(s.address).toKjAddress())
+                                      .then([](kj::Own<kj::NetworkAddress> a) {
+                                        return a->connect().attach(kj::mv(a));
+                                      }));
+  kj::byte byte;
+  auto read = stream->tryRead(&byte, 1, 1);
+  loop.advanceTime(TlsOptions{}.handshakeTimeout - 1 * kj::NANOSECONDS);
+  EXPECT_FALSE(read.poll(loop.waitScope())) << "closed before the timeout";
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  EXPECT_EQ(test::await(loop, kj::mv(read)), 0u);  // the server closed it
+}
+
+}  // namespace
+}  // namespace troupe
