@@ -6,6 +6,7 @@
 #                                 troupe::troupe, troupe::actor, ... and troupe_add_schemas()
 #   lib/pkgconfig/troupe.pc
 #   bin/troupe, bin/troupe-registry
+#   bin/troupe-make-certs         scripts/make_certs.sh: a CA and certificates for TLS (openssl)
 include(CMakePackageConfigHelpers)
 
 set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
@@ -20,6 +21,7 @@ if(TROUPE_BUILD_TOOLS)
           RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 install(FILES ${TROUPE_INCLUDE_DIR}/troupe/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
+install(PROGRAMS scripts/make_certs.sh DESTINATION ${CMAKE_INSTALL_BINDIR} RENAME troupe-make-certs)
 
 install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${config_dir})
 configure_package_config_file(cmake/troupeConfig.cmake.in
@@ -42,7 +44,8 @@ install(FILES ${PROJECT_BINARY_DIR}/troupe.pc DESTINATION ${CMAKE_INSTALL_LIBDIR
 
 # cpack -G DEB: a package that installs the above under /usr. Depends: the Debian packages
 # troupe's headers and libraries need to be used (Cap'n Proto with its schema compiler, libuv,
-# spdlog, pkg-config for libuv), plus the run-time libraries of its programs (dpkg-shlibdeps).
+# OpenSSL, spdlog, pkg-config for libuv), openssl for troupe-make-certs, plus the run-time
+# libraries of its programs (dpkg-shlibdeps).
 set(CPACK_PACKAGE_NAME troupe)
 set(CPACK_PACKAGE_VENDOR troupe)
 set(CPACK_PACKAGE_CONTACT "troupe developers <troupe@localhost>")
@@ -55,5 +58,5 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libcapnp-dev (>= 0.9.2), capnproto (>= 0.9.2), libuv1-dev (>= 1.44), libssl-dev (>= 3), libspdlog-dev (>= 1:1.10), pkg-config")
+    "libcapnp-dev (>= 0.9.2), capnproto (>= 0.9.2), libuv1-dev (>= 1.44), libssl-dev (>= 3), openssl, libspdlog-dev (>= 1:1.10), pkg-config")
 include(CPack)

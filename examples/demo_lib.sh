@@ -17,7 +17,10 @@ demo_init() {
   out=$(mktemp -d)
   pids=()
   trap demo_cleanup EXIT
-  "$(dirname "${BASH_SOURCE[0]}")/../scripts/make_certs.sh" "$out/certs"
+  # From troupe's source tree, or as installed (troupe-make-certs).
+  local make_certs="$(dirname "${BASH_SOURCE[0]}")/../scripts/make_certs.sh"
+  [ -x "$make_certs" ] || make_certs=troupe-make-certs
+  "$make_certs" "$out/certs"
   (umask 077 && openssl rand -hex 32 > "$out/token")
   export TROUPE_TLS_CA="$out/certs/ca.pem" TROUPE_TLS_CERT="$out/certs/node.pem"
   export TROUPE_TLS_KEY="$out/certs/node.key" TROUPE_TOKEN_FILE="$out/token"
