@@ -282,7 +282,7 @@ protected:
     auto& credentials = server.options.credentials ? *server.options.credentials
                                                    : *server.loop.credentials();
     if (!credentials.jobTokenMatches(params.getJobCredential())) {
-      bool none = credentials.jobToken().size() == 0;
+      bool none = !credentials.hasJobToken();
       server.log->warn("refused a drain request: {}",
                        none ? "this server has no job credential" : "a wrong job credential");
       return makeError(
@@ -291,7 +291,9 @@ protected:
                          "' has no job credential, so it takes no drain request; stop it with "
                          "SIGTERM")
                : kj::str("draining a server of job '", server.job.jobId,
-                         "' needs the job's credential, which was not presented"));
+                         "' needs the job's credential, and ",
+                         params.getJobCredential().size() == 0 ? "none was presented"
+                                                               : "a wrong one was presented"));
     }
     auto millis = params.getGraceMillis();
     server.log->info("drain requested by a peer");

@@ -1,19 +1,26 @@
 #include "troupe/actor/credentials.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/bio.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <openssl/x509.h>
 
 #include <kj/compat/tls.h>
 #include <kj/debug.h>
+#include <kj/encoding.h>
 #include <kj/vector.h>
 
 #include "troupe/actor/errors.h"
@@ -26,30 +33,51 @@ namespace {
   throwError(ErrorCode::INVALID_ARGUMENT, kj::str("cannot use ", what, " '", path, "': ", why));
 }
 
-// The whole of the file at `path`; `what` names it in errors ("the TLS key (TROUPE_TLS_KEY)").
-kj::String readWholeFile(kj::StringPtr what, kj::StringPtr path) {
+// The whole of the file at `path`, read straight into one buffer (no copies left behind in
+// freed memory); `what` names it in errors ("the TLS key"). With `secret`, refuses a file that
+// other users may read or that is not a plain file.
+kj::String readWholeFile(kj::StringPtr what, kj::StringPtr path, bool secret = false) {
   int fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) badFile(what, path, strerror(errno));
   KJ_DEFER(::close(fd));
-  kj::Vector<char> text;
-  char chunk[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, chunk, sizeof(chunk));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) badFile(what, path, strerror(errno));
+  if (!S_ISREG(st.st_mode)) badFile(what, path, "not a regular file");
+  if (secret && (st.st_mode & 077) != 0) {
+    char mode[8];
+    snprintf(mode, sizeof(mode), "%03o", static_cast<unsigned>(st.st_mode & 0777));
+    badFile(what, path,
+            kj::str("other users may read it (mode ", mode,
+                    "); make it readable by its owner only: chmod 600"));
+  }
+  constexpr off_t LIMIT = 1024 * 1024;
+  if (st.st_size > LIMIT) badFile(what, path, "larger than 1 MiB");
+  auto text = kj::heapArray<char>(static_cast<size_t>(st.st_size) + 1);
+  size_t done = 0;
+  while (done + 1 < text.size()) {
+    ssize_t n = ::read(fd, text.begin() + done, text.size() - 1 - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) badFile(what, path, strerror(errno));
     if (n == 0) break;
-    if (text.size() + n > 1024 * 1024) badFile(what, path, "larger than 1 MiB");
-    text.addAll(chunk, chunk + n);
+    done += static_cast<size_t>(n);
   }
-  text.add('\0');
-  return kj::String(text.releaseAsArray());
+  text[done] = '\0';
+  if (done + 1 < text.size()) {
+    // Shorter than fstat said (it changed meanwhile): keep what was read.
+    auto shorter = kj::heapArray<char>(text.begin(), done + 1);
+    OPENSSL_cleanse(text.begin(), text.size());
+    text = kj::mv(shorter);
+  }
+  return kj::String(kj::mv(text));
 }
 
 // Runs `parse` on the contents of a PEM file, turning the OpenSSL error kj throws into one that
-// names the file (never the contents).
+// names the file (never the contents). A `secret` file (a key) must be its owner's alone, and
+// its contents are wiped once parsed.
 template <typename T, typename Parse>
-T parsePem(kj::StringPtr what, kj::StringPtr path, Parse&& parse) {
-  auto text = readWholeFile(what, path);
+T parsePem(kj::StringPtr what, kj::StringPtr path, Parse&& parse, bool secret = false) {
+  auto text = readWholeFile(what, path, secret);
+  KJ_DEFER(OPENSSL_cleanse(text.begin(), text.size()));
   kj::Maybe<T> result;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { result = parse(text); })) {
     (void)e;  // OpenSSL's reason may quote the input; keep it out of the message
@@ -62,7 +90,7 @@ T parsePem(kj::StringPtr what, kj::StringPtr path, Parse&& parse) {
 // would otherwise drop a mismatched key without a word and fail every handshake later.
 bool keyMatchesCertificate(kj::StringPtr certFile, kj::StringPtr keyFile) {
   auto certText = readWholeFile("the TLS certificate", certFile);
-  auto keyText = readWholeFile("the TLS key", keyFile);
+  auto keyText = readWholeFile("the TLS key", keyFile, true);
   KJ_DEFER(OPENSSL_cleanse(keyText.begin(), keyText.size()));
   BIO* certBio = BIO_new_mem_buf(certText.begin(), certText.size());
   BIO* keyBio = BIO_new_mem_buf(keyText.begin(), keyText.size());
@@ -85,11 +113,15 @@ void readSecretFile(kj::StringPtr what, const std::string& file, std::string& se
   if (!secret.empty()) {
     throwError(ErrorCode::INVALID_ARGUMENT, kj::str("both ", what, " and its content are set: set one"));
   }
-  auto text = readWholeFile(what, file);
-  secret = text.cStr();
-  OPENSSL_cleanse(text.begin(), text.size());
-  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
-  if (secret.empty()) badFile(what, file, "it is empty");
+  auto text = readWholeFile(what, file, true);
+  KJ_DEFER(OPENSSL_cleanse(text.begin(), text.size()));
+  size_t size = text.size();
+  if (memchr(text.begin(), '\0', size) != nullptr) {
+    badFile(what, file, "it holds a NUL byte; write the secret as text (openssl rand -hex 32)");
+  }
+  while (size > 0 && (text[size - 1] == '\n' || text[size - 1] == '\r')) --size;
+  if (size == 0) badFile(what, file, "it is empty");
+  secret.assign(text.begin(), size);
 }
 
 kj::Own<kj::TlsContext> makeContext(const TlsOptions& tls, bool server,
@@ -171,7 +203,8 @@ Credentials::Credentials(CredentialsOptions o) : options(kj::mv(o)) {
           "the TLS certificate", tls->certFile,
           [](kj::StringPtr text) { return kj::TlsCertificate(text); });
       auto key = parsePem<kj::TlsPrivateKey>(
-          "the TLS key", tls->keyFile, [](kj::StringPtr text) { return kj::TlsPrivateKey(text); });
+          "the TLS key", tls->keyFile, [](kj::StringPtr text) { return kj::TlsPrivateKey(text); },
+          true);
       keypair = kj::TlsKeypair{kj::mv(key), kj::mv(certificate)};
     }
     if (!tls->certFile.empty() && !keyMatchesCertificate(tls->certFile, tls->keyFile)) {
@@ -237,6 +270,7 @@ CredentialsOptions Credentials::optionsFromEnvironment() {
     o.token = token;
   }
   o.jobTokenFile = get("TROUPE_JOB_TOKEN_FILE");
+  if (!o.jobTokenFile.empty()) o.jobId = get("TROUPE_JOB_ID");
   return o;
 }
 
@@ -259,26 +293,43 @@ kj::ArrayPtr<const kj::byte> Credentials::token() const {
 }
 
 bool sameSecret(kj::ArrayPtr<const kj::byte> a, kj::ArrayPtr<const kj::byte> b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.begin(), b.begin(), a.size()) == 0;
+  kj::byte da[SHA256_DIGEST_LENGTH];
+  kj::byte db[SHA256_DIGEST_LENGTH];
+  SHA256(a.begin(), a.size(), da);
+  SHA256(b.begin(), b.size(), db);
+  return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
+}
+
+std::string newJobCredential() {
+  kj::byte random[32];
+  KJ_ASSERT(RAND_bytes(random, sizeof(random)) == 1, "no random bytes for a job credential");
+  KJ_DEFER(OPENSSL_cleanse(random, sizeof(random)));
+  auto hex = kj::encodeHex(kj::arrayPtr(random, sizeof(random)));
+  KJ_DEFER(OPENSSL_cleanse(hex.begin(), hex.size()));
+  return std::string(hex.begin(), hex.size());
 }
 
 bool Credentials::tokenMatches(kj::ArrayPtr<const kj::byte> presented) const {
   return !options.token.empty() && sameSecret(presented, token());
 }
 
-kj::ArrayPtr<const kj::byte> Credentials::jobToken() const {
+kj::ArrayPtr<const kj::byte> Credentials::jobTokenFor(kj::StringPtr jobId) const {
+  if (options.jobToken.empty() || options.jobId.empty() || jobId != options.jobId) return nullptr;
   return kj::arrayPtr(reinterpret_cast<const kj::byte*>(options.jobToken.data()),
                       options.jobToken.size());
 }
 
 bool Credentials::jobTokenMatches(kj::ArrayPtr<const kj::byte> presented) const {
-  return !options.jobToken.empty() && sameSecret(presented, jobToken());
+  return !options.jobToken.empty() && sameSecret(presented, kj::StringPtr(options.jobToken).asBytes());
 }
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapServer(
-    kj::Timer& timer, kj::Own<kj::AsyncIoStream> stream) {
+    kj::Timer& timer, kj::Own<kj::AsyncIoStream> stream, kj::Maybe<kj::TimePoint> deadline) {
   KJ_REQUIRE(canServeTls(), "no TLS certificate to serve with");
   auto limit = KJ_ASSERT_NONNULL(options.tls).handshakeTimeout;
+  KJ_IF_MAYBE(d, deadline) {
+    limit = *d > timer.now() ? *d - timer.now() : 0 * kj::NANOSECONDS;
+  }
   return bounded(timer, limit, kj::str("a client"), serverTls->wrapServer(kj::mv(stream)));
 }
 
@@ -297,12 +348,15 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapClient(
 bool reachableFromOtherMachines(const Address& address) {
   if (!address.isInet()) return false;
   auto& h = address.host;
-  return !(h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0);
+  if (h == "localhost" || h == "::1") return false;
+  struct in_addr v4;
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) != 127;
+  return true;
 }
 
 void refuseOpenListener(const Address& address, const Credentials& credentials,
                         kj::StringPtr override) {
-  if (!reachableFromOtherMachines(address) || credentials.authenticatesClients()) return;
+  if (!reachableFromOtherMachines(address) || credentials.authenticatesClients(address)) return;
   throwError(ErrorCode::INVALID_ARGUMENT,
              kj::str("refusing to listen on ", address.toString(),
                      " without credentials: anyone who can reach it could call every actor and "

@@ -53,13 +53,16 @@ struct CredentialsOptions {
   std::string token;
 
   // A file holding the token, read when the Credentials are made (its content without a
-  // trailing newline; it must not be empty). Set this or `token`, not both. Default "": none.
+  // trailing newline; it must not be empty, hold a NUL byte, or be readable by other users).
+  // Set this or `token`, not both. Default "": none.
   std::string tokenFile;
 
-  // The credential of the job this process is a replica of, which its launcher got from the
-  // resolver (Resolver::createJob) and handed over in a file: presented when the process
-  // registers its endpoints, and required of whoever asks its ActorServer to drain. Default "":
-  // none.
+  // The credential of job `jobId`, the job this process is a replica of, which its launcher got
+  // from the resolver (Resolver::createJob) and handed over in a file: presented when the
+  // process registers an endpoint of that job or asks that job's servers to drain, and required
+  // of whoever asks this process's ActorServer to drain. Never presented for another job.
+  // Default "": none.
+  std::string jobId;
   std::string jobToken;
   std::string jobTokenFile;  // read like tokenFile; set this or jobToken
 };
@@ -83,7 +86,7 @@ public:
   //   TROUPE_TLS_REQUIRE_CLIENT_CERT=1                 requireClientCertificates
   //   TROUPE_TLS_SERVER_NAME                           serverName
   //   TROUPE_TOKEN_FILE (a file holding the token), or TROUPE_TOKEN (the token itself)
-  //   TROUPE_JOB_TOKEN_FILE                            jobTokenFile (set by launchers)
+  //   TROUPE_JOB_TOKEN_FILE, TROUPE_JOB_ID             jobTokenFile, jobId (set by launchers)
   // TLS is on when any TROUPE_TLS_* variable is set. Throws INVALID_ARGUMENT as the constructor
   // does, or when both token variables are set.
   static std::shared_ptr<Credentials> fromEnvironment();
@@ -93,7 +96,13 @@ public:
 
   // Whether this process can listen on tls:// (it has a certificate and key).
   bool canServeTls() const;
+
+  // Whether its tls:// listeners accept only clients with a certificate from the CA (mutual
+  // TLS; false when it cannot serve TLS at all). Connections on its other listeners prove
+  // nothing by certificate.
   bool requiresClientCertificates() const;
+
+  // The TLS settings it was made with; null without TLS.
   const kj::Maybe<TlsOptions>& tls() const { return options.tls; }
 
   // The cluster token, empty for none. For presenting to a server only.
@@ -104,23 +113,31 @@ public:
   // they differ. False when this process has no token.
   bool tokenMatches(kj::ArrayPtr<const kj::byte> presented) const;
 
-  // The job credential, empty for none; and whether `presented` is it (as tokenMatches()).
-  kj::ArrayPtr<const kj::byte> jobToken() const;
+  // The credential of job `jobId` if this process holds it, else empty: what to present for an
+  // endpoint or a server of that job.
+  kj::ArrayPtr<const kj::byte> jobTokenFor(kj::StringPtr jobId) const;
+  bool hasJobToken() const { return !options.jobToken.empty(); }
+
+  // Whether `presented` is this process's job credential (as tokenMatches()).
   bool jobTokenMatches(kj::ArrayPtr<const kj::byte> presented) const;
 
   // The TLS handshake as a server (canServeTls() must hold) or as a client of `address` (a
-  // tls:// address), bounded by the handshake timeout of `timer`. Rejects with DISCONNECTED
-  // saying what failed (an untrusted or expired certificate, a name mismatch, a peer that does
-  // not speak TLS).
+  // tls:// address), bounded by the handshake timeout of `timer` (the server's by `deadline`
+  // when given). Rejects with DISCONNECTED saying what failed (an untrusted or expired
+  // certificate, a name mismatch, a peer that does not speak TLS).
   kj::Promise<kj::Own<kj::AsyncIoStream>> wrapServer(kj::Timer& timer,
-                                                     kj::Own<kj::AsyncIoStream> stream);
+                                                     kj::Own<kj::AsyncIoStream> stream,
+                                                     kj::Maybe<kj::TimePoint> deadline = nullptr);
   kj::Promise<kj::Own<kj::AsyncIoStream>> wrapClient(kj::Timer& timer,
                                                      kj::Own<kj::AsyncIoStream> stream,
                                                      const Address& address);
 
-  // Whether a server with these credentials lets in only clients that prove themselves: it has
-  // a cluster token, or requires client certificates.
-  bool authenticatesClients() const { return hasToken() || requiresClientCertificates(); }
+  // Whether a server with these credentials lets in only clients that prove themselves on
+  // `address`: it has a cluster token, or it requires client certificates and `address` is a
+  // tls:// one.
+  bool authenticatesClients(const Address& address) const {
+    return hasToken() || (address.kind == Address::Kind::TLS && requiresClientCertificates());
+  }
 
 private:
   CredentialsOptions options;
@@ -130,16 +147,20 @@ private:
   kj::Own<kj::TlsContext> clientTls;
 };
 
-// Whether `a` and `b` are the same bytes, in time that depends on their lengths only.
+// Whether `a` and `b` are the same bytes, comparing their SHA-256 digests in constant time, so
+// that neither where they differ nor the secret's length shows in the time taken.
 bool sameSecret(kj::ArrayPtr<const kj::byte> a, kj::ArrayPtr<const kj::byte> b);
 
+// A fresh job credential: 32 random bytes from OpenSSL, as 64 hexadecimal characters.
+std::string newJobCredential();
+
 // Whether clients on other machines may be able to connect to `address`: false only for unix
-// sockets and loopback hosts (127.0.0.0/8, ::1, localhost).
+// sockets and loopback hosts (an IPv4 literal in 127.0.0.0/8, ::1, localhost).
 bool reachableFromOtherMachines(const Address& address);
 
 // Refuses (INVALID_ARGUMENT, naming the address and the ways out, `override` among them) to
-// serve on `address` when other machines may reach it and `credentials` let in anyone
-// (authenticatesClients() is false): anyone who could reach the port could call every actor, or
+// serve on `address` when other machines may reach it and `credentials` let in anyone there
+// (authenticatesClients(address) is false): anyone who could reach the port could call every actor, or
 // rewrite every job's endpoints. For programs that listen where they are told (the troupe
 // command, hostActor); the ActorServer and RegistryServer classes themselves listen as asked.
 void refuseOpenListener(const Address& address, const Credentials& credentials,

@@ -67,7 +67,10 @@ public:
 protected:
   kj::Promise<void> authenticate(AuthenticateContext context) override {
     auto token = context.getParams().getToken();
-    if (certified || !credentials->hasToken() || credentials->tokenMatches(token)) {
+    // A server that requires client certificates lets in no one uncertified but token holders
+    // (its plain listeners included), and one with neither token nor that requirement, anyone.
+    bool open = !credentials->hasToken() && !credentials->requiresClientCertificates();
+    if (certified || open || credentials->tokenMatches(token)) {
       context.getResults().setService(service);
       return kj::READY_NOW;
     }
@@ -78,6 +81,11 @@ protected:
               token.size() == 0 ? "no" : "a wrong", failures, MAX_FAILED_AUTHENTICATIONS,
               closing ? "; closing it" : "");
     if (closing) close->fulfill();
+    if (!credentials->hasToken()) {
+      return makeError(ErrorCode::UNAUTHENTICATED,
+                       "this server lets in only clients with a certificate from its CA, over "
+                       "tls:// (mutual TLS)");
+    }
     return makeError(ErrorCode::UNAUTHENTICATED,
                      token.size() == 0
                          ? "this server requires the cluster token, and none was presented "
@@ -196,7 +204,8 @@ kj::Promise<void> RpcAcceptor::acceptTls(kj::Own<kj::AsyncIoStream> stream,
   // A plain client is told to use TLS instead (tls_sniff.h). Its first byte and the handshake
   // must come within the handshake timeout.
   auto limit = KJ_ASSERT_NONNULL(credentials->tls()).handshakeTimeout;
-  auto timeout = loop.timer().afterDelay(limit).then(
+  auto deadline = loop.timer().now() + limit;
+  auto timeout = loop.timer().atTime(deadline).then(
       [limit]() -> kj::Maybe<kj::Own<kj::AsyncIoStream>> {
         kj::throwFatalException(makeError(
             ErrorCode::DISCONNECTED,
@@ -204,10 +213,10 @@ kj::Promise<void> RpcAcceptor::acceptTls(kj::Own<kj::AsyncIoStream> stream,
       });
   return actor_detail::sniffTls(kj::mv(stream), listenerText)
       .exclusiveJoin(kj::mv(timeout))
-      .then([this](kj::Maybe<kj::Own<kj::AsyncIoStream>> tls)
+      .then([this, deadline](kj::Maybe<kj::Own<kj::AsyncIoStream>> tls)
                 -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
         KJ_IF_MAYBE(s, tls) {
-          return credentials->wrapServer(loop.timer(), kj::mv(*s));
+          return credentials->wrapServer(loop.timer(), kj::mv(*s), deadline);
         }
         return makeError(ErrorCode::DISCONNECTED,
                          "a client that does not speak TLS was told to use it, and closed");

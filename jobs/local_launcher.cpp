@@ -110,7 +110,8 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
     auto jobId = status.jobId;
     return inOrder(jobId, [this, status = kj::mv(status),
                            credential = kj::mv(jobCredential)]() mutable {
-      return resolver->setJobStatus(status, credential).catch_([this, status](kj::Exception&& e) {
+      return kj::evalNow([&]() { return resolver->setJobStatus(status, credential); })
+          .catch_([this, status](kj::Exception&& e) {
         log->warn("could not report job {} as {} to {}: {}", status.jobId,
                   toString(status.state).cStr(), url, e.getDescription().cStr());
       });
@@ -124,7 +125,7 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
     };
     auto paf = kj::newPromiseAndFulfiller<std::string>();
     auto sent = inOrder(jobId, [this, jobId, fulfiller = kj::mv(paf.fulfiller)]() mutable {
-      return resolver->createJob(jobId)
+      return kj::evalNow([&]() { return resolver->createJob(jobId); })
           .then([](std::string c) { return Outcome{kj::mv(c), nullptr}; },
                 [](kj::Exception&& e) { return Outcome{nullptr, kj::mv(e)}; })
           .then([fulfiller = kj::mv(fulfiller)](Outcome&& o) mutable {

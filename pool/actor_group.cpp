@@ -274,7 +274,7 @@ kj::Promise<void> ActorGroupBase::drainMembers(kj::Maybe<kj::Duration> grace) {
     auto& channel = m->ref.channel();
     auto request = channel.host().drainRequest();
     request.setGraceMillis(millis);
-    request.setJobCredential(channel.credentials().jobToken());
+    request.setJobCredential(channel.credentials().jobTokenFor(impl->jobId));
     requests.add(request.send().ignoreResult().catch_(
         [log = impl->log, name = name](kj::Exception&& e) {
           log->warn("asking {} to drain: {}", name, e.getDescription().cStr());

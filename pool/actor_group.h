@@ -74,9 +74,9 @@ public:
   // Asks every member's server to drain (ActorHost.drain: finish its calls in flight within
   // `grace`, default each server's own, then stop). Resolves when every request was answered or
   // failed; the members then leave the resolver as they stop. The group itself goes on
-  // following the job. Each request presents the job credential of the channel's credentials
-  // (ChannelOptions::credentials, or the loop's: TROUPE_JOB_TOKEN_FILE); a member refuses
-  // without it (PERMISSION_DENIED, logged here).
+  // following the job. Each request presents the channel's credentials' job credential for this
+  // group's job (ChannelOptions::credentials, or the loop's: TROUPE_JOB_TOKEN_FILE with
+  // TROUPE_JOB_ID); a member refuses without it (PERMISSION_DENIED, logged here).
   kj::Promise<void> drainMembers(kj::Maybe<kj::Duration> grace = nullptr);
 
   // The job's end, once the resolver reported it. A job of the same name that runs again (a

@@ -13,9 +13,6 @@
 #include <string_view>
 #include <vector>
 
-#include <openssl/rand.h>
-
-#include <kj/encoding.h>
 
 #include <kj/debug.h>
 #include <kj/io.h>
@@ -179,6 +176,14 @@ public:
     if (endpoint.state == state) return;
     endpoint.state = state;
     notify(WatchEvent::Type::CHANGED, endpoint);
+  }
+
+  // Whether an endpoint of job `jobId` is in the table.
+  bool hasEndpoints(std::string_view jobId) const {
+    for (auto& [name, entry] : entries) {
+      if (entry.endpoint.jobId == jobId) return true;
+    }
+    return false;
   }
 
   // The job's status (RUNNING unless recorded otherwise).
@@ -506,31 +511,35 @@ kj::Promise<JobStatus> FixedResolver::jobStatus(kj::StringPtr jobId) {
 
 kj::Promise<void> FixedResolver::setJobStatus(JobStatus status, std::string jobCredential) {
   validateJobId(status.jobId);
-  auto it = created.find(status.jobId);
-  if (it != created.end() && !sameSecret(kj::StringPtr(jobCredential).asBytes(),
-                                         kj::StringPtr(it->second).asBytes())) {
-    throwError(ErrorCode::PERMISSION_DENIED,
-               kj::str("only the owner of job '", status.jobId,
-                       "' may set its state, and the job credential presented is not the job's"));
-  }
-  table->setJobStatus(kj::mv(status));
-  return kj::READY_NOW;
+  return kj::evalNow([&]() {
+    auto it = created.find(status.jobId);
+    if (it != created.end() && !sameSecret(kj::StringPtr(jobCredential).asBytes(),
+                                           kj::StringPtr(it->second).asBytes())) {
+      throwError(ErrorCode::PERMISSION_DENIED,
+                 kj::str("only the owner of job '", status.jobId,
+                         "' may set its state, and the job credential presented is not the "
+                         "job's"));
+    }
+    table->setJobStatus(kj::mv(status));
+    return kj::Promise<void>(kj::READY_NOW);
+  });
 }
 
 kj::Promise<std::string> FixedResolver::createJob(kj::StringPtr jobId) {
   validateJobId(jobId);
-  std::string id(jobId.cStr());
-  if (created.count(id) > 0 && table->jobStatus(view(jobId)).state == JobState::RUNNING) {
-    throwError(ErrorCode::JOB_ALREADY_EXISTS,
-               kj::str("job '", jobId, "' already exists and is live: choose another name, or "
-                       "stop it first"));
-  }
-  kj::byte random[16];
-  KJ_ASSERT(RAND_bytes(random, sizeof(random)) == 1, "no random bytes for a job credential");
-  auto credential = std::string(kj::encodeHex(kj::arrayPtr(random, sizeof(random))).cStr());
-  created[id] = credential;
-  table->setJobStatus(JobStatus{id, JobState::RUNNING, ""});
-  return credential;
+  return kj::evalNow([&]() {
+    std::string id(jobId.cStr());
+    bool running = table->jobStatus(view(jobId)).state == JobState::RUNNING;
+    if (running && (created.count(id) > 0 || table->hasEndpoints(view(jobId)))) {
+      throwError(ErrorCode::JOB_ALREADY_EXISTS,
+                 kj::str("job '", jobId, "' already exists and is live: choose another name, or "
+                         "stop it first"));
+    }
+    auto credential = newJobCredential();
+    created[id] = credential;
+    table->setJobStatus(JobStatus{id, JobState::RUNNING, ""});
+    return kj::Promise<std::string>(kj::mv(credential));
+  });
 }
 
 }  // namespace troupe

@@ -108,9 +108,9 @@ public:
   // see REMOVED for each, then JOB_ENDED), and add() throws, and registrations are refused with,
   // JOB_ENDED until the job is set RUNNING again. Both resolve at once; both throw
   // INVALID_ARGUMENT for a bad job id.
-  // createJob() refuses a job it created that has not ended with JOB_ALREADY_EXISTS, and
-  // setJobStatus() a created job's state without its credential with PERMISSION_DENIED
-  // (registrations, made in this process, need none).
+  // createJob() refuses with JOB_ALREADY_EXISTS a job it created that has not ended, or one
+  // with entries, and setJobStatus() a created job's state without its credential with
+  // PERMISSION_DENIED (registrations, made in this process, need none).
   kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) override;
   kj::Promise<void> setJobStatus(JobStatus status, std::string jobCredential = {}) override;
   kj::Promise<std::string> createJob(kj::StringPtr jobId) override;

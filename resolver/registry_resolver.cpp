@@ -110,8 +110,6 @@ kj::Promise<JobStatus> RegistryResolver::jobStatus(kj::StringPtr jobId) {
 kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status, std::string jobCredential) {
   validateJobId(status.jobId);
   using Response = capnp::Response<schema::Registry::SetJobStatusResults>;
-  bool ended = status.state == JobState::ENDED;
-  auto jobId = status.jobId;
   return link
       ->call<Response>("setJobStatus",
                        [status = kj::mv(status), credential = kj::mv(jobCredential)](
@@ -121,9 +119,7 @@ kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status, std::string j
                          request.setJobCredential(kj::StringPtr(credential).asBytes());
                          return request.send();
                        })
-      .then([link = kj::addRef(*link), ended, jobId = kj::mv(jobId)](Response&&) mutable {
-        if (ended) link->claims.erase(jobId);
-      });
+      .then([](Response&&) {});
 }
 
 kj::Promise<std::string> RegistryResolver::createJob(kj::StringPtr jobId) {
@@ -136,8 +132,7 @@ kj::Promise<std::string> RegistryResolver::createJob(kj::StringPtr jobId) {
                          request.setJobId(jobId);
                          return request.send();
                        })
-      .then([link = kj::addRef(*link), jobId = std::string(jobId.cStr())](Response&& response) mutable {
-        link->claims.insert_or_assign(jobId, response.getClaim());
+      .then([](Response&& response) {
         auto credential = response.getCredential();
         return std::string(credential.asChars().begin(), credential.size());
       });

@@ -110,13 +110,11 @@ public:
   kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) override;
 
   // Records a job's state in the registry (see Resolver::setJobStatus). Throws INVALID_ARGUMENT
-  // for a bad job id; rejects like resolve(), or with PERMISSION_DENIED. Setting a job ended
-  // releases the claim createJob() took.
+  // for a bad job id; rejects like resolve(), or with PERMISSION_DENIED.
   kj::Promise<void> setJobStatus(JobStatus status, std::string jobCredential = {}) override;
 
-  // Creates the job in the registry (Resolver::createJob). The registry holds the job live
-  // while this resolver keeps the claim: until the job is set ended through it, or it is
-  // destroyed (or its connection breaks; the job stays live while it has endpoints).
+  // Creates the job in the registry (Resolver::createJob); it stays live until it is set ended
+  // with its credential. Rejects like resolve(), or with JOB_ALREADY_EXISTS.
   kj::Promise<std::string> createJob(kj::StringPtr jobId) override;
 
 private:

@@ -50,19 +50,6 @@ private:
   uint64_t leaseId;
 };
 
-// Held by the launcher that created a job; releasing it tells the table.
-class JobClaimImpl final : public schema::JobClaim::Server {
-public:
-  JobClaimImpl(kj::Own<RegistryTable> table, std::string jobId, uint64_t claimId)
-      : table(kj::mv(table)), jobId(kj::mv(jobId)), claimId(claimId) {}
-  ~JobClaimImpl() noexcept(false) { table->releaseClaim(jobId, claimId); }
-
-private:
-  kj::Own<RegistryTable> table;
-  std::string jobId;
-  uint64_t claimId;
-};
-
 // Held by the watching client; releasing it ends the watch.
 class WatchHandleImpl final : public schema::WatchHandle::Server {
 public:
@@ -120,13 +107,9 @@ protected:
   }
 
   kj::Promise<void> createJob(CreateJobContext context) override {
-    auto jobId = context.getParams().getJobId();
-    auto created = table->createJob(jobId);
-    auto results = context.getResults();
-    results.setCredential(kj::StringPtr(created.credential).asBytes());
-    OPENSSL_cleanse(created.credential.data(), created.credential.size());
-    results.setClaim(kj::heap<JobClaimImpl>(kj::addRef(*table), std::string(jobId.cStr()),
-                                            created.claimId));
+    auto credential = table->createJob(context.getParams().getJobId());
+    context.getResults().setCredential(kj::StringPtr(credential).asBytes());
+    OPENSSL_cleanse(credential.data(), credential.size());
     return kj::READY_NOW;
   }
 

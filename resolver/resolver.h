@@ -100,9 +100,9 @@ public:
   // Creates the job `jobId` (RUNNING) for the caller, a launcher, and resolves with its
   // credential: only holders may register under "<jobId>/" or set its state (SECURITY.md). The
   // launcher hands the credential to the job's replicas (Credentials' job token). Rejects with
-  // JOB_ALREADY_EXISTS while a job of that name is live anywhere (created by another launcher
-  // or process and not ended, or with endpoints registered). The name may be created again once
-  // the job ended.
+  // JOB_ALREADY_EXISTS while a job of that name is live anywhere: created (by any launcher or
+  // process) and not yet ended by its owner, or open with endpoints registered. The name may be
+  // created again once the job ended.
   virtual kj::Promise<std::string> createJob(kj::StringPtr jobId) = 0;
 };
 

@@ -52,12 +52,6 @@ interface Lease {
   # Publishes a new state; fails like renew() once the entry is gone.
 }
 
-interface JobClaim {
-  # Held by the launcher that created a job (Registry.createJob). While it is held, or while the
-  # job has endpoints, the job is live: its name cannot be created again. Releasing it (or losing
-  # the connection that holds it) does not end the job.
-}
-
 interface Registry {
   # Jobs and their credentials: a job created with createJob is owned by whoever holds its
   # credential (the launcher, and the replicas it hands the credential to). Only a holder may
@@ -87,9 +81,9 @@ interface Registry {
   # registrations; setting it running again lets replicas register anew. Refused with
   # "troupe.permission_denied" without the job's credential.
 
-  createJob @5 (jobId :Text) -> (credential :Data, claim :JobClaim);
-  # Creates the job `jobId` (running) and returns its credential, 32 random bytes. Refused with
-  # "troupe.job_already_exists" while a job of that name is live (see JobClaim; an open job is
-  # live while it has endpoints). An ended job's name may be created again, with a new
-  # credential.
+  createJob @5 (jobId :Text) -> (credential :Data);
+  # Creates the job `jobId` (running) and returns its credential (64 hexadecimal characters: 32
+  # random bytes). Refused with "troupe.job_already_exists" while a job of that name is live: one
+  # created and not ended (its owner ends it), or an open one with endpoints. An ended job's name
+  # may be created again, with a new credential.
 }

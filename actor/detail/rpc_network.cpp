@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <capnp/rpc.capnp.h>
+#include <capnp/serialize-async.h>
 #include <kj/debug.h>
 
 #include "troupe/actor/detail/buffer_cache.h"
@@ -229,6 +231,15 @@ kj::Promise<void> RpcNetwork::shutdown() {
 
 void RpcNetwork::taskFailed(kj::Exception&&) {
   // A failed write: the socket is closing, and the connection's reads report it.
+}
+
+kj::Promise<void> writeAbort(kj::AsyncOutputStream& stream, kj::StringPtr reason) {
+  auto message = kj::heap<capnp::MallocMessageBuilder>();
+  auto abort = message->initRoot<capnp::rpc::Message>().initAbort();
+  abort.setType(capnp::rpc::Exception::Type::DISCONNECTED);
+  abort.setReason(reason);
+  auto& built = *message;
+  return capnp::writeMessage(stream, built).attach(kj::mv(message));
 }
 
 }  // namespace troupe::actor_detail

@@ -20,6 +20,11 @@ namespace troupe::actor_detail {
 // otherwise leaves `bytes` alone and returns false. For adoptBytes() (actor/bytes.h).
 bool attachToOutgoingMessage(const void* address, kj::Array<const kj::byte>& bytes);
 
+// Writes one Cap'n Proto RPC Abort message (`reason`, kind DISCONNECTED) to `stream` in the
+// standard framing, for a peer that will be served nothing else: its RPC system fails its calls
+// with `reason`. `stream` must outlive the promise.
+kj::Promise<void> writeAbort(kj::AsyncOutputStream& stream, kj::StringPtr reason);
+
 // Borrows `messages`, which must outlive it. Loop thread only.
 class RpcNetwork final : public capnp::TwoPartyVatNetworkBase,
                          private capnp::TwoPartyVatNetworkBase::Connection,

@@ -2,11 +2,7 @@
 
 #include <string.h>
 
-#include <capnp/message.h>
-#include <capnp/rpc.capnp.h>
-#include <capnp/serialize-async.h>
-
-#include "troupe/actor/errors.h"
+#include "troupe/actor/detail/rpc_network.h"
 
 namespace troupe::actor_detail {
 
@@ -38,16 +34,16 @@ public:
   kj::Promise<void> whenWriteDisconnected() override { return inner->whenWriteDisconnected(); }
   void shutdownWrite() override { inner->shutdownWrite(); }
   void abortRead() override { inner->abortRead(); }
-  void getsockopt(int level, int option, void* value, uint* length) override {
+  void getsockopt(int level, int option, void* value, kj::uint* length) override {
     inner->getsockopt(level, option, value, length);
   }
-  void setsockopt(int level, int option, const void* value, uint length) override {
+  void setsockopt(int level, int option, const void* value, kj::uint length) override {
     inner->setsockopt(level, option, value, length);
   }
-  void getsockname(struct sockaddr* addr, uint* length) override {
+  void getsockname(struct sockaddr* addr, kj::uint* length) override {
     inner->getsockname(addr, length);
   }
-  void getpeername(struct sockaddr* addr, uint* length) override {
+  void getpeername(struct sockaddr* addr, kj::uint* length) override {
     inner->getpeername(addr, length);
   }
   kj::Maybe<int> getFd() const override { return inner->getFd(); }
@@ -74,16 +70,12 @@ kj::Promise<kj::Maybe<kj::Own<kj::AsyncIoStream>>> sniffTls(kj::Own<kj::AsyncIoS
           return kj::Maybe<kj::Own<kj::AsyncIoStream>>(kj::heap<Unread>(kj::mv(stream), *first));
         }
         // A plain Cap'n Proto peer: tell it why, in words its RPC system reports to its callers.
-        auto message = kj::heap<capnp::MallocMessageBuilder>();
-        auto abort = message->initRoot<capnp::rpc::Message>().initAbort();
-        abort.setType(capnp::rpc::Exception::Type::DISCONNECTED);
-        abort.setReason(kj::str("troupe.unreachable: this server speaks TLS: connect to ",
-                                address));
         auto& out = *stream;
-        return capnp::writeMessage(out, *message)
+        return writeAbort(out, kj::str("troupe.unreachable: this server speaks TLS: connect to ",
+                                       address))
             .then([&out]() { out.shutdownWrite(); })
             .catch_([](kj::Exception&&) {})
-            .attach(kj::mv(message), kj::mv(stream))
+            .attach(kj::mv(stream))
             .then([]() { return kj::Maybe<kj::Own<kj::AsyncIoStream>>(nullptr); });
       });
 }

@@ -151,7 +151,14 @@ void LocalJob::create(uint32_t attempt) {
                        },
                        [this, attempt](kj::Exception&& e) {
                          creating = false;
-                         if (isFinal(phase_)) return;
+                         if (isFinal(phase_)) {
+                           // Stopped while the resolver was asked: nothing was created.
+                           KJ_IF_MAYBE(f, endReportedLater) {
+                             (*f)->fulfill();
+                             endReportedLater = nullptr;
+                           }
+                           return;
+                         }
                          if (errorCode(e) == ErrorCode::JOB_ALREADY_EXISTS) {
                            nameRefused = true;
                            finish(JobPhase::FAILED, errorMessage(e).cStr());
@@ -173,19 +180,41 @@ void LocalJob::create(uint32_t attempt) {
 }
 
 std::string LocalJob::writeJobToken() {
+  auto fail = [&](kj::StringPtr what, kj::StringPtr why) -> std::string {
+    throwError(ErrorCode::FAILED, kj::str("cannot write the job credential: ", what, ": ", why));
+  };
+  // The folders above it must be this user's own and closed to others' writes, or someone
+  // else could swap the file for theirs.
+  for (auto& dir : {logDirectoryRoot(), settings.logDirectory}) {
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0) return fail(dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
+      return fail(dir, "not a folder of this user's that only it may write to");
+    }
+  }
   auto path = settings.logDirectory + "/job-token";
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throwError(ErrorCode::FAILED, kj::str("cannot write ", path, ": ", strerror(errno)));
+  ::unlink(path.c_str());  // one left by an earlier job of this name
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return fail(path, strerror(errno));
   KJ_DEFER(::close(fd));
-  ::fchmod(fd, 0600);  // a file left by an earlier job keeps its mode otherwise
   size_t done = 0;
   while (done < jobCredential.size()) {
     ssize_t n = ::write(fd, jobCredential.data() + done, jobCredential.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throwError(ErrorCode::FAILED, kj::str("cannot write ", path, ": ", strerror(errno)));
+    if (n < 0) return fail(path, strerror(errno));
     done += static_cast<size_t>(n);
   }
   return path;
+}
+
+std::string LocalJob::logDirectoryRoot() const {
+  auto slash = settings.logDirectory.rfind('/');
+  return slash == std::string::npos || slash == 0 ? std::string("/")
+                                                  : settings.logDirectory.substr(0, slash);
+}
+
+void LocalJob::removeJobToken() {
+  if (!jobTokenFile.empty()) ::unlink(jobTokenFile.c_str());
 }
 
 void LocalJob::launch() {
@@ -423,7 +452,14 @@ void LocalJob::finish(JobPhase phase, std::string why) {
   // The report goes out in the host's order whether or not anyone waits for it; terminate()
   // waits for it. None goes about a name the resolver refused (it is another job's) or never
   // created, nor while the resolver creates the job (its answer sends it, with the credential).
-  if (!nameRefused && !creating && (!createTried || !jobCredential.empty())) reportEnd();
+  if (creating) {
+    // The resolver's answer sends the report: until then, terminate() waits on this.
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    endReported = paf.promise.fork();
+    endReportedLater = kj::mv(paf.fulfiller);
+  } else if (!nameRefused && (!createTried || !jobCredential.empty())) {
+    reportEnd();
+  }
   KJ_IF_MAYBE(h, host) {
     h->jobEnded(*this);
   }
@@ -431,11 +467,19 @@ void LocalJob::finish(JobPhase phase, std::string why) {
 }
 
 void LocalJob::reportEnd() {
+  kj::Promise<void> report = kj::READY_NOW;
   KJ_IF_MAYBE(h, host) {
-    endReported = h->reportStatus({request_.name, JobState::ENDED, endedReason(phase_, reason_)},
-                                  jobCredential)
-                      .fork();
+    report = h->reportStatus({request_.name, JobState::ENDED, endedReason(phase_, reason_)},
+                             jobCredential);
   }
+  KJ_IF_MAYBE(f, endReportedLater) {
+    auto fulfiller = kj::mv(*f);
+    endReportedLater = nullptr;
+    tasks->add(report.then([fulfiller = kj::mv(fulfiller)]() mutable { fulfiller->fulfill(); }));
+  } else {
+    endReported = report.fork();
+  }
+  removeJobToken();
 }
 
 void LocalJob::release(Replica& r) {

@@ -113,8 +113,13 @@ private:
   void create(uint32_t attempt);
   // Tells the host's resolver the job ended (endReported).
   void reportEnd();
-  // Writes the job credential to a 0600 file in the job's log directory; returns its path.
+  // Writes the job credential to a new 0600 file in the job's log directory, which (like the
+  // launcher's) must be this user's and closed to others' writes; returns its path. Throws
+  // FAILED otherwise.
   std::string writeJobToken();
+  std::string logDirectoryRoot() const;  // the launcher's log directory
+  // Removes the credential file once the job ended.
+  void removeJobToken();
   bool startReplica(Replica& replica);
   SpawnOptions spawnOptions(const Replica& replica) const;
   void replicaExited(uint32_t index, uint32_t start, ExitStatus status);
@@ -151,6 +156,7 @@ private:
   bool nameRefused = false;   // the resolver refused the name: report nothing about it
   bool creating = false;      // the resolver's createJob() has not answered yet
   bool createTried = false;   // create() was called (an unschedulable job never gets there)
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> endReportedLater;  // ended while creating
   kj::TimePoint killAt = kj::origin<kj::TimePoint>();
   ChangeSignal changeSignal;
   kj::Own<kj::TaskSet> tasks;  // last: its tasks use everything above

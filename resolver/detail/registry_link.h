@@ -56,10 +56,6 @@ public:
   // What the channel presents; its job token goes with every registration.
   const Credentials& credentials() const { return channel->credentials(); }
 
-  // The claims of the jobs created through this link (createJob), held until the job is set
-  // ended through it or the link goes.
-  std::map<std::string, schema::JobClaim::Client> claims;
-
   // A call on the connection of `epoch` failed with DISCONNECTED: drops that connection if it
   // is still the current one, so the next call connects again.
   void connectionBroken(uint64_t epoch);

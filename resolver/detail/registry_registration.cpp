@@ -83,7 +83,7 @@ void RegistryRegistration::attempt() {
   auto request = target.registerRequest();
   endpoint.toCapnp(request.initEndpoint());
   request.setTtlMillis(toMillis(link->options.ttl));
-  request.setJobCredential(link->credentials().jobToken());
+  request.setJobCredential(link->credentials().jobTokenFor(endpoint.jobId));
   sentState = endpoint.state;
   tasks->add(link->withDeadline<RegisterResponse>(request.send(), "register")
                  .then(

@@ -1,11 +1,7 @@
 #include "troupe/resolver/detail/registry_table.h"
 
 
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
-
 #include <kj/debug.h>
-#include <kj/encoding.h>
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
@@ -134,6 +130,7 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
     deadlines.emplace(deadline, leaseId);
     armTimer();
     notify(WatchEvent::Type::CHANGED, entry.endpoint);
+    claimIfOpen(entry.endpoint.jobId, jobCredential, kj::str("register '", entry.endpoint.name, "'"));
     return Granted{leaseId, ttl};
   }
 
@@ -146,6 +143,7 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
   deadlines.emplace(deadline, leaseId);
   armTimer();
   notify(WatchEvent::Type::ADDED, entry.endpoint);
+  claimIfOpen(entry.endpoint.jobId, jobCredential, kj::str("register '", entry.endpoint.name, "'"));
   return Granted{leaseId, ttl};
 }
 
@@ -342,15 +340,7 @@ JobStatus RegistryTable::jobStatus(kj::StringPtr jobId) {
 void RegistryTable::authorize(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
                               kj::StringPtr what) {
   auto it = jobs.find(jobId);
-  if (it == jobs.end()) {
-    // An open job: anyone may; a credential claims it (a registry that restarted learns its
-    // jobs' owners again from their first registrations).
-    if (presented.size() > 0) {
-      jobs[jobId].credential = std::string(presented.asChars().begin(), presented.size());
-      log->info("job '{}' is claimed by the credential of a client that {}", jobId, what.cStr());
-    }
-    return;
-  }
+  if (it == jobs.end()) return;  // an open job: anyone may
   auto expected = kj::StringPtr(it->second.credential).asBytes();
   if (!sameSecret(presented, expected)) {
     log->warn("refused to let a client {}: {} job credential", what.cStr(),
@@ -362,6 +352,15 @@ void RegistryTable::authorize(const std::string& jobId, kj::ArrayPtr<const kj::b
   }
 }
 
+void RegistryTable::claimIfOpen(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
+                                kj::StringPtr what) {
+  // A registry that restarted learns its jobs' owners again from their first registrations.
+  if (presented.size() == 0 || jobs.count(jobId) > 0) return;
+  jobs[jobId].credential = std::string(presented.asChars().begin(), presented.size());
+  log->info("job '{}' is claimed by the credential of a client that could {}", jobId,
+            what.cStr());
+}
+
 bool RegistryTable::hasEndpoints(kj::StringPtr jobId) const {
   for (auto& [name, entry] : entries) {
     if (entry.endpoint.jobId == view(jobId)) return true;
@@ -369,34 +368,26 @@ bool RegistryTable::hasEndpoints(kj::StringPtr jobId) const {
   return false;
 }
 
-RegistryTable::Created RegistryTable::createJob(kj::StringPtr jobId) {
+std::string RegistryTable::createJob(kj::StringPtr jobId) {
   checkRunning();
   validateJobId(jobId);
   std::string id(jobId.cStr(), jobId.size());
   bool ended = endedJobs.count(id) > 0;
-  auto it = jobs.find(id);
-  bool claimed = it != jobs.end() && it->second.claimId != 0;
-  if (!ended && (claimed || hasEndpoints(jobId))) {
+  bool owned = jobs.count(id) > 0;
+  // Live until its owner ends it: a launcher that went away (or reconnects) does not free the
+  // name for another while its replicas may still come back with the credential.
+  if (!ended && (owned || hasEndpoints(jobId))) {
     log->warn("refused to create job '{}': it is live", id);
     throwError(ErrorCode::JOB_ALREADY_EXISTS,
                kj::str("job '", jobId, "' already exists and is live (",
-                       claimed ? "its launcher holds it" : "it has endpoints",
+                       owned ? "created, and not ended by its owner" : "it has endpoints",
                        "): choose another name, or stop it first"));
   }
-  kj::byte random[32];
-  KJ_ASSERT(RAND_bytes(random, sizeof(random)) == 1, "no random bytes for a job credential");
-  std::string credential = kj::encodeHex(kj::arrayPtr(random, sizeof(random))).cStr();
-  OPENSSL_cleanse(random, sizeof(random));
-  uint64_t claimId = nextClaimId++;
-  jobs[id] = Job{credential, claimId};
+  auto credential = newJobCredential();
+  jobs[id] = Job{credential};
   if (endedJobs.erase(id) > 0) log->info("job '{}' is created again", id);
   log->info("job '{}' created", id);
-  return Created{kj::mv(credential), claimId};
-}
-
-void RegistryTable::releaseClaim(kj::StringPtr jobId, uint64_t claimId) {
-  auto it = jobs.find(view(jobId));
-  if (it != jobs.end() && it->second.claimId == claimId) it->second.claimId = 0;
+  return credential;
 }
 
 void RegistryTable::setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> jobCredential) {
@@ -404,6 +395,7 @@ void RegistryTable::setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> 
   kj::StringPtr jobId = status.jobId;
   validateJobId(jobId);
   authorize(status.jobId, jobCredential, "set its state");
+  claimIfOpen(status.jobId, jobCredential, "set its state");
   if (status.state == JobState::RUNNING) {
     if (endedJobs.erase(status.jobId) > 0) {
       log->info("job '{}' is running again; its endpoints may register", status.jobId);

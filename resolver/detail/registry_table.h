@@ -68,14 +68,9 @@ public:
   // Throws PERMISSION_DENIED without the job's credential (registry.capnp).
   void setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> jobCredential);
 
-  struct Created {
-    std::string credential;
-    uint64_t claimId;  // for releaseClaim()
-  };
-  // Creates the job (registry.capnp, createJob); throws JOB_ALREADY_EXISTS while it is live.
-  Created createJob(kj::StringPtr jobId);
-  // The creator's JobClaim was released.
-  void releaseClaim(kj::StringPtr jobId, uint64_t claimId);
+  // Creates the job (registry.capnp, createJob) and returns its credential; throws
+  // JOB_ALREADY_EXISTS while it is live.
+  std::string createJob(kj::StringPtr jobId);
 
   // Forgets everything; later calls throw DISCONNECTED.
   void shutdown();
@@ -98,20 +93,20 @@ private:
     bool sending = false;
   };
 
-  // A job someone created or claimed: its credential, and whether its creator still holds
-  // the JobClaim.
+  // A job someone created or claimed.
   struct Job {
     std::string credential;
-    uint64_t claimId = 0;  // 0: no claim held
   };
 
   void taskFailed(kj::Exception&& exception) override;
   void checkRunning() const;
 
-  // Checks `presented` against the job's credential before `what` (throws PERMISSION_DENIED);
-  // claims an unclaimed job for a non-empty one.
+  // Checks `presented` against the job's credential before `what` (throws PERMISSION_DENIED).
   void authorize(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
                  kj::StringPtr what);
+  // Once `what` was granted: an open job is claimed by a non-empty `presented`.
+  void claimIfOpen(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
+                   kj::StringPtr what);
   bool hasEndpoints(kj::StringPtr jobId) const;
 
   // Looks up the entry `leaseId` holds; throws LEASE_LOST when it holds none.
@@ -144,7 +139,6 @@ private:
 
   std::map<std::string, JobStatus, std::less<>> endedJobs;
   std::map<std::string, Job, std::less<>> jobs;  // created or claimed
-  uint64_t nextClaimId = 1;
 
   kj::Own<kj::TaskSet> tasks;  // expiry timers, events() calls in flight
 };

@@ -142,6 +142,14 @@ TEST_F(AuthenticationTest, TheTokenWorksOverTls) {
   EXPECT_EQ(failure.code, ErrorCode::UNAUTHENTICATED);
 }
 
+TEST_F(AuthenticationTest, AMutualTlsServerWithoutATokenLetsNoOneInOnItsPlainListeners) {
+  auto s = server(test::serverCredentials(/*requireClientCertificates=*/true));
+  auto failure = test::awaitError(loop, whoami(Credentials::none()));
+  EXPECT_EQ(failure.code, ErrorCode::UNAUTHENTICATED);
+  EXPECT_TRUE(failure.mentions("only clients with a certificate from its CA, over tls://"))
+      << failure.text;
+}
+
 TEST_F(AuthenticationTest, AClientCertificateUnderMutualTlsStandsForTheToken) {
   auto& c = test::testCerts();
   auto s = server(test::serverCredentials(/*requireClientCertificates=*/true, TOKEN),
@@ -179,10 +187,16 @@ TEST(OpenListenerTest, AnOpenAddressNeedsCredentialsThatAuthenticateClients) {
               refuseOpenListener(open, *test::serverCredentials(), "--x");
             }).code,
             ErrorCode::INVALID_ARGUMENT);
-  // A token, or client certificates, let it listen; so does loopback.
+  // A token lets it listen; client certificates only on tls://, where they are asked for; so
+  // does loopback.
   refuseOpenListener(open, *withToken("t"), "--x");
-  refuseOpenListener(open, *test::tlsCredentials(c.ca, c.cert, c.key, true), "--x");
+  auto mutual = test::tlsCredentials(c.ca, c.cert, c.key, true);
+  refuseOpenListener(Address::parse("tls://0.0.0.0:7700"), *mutual, "--x");
+  EXPECT_EQ(test::thrownBy([&]() { refuseOpenListener(open, *mutual, "--x"); }).code,
+            ErrorCode::INVALID_ARGUMENT);
   refuseOpenListener(Address::parse("tcp://127.0.0.1:7700"), *Credentials::none(), "--x");
+  // A host name that merely starts with 127. is not loopback.
+  EXPECT_TRUE(reachableFromOtherMachines(Address::parse("tcp://127.example.com:1")));
 }
 
 }  // namespace

@@ -268,7 +268,8 @@ TEST_F(CallLifecycleTest, ACapabilityOutlivingItsRefFailsCleanly) {
 }
 
 std::shared_ptr<Credentials> jobCredentials(std::string jobToken) {
-  return std::make_shared<Credentials>(CredentialsOptions{.jobToken = kj::mv(jobToken)});
+  return std::make_shared<Credentials>(
+      CredentialsOptions{.jobId = "job-1", .jobToken = kj::mv(jobToken)});
 }
 
 // A drain request from a channel with `credentials`; what the server answered.
@@ -277,7 +278,7 @@ kj::Promise<void> askToDrain(EventLoop& loop, const std::string& address,
   auto channel = Channel::open(loop, address.c_str(), {.credentials = kj::mv(credentials)});
   auto request = channel->host().drainRequest();
   request.setGraceMillis(1000);
-  request.setJobCredential(channel->credentials().jobToken());
+  request.setJobCredential(channel->credentials().jobTokenFor("job-1"));
   return request.send().ignoreResult().attach(kj::mv(channel));
 }
 
@@ -293,14 +294,20 @@ TEST_F(CallLifecycleTest, APeerWithTheJobCredentialCanAskTheServerToDrain) {
 TEST_F(CallLifecycleTest, ADrainRequestWithoutTheJobCredentialIsRefused) {
   ActorServer owned(loop, server->job(), {.credentials = jobCredentials("job-secret")});
   auto at = owned.listen("tcp://127.0.0.1:0");
-  for (auto presented : {"", "not-it"}) {
+  struct Case {
+    const char* presented;
+    const char* answer;
+  };
+  for (auto c : {Case{"", "none was presented"}, Case{"not-it", "a wrong one was presented"}}) {
     try {
-      askToDrain(loop, at, jobCredentials(presented)).wait(ws());
-      ADD_FAILURE() << "a drain with '" << presented << "' was taken";
+      askToDrain(loop, at, jobCredentials(c.presented)).wait(ws());
+      ADD_FAILURE() << "a drain with '" << c.presented << "' was taken";
     } catch (const kj::Exception& e) {
       EXPECT_EQ(errorCode(e), ErrorCode::PERMISSION_DENIED) << e.getDescription().cStr();
-      EXPECT_TRUE(kj::StringPtr(e.getDescription()).endsWith(
-          "draining a server of job 'job-1' needs the job's credential, which was not presented"))
+      EXPECT_TRUE(kj::StringPtr(e.getDescription())
+                      .endsWith(kj::str("draining a server of job 'job-1' needs the job's "
+                                        "credential, and ",
+                                        c.answer)))
           << e.getDescription().cStr();
     }
   }

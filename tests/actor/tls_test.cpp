@@ -5,6 +5,7 @@
 #include "troupe/actor/credentials.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 
 #include <gtest/gtest.h>
@@ -210,6 +211,13 @@ TEST(CredentialsTest, TheEnvironmentNamesTheFilesAndTheToken) {
   ASSERT_NE(f, nullptr);
   fputs("s3cret-token\n", f);
   fclose(f);
+  ASSERT_EQ(chmod(tokenFile.c_str(), 0644), 0);
+  setenv("TROUPE_TOKEN_FILE", tokenFile.c_str(), 1);
+  // A token file other users may read is refused, naming its mode.
+  auto loose = test::thrownBy([]() { Credentials::fromEnvironment(); });
+  EXPECT_TRUE(loose.mentions("other users may read it (mode 644)")) << loose.text;
+  unsetenv("TROUPE_TOKEN_FILE");
+  ASSERT_EQ(chmod(tokenFile.c_str(), 0600), 0);
   setenv("TROUPE_TLS_CA", c.ca.c_str(), 1);
   setenv("TROUPE_TLS_CERT", c.cert.c_str(), 1);
   setenv("TROUPE_TLS_KEY", c.key.c_str(), 1);

@@ -138,11 +138,15 @@ echo "== without the token or the CA, nothing is let in"
 expect_status 1 env -u TROUPE_TOKEN_FILE "$troupe" ls calc/
 grep -q "^troupe ls: .*requires the cluster token, and none was presented" <<< "$output" ||
   fail "$output"
-echo "not-the-token" > "$out/wrong-token"
+(umask 077 && echo "not-the-token" > "$out/wrong-token")
 expect_status 1 env TROUPE_TOKEN_FILE="$out/wrong-token" "$troupe" call calc/ calc.add '{"a": 1, "b": 2}'
 grep -q "the cluster token presented is not this server's" <<< "$output" || fail "$output"
 expect_status 1 env -u TROUPE_TOKEN_FILE "$troupe" call "$address" calc.calls
 grep -q "requires the cluster token" <<< "$output" || fail "$output"
+echo "loose" > "$out/loose-token" && chmod 644 "$out/loose-token"
+expect_status 1 env TROUPE_TOKEN_FILE="$out/loose-token" "$troupe" ls calc/
+grep -q "other users may read it (mode 644); make it readable by its owner only" <<< "$output" ||
+  fail "$output"
 expect_status 1 env -u TROUPE_TLS_CA "$troupe" ls calc/
 grep -q "TLS peer's certificate is not trusted" <<< "$output" || fail "$output"
 expect_status 0 env -u TROUPE_TLS_CA -u TROUPE_TOKEN_FILE "$troupe" ls calc/ \

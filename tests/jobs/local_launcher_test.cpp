@@ -501,13 +501,18 @@ TEST_F(LocalLauncherTest, ReplicasGetTheJobCredentialInAFileOnlyTheirUserCanRead
   auto path = lines[0].substr(lines[0].find('=') + 1);
   EXPECT_EQ(path, dir.path + "/owned/job-token");
   struct stat st;
-  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "the file outlived its job";
+
+  // While a job runs, its file is there, its user's alone.
+  auto running = launcher.submit(request("running", replica({"wait"})));
+  awaitStarted(running);
+  auto file = dir.path + "/running/job-token";
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  std::ifstream in(path);
+  std::ifstream in(file);
   std::string credential((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(credential.size(), 64u);
-  // It is in no log line.
-  EXPECT_TRUE(grep(job, credential).empty());
+  EXPECT_TRUE(grep(running, credential).empty());  // in no log line
   EXPECT_EQ(sink->count(credential), 0u);
 }
 

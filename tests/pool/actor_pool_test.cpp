@@ -326,7 +326,8 @@ class ActorPoolDrainTest : public ActorPoolTest {
 protected:
   ActorPoolDrainTest()
       : ActorPoolTest({.credentials = std::make_shared<Credentials>(
-                           CredentialsOptions{.jobToken = "job-1's credential"})}) {}
+                           CredentialsOptions{.jobId = "job-1",
+                                              .jobToken = "job-1's credential"})}) {}
 };
 
 TEST_F(ActorPoolDrainTest, DrainMembersDrainsEveryMemberAndTheyLeave) {

@@ -18,11 +18,12 @@ namespace {
 using test::await;
 using test::awaitError;
 
-// A client of the registry whose channel presents `jobToken` as its job credential.
-kj::Own<RegistryResolver> client(EventLoop& loop, const std::string& url, std::string jobToken) {
+// A client of the registry whose channel presents `jobToken` as the credential of job `jobId`.
+kj::Own<RegistryResolver> client(EventLoop& loop, const std::string& url, std::string jobToken,
+                                 std::string jobId = "calc") {
   RegistryResolverOptions options;
-  options.credentials =
-      std::make_shared<Credentials>(CredentialsOptions{.jobToken = kj::mv(jobToken)});
+  options.credentials = std::make_shared<Credentials>(
+      CredentialsOptions{.jobId = kj::mv(jobId), .jobToken = kj::mv(jobToken)});
   return kj::heap<RegistryResolver>(loop, url.c_str(), options);
 }
 
@@ -128,13 +129,29 @@ TEST_F(JobOwnershipTest, ASecondLauncherCannotCreateALiveJobAnywhere) {
   EXPECT_NE(again, credential);
 }
 
-TEST_F(JobOwnershipTest, AJobStaysLiveWhileItHasEndpointsAfterItsLauncherWent) {
-  launcher = nullptr;  // releases the claim
-  auto other = client(loop, url, "");
-  EXPECT_EQ(awaitError(loop, other->createJob("calc")).code, ErrorCode::JOB_ALREADY_EXISTS);
-  owned.clear();  // the replicas go too
+TEST_F(JobOwnershipTest, AJobStaysLiveUntilItsOwnerEndsItEvenWithoutLauncherOrReplicas) {
+  launcher = nullptr;
+  owned.clear();  // the replicas go too, and may come back with the credential
   EXPECT_EQ(names(), "");
+  auto other = client(loop, url, "");
+  auto failure = awaitError(loop, other->createJob("calc"));
+  EXPECT_EQ(failure.code, ErrorCode::JOB_ALREADY_EXISTS);
+  EXPECT_TRUE(failure.mentions("created, and not ended by its owner")) << failure.text;
+  // A holder of the credential ends it; then the name is free.
+  await(loop, replicas->setJobStatus({"calc", JobState::ENDED, "done"}, credential));
   await(loop, other->createJob("calc"));
+}
+
+TEST_F(JobOwnershipTest, ARefusedRegistrationClaimsNoOpenJob) {
+  // An open job (nobody created it), ended: a registration with a credential is refused with
+  // JOB_ENDED and must not make that credential the job's.
+  auto opener = client(loop, url, "");
+  await(loop, opener->setJobStatus({"open", JobState::ENDED, "over"}));
+  auto claimer = client(loop, url, "mine", "open");
+  auto registration = claimer->registerEndpoint(test::endpoint("open/x-0", "tcp://127.0.0.1:7"));
+  EXPECT_EQ(awaitError(loop, registration->whenRegistered()).code, ErrorCode::JOB_ENDED);
+  // Still open: a client without any credential may set its state.
+  await(loop, opener->setJobStatus({"open", JobState::RUNNING, ""}));
 }
 
 TEST_F(JobOwnershipTest, AJobEndedByItsOwnerThenRunningAgainGetsItsReplicasBack) {
