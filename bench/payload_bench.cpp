@@ -67,10 +67,14 @@ void BM_PlainCapnp_Echo_512MiBLimit(benchmark::State& state) {
   plainCapnp(state, capnpLargeAddress, LIMIT_MIB);
 }
 
-void BM_Troupe_ActorRef_Echo(benchmark::State& state) {
+// troupe's echo of the benchmark's payload to `address`, with `credentials` (null: the loop's).
+void troupeEcho(benchmark::State& state, const std::string& address,
+                std::shared_ptr<troupe::Credentials> credentials) {
   auto payload = troupe::bench::payloadOf(state.range(0));
   troupe::EventLoop loop;
-  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, troupeAddress.c_str(), "echo");
+  troupe::ActorRefOptions options;
+  options.channel.credentials = kj::mv(credentials);
+  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo", options);
   auto call = [&]() {
     return echo.call([&](BenchEcho::Client c) {
       auto q = c.echoRequest(sizeFor(payload.size()));
@@ -81,24 +85,16 @@ void BM_Troupe_ActorRef_Echo(benchmark::State& state) {
   runEchoes(state, loop.waitScope(), call);
 }
 
+void BM_Troupe_ActorRef_Echo(benchmark::State& state) {
+  troupeEcho(state, troupeAddress, nullptr);
+}
+
 // The same over tls://: what TLS costs a large call.
 std::shared_ptr<troupe::Credentials> tlsClient;
 std::string troupeTlsAddress;  // tls://host:port
 
 void BM_Troupe_ActorRef_Echo_Tls(benchmark::State& state) {
-  auto payload = troupe::bench::payloadOf(state.range(0));
-  troupe::EventLoop loop;
-  troupe::ActorRefOptions options;
-  options.channel.credentials = tlsClient;
-  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, troupeTlsAddress.c_str(), "echo", options);
-  auto call = [&]() {
-    return echo.call([&](BenchEcho::Client c) {
-      auto q = c.echoRequest(sizeFor(payload.size()));
-      q.setPayload(payload);
-      return q.send();
-    });
-  };
-  runEchoes(state, loop.waitScope(), call);
+  troupeEcho(state, troupeTlsAddress, tlsClient);
 }
 
 void sizes(benchmark::internal::Benchmark* b) {
