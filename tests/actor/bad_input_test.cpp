@@ -109,6 +109,30 @@ TEST_F(BadInputTest, AMessageOverTheReceiversLimitDropsThatConnectionOnly) {
   EXPECT_EQ(echoBytes(other, 100).wait(ws()).getPayload().size(), 100u);
 }
 
+TEST_F(BadInputTest, TheNextCallOnTheSameRefAfterAnOversizedOneConnectsAgain) {
+  ActorServer small(loop, JobContext(), {.maxMessageBytes = 1 << 20});
+  small.host<Echo>("echo", kj::heap<test::EchoImpl>());
+  auto smallAddress = small.listen("tcp://127.0.0.1:0");
+  auto echo = ActorRef<Echo>::connect(loop, smallAddress.c_str(), "echo");
+  for (int i = 0; i < 30; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(echoBytes(echo, 100).wait(ws()).getPayload().size(), 100u);
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { echoBytes(echo, 2 << 20).wait(ws()); })) {
+      auto code = errorCode(*e);
+      EXPECT_TRUE(code == ErrorCode::MESSAGE_TOO_LARGE || code == ErrorCode::DISCONNECTED)
+          << e->getDescription().cStr();
+    } else {
+      ADD_FAILURE() << "the oversized call went through";
+    }
+    // At once, before the loop may have run the connection's teardown.
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  EXPECT_EQ(echoBytes(echo, 100).wait(ws()).getPayload().size(), 100u);
+                })) {
+      ADD_FAILURE() << "the call after the oversized one failed: " << e->getDescription().cStr();
+    }
+  }
+}
+
 // Answers with 1024 bytes for every byte it is sent.
 class Amplifier final : public Echo::Server {
 protected:
