@@ -16,8 +16,8 @@ namespace troupe {
 //   registry+unix:PATH        a RegistryResolver over a unix socket
 //
 // A registry URL may end in "?ttl_ms=N" to ask for N-millisecond leases (RegistryResolverOptions
-// ttl; default 10 s): a replica that freezes leaves the registry that long after its last
-// renewal.
+// ttl; default: the registry's, 10 s unless set): a replica that freezes leaves the registry that
+// long after its last renewal.
 //
 //   fixed:NAME=ADDR,...       FixedResolver::parse(the rest)
 //   file:PATH                 FixedResolver::fromFile(PATH), read now

@@ -19,19 +19,28 @@ class RegistryLink;
 struct RegistryResolverOptions {
   // Lease TTL asked of the registry for each registration: the registry removes an endpoint
   // whose process stopped renewing (frozen, partitioned) this long after the last renewal. The
-  // registry clamps it to its own bounds. Default 10 s.
-  kj::Duration ttl = 10 * kj::SECONDS;
+  // registry clamps it to its own bounds. Default 0: the registry's default (10 s unless
+  // `troupe registry --default-ttl-ms` says otherwise).
+  kj::Duration ttl = 0 * kj::SECONDS;
 
-  // How often registrations renew their lease; 0 (the default) means ttl / 3. When a renewal
-  // reports a shorter granted TTL, renewals come at a third of that instead.
+  // How often registrations renew their lease; 0 (the default) means a third of the TTL the
+  // registry granted. Renewals never come less often than that.
   kj::Duration renewInterval = 0 * kj::SECONDS;
 
   // Waits between attempts to reach the registry again (re-registering, re-subscribing a watch):
   // the first retry after `reconnectBackoffInitial`, each next one twice as long up to
   // `reconnectBackoffMax`, each with random jitter (between half and all of it). Defaults
-  // 100 ms and 5 s.
+  // 100 ms and 1 s, so that a registry back after a restart has every registration again
+  // within about a second.
   kj::Duration reconnectBackoffInitial = 100 * kj::MILLISECONDS;
-  kj::Duration reconnectBackoffMax = 5 * kj::SECONDS;
+  kj::Duration reconnectBackoffMax = 1 * kj::SECONDS;
+
+  // How long a watch that subscribed again (after a broken connection or a registry restart)
+  // keeps an endpoint the registry's new snapshot lacks before reporting it REMOVED: endpoints
+  // whose registrations are on their way back (within reconnectBackoffMax) then cause no event
+  // at all, or CHANGED if something about them changed. One whose job ended is REMOVED at
+  // once. Default 3 s.
+  kj::Duration reconcileGrace = 3 * kj::SECONDS;
 
   // Deadline of each call to the registry (register, renew, watch, resolve, jobStatus,
   // setJobStatus), connecting included. Default 10 s.
@@ -79,11 +88,12 @@ public:
   // A watch fed by the registry (see Watch). Throws INVALID_ARGUMENT for a malformed prefix.
   // When the connection breaks, or the registry drops the watch, it subscribes again (with the
   // reconnect backoff, for as long as it takes) and reconciles: once the new snapshot is
-  // complete it reports REMOVED for endpoints it had reported that are gone (followed by
-  // JOB_ENDED for their jobs that the registry says have ended), ADDED for new ones, CHANGED for
-  // those that differ (in more than their registration time, which a restarted registry gives
-  // anew: the first one reported stays), then SYNCED. Nothing is reported twice and no event is lost: events queue
-  // until next() takes them. next() rejects (once the queue is drained) only when the registry
+  // complete it reports REMOVED for endpoints it had reported whose job the registry says has
+  // ended (followed by JOB_ENDED), ADDED for new ones, CHANGED for those that differ (in more
+  // than their registration time, which a restarted registry gives anew: the first one reported
+  // stays), then SYNCED; an endpoint it had reported that is missing otherwise is REMOVED only if
+  // it has not come back within options.reconcileGrace. Nothing is reported twice and no event
+  // is lost: events queue until next() takes them. next() rejects (once the queue is drained) only when the registry
   // refuses the watch itself, with the registry's error. Dropping the watch ends it.
   kj::Own<Watch> watch(kj::StringPtr prefix) override;
 

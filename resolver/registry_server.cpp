@@ -71,8 +71,9 @@ protected:
     auto endpoint = Endpoint::fromCapnp(params.getEndpoint());
     std::string name = endpoint.name;
     auto granted = table->add(kj::mv(endpoint), params.getTtlMillis(), params.getJobCredential());
-    context.getResults().setLease(
-        kj::heap<LeaseImpl>(kj::addRef(*table), kj::mv(name), granted.leaseId));
+    auto results = context.getResults();
+    results.setLease(kj::heap<LeaseImpl>(kj::addRef(*table), kj::mv(name), granted.leaseId));
+    results.setTtlMillis(static_cast<uint32_t>(granted.ttl / kj::MILLISECONDS));
     return kj::READY_NOW;
   }
 

@@ -60,12 +60,15 @@ interface Registry {
   # credential are taken, and the first registration or status that presents one claims the
   # job with it (how a registry that restarted learns its jobs' owners again).
 
-  register @0 (endpoint :Actor.Endpoint, ttlMillis :UInt32, jobCredential :Data) -> (lease :Lease);
+  register @0 (endpoint :Actor.Endpoint, ttlMillis :UInt32, jobCredential :Data)
+      -> (lease :Lease, ttlMillis :UInt32);
   # Publishes `endpoint` under its name. Refused with "troupe.invalid_argument" for a bad name or
   # an oversize entry, "troupe.permission_denied" without the job's credential,
   # "troupe.job_ended" when its job has ended, and "troupe.name_taken" when another live lease
   # holds the name with the same or a newer incarnation. A newer incarnation replaces the entry
-  # and revokes the old lease.
+  # and revokes the old lease. A `ttlMillis` of 0 asks for the registry's default; the TTL
+  # granted (clamped to the registry's bounds) comes back, and the registrant renews well within
+  # it.
 
   resolve @1 (prefix :Text) -> (endpoints :List(Actor.Endpoint));
   # The endpoints whose names start with `prefix`, sorted by name.

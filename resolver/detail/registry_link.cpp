@@ -49,7 +49,7 @@ RegistryLink::RegistryLink(EventLoop& loop, kj::StringPtr address, RegistryResol
       reconnect(this->options.reconnectBackoffInitial, this->options.reconnectBackoffMax,
                 "RegistryResolverOptions' reconnectBackoffInitial and reconnectBackoffMax"),
       tasks(kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this))) {
-  KJ_REQUIRE(this->options.ttl > 0 * kj::SECONDS, "RegistryResolverOptions: ttl must be positive");
+  KJ_REQUIRE(this->options.ttl >= 0 * kj::SECONDS, "RegistryResolverOptions: ttl must not be negative");
 }
 
 RegistryLink::~RegistryLink() noexcept(false) {
@@ -71,8 +71,12 @@ void RegistryLink::connectionBroken(uint64_t brokenEpoch) {
 }
 
 kj::Duration RegistryLink::renewInterval(kj::Duration granted) const {
-  auto interval = options.renewInterval > 0 * kj::SECONDS ? options.renewInterval : options.ttl / 3;
-  if (granted > 0 * kj::SECONDS && granted / 3 < interval) interval = granted / 3;
+  // What the registry granted, else what was asked for, else the registry's usual default.
+  kj::Duration ttl = granted > 0 * kj::SECONDS       ? granted
+                     : options.ttl > 0 * kj::SECONDS ? options.ttl
+                                                     : 10 * kj::SECONDS;
+  auto interval = options.renewInterval > 0 * kj::SECONDS ? options.renewInterval : ttl / 3;
+  if (ttl / 3 < interval) interval = ttl / 3;
   return interval;
 }
 

@@ -13,7 +13,9 @@ using RegisterResponse = capnp::Response<schema::Registry::RegisterResults>;
 using RenewResponse = capnp::Response<schema::Lease::RenewResults>;
 using SetStateResponse = capnp::Response<schema::Lease::SetStateResults>;
 
+// 0 (ask for the registry's default) stays 0; anything else is at least 1 ms.
 uint32_t toMillis(kj::Duration d) {
+  if (d <= 0 * kj::SECONDS) return 0;
   int64_t ms = d / kj::MILLISECONDS;
   if (ms < 1) return 1;
   if (ms > int64_t{UINT32_MAX}) return UINT32_MAX;
@@ -89,7 +91,8 @@ void RegistryRegistration::attempt() {
                  .then(
                      [this, gen, epoch](RegisterResponse&& response) {
                        if (gen != generation) return;  // dropping `response` releases the lease
-                       held(response.getLease(), epoch);
+                       held(response.getLease(), response.getTtlMillis() * kj::MILLISECONDS,
+                            epoch);
                      },
                      [this, gen, epoch](kj::Exception&& e) {
                        if (gen != generation) return;
@@ -106,12 +109,13 @@ void RegistryRegistration::retryLater(kj::Duration delay) {
   }));
 }
 
-void RegistryRegistration::held(schema::Lease::Client newLease, uint64_t epoch) {
+void RegistryRegistration::held(schema::Lease::Client newLease, kj::Duration granted,
+                                uint64_t epoch) {
   phase = Phase::HELD;
   ++generation;
   lease = kj::mv(newLease);
   leaseEpoch = epoch;
-  grantedTtl = 0 * kj::SECONDS;
+  grantedTtl = granted;  // 0 from a registry that does not say
   if (failures > 0 || everRegistered) {
     link->log->info("registered '{}' with the registry at {} again", endpoint.name,
                     link->addressText);

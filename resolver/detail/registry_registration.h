@@ -39,7 +39,7 @@ private:
 
   void attempt();
   void retryLater(kj::Duration delay);
-  void held(schema::Lease::Client lease, uint64_t epoch);
+  void held(schema::Lease::Client lease, kj::Duration granted, uint64_t epoch);
   void scheduleRenew();
   void renew();
   void sendState();

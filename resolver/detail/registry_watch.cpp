@@ -124,6 +124,7 @@ void RegistryWatch::lost(uint64_t id, kj::Exception&& why) {
   handle = nullptr;
   snapshot.clear();
   held.clear();
+  missingSince.clear();  // the next snapshot decides about them afresh
   auto code = errorCode(why);
   if (code == ErrorCode::INVALID_ARGUMENT) {
     // The registry refuses this prefix: no point in asking again.
@@ -205,12 +206,13 @@ void RegistryWatch::reconcile() {
   failures = 0;
   everSynced = true;
   std::set<std::string> removedJobs;
+  std::map<std::string, Endpoint> missing;  // reported, and not in the registry's snapshot
   auto r = reported.begin();
   auto s = snapshot.begin();
   while (r != reported.end() || s != snapshot.end()) {
     if (s == snapshot.end() || (r != reported.end() && r->first < s->first)) {
       removedJobs.insert(r->second.jobId);
-      push(WatchEvent{Type::REMOVED, r->second, {}});
+      missing.emplace(r->first, r->second);
       ++r;
     } else if (r == reported.end() || s->first < r->first) {
       push(WatchEvent{Type::ADDED, s->second, {}});
@@ -231,6 +233,11 @@ void RegistryWatch::reconcile() {
     finishSync(nullptr);
     return;
   }
+  // Endpoints missing from a registry that just restarted are usually on their way back (their
+  // registrations are retrying): they stay in the view, and are reported REMOVED only if they
+  // are still missing after the grace period, or at once if their job ended.
+  for (auto& [name, endpoint] : missing) reported.emplace(name, endpoint);
+  missingSince = kj::mv(missing);
 
   // Endpoints went while this watch was away: if their job ended meanwhile, say so, as a live
   // watch would have.
@@ -263,10 +270,32 @@ void RegistryWatch::reconcile() {
 }
 
 void RegistryWatch::finishSync(kj::ArrayPtr<kj::Maybe<JobStatus>> endedJobs) {
+  std::set<std::string> ended;
+  for (auto& job : endedJobs) {
+    KJ_IF_MAYBE(status, job) {
+      ended.insert(status->jobId);
+    }
+  }
+  // The missing endpoints of jobs that ended go now, before the JOB_ENDED that explains them.
+  for (auto it = missingSince.begin(); it != missingSince.end();) {
+    if (ended.count(it->second.jobId) > 0) {
+      reported.erase(it->first);
+      push(WatchEvent{Type::REMOVED, kj::mv(it->second), {}});
+      it = missingSince.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (auto& job : endedJobs) {
     KJ_IF_MAYBE(status, job) {
       push(WatchEvent{Type::JOB_ENDED, {}, kj::mv(*status)});
     }
+  }
+  if (!missingSince.empty()) {
+    uint64_t id = subscription;
+    tasks->add(link->loop.timer().afterDelay(link->options.reconcileGrace).then([this, id]() {
+      if (id == subscription) removeStillMissing();
+    }));
   }
   push(WatchEvent{Type::SYNCED, {}, {}});
   phase = Phase::LIVE;
@@ -275,7 +304,18 @@ void RegistryWatch::finishSync(kj::ArrayPtr<kj::Maybe<JobStatus>> endedJobs) {
   for (auto& event : pending) liveEvent(kj::mv(event));
 }
 
+void RegistryWatch::removeStillMissing() {
+  auto missing = kj::mv(missingSince);
+  missingSince.clear();
+  for (auto& [name, endpoint] : missing) {
+    if (reported.erase(name) > 0) push(WatchEvent{Type::REMOVED, kj::mv(endpoint), {}});
+  }
+}
+
 void RegistryWatch::liveEvent(WatchEvent&& event) {
+  if (event.type != Type::JOB_ENDED && event.type != Type::SYNCED) {
+    missingSince.erase(event.endpoint.name);  // back (or gone for good) within the grace
+  }
   switch (event.type) {
     case Type::ADDED:
     case Type::CHANGED: {

@@ -50,6 +50,7 @@ private:
   void dispatch(WatchEvent&& event);
   void reconcile();
   void finishSync(kj::ArrayPtr<kj::Maybe<JobStatus>> endedJobs);
+  void removeStillMissing();
   void liveEvent(WatchEvent&& event);
   void push(WatchEvent event);
 
@@ -60,6 +61,8 @@ private:
   std::map<std::string, Endpoint> reported;  // the view the events pushed so far describe
   std::map<std::string, Endpoint> snapshot;  // the registry's view, while SUBSCRIBING
   std::deque<WatchEvent> held;               // events that arrived while SYNCING
+  // Reported endpoints the last snapshot lacked, REMOVED once the grace passes without them.
+  std::map<std::string, Endpoint> missingSince;
 
   uint64_t subscription = 0;  // the current subscription; events of older ones are ignored
   uint64_t subscriptionEpoch = 0;

@@ -134,6 +134,30 @@ TEST_F(RegistryProcessTest, AKilledRegistrantIsRemovedAtOnce) {
   EXPECT_EQ(next(loop, *watch), "REMOVED job/ps-0 ready");
 }
 
+// A registrant that asks for no TTL gets the registry's default (troupe registry
+// --default-ttl-ms) and renews within it: frozen, it leaves one default TTL after its last
+// renewal.
+TEST_F(RegistryProcessTest, ARegistrantAskingForNoTtlGetsTheRegistrysDefault) {
+  test::TempSocket socket("default-ttl");
+  RegistryServer server(loop, {.defaultTtl = 300 * kj::MILLISECONDS});
+  auto url = registryUrl(server.listen(("unix:" + socket.path).c_str()));
+  RegistryResolver client(loop, url.c_str());
+  auto watch = client.watch("job/");
+  EXPECT_EQ(next(loop, *watch), "SYNCED");
+  auto child = registrant(url, "job/ps-0", {});  // renews every 100 ms of its own time
+  EXPECT_EQ(next(loop, *watch), "ADDED job/ps-0 ready");
+  ASSERT_TRUE(child.freeze());
+  loop.waitScope().poll();
+  loop.advanceTime(300 * kj::MILLISECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_EQ(test::pending(loop, *watch), "(none)");
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  EXPECT_EQ(next(loop, *watch), "REMOVED job/ps-0 ready");
+  child.thaw();
+  EXPECT_EQ(next(loop, *watch), "ADDED job/ps-0 ready");
+  child.kill(SIGTERM);
+  EXPECT_EQ(exitCode(child.wait()), 0);
+}
+
 // The registry runs in this process, so that its lease TTLs pass on the test's clock; the
 // registrant is a child renewing every 20 ms of its own time. The test moves its clock only while
 // the child is frozen: no renewal can be missed by a slow machine, and the lease runs out exactly
@@ -234,13 +258,32 @@ TEST_F(RegistryProcessTest,
   EXPECT_EQ(await(loop, client.resolve("job/a-")).size(), 0u) << "a retried before its backoff";
   loop.advanceTime(10 * kj::MILLISECONDS + 1 * kj::NANOSECONDS);  // past the longest
 
-  // Without anyone asking, a and c register again, and the watch comes back with a snapshot of
-  // the new registry, reconciled against what it had reported.
-  while (view.synced <= syncedBefore || view.list() != "job/a-0,job/c-0") {
-    view.apply(test::nextEvent(loop, *watch));
+  // Without anyone asking, a (on this process's clock) and c (on its own) register again, and
+  // the watch comes back with a snapshot of the new registry, reconciled against what it had
+  // reported: what the registry lacks stays in the view for the grace period, so a and c, back
+  // within it, cause no event at all.
+  auto drain = [&]() {
+    for (;;) {
+      auto event = watch->next();
+      if (!event.poll(loop.waitScope())) return;
+      view.apply(event.wait(loop.waitScope()));
+    }
+  };
+  while (await(loop, client.resolve("job/a-")).size() == 0) {
+    loop.advanceTime(10 * kj::MILLISECONDS);
+    loop.waitScope().poll();
   }
+  while (await(loop, client.resolve("job/")).size() < 2) drain();  // c, in real time
+  while (view.synced <= syncedBefore) view.apply(test::nextEvent(loop, *watch));
+  drain();
+  EXPECT_EQ(view.list(), "job/a-0,job/b-0,job/c-0");
+  for (auto& line : view.log) EXPECT_NE(line.rfind("REMOVED", 0), 0u) << line;
+  // Past the grace, b is reported gone.
+  loop.advanceTime(RegistryResolverOptions{}.reconcileGrace);
+  while (view.list() != "job/a-0,job/c-0") view.apply(test::nextEvent(loop, *watch));
   EXPECT_TRUE(view.problems.empty()) << view.problems[0];
   EXPECT_EQ(view.count("REMOVED job/b-0 ready"), 1u);
+  EXPECT_EQ(view.count("REMOVED job/a-0 ready") + view.count("REMOVED job/c-0 ready"), 0u);
   auto found = await(loop, client.resolve("job/"));
   ASSERT_EQ(found.size(), 2u);
   EXPECT_EQ(found[0].name, "job/a-0");

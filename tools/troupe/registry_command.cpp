@@ -50,7 +50,8 @@ public:
                    "job's endpoints.")
         .addOptionWithArg({"default-ttl-ms"}, KJ_BIND_METHOD(*this, setDefaultTtl), "N",
                           "The lease of registrations that ask for none, in milliseconds "
-                          "(default 10000).")
+                          "(default 10000): every troupe client's, unless its resolver URL "
+                          "ends in ?ttl_ms=N.")
         .addOptionWithArg({"max-endpoint-bytes"}, KJ_BIND_METHOD(*this, setMaxEndpointBytes),
                           "N", "The largest endpoint a registrant may publish, in bytes.")
         .addOptionWithArg({"log-level"}, KJ_BIND_METHOD(*this, setLogLevel), "LEVEL",
