@@ -333,6 +333,19 @@ void RegistryWatch::liveEvent(WatchEvent&& event) {
       if (reported.erase(event.endpoint.name) > 0) push(kj::mv(event));
       return;
     case Type::JOB_ENDED:
+      // Its endpoints still in their grace are gone for good: say so before the JOB_ENDED.
+      for (auto it = missingSince.begin(); it != missingSince.end();) {
+        if (it->second.jobId == event.job.jobId) {
+          if (reported.erase(it->first) > 0) {
+            push(WatchEvent{Type::REMOVED, kj::mv(it->second), {}});
+          }
+          it = missingSince.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      push(kj::mv(event));
+      return;
     case Type::SYNCED:
       push(kj::mv(event));
       return;

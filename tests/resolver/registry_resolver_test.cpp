@@ -355,6 +355,43 @@ TEST_F(RegistryResolverTest, AfterTheRegistryRestartsRegistrationsReturnAndWatch
   a = nullptr;
 }
 
+// An endpoint a restarted registry lacks is kept for the grace period, unless its job ends
+// meanwhile: then it is REMOVED at once, before the JOB_ENDED.
+TEST_F(RegistryResolverTest, AMissingEndpointWhoseJobEndsDuringTheGraceIsRemovedAtOnce) {
+  auto path = test::socketPath("restart-end");
+  auto listen = "unix:" + path;
+  auto first = kj::heap<RegistryServer>(loop);
+  first->listen(listen.c_str());
+  RegistryResolver client(loop, registryUrl(listen).c_str(),
+                          {.reconnectBackoffInitial = 20 * kj::MILLISECONDS,
+                           .reconnectBackoffMax = 200 * kj::MILLISECONDS});
+  auto b = registered(endpoint("other/b-0", "tcp://127.0.0.1:4001", 1), client);
+  auto watch = client.watch("");
+  View view;
+  for (int i = 0; i < 2; ++i) view.apply(test::nextEvent(loop, *watch));
+  ASSERT_EQ(view.names(), "other/b-0");
+
+  first = nullptr;
+  b = nullptr;
+  RegistryServer second(loop);
+  second.listen(listen.c_str());
+  auto drain = [&]() {
+    for (;;) {
+      auto event = watch->next();
+      if (!event.poll(loop.waitScope())) return;
+      view.apply(event.wait(loop.waitScope()));
+    }
+  };
+  while (view.synced < 2) {
+    test::advanceInSteps(loop, 10 * kj::MILLISECONDS, 10 * kj::MILLISECONDS);
+    drain();
+  }
+  EXPECT_EQ(view.names(), "other/b-0");  // in its grace
+  await(loop, client.setJobStatus({"other", JobState::ENDED, "done"}));
+  EXPECT_EQ(test::describe(test::nextEvent(loop, *watch)), "REMOVED other/b-0 ready");
+  EXPECT_EQ(test::describe(test::nextEvent(loop, *watch)), "JOB_ENDED other done");
+}
+
 TEST_F(RegistryResolverTest, AWatchTheRegistryDropsIsResubscribedAndReconciled) {
   // A registry that drops a watcher as soon as two events wait behind a call in flight.
   RegistryServer strict(loop, {.maxQueuedEvents = 1});
