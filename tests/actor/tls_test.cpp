@@ -70,6 +70,13 @@ protected:
     return test::awaitError(loop, echo(address, kj::mv(credentials)));
   }
 
+  // A client trusting the test CA cannot connect to `server`, and says `why`.
+  void expectRefused(const TlsServer& server, const char* why) {
+    auto failure = echoFails(server.address, test::clientCredentials());
+    EXPECT_EQ(failure.code, ErrorCode::UNREACHABLE);
+    EXPECT_TRUE(failure.mentions(why)) << failure.text;
+  }
+
   EventLoop loop;
 };
 
@@ -116,25 +123,19 @@ TEST_F(TlsTest, AClientThatDoesNotTrustTheCaIsRefused) {
 TEST_F(TlsTest, AServerCertificateFromAnotherCaIsRefused) {
   auto& c = test::testCerts();
   TlsServer s(loop, test::tlsCredentials(c.otherCa, c.otherCert, c.otherKey));
-  auto failure = echoFails(s.address, test::clientCredentials());
-  EXPECT_EQ(failure.code, ErrorCode::UNREACHABLE);
-  EXPECT_TRUE(failure.mentions("TLS peer's certificate is not trusted")) << failure.text;
+  expectRefused(s, "TLS peer's certificate is not trusted");
 }
 
 TEST_F(TlsTest, AnExpiredServerCertificateIsRefused) {
   auto& c = test::testCerts();
   TlsServer s(loop, test::tlsCredentials(c.ca, c.expiredCert, c.expiredKey));
-  auto failure = echoFails(s.address, test::clientCredentials());
-  EXPECT_EQ(failure.code, ErrorCode::UNREACHABLE);
-  EXPECT_TRUE(failure.mentions("certificate has expired")) << failure.text;
+  expectRefused(s, "certificate has expired");
 }
 
 TEST_F(TlsTest, AServerWhoseNameDoesNotMatchIsRefusedUnlessTheNameIsGiven) {
   auto& c = test::testCerts();
   TlsServer s(loop, test::tlsCredentials(c.ca, c.wrongNameCert, c.wrongNameKey));
-  auto failure = echoFails(s.address, test::clientCredentials());
-  EXPECT_EQ(failure.code, ErrorCode::UNREACHABLE);
-  EXPECT_TRUE(failure.mentions("hostname mismatch")) << failure.text;
+  expectRefused(s, "hostname mismatch");
 
   // Told which name the server's certificate carries, the client accepts it.
   TlsOptions named;

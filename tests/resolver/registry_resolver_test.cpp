@@ -298,6 +298,16 @@ TEST_F(RegistryResolverTest, AWatchOutlivesItsResolver) {
   EXPECT_EQ(next(loop, *watch), "ADDED job/ps-0 ready");
 }
 
+// Applies to `view` every event `watch` has ready, without waiting for more.
+template <typename V>
+void drainInto(EventLoop& loop, Watch& watch, V& view) {
+  for (;;) {
+    auto event = watch.next();
+    if (!event.poll(loop.waitScope())) return;
+    view.apply(event.wait(loop.waitScope()));
+  }
+}
+
 TEST_F(RegistryResolverTest, AfterTheRegistryRestartsRegistrationsReturnAndWatchesReconcile) {
   auto path = test::socketPath("restart");
   auto listen = "unix:" + path;
@@ -322,13 +332,7 @@ TEST_F(RegistryResolverTest, AfterTheRegistryRestartsRegistrationsReturnAndWatch
 
   // The watch comes back with a new snapshot, and a registers again by itself, well within the
   // grace during which the watch keeps what the new registry lacks.
-  auto drain = [&]() {
-    for (;;) {
-      auto event = watch->next();
-      if (!event.poll(loop.waitScope())) return;
-      view.apply(event.wait(loop.waitScope()));
-    }
-  };
+  auto drain = [&]() { drainInto(loop, *watch, view); };
   while (view.synced < 2 || second.endpointCount() < 1) {
     test::advanceInSteps(loop, 10 * kj::MILLISECONDS, 10 * kj::MILLISECONDS);
     drain();
@@ -375,13 +379,7 @@ TEST_F(RegistryResolverTest, AMissingEndpointWhoseJobEndsDuringTheGraceIsRemoved
   b = nullptr;
   RegistryServer second(loop);
   second.listen(listen.c_str());
-  auto drain = [&]() {
-    for (;;) {
-      auto event = watch->next();
-      if (!event.poll(loop.waitScope())) return;
-      view.apply(event.wait(loop.waitScope()));
-    }
-  };
+  auto drain = [&]() { drainInto(loop, *watch, view); };
   while (view.synced < 2) {
     test::advanceInSteps(loop, 10 * kj::MILLISECONDS, 10 * kj::MILLISECONDS);
     drain();
