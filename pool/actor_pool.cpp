@@ -9,6 +9,7 @@
 #include "troupe/actor/backoff.h"
 #include "troupe/actor/change_signal.h"
 #include "troupe/actor/errors.h"
+#include "troupe/pool/detail/member_health.h"
 
 namespace troupe {
 
@@ -23,7 +24,19 @@ struct ActorPoolBase::Impl {
       : group(group),
         options(kj::mv(options)),
         backoff(this->options.initialBackoff, this->options.maxBackoff,
-                "ActorPoolOptions' initialBackoff and maxBackoff") {}
+                "ActorPoolOptions' initialBackoff and maxBackoff"),
+        health(group.loop(), this->options) {
+    auto& o = this->options;
+    constexpr auto zero = 0 * kj::SECONDS;
+    if (o.probeAfter > zero && o.probeTimeout <= zero) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 "ActorPoolOptions::probeTimeout must be positive when probeAfter is");
+    }
+    if (o.ejectionTime <= zero || o.maxEjectionTime < o.ejectionTime) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 "ActorPoolOptions' ejectionTime must be positive and at most maxEjectionTime");
+    }
+  }
 
   // `promise`, counted in flight until it settles or is dropped, and cancelled with the pool.
   kj::Promise<void> track(kj::Promise<void> promise) {
@@ -61,10 +74,13 @@ struct ActorPoolBase::Impl {
   }
 
   kj::Promise<void> next(kj::Own<PoolCall> call);
+  // Tells `health` what the failure of an attempt on `member` says about the member.
+  void noteFailure(const GroupMember& member, const kj::Exception& e);
 
   ActorGroupBase& group;
   const ActorPoolOptions options;
   const Backoff backoff;
+  pool_detail::MemberHealth health;
   size_t nextIndex = 0;
   std::map<std::string, uint32_t, std::less<>> outstanding;
   size_t inFlight = 0;
@@ -112,6 +128,10 @@ public:
   // The member for the next attempt; null when no member is READY.
   kj::Maybe<kj::Own<const GroupMember>> pick();
 
+  // The next of the `n` READY members (by the pool's balancing) that is `eligible`; null if none.
+  kj::Maybe<kj::Own<const GroupMember>> choose(
+      size_t n, kj::FunctionParam<bool(const GroupMember&)> eligible);
+
   // After the attempt on `member` failed with `e`: resolves when the call should be tried
   // again, or rejects with the error the caller gets (see ActorPool::call).
   kj::Promise<void> afterFailure(kj::Exception&& e, const Endpoint& member);
@@ -138,16 +158,31 @@ kj::Maybe<kj::Own<const GroupMember>> PoolCall::pick() {
   auto& group = pool.group;
   size_t n = group.readyCount();
   if (n == 0) return nullptr;
-  // Prefer members this call has not failed on.
+  // Prefer members this call has not failed on, and among those the ones not ejected; when
+  // every such member is ejected, use them anyway: a pool must not refuse a call it could send.
   bool anyFresh = failedOn.empty();
   for (size_t k = 0; k < n && !anyFresh; ++k) anyFresh = !tried(*group.readyMember(k));
+  kj::Maybe<kj::Own<const GroupMember>> chosen;
+  for (bool healthy : {true, false}) {
+    chosen = choose(n, [&](const GroupMember& m) {
+      return !(anyFresh && tried(m)) && (!healthy || pool.health.available(m));
+    });
+    if (chosen != nullptr) break;
+  }
+  ++attempts;
+  attempted = true;
+  return chosen;
+}
 
+kj::Maybe<kj::Own<const GroupMember>> PoolCall::choose(
+    size_t n, kj::FunctionParam<bool(const GroupMember&)> eligible) {
+  auto& group = pool.group;
   kj::Maybe<kj::Own<const GroupMember>> chosen;
   if (pool.options.balancing == Balancing::LEAST_OUTSTANDING) {
     uint32_t fewest = 0;
     for (size_t k = 0; k < n; ++k) {
       auto m = group.readyMember((pool.nextIndex + k) % n);
-      if (anyFresh && tried(*m)) continue;
+      if (!eligible(*m)) continue;
       auto it = pool.outstanding.find(m->endpoint.name);
       uint32_t busy = it == pool.outstanding.end() ? 0 : it->second;
       if (chosen == nullptr || busy < fewest) {
@@ -156,18 +191,13 @@ kj::Maybe<kj::Own<const GroupMember>> PoolCall::pick() {
       }
     }
     ++pool.nextIndex;
-  } else {
-    for (size_t k = 0; k < n; ++k) {
-      auto m = group.readyMember(pool.nextIndex++ % n);
-      if (!anyFresh || !tried(*m)) {
-        chosen = kj::mv(m);
-        break;
-      }
-    }
+    return chosen;
   }
-  ++attempts;
-  attempted = true;
-  return chosen;
+  for (size_t k = 0; k < n; ++k) {
+    auto m = group.readyMember(pool.nextIndex++ % n);
+    if (eligible(*m)) return kj::mv(m);
+  }
+  return nullptr;
 }
 
 kj::Promise<void> PoolCall::afterFailure(kj::Exception&& e, const Endpoint& member) {
@@ -220,11 +250,18 @@ kj::Promise<void> ActorPoolBase::Impl::next(kj::Own<PoolCall> call) {
     auto member = kj::mv(*picked);
     ActorRefBase ref = member->ref;
     auto& attempt = call->attempt;
+    bool idempotent = call->idempotent;
     auto sent = kj::evalNow([&]() { return attempt(ref.capability()); });
-    return ref.finishCall(kj::mv(sent), CallOptions{.idempotent = call->idempotent})
-        .attach(kj::heap<Outstanding>(*this, member->endpoint.name))
+    // `m` lives in the catch_ below, which outlasts this step.
+    auto answered = ref.finishCall(kj::mv(sent), CallOptions{.idempotent = idempotent})
+                        .then([this, &m = *member]() { health.succeeded(m); });
+    if (health.watches(idempotent)) {
+      answered = answered.exclusiveJoin(health.watch(*member, idempotent));
+    }
+    return answered.attach(kj::heap<Outstanding>(*this, member->endpoint.name))
         .catch_([this, call = kj::mv(call),
                  member = kj::mv(member)](kj::Exception&& e) mutable -> kj::Promise<void> {
+          noteFailure(*member, e);
           auto& c = *call;
           return c.afterFailure(kj::mv(e), member->endpoint)
               .then([this, call = kj::mv(call)]() mutable { return next(kj::mv(call)); });
@@ -234,6 +271,23 @@ kj::Promise<void> ActorPoolBase::Impl::next(kj::Own<PoolCall> call) {
   return c.afterNoMember().then([this, call = kj::mv(call)]() mutable {
     return next(kj::mv(call));
   });
+}
+
+void ActorPoolBase::Impl::noteFailure(const GroupMember& member, const kj::Exception& e) {
+  // An error its actor raised shows the member works; the connection's and troupe's own
+  // failures of the member count against it. Errors that send calls elsewhere because the
+  // member is leaving (DRAINING, ACTOR_NOT_FOUND) do not: the group will drop it.
+  if (raisedByActor(e)) return health.succeeded(member);
+  switch (errorCode(e)) {
+    case ErrorCode::DISCONNECTED:
+    case ErrorCode::UNREACHABLE:
+    case ErrorCode::OVERLOADED:
+    case ErrorCode::DEADLINE_EXCEEDED:
+      health.failed(member, e);
+      break;
+    default:
+      break;
+  }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -252,6 +306,8 @@ ActorPoolBase::~ActorPoolBase() noexcept(false) {
 ActorGroupBase& ActorPoolBase::group() { return impl->group; }
 const ActorPoolOptions& ActorPoolBase::options() const { return impl->options; }
 size_t ActorPoolBase::callsInFlight() const { return impl->inFlight; }
+
+bool ActorPoolBase::ejected(kj::StringPtr member) const { return impl->health.ejected(member); }
 
 uint32_t ActorPoolBase::outstanding(kj::StringPtr member) const {
   auto it = impl->outstanding.find(std::string_view(member.begin(), member.size()));

@@ -38,6 +38,35 @@ struct ActorPoolOptions {
   // the whole of it from the loop's random source. Defaults 10 ms and 1 s.
   kj::Duration initialBackoff = 10 * kj::MILLISECONDS;
   kj::Duration maxBackoff = 1 * kj::SECONDS;
+
+  // Bound on each attempt of an idempotent call: an attempt its member has not answered within
+  // it is given up (cancelled there, counted as the member's failure) and the call goes to
+  // another member. Zero: no bound per attempt (the call's deadline and the probe below still
+  // apply). Default 0.
+  kj::Duration attemptTimeout = 0 * kj::SECONDS;
+
+  // Liveness probe. Once an attempt has waited `probeAfter` for its member, the pool pings the
+  // member's server (ActorHost.ping, answered by the server's loop without entering the actor)
+  // and again every `probeAfter` while the attempt waits; one ping per member at a time, shared
+  // by every call waiting there. A ping unanswered within `probeTimeout` marks the member
+  // unresponsive (frozen, or its loop blocked): it is ejected (below), and the idempotent calls
+  // waiting on it go to other members at once, while calls that are not idempotent keep waiting
+  // (they must not run twice; their deadline bounds them). So a member whose actor blocks its
+  // server's loop for longer than probeAfter + probeTimeout counts as unresponsive: raise both
+  // for such actors. Zero `probeAfter`: no probes. Defaults 1 s and 1 s.
+  kj::Duration probeAfter = 1 * kj::SECONDS;
+  kj::Duration probeTimeout = 1 * kj::SECONDS;
+
+  // Outlier ejection, as in Envoy and brpc. A member that did not answer a probe, or whose
+  // attempts failed `ejectAfterFailures` times in a row (unreachable, disconnected, overloaded
+  // or given up; never an error its actor raised), gets no new calls from this pool for an
+  // ejection period: `ejectionTime`, doubled for each ejection in a row, at most
+  // `maxEjectionTime`. After the period it is pinged, and only an answer brings it back. While
+  // every READY member is ejected the pool uses them all anyway. Zero `ejectAfterFailures`:
+  // failures never eject (unanswered probes still do). Defaults 3, 1 s and 30 s.
+  uint32_t ejectAfterFailures = 3;
+  kj::Duration ejectionTime = 1 * kj::SECONDS;
+  kj::Duration maxEjectionTime = 30 * kj::SECONDS;
 };
 
 // The untyped part of ActorPool<T>: its calls take the member's capability as a
@@ -59,6 +88,9 @@ public:
 
   // Calls in flight from this pool to `member` (by name).
   uint32_t outstanding(kj::StringPtr member) const;
+
+  // Whether `member` (by name) is ejected from this pool now (see ActorPoolOptions).
+  bool ejected(kj::StringPtr member) const;
 
   // Calls and broadcasts of this pool that have not finished.
   size_t callsInFlight() const;
@@ -111,7 +143,10 @@ public:
   // whatever its type) is never retried. While no member is READY the call waits for one.
   // Everything happens within the call's deadline (options.deadline, else the pool's default),
   // after which it rejects with DEADLINE_EXCEEDED, or NO_ENDPOINTS if no member was ever ready
-  // for it; and within options().maxAttempts attempts. Dropping the promise cancels the call;
+  // for it; and within options().maxAttempts attempts. An idempotent attempt on a member that
+  // does not answer (past options().attemptTimeout, or unanswered probes) is given up and the
+  // call goes elsewhere; members that fail repeatedly are skipped for a while (outlier
+  // ejection, see ActorPoolOptions). Dropping the promise cancels the call;
   // so does destroying the pool (see ActorPoolBase).
   template <typename Fn>
   auto call(Fn&& fn, CallOptions options = {})

@@ -1,0 +1,206 @@
+#include "troupe/pool/detail/member_health.h"
+
+#include <algorithm>
+
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include "troupe/actor/errors.h"
+
+namespace troupe::pool_detail {
+
+struct MemberHealth::Record {
+  uint64_t incarnation = 0;
+  uint32_t failures = 0;   // attempts failed in a row
+  uint32_t ejections = 0;  // ejections in a row (forgotten after maxEjectionTime in)
+  kj::Maybe<kj::TimePoint> ejectedUntil;  // while ejected, and while the readmission ping runs
+  kj::Maybe<kj::TimePoint> lastEjected;
+  bool pinging = false;
+  kj::Maybe<kj::ForkedPromise<bool>> ping;  // the last ping; in flight while `pinging`
+  bool readmitting = false;
+  kj::Maybe<kj::Promise<void>> readmission;  // the ping that may end the ejection
+};
+
+namespace {
+
+uint64_t millis(kj::Duration d) { return d / kj::MILLISECONDS; }
+
+// A reference of our own to `member`, for a continuation. Members are immutable once made; only
+// their reference count changes.
+kj::Own<const GroupMember> share(const GroupMember& member) {
+  return kj::addRef(const_cast<GroupMember&>(member));
+}
+
+}  // namespace
+
+MemberHealth::MemberHealth(EventLoop& loop, const ActorPoolOptions& options)
+    : loop(loop), options(options) {}
+
+MemberHealth::~MemberHealth() noexcept(false) {}
+
+MemberHealth::Record& MemberHealth::recordFor(const GroupMember& member) {
+  auto& endpoint = member.endpoint;
+  auto it = records.find(endpoint.name);
+  if (it == records.end()) {
+    it = records.emplace(endpoint.name, Record{}).first;
+    it->second.incarnation = endpoint.incarnation;
+  } else if (it->second.incarnation != endpoint.incarnation) {
+    // A new process under the name: start afresh.
+    it->second = Record{};
+    it->second.incarnation = endpoint.incarnation;
+  }
+  return it->second;
+}
+
+bool MemberHealth::available(const GroupMember& member) {
+  auto it = records.find(member.endpoint.name);
+  if (it == records.end()) return true;
+  auto& r = it->second;
+  if (r.incarnation != member.endpoint.incarnation) return true;  // recordFor() will reset it
+  KJ_IF_MAYBE(until, r.ejectedUntil) {
+    if (loop.timer().now() < *until || r.readmitting) return false;
+    // The period is over: the member comes back once it answers a ping.
+    r.readmitting = true;
+    std::string name = member.endpoint.name;
+    uint64_t incarnation = member.endpoint.incarnation;
+    r.readmission = probe(member)
+                        .then([this, name = kj::mv(name), incarnation](bool answered) {
+                          auto found = records.find(name);
+                          if (found == records.end()) return;
+                          auto& record = found->second;
+                          if (record.incarnation != incarnation) return;
+                          record.readmitting = false;
+                          // Unanswered, probe() ejected it again, for longer.
+                          if (!answered) return;
+                          record.ejectedUntil = nullptr;
+                          record.failures = 0;
+                          loop.logger()->info("{} answered a ping; it takes calls again",
+                                              name);
+                        })
+                        .eagerlyEvaluate(nullptr);
+    return false;
+  }
+  return true;
+}
+
+bool MemberHealth::ejected(kj::StringPtr name) const {
+  auto it = records.find(std::string_view(name.begin(), name.size()));
+  if (it == records.end()) return false;
+  KJ_IF_MAYBE(until, it->second.ejectedUntil) {
+    return loop.timer().now() < *until || it->second.readmitting;
+  }
+  return false;
+}
+
+void MemberHealth::succeeded(const GroupMember& member) {
+  auto it = records.find(member.endpoint.name);
+  if (it != records.end() && it->second.incarnation == member.endpoint.incarnation) {
+    it->second.failures = 0;
+  }
+}
+
+void MemberHealth::failed(const GroupMember& member, const kj::Exception& why) {
+  auto& r = recordFor(member);
+  ++r.failures;
+  if (options.ejectAfterFailures > 0 && r.failures >= options.ejectAfterFailures) {
+    eject(r, member,
+          kj::str(r.failures, " attempts in a row failed; the last: ", errorMessage(why)));
+  }
+}
+
+void MemberHealth::eject(Record& r, const GroupMember& member, kj::StringPtr why) {
+  auto now = loop.timer().now();
+  KJ_IF_MAYBE(until, r.ejectedUntil) {
+    if (now < *until) return;  // ejected already
+  }
+  KJ_IF_MAYBE(last, r.lastEjected) {
+    if (now - *last > options.maxEjectionTime * 2) r.ejections = 0;
+  }
+  auto period = options.ejectionTime;
+  for (uint32_t i = 0; i < r.ejections && period < options.maxEjectionTime; ++i) period *= 2;
+  period = std::min(period, options.maxEjectionTime);
+  r.ejectedUntil = now + period;
+  r.lastEjected = now;
+  ++r.ejections;
+  r.failures = 0;
+  loop.logger()->warn("{} ({}) gets no calls from this pool for {} ms: {}", member.endpoint.name,
+                      member.endpoint.address, millis(period), why.cStr());
+}
+
+kj::Promise<bool> MemberHealth::probe(const GroupMember& member) {
+  auto& r = recordFor(member);
+  if (!r.pinging) {
+    KJ_IF_MAYBE(until, r.ejectedUntil) {
+      // Known to be unresponsive, unless this is the ping that ends its ejection.
+      if (loop.timer().now() < *until) return false;
+    }
+    r.pinging = true;
+    ActorRefBase ref = member.ref;
+    auto answered = ref.ping(CallOptions{.deadline = options.probeTimeout})
+                        .then([](uint64_t) { return kj::str(); },
+                              [](kj::Exception&& e) { return kj::str(errorMessage(e)); });
+    r.ping = answered
+                 .then([this, m = share(member)](
+                           kj::String error) -> bool {
+                   auto found = records.find(m->endpoint.name);
+                   bool ok = error.size() == 0;
+                   if (found == records.end()) return ok;
+                   auto& record = found->second;
+                   if (record.incarnation != m->endpoint.incarnation) return ok;
+                   record.pinging = false;
+                   if (!ok) {
+                     eject(record, *m,
+                           kj::str("it did not answer a ping within ",
+                                   millis(options.probeTimeout), " ms: ", error));
+                   }
+                   return ok;
+                 })
+                 .fork();
+  }
+  return KJ_ASSERT_NONNULL(r.ping).addBranch();
+}
+
+bool MemberHealth::watches(bool idempotent) const {
+  return options.probeAfter > 0 * kj::SECONDS ||
+         (idempotent && options.attemptTimeout > 0 * kj::SECONDS);
+}
+
+kj::Exception MemberHealth::abandoned(const GroupMember& member, kj::StringPtr why) const {
+  return makeError(ErrorCode::DEADLINE_EXCEEDED,
+                   kj::str("the attempt on ", member.endpoint.name, " (", member.endpoint.address,
+                           ") was given up: ", why, "; it may have run"));
+}
+
+kj::Promise<void> MemberHealth::probeWhileWaiting(const GroupMember& member) {
+  auto m = share(member);
+  return loop.timer()
+      .afterDelay(options.probeAfter)
+      .then([this, &member = *m]() { return probe(member); })
+      .then([this, m = kj::mv(m)](bool answered) mutable -> kj::Promise<void> {
+        if (answered) return probeWhileWaiting(*m);
+        return abandoned(*m, kj::str("it is unresponsive (no answer to a ping within ",
+                                     millis(options.probeTimeout), " ms)"));
+      });
+}
+
+kj::Promise<void> MemberHealth::watch(const GroupMember& member, bool idempotent) {
+  kj::Promise<void> result = kj::NEVER_DONE;
+  if (idempotent && options.attemptTimeout > 0 * kj::SECONDS) {
+    result = loop.timer().afterDelay(options.attemptTimeout).then(
+        [this, m = share(member)]() -> kj::Promise<void> {
+          return abandoned(*m, kj::str("no answer within the attempt timeout of ",
+                                       millis(options.attemptTimeout), " ms"));
+        });
+  }
+  if (options.probeAfter > 0 * kj::SECONDS) {
+    auto probing = probeWhileWaiting(member);
+    if (!idempotent) {
+      // It must not be sent again; only new calls learn to avoid the member.
+      probing = probing.catch_([](kj::Exception&&) -> kj::Promise<void> { return kj::NEVER_DONE; });
+    }
+    result = result.exclusiveJoin(kj::mv(probing));
+  }
+  return result;
+}
+
+}  // namespace troupe::pool_detail

@@ -1,0 +1,67 @@
+#pragma once
+// What one ActorPool knows of its members' health: which member failed how often in a row, which
+// is ejected until when, and the pings that decide whether a silent or ejected member answers.
+// The pool asks it before every pick and tells it how every attempt ended. See the options in
+// ActorPoolOptions (attemptTimeout, probeAfter, probeTimeout, ejection).
+
+#include <map>
+#include <string>
+
+#include <kj/async.h>
+
+#include "troupe/actor/change_signal.h"
+#include "troupe/pool/actor_group.h"
+#include "troupe/pool/actor_pool.h"
+
+namespace troupe::pool_detail {
+
+// Loop thread only. Keyed by member name; a record for an older incarnation of a name is
+// forgotten when the new one shows up, since a restarted process owes nothing to the old one.
+class MemberHealth {
+public:
+  MemberHealth(EventLoop& loop, const ActorPoolOptions& options);
+  ~MemberHealth() noexcept(false);
+  KJ_DISALLOW_COPY(MemberHealth);
+
+  // True when `member` takes new calls: it is not ejected. When its ejection period is over, this
+  // pings it (once) and says false until the ping answers.
+  bool available(const GroupMember& member);
+
+  // An attempt on `member` finished (an answer, or an error its actor raised: the member works).
+  void succeeded(const GroupMember& member);
+
+  // An attempt on `member` failed in a way that is the member's or its connection's fault
+  // (`why` says how, for the log). Enough of them in a row eject it.
+  void failed(const GroupMember& member, const kj::Exception& why);
+
+  // Watches an attempt on `member` that has just been sent. Rejects with DEADLINE_EXCEEDED (the
+  // attempt may have run) when the attempt should be given up: past the attempt timeout, or once
+  // the member is found unresponsive (a probe went unanswered, or it was ejected) while the
+  // attempt waits; for an attempt that is not `idempotent` it never rejects, but it still probes
+  // the member so that new calls avoid it. Never resolves. Drop it when the attempt ends.
+  kj::Promise<void> watch(const GroupMember& member, bool idempotent);
+
+  // Whether the member named `name` is ejected now.
+  bool ejected(kj::StringPtr name) const;
+
+  // Whether watch() does anything at all (a probe or an attempt timeout is configured).
+  bool watches(bool idempotent) const;
+
+private:
+  struct Record;
+
+  Record& recordFor(const GroupMember& member);
+  // Pings `member` (one ping in flight per member, shared); resolves true if it answered within
+  // the probe timeout. An unanswered ping ejects the member.
+  kj::Promise<bool> probe(const GroupMember& member);
+  void eject(Record& record, const GroupMember& member, kj::StringPtr why);
+  // Rejects when `member` is found unresponsive; re-probes every probeAfter while it answers.
+  kj::Promise<void> probeWhileWaiting(const GroupMember& member);
+  kj::Exception abandoned(const GroupMember& member, kj::StringPtr why) const;
+
+  EventLoop& loop;
+  const ActorPoolOptions& options;
+  std::map<std::string, Record, std::less<>> records;
+};
+
+}  // namespace troupe::pool_detail
