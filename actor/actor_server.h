@@ -50,6 +50,13 @@ struct ActorOptions {
   // promise (Cap'n Proto's own behaviour).
   uint32_t maxConcurrency = 1;
 
+  // How many calls may wait for a place once maxConcurrency calls are in progress. A call past
+  // it is refused before it runs with QUEUE_FULL (an OVERLOADED error that guarantees the call
+  // did not run), so a pool sends it to another member, idempotent or not: the queue, and the
+  // memory its calls' parameters hold, stays bounded whatever callers send. 0: no call waits.
+  // Default 1024.
+  uint32_t maxQueued = 1024;
+
   // Whether a call is cancelled on the server when its caller cancels it (drops the promise or
   // its deadline passes): the promise the method returned is dropped. Default true. Set false
   // for an actor whose methods must not stop half-way.

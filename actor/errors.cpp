@@ -39,6 +39,7 @@ constexpr CodeInfo CODES[] = {
     {ErrorCode::JOB_ALREADY_EXISTS, "job_already_exists"_kj, kj::Exception::Type::FAILED, true, false},
     {ErrorCode::UNAUTHENTICATED, "unauthenticated"_kj, kj::Exception::Type::FAILED, true, false},
     {ErrorCode::PERMISSION_DENIED, "permission_denied"_kj, kj::Exception::Type::FAILED, true, false},
+    {ErrorCode::QUEUE_FULL, "queue_full"_kj, kj::Exception::Type::OVERLOADED, true, true},
 };
 
 const CodeInfo& info(ErrorCode code) {

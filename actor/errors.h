@@ -52,6 +52,10 @@
 //                                                                    wrong one (SECURITY.md)
 //   PERMISSION_DENIED  FAILED         no             no              the caller lacks the job
 //                                                                    credential the call needs
+//   QUEUE_FULL         OVERLOADED     no             yes             the actor's queue of calls
+//                                                                    waiting to run was full
+//                                                                    (ActorOptions::maxQueued):
+//                                                                    go elsewhere or later
 //
 // An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
 // DISCONNECTED, UNIMPLEMENTED), for which callNeverRan() is false: even UNIMPLEMENTED may come
@@ -95,6 +99,7 @@ enum class ErrorCode {
   JOB_ALREADY_EXISTS,
   UNAUTHENTICATED,
   PERMISSION_DENIED,
+  QUEUE_FULL,
 };
 
 // The code of any exception: troupe's own when its description carries one (also after it

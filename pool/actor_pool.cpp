@@ -283,6 +283,7 @@ void ActorPoolBase::Impl::noteFailure(const GroupMember& member, const kj::Excep
     case ErrorCode::UNREACHABLE:
     case ErrorCode::OVERLOADED:
     case ErrorCode::DEADLINE_EXCEEDED:
+    case ErrorCode::QUEUE_FULL:
       health.failed(member, e);
       break;
     default:

@@ -117,6 +117,11 @@ void CallCompletion::abort(const kj::Exception& reason) {
   work = nullptr;
 }
 
+bool HostedActor::full() const {
+  uint32_t most = options.maxConcurrency;
+  return most != 0 && running >= most && waiting.size() >= options.maxQueued;
+}
+
 void HostedActor::releaseSlot() {
   if (!waiting.empty()) {
     CallSlot* next = waiting.front();
@@ -163,6 +168,13 @@ public:
       auto e = makeError(ErrorCode::DRAINING,
                          kj::str("actor '", actor.name,
                                  "' is draining; the call was not run, send it elsewhere"));
+      return {kj::Promise<void>(kj::cp(e)), capnp::newBrokenPipeline(kj::mv(e))};
+    }
+    if (actor.full()) {
+      auto e = makeError(ErrorCode::QUEUE_FULL,
+                         kj::str("actor '", actor.name, "' has ", actor.options.maxConcurrency,
+                                 " calls in progress and ", actor.options.maxQueued,
+                                 " waiting; the call was not run, send it elsewhere or later"));
       return {kj::Promise<void>(kj::cp(e)), capnp::newBrokenPipeline(kj::mv(e))};
     }
     if (actor.options.allowCancellation) context->allowCancellation();

@@ -98,6 +98,8 @@ private:
 
   // A finished call gives its slot to the oldest waiting call, or frees it.
   void releaseSlot();
+  // Every slot is taken and the queue is at its bound: a new call is refused.
+  bool full() const;
 
   kj::Own<capnp::ClientHook> impl;
   CallTracker& tracker;

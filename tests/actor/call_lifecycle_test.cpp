@@ -32,6 +32,41 @@ TEST_F(CallLifecycleTest, CallsToOneActorRunOneAtATimeByDefault) {
   EXPECT_EQ(serial.maxConcurrent, 1u);
 }
 
+TEST_F(CallLifecycleTest, ACallPastTheQueueBoundIsRefusedBeforeItRunsAndTheQueueMovesOn) {
+  test::BlockerState state;
+  server->host<Blocker>("bounded", kj::heap<test::BlockerImpl>(state), {.maxQueued = 2});
+  auto b = ref<Blocker>("bounded");
+  auto a = hold(b, "a");
+  auto queued1 = hold(b, "b");
+  auto queued2 = hold(b, "c");
+  state.whenStarted(1).wait(ws());
+  ASSERT_TRUE(pollUntil([&]() { return server->callsInFlight() == 3; }));
+
+  auto refused = hold(b, "d");
+  try {
+    refused.wait(ws());
+    FAIL() << "a call past the queue's bound was taken";
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::QUEUE_FULL) << e.getDescription().cStr();
+    EXPECT_EQ(e.getType(), kj::Exception::Type::OVERLOADED);
+    EXPECT_FALSE(raisedByActor(e));
+  }
+  EXPECT_EQ(server->callsInFlight(), 3u);  // the refused call holds nothing
+
+  // A place frees: the queue moves on and takes a call again.
+  ASSERT_TRUE(state.release("a"));
+  a.wait(ws());
+  state.whenStarted(2).wait(ws());
+  auto e = hold(b, "e");
+  ASSERT_TRUE(pollUntil([&]() { return server->callsInFlight() == 3; }));
+  for (auto [tag, promise] : {std::pair{"b", &queued1}, {"c", &queued2}, {"e", &e}}) {
+    ASSERT_TRUE(pollUntil([&, tag = tag]() { return state.held.count(tag) == 1; })) << tag;
+    ASSERT_TRUE(state.release(tag));
+    EXPECT_EQ(kj::StringPtr(promise->wait(ws()).getTag()), tag);
+  }
+  EXPECT_EQ(state.started, 4u);  // a, b, c and e; never d
+}
+
 TEST_F(CallLifecycleTest, AnActorMayAllowConcurrentCalls) {
   auto b = ref<Blocker>("blocker");
   auto first = hold(b, "a");

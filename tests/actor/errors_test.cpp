@@ -50,6 +50,7 @@ constexpr Row TABLE[] = {
     {ErrorCode::JOB_ALREADY_EXISTS, "job_already_exists", Type::FAILED},
     {ErrorCode::UNAUTHENTICATED, "unauthenticated", Type::FAILED},
     {ErrorCode::PERMISSION_DENIED, "permission_denied", Type::FAILED},
+    {ErrorCode::QUEUE_FULL, "queue_full", Type::OVERLOADED},
 };
 
 TEST(ErrorsTest, EveryCodeHasTheDocumentedNameAndType) {
@@ -72,6 +73,7 @@ TEST(ErrorsTest, CallNeverRanFollowsTheTable) {
   EXPECT_TRUE(callNeverRan(ErrorCode::MESSAGE_TOO_LARGE));
   EXPECT_TRUE(callNeverRan(ErrorCode::UNAUTHENTICATED));
   EXPECT_TRUE(callNeverRan(ErrorCode::PERMISSION_DENIED));
+  EXPECT_TRUE(callNeverRan(ErrorCode::QUEUE_FULL));
   // "yes": the deadline may pass while the actor runs the call.
   EXPECT_FALSE(callNeverRan(ErrorCode::DEADLINE_EXCEEDED));
   // Unclassified kinds promise nothing: DISCONNECTED "may or may not have run", FAILED may be the
@@ -93,7 +95,7 @@ TEST(ErrorsTest, MayRetryFollowsTheTable) {
   }
   for (auto code : {ErrorCode::OVERLOADED, ErrorCode::DISCONNECTED, ErrorCode::ACTOR_NOT_FOUND,
                     ErrorCode::DRAINING, ErrorCode::UNREACHABLE, ErrorCode::DEADLINE_EXCEEDED,
-                    ErrorCode::LEASE_LOST, ErrorCode::NO_ENDPOINTS}) {
+                    ErrorCode::LEASE_LOST, ErrorCode::NO_ENDPOINTS, ErrorCode::QUEUE_FULL}) {
     EXPECT_TRUE(mayRetry(code)) << str(errorCodeName(code));
   }
 }

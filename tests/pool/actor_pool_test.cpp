@@ -18,6 +18,7 @@ namespace troupe {
 namespace {
 
 using test::Blocker;
+using test::BlockerState;
 using test::Member;
 
 using Replica = test::PoolReplica;
@@ -283,6 +284,32 @@ TEST_F(ActorPoolTest, ADrainingMemberIsSkippedEvenForNonIdempotentCalls) {
   replicas[0]->blocker.release("keep");
   hold.wait(ws());
   drained.wait(ws());
+}
+
+TEST_F(ActorPoolTest, ACallRefusedByAFullQueueRunsOnAnotherMemberEvenIfNotIdempotent) {
+  startReplicas(2);
+  BlockerState states[2];
+  for (int i = 0; i < 2; ++i) {
+    replicas[i]->server->host<Blocker>("bounded", kj::heap<test::BlockerImpl>(states[i]),
+                                       {.maxQueued = 0});
+  }
+  ActorGroup<Blocker> group(loop, resolver, "job-1", "bounded");
+  group.waitReady(2, 10 * kj::SECONDS).wait(ws());
+  // Member 0 is busy with a call from elsewhere, and takes no call in waiting.
+  ActorRef<Blocker> first(group.readyMembers()[0]->ref);
+  auto busy = first.call([](Blocker::Client c) {
+    auto q = c.holdRequest();
+    q.setTag("busy");
+    return q.send();
+  });
+  states[0].whenStarted(1).wait(ws());
+
+  ActorPool<Blocker> pool(group);  // round robin starts with member 0
+  auto stats = pool.call([](Blocker::Client c) { return c.statsRequest().send(); }).wait(ws());
+  EXPECT_EQ(stats.getStarted(), 0u);  // member 1's: member 0 has started one call
+  EXPECT_EQ(states[0].started, 1u);
+  ASSERT_TRUE(states[0].release("busy"));
+  busy.wait(ws());
 }
 
 TEST_F(ActorPoolTest, LeastOutstandingSpreadsHeldCalls) {
