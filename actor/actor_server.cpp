@@ -67,7 +67,8 @@ struct ActorServer::Impl final {
                                                    : freshIncarnation(loop)),
         acceptor(kj::heap<RpcAcceptor>(loop, newActorHost(*this),
                                                this->options.maxMessageBytes, log,
-                                               "actor server", this->options.credentials)) {
+                                               "actor server", this->options.credentials,
+                                               this->options.connections)) {
     auto paf = kj::newPromiseAndFulfiller<void>();
     drainStarted = paf.promise.fork();
     drainStartedFulfiller = kj::mv(paf.fulfiller);
@@ -386,6 +387,14 @@ ServerState ActorServer::state() const { return impl->state; }
 uint64_t ActorServer::incarnation() const { return impl->incarnation; }
 const JobContext& ActorServer::job() const { return impl->job; }
 uint64_t ActorServer::callsInFlight() const { return impl->tracker.inFlight(); }
+
+size_t ActorServer::connectionCount() const {
+  return impl->acceptor.get() == nullptr ? 0 : impl->acceptor->connectionCount();
+}
+
+uint64_t ActorServer::incompleteMessageBytes() const {
+  return impl->acceptor.get() == nullptr ? 0 : impl->acceptor->incompleteMessageBytes();
+}
 
 kj::Array<Endpoint> ActorServer::endpoints() const {
   if (impl->state == ServerState::STARTING || impl->state == ServerState::STOPPED) {

@@ -41,6 +41,11 @@ struct ActorServerOptions {
   // What tls:// listeners present and check clients with, and the cluster token clients must
   // present. Default: null, meaning the loop's (EventLoop::credentials()).
   std::shared_ptr<Credentials> credentials;
+
+  // Bounds on what peers can make the server hold: open connections, bytes of messages still
+  // arriving, and how long a connection may take to send its first message or finish one
+  // (limits.h; defaults 4096, 1 GiB, 10 s and 60 s).
+  ConnectionLimits connections;
 };
 
 struct ActorOptions {
@@ -153,6 +158,11 @@ public:
 
   // Calls accepted and not yet finished, across all actors (queued ones included).
   uint64_t callsInFlight() const;
+
+  // Connections open now (past their TLS handshake), and the bytes the messages still arriving
+  // on them hold (see ActorServerOptions::connections).
+  size_t connectionCount() const;
+  uint64_t incompleteMessageBytes() const;
 
   // Tells `listener` about endpoint changes from now on, starting with the current endpoints.
   // It must outlive the server or be removed first. Listeners are told in the order added.

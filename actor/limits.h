@@ -1,7 +1,9 @@
 #pragma once
-// Size limits on what crosses the wire.
+// Size limits on what crosses the wire, and bounds on what peers can make a server hold.
 
 #include <cstdint>
+
+#include <kj/time.h>
 
 namespace troupe {
 
@@ -12,5 +14,33 @@ namespace troupe {
 // closes that connection (its other connections keep serving). A receiver allocates at most
 // this much for a message before reading it.
 constexpr uint64_t DEFAULT_MAX_MESSAGE_BYTES = uint64_t{512} << 20;
+
+// What a server's connections may hold, together and each (ActorServerOptions::connections,
+// RegistryServerOptions::connections). Whatever its peers send, careless or hostile, a server
+// holds at most about maxConnections * 24 KiB plus maxIncompleteMessageBytes for connections
+// and messages still arriving. Every connection closed for a bound is logged (warn) with the
+// peer's address and the bound it passed.
+struct ConnectionLimits {
+  // Connections open at once, TLS handshakes included. One past it is closed as soon as it is
+  // accepted. Default 4096.
+  uint32_t maxConnections = 4096;
+
+  // Bytes that messages still arriving may hold, across all connections. A message that does not
+  // fit in its connection's 8 KiB read buffer reserves its whole size before its body is read;
+  // one that would take the total past this waits, not reading (TCP holds its sender back),
+  // until other messages complete. A message alone is always let in, so a message the size
+  // limit allows never waits forever. Default 1 GiB.
+  uint64_t maxIncompleteMessageBytes = uint64_t{1} << 30;
+
+  // A connection that has not delivered one whole message this long after it was accepted (a
+  // TLS handshake counts against it) is closed. Default 10 s.
+  kj::Duration firstMessageTimeout = 10 * kj::SECONDS;
+
+  // A message still incomplete this long after its first byte (or, for one that waited for the
+  // budget above, after its turn came) is a stalled or trickling sender: its connection is
+  // closed. Idle connections between messages are kept. Default 60 s, enough for a 512 MiB
+  // message at 10 MB/s.
+  kj::Duration messageTimeout = 60 * kj::SECONDS;
+};
 
 }  // namespace troupe

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/detail/listen_socket.h"
+#include "troupe/actor/detail/message_stream.h"
 #include "troupe/actor/detail/rpc_connection.h"
 #include "troupe/actor/detail/tls_sniff.h"
 #include "troupe/actor/errors.h"
@@ -110,9 +111,9 @@ private:
 class RpcAcceptor::Connection {
 public:
   Connection(RpcAcceptor& acceptor, kj::Own<kj::AsyncIoStream> stream,
-             capnp::Capability::Client gate, bool direct)
+             capnp::Capability::Client gate, bool direct, actor_detail::ReadLimits limits)
       : acceptor(acceptor),
-        rpc(kj::mv(stream), kj::mv(gate), acceptor.maxMessageBytes, direct) {
+        rpc(kj::mv(stream), kj::mv(gate), acceptor.maxMessageBytes, direct, kj::mv(limits)) {
     acceptor.connections.insert(this);
   }
   ~Connection() noexcept(false) { acceptor.connections.erase(this); }
@@ -129,13 +130,16 @@ public:
 
 RpcAcceptor::RpcAcceptor(EventLoop& loop, capnp::Capability::Client bootstrap,
                          uint64_t maxMessageBytes, std::shared_ptr<spdlog::logger> log,
-                         kj::StringPtr what, std::shared_ptr<Credentials> credentials)
+                         kj::StringPtr what, std::shared_ptr<Credentials> credentials,
+                         ConnectionLimits limits)
     : loop(loop),
       bootstrap(kj::mv(bootstrap)),
       maxMessageBytes(maxMessageBytes),
       log(kj::mv(log)),
       what(what.cStr()),
       credentials(credentials ? kj::mv(credentials) : loop.credentials()),
+      limits(limits),
+      budget(kj::heap<actor_detail::IncomingBudget>(limits.maxIncompleteMessageBytes)),
       acceptTasks(kj::heap<kj::TaskSet>(*this)),
       connectionTasks(kj::heap<kj::TaskSet>(*this)) {}
 
@@ -179,6 +183,8 @@ void RpcAcceptor::closeListeners() {
   bound_.clear();
 }
 
+uint64_t RpcAcceptor::incompleteMessageBytes() const { return budget->held(); }
+
 void RpcAcceptor::closeConnections() { connectionTasks = kj::heap<kj::TaskSet>(*this); }
 
 void RpcAcceptor::taskFailed(kj::Exception&& exception) {
@@ -187,12 +193,20 @@ void RpcAcceptor::taskFailed(kj::Exception&& exception) {
 }
 
 kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool direct,
-                                     bool certified) {
+                                     bool certified, kj::TimePoint acceptedAt) {
   auto close = kj::newPromiseAndFulfiller<void>();
   auto peer = peerName(*stream);
+  actor_detail::ReadLimits reads{loop.timer(),
+                                 acceptedAt + limits.firstMessageTimeout,
+                                 limits.firstMessageTimeout,
+                                 limits.messageTimeout,
+                                 *budget,
+                                 log,
+                                 kj::str(what, ": connection from ", peer).cStr()};
   capnp::Capability::Client gate = kj::heap<Gate>(bootstrap, credentials, log, what, kj::mv(peer),
                                                   certified, kj::mv(close.fulfiller));
-  auto connection = kj::heap<Connection>(*this, kj::mv(stream), kj::mv(gate), direct);
+  auto connection =
+      kj::heap<Connection>(*this, kj::mv(stream), kj::mv(gate), direct, kj::mv(reads));
   auto& rpc = connection->rpc;
   // Closed after too many refusals, once the last refusal has been written.
   auto closed = close.promise.then([&rpc]() { return rpc.whenWritten(); });
@@ -200,7 +214,7 @@ kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool dir
 }
 
 kj::Promise<void> RpcAcceptor::acceptTls(kj::Own<kj::AsyncIoStream> stream,
-                                         std::string listenerText) {
+                                         std::string listenerText, kj::TimePoint acceptedAt) {
   // A plain client is told to use TLS instead (tls_sniff.h). Its first byte and the handshake
   // must come within the handshake timeout.
   auto limit = KJ_ASSERT_NONNULL(credentials->tls()).handshakeTimeout;
@@ -222,22 +236,41 @@ kj::Promise<void> RpcAcceptor::acceptTls(kj::Own<kj::AsyncIoStream> stream,
                          "a client that does not speak TLS was told to use it, and closed");
       })
       .then(
-          [this](kj::Own<kj::AsyncIoStream> tls) {
-            return serve(kj::mv(tls), false, credentials->requiresClientCertificates());
+          [this, acceptedAt](kj::Own<kj::AsyncIoStream> tls) {
+            return serve(kj::mv(tls), false, credentials->requiresClientCertificates(),
+                         acceptedAt);
           },
           [this, listenerText](kj::Exception&& e) {
             log->warn("{} on {}: {}", what, listenerText, e.getDescription().cStr());
           });
 }
 
+void RpcAcceptor::refuse(kj::AsyncIoStream& stream) {
+  ++refusedSinceLog;
+  auto now = loop.timer().now();
+  KJ_IF_MAYBE(last, lastRefusalLog) {
+    if (now - *last < 1 * kj::SECONDS) return;
+  }
+  lastRefusalLog = now;
+  log->warn("{}: closed {} connection(s) as they came, the latest from {}: {} are open, the most "
+            "ConnectionLimits::maxConnections allows",
+            what, refusedSinceLog, peerName(stream).cStr(), open);
+  refusedSinceLog = 0;
+}
+
 kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
   return l.socket.receiver->accept().then(
       [this, &l](kj::Own<kj::AsyncIoStream> stream) {
-        if (l.socket.bound.kind == Address::Kind::TLS) {
-          connectionTasks->add(acceptTls(kj::mv(stream), l.text));
-        } else {
-          connectionTasks->add(serve(kj::mv(stream), true, false));
+        if (open >= limits.maxConnections) {
+          refuse(*stream);  // and close it, as `stream` goes
+          return acceptLoop(l);
         }
+        auto now = loop.timer().now();
+        auto served = l.socket.bound.kind == Address::Kind::TLS
+                          ? acceptTls(kj::mv(stream), l.text, now)
+                          : serve(kj::mv(stream), true, false, now);
+        ++open;
+        connectionTasks->add(served.attach(kj::defer([this]() { --open; })));
         return acceptLoop(l);
       },
       [this, &l](kj::Exception&& e) {

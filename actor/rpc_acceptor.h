@@ -4,7 +4,8 @@
 // one bootstrap capability to each over Cap'n Proto RPC, on troupe's own framing and message
 // limit, behind an Authenticator (schemas/actor.capnp): a connection gets the capability once it
 // presents the cluster token of the acceptor's credentials (or any token when they hold none, or
-// a client certificate under mutual TLS), and is closed after 3 refusals.
+// a client certificate under mutual TLS), and is closed after 3 refusals. What its peers can
+// make it hold is bounded by its ConnectionLimits (limits.h).
 
 #include <memory>
 #include <set>
@@ -15,12 +16,17 @@
 
 #include "troupe/actor/address.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/actor/limits.h"
 
 namespace spdlog {
 class logger;
 }
 
 namespace troupe {
+
+namespace actor_detail {
+class IncomingBudget;
+}
 
 // Belongs to `loop`. Dropping it closes every listener (removing the unix socket files it made)
 // and every connection.
@@ -30,7 +36,7 @@ public:
   // tls:// listener presents and checks clients with; null for the loop's.
   RpcAcceptor(EventLoop& loop, capnp::Capability::Client bootstrap, uint64_t maxMessageBytes,
               std::shared_ptr<spdlog::logger> log, kj::StringPtr what,
-              std::shared_ptr<Credentials> credentials = nullptr);
+              std::shared_ptr<Credentials> credentials = nullptr, ConnectionLimits limits = {});
   ~RpcAcceptor() noexcept(false);
   KJ_DISALLOW_COPY(RpcAcceptor);
 
@@ -43,7 +49,11 @@ public:
   // The addresses listened on now, in the order listen() bound them.
   kj::ArrayPtr<const Address> bound() const { return bound_; }
 
+  // Connections being served now (past their TLS handshake, if any).
   size_t connectionCount() const { return connections.size(); }
+
+  // Bytes the messages still arriving on its connections hold now (see ConnectionLimits).
+  uint64_t incompleteMessageBytes() const;
 
   // Resolves once every connection has written what it queued so far (a connection that closes
   // meanwhile counts as done).
@@ -63,9 +73,14 @@ private:
   kj::Promise<void> acceptLoop(Listener& listener);
   // Serves one connection behind its own Authenticator (`certified`: it came with a verified
   // client certificate, which stands for the cluster token).
-  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream, bool direct, bool certified);
+  // `acceptedAt` starts its first-message timeout.
+  kj::Promise<void> serve(kj::Own<kj::AsyncIoStream> stream, bool direct, bool certified,
+                          kj::TimePoint acceptedAt);
   // A connection to a tls:// listener: its handshake, then serve().
-  kj::Promise<void> acceptTls(kj::Own<kj::AsyncIoStream> stream, std::string listenerText);
+  kj::Promise<void> acceptTls(kj::Own<kj::AsyncIoStream> stream, std::string listenerText,
+                              kj::TimePoint acceptedAt);
+  // A connection past maxConnections is closed; says so at most once a second.
+  void refuse(kj::AsyncIoStream& stream);
 
   EventLoop& loop;
   capnp::Capability::Client bootstrap;
@@ -73,6 +88,11 @@ private:
   std::shared_ptr<spdlog::logger> log;
   std::string what;
   std::shared_ptr<Credentials> credentials;  // never null
+  const ConnectionLimits limits;
+  kj::Own<actor_detail::IncomingBudget> budget;  // outlives the connections, which reserve from it
+  size_t open = 0;                               // accepted and not yet closed
+  uint64_t refusedSinceLog = 0;
+  kj::Maybe<kj::TimePoint> lastRefusalLog;
   kj::Vector<kj::Own<Listener>> listeners;
   kj::Vector<Address> bound_;
   std::set<Connection*> connections;

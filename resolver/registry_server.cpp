@@ -130,7 +130,8 @@ struct RegistryServer::Impl final {
         table(kj::refcounted<RegistryTable>(loop, this->options, log)),
         registry(kj::heap<RegistryImpl>(kj::addRef(*table))),
         acceptor(kj::heap<RpcAcceptor>(loop, registry, this->options.maxMessageBytes, log,
-                                       "registry", this->options.credentials)) {}
+                                       "registry", this->options.credentials,
+                                       this->options.connections)) {}
 
   ~Impl() noexcept(false) {
     // The table first, so that the leases released as connections close remove nothing one by

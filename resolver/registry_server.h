@@ -11,6 +11,7 @@
 #include <kj/time.h>
 
 #include "troupe/actor/event_loop.h"
+#include "troupe/actor/limits.h"
 #include "troupe/schemas/registry.capnp.h"
 
 namespace troupe {
@@ -53,6 +54,12 @@ struct RegistryServerOptions {
   // What tls:// listeners present and check clients with, and the cluster token clients must
   // present. Default: null, meaning the loop's (EventLoop::credentials()).
   std::shared_ptr<Credentials> credentials;
+
+  // Bounds on what clients can make the registry hold: open connections, bytes of messages
+  // still arriving, and how long a connection may take to send its first message or finish one
+  // (limits.h; defaults 4096, 256 MiB, 10 s and 60 s; `troupe registry --max-connections`,
+  // `--max-incomplete-bytes`). A registry's messages are small, hence the smaller budget.
+  ConnectionLimits connections{.maxIncompleteMessageBytes = uint64_t{256} << 20};
 };
 
 // An in-memory registry of endpoints, leases, watchers and job states. Belongs to the loop it

@@ -8,6 +8,7 @@
 
 #include <capnp/serialize-async.h>
 #include <kj/debug.h>
+#include <spdlog/spdlog.h>
 
 #include "troupe/actor/detail/buffer_cache.h"
 #include "troupe/actor/detail/uv_io.h"
@@ -50,14 +51,67 @@ uint32_t readLe32(const kj::byte* p) {
   return v;
 }
 
+uint64_t millis(kj::Duration d) { return d / kj::MILLISECONDS; }
+
 }  // namespace
 
+// ------------------------------------------------------------------------------------------------
+// The budget of incomplete messages
+
+class IncomingBudget::Reservation {
+public:
+  Reservation(IncomingBudget& budget, uint64_t bytes) : budget(budget), bytes(bytes) {
+    budget.held_ += bytes;
+  }
+  ~Reservation() noexcept(false) { budget.release(bytes); }
+  KJ_DISALLOW_COPY(Reservation);
+
+private:
+  IncomingBudget& budget;
+  const uint64_t bytes;
+};
+
+IncomingBudget::~IncomingBudget() noexcept(false) {}
+
+kj::Promise<kj::Own<IncomingBudget::Reservation>> IncomingBudget::reserve(uint64_t bytes) {
+  if (waiters.empty() && fits(bytes)) return kj::heap<Reservation>(*this, bytes);
+  auto paf = kj::newPromiseAndFulfiller<kj::Own<Reservation>>();
+  waiters.push_back(Waiter{bytes, kj::mv(paf.fulfiller)});
+  return kj::mv(paf.promise);
+}
+
+void IncomingBudget::release(uint64_t bytes) {
+  held_ -= bytes;
+  grant();
+}
+
+void IncomingBudget::grant() {
+  while (!waiters.empty()) {
+    auto& next = waiters.front();
+    if (!next.fulfiller->isWaiting()) {  // its connection closed while it waited
+      waiters.pop_front();
+      continue;
+    }
+    if (!fits(next.bytes)) return;
+    auto waiter = kj::mv(next);
+    waiters.pop_front();
+    // Made here, not by the waiter: if its promise goes before it runs, the bytes come back.
+    waiter.fulfiller->fulfill(kj::heap<Reservation>(*this, waiter.bytes));
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+
 BoundedMessageStream::BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes,
-                                           bool direct)
+                                           bool direct, kj::Maybe<ReadLimits> limits)
     : stream(stream),
       maxMessageBytes(maxMessageBytes),
+      limits(kj::mv(limits)),
       readBuffer(kj::heapArray<kj::byte>(READ_BUFFER_BYTES)),
       lastWrite(kj::Promise<void>(kj::READY_NOW).fork()) {
+  KJ_IF_MAYBE(l, this->limits) {
+    deadline = l->firstMessageBy;
+  }
   // A TLS stream reports the socket under it as its fd: writing there would skip the encryption.
   if (!direct) return;
   KJ_IF_MAYBE(fd, stream.getFd()) {
@@ -90,18 +144,58 @@ kj::Promise<bool> BoundedMessageStream::fill(size_t bytes, bool atMessageStart) 
       });
 }
 
+void BoundedMessageStream::messageBegan() {
+  KJ_IF_MAYBE(l, limits) {
+    auto end = l->timer.now() + l->messageTimeout;
+    // Before the first whole message, whichever deadline comes first.
+    if (!firstMessageRead && l->firstMessageBy <= end) return;
+    deadline = end;
+    deadlineIsFirst = false;
+  }
+}
+
+template <typename T>
+kj::Promise<T> BoundedMessageStream::bounded(kj::Promise<T> promise) {
+  KJ_IF_MAYBE(l, limits) {
+    KJ_IF_MAYBE(d, deadline) {
+      return promise.exclusiveJoin(
+          l->timer.atTime(*d).then([this]() -> kj::Promise<T> { return timedOut(); }));
+    }
+  }
+  return promise;
+}
+
+kj::Exception BoundedMessageStream::timedOut() {
+  auto& l = KJ_ASSERT_NONNULL(limits);
+  auto why = deadlineIsFirst
+                 ? kj::str("no whole message arrived within ", millis(l.firstMessageTimeout),
+                           " ms of connecting (ConnectionLimits::firstMessageTimeout)")
+                 : kj::str("a message was still incomplete ", millis(l.messageTimeout),
+                           " ms after it began (ConnectionLimits::messageTimeout)");
+  l.log->warn("{}: {}; closing it", l.peer, why.cStr());
+  return makeError(ErrorCode::DISCONNECTED, kj::str(why, "; closing the connection"));
+}
+
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readMessage(
     capnp::ReaderOptions options) {
+  using Result = kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>;
   if (readEnd - readBegin >= sizeof(capnp::word)) {
     // The buffer holds the next message's header already (one read often brings several small
     // messages): no promise chain unless something is missing.
+    messageBegan();
     return readHeader(options);
   }
-  return fill(sizeof(capnp::word), true)
-      .then([this, options](bool more) -> kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> {
-        if (!more) return kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>(nullptr);
-        return readHeader(options);
-      });
+  // Between messages only the first-message deadline applies; a message's own starts with its
+  // first byte, so a sender trickling its header is bounded too.
+  auto first = readEnd > readBegin ? kj::Promise<bool>(true) : bounded(fill(1, true));
+  return first.then([this, options](bool more) -> kj::Promise<Result> {
+    if (!more) return Result(nullptr);
+    messageBegan();
+    if (readEnd - readBegin >= sizeof(capnp::word)) return readHeader(options);
+    return bounded(fill(sizeof(capnp::word), false)).then([this, options](bool) {
+      return readHeader(options);
+    });
+  });
 }
 
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readHeader(
@@ -112,7 +206,7 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
   }
   size_t table = tableBytes(segmentCount);
   if (readEnd - readBegin >= table) return readBody(options, segmentCount, table);
-  return fill(table, false).then([this, options, segmentCount, table](bool) {
+  return bounded(fill(table, false)).then([this, options, segmentCount, table](bool) {
     return readBody(options, segmentCount, table);
   });
 }
@@ -128,6 +222,31 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
                      kj::str("incoming message of ", totalBytes, " bytes exceeds this side's ",
                              maxMessageBytes, "-byte limit; closing the connection"));
   }
+  bool whole = readEnd - readBegin - table >= totalBytes;
+  KJ_IF_MAYBE(l, limits) {
+    if (!whole) {
+      // Its memory stays taken until the rest arrives: it must fit in the server's budget
+      // first. Nothing is read meanwhile, so the segment table waits in the buffer.
+      if (!l->budget.availableNow(totalBytes)) {
+        l->log->info("{}: a message of {} bytes waits: incomplete messages hold {} bytes of "
+                     "the server's budget (ConnectionLimits::maxIncompleteMessageBytes)",
+                     l->peer, totalBytes, l->budget.held());
+      }
+      return l->budget.reserve(totalBytes).then([this, options, segmentCount, table, totalWords](
+                               kj::Own<IncomingBudget::Reservation> reservation) {
+        auto& l = KJ_ASSERT_NONNULL(limits);
+        deadline = l.timer.now() + l.messageTimeout;  // waiting for the budget is not stalling
+        deadlineIsFirst = false;
+        return readSegments(options, segmentCount, table, totalWords).attach(kj::mv(reservation));
+      });
+    }
+  }
+  return readSegments(options, segmentCount, table, totalWords);
+}
+
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readSegments(
+    capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords) {
+  const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
   auto words = takeMessageBuffer(totalWords);
   kj::Array<kj::ArrayPtr<const capnp::word>> segments;
   if (segmentCount > 1) {
@@ -148,26 +267,28 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
   readBegin += buffered;
   if (readBegin == readEnd) readBegin = readEnd = 0;
 
-  auto finish = [options](kj::Array<capnp::word> words,
-                          kj::Array<kj::ArrayPtr<const capnp::word>> segments) {
-    capnp::ReaderOptions generous = options;
-    generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
-    return kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>(
-        kj::heap<ReceivedMessage>(kj::mv(words), kj::mv(segments), generous));
-  };
-  if (buffered == body.size()) {
-    return finish(kj::mv(words), kj::mv(segments));
-  }
+  if (buffered == body.size()) return complete(kj::mv(words), kj::mv(segments), options);
   size_t rest = body.size() - buffered;
-  auto read = stream.tryRead(body.begin() + buffered, rest, rest);
-  return read.then([rest, finish, words = kj::mv(words), segments = kj::mv(segments)](
+  auto read = bounded(stream.tryRead(body.begin() + buffered, rest, rest));
+  return read.then([this, rest, options, words = kj::mv(words), segments = kj::mv(segments)](
                        size_t n) mutable -> kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> {
     if (n < rest) {
       kj::throwFatalException(
           KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));
     }
-    return finish(kj::mv(words), kj::mv(segments));
+    return complete(kj::mv(words), kj::mv(segments), options);
   });
+}
+
+kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> BoundedMessageStream::complete(
+    kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> segments,
+    capnp::ReaderOptions options) {
+  firstMessageRead = true;
+  deadline = nullptr;
+  capnp::ReaderOptions generous = options;
+  generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
+  return kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>(
+      kj::heap<ReceivedMessage>(kj::mv(words), kj::mv(segments), generous));
 }
 
 // ------------------------------------------------------------------------------------------------

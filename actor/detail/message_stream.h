@@ -6,12 +6,65 @@
 // usually brings a whole small message, or several), and small messages written in one turn of
 // the loop leave in one write.
 
+#include <deque>
+#include <memory>
+#include <string>
+
 #include <capnp/message.h>
 #include <capnp/rpc.h>
 #include <kj/async-io.h>
+#include <kj/timer.h>
 #include <kj/vector.h>
 
+namespace spdlog {
+class logger;
+}
+
 namespace troupe::actor_detail {
+
+// The bytes that messages still arriving may hold across a server's connections
+// (ConnectionLimits::maxIncompleteMessageBytes). Loop thread only; outlives its reservations.
+class IncomingBudget {
+public:
+  explicit IncomingBudget(uint64_t maxBytes) : maxBytes(maxBytes) {}
+  ~IncomingBudget() noexcept(false);
+  KJ_DISALLOW_COPY(IncomingBudget);
+
+  class Reservation;
+
+  // Resolves once `bytes` fit beside what other messages hold, in the order asked; at once when
+  // nothing is held, so that a message alone always gets in. Dropping the reservation gives the
+  // bytes back; dropping the promise gives up the place in line.
+  kj::Promise<kj::Own<Reservation>> reserve(uint64_t bytes);
+
+  uint64_t held() const { return held_; }
+  // Whether reserve(bytes) would resolve at once.
+  bool availableNow(uint64_t bytes) const { return waiters.empty() && fits(bytes); }
+
+private:
+  bool fits(uint64_t bytes) const { return held_ == 0 || held_ + bytes <= maxBytes; }
+  void release(uint64_t bytes);
+  void grant();
+
+  struct Waiter {
+    uint64_t bytes;
+    kj::Own<kj::PromiseFulfiller<kj::Own<Reservation>>> fulfiller;
+  };
+  const uint64_t maxBytes;
+  uint64_t held_ = 0;
+  std::deque<Waiter> waiters;
+};
+
+// What a server bounds each of its connections' reads by (ConnectionLimits).
+struct ReadLimits {
+  kj::Timer& timer;
+  kj::TimePoint firstMessageBy;  // the first whole message must have arrived by then
+  kj::Duration firstMessageTimeout;  // what firstMessageBy is after the connection, for logs
+  kj::Duration messageTimeout;   // a message begun must be complete within this
+  IncomingBudget& budget;
+  std::shared_ptr<spdlog::logger> log;
+  std::string peer;  // "actor server: connection from 127.0.0.1:5555", for log lines
+};
 
 // How many times over a received message may be traversed. Cap'n Proto counts every read of a
 // pointer's target against the message's traversal limit; with a limit equal to the message
@@ -38,7 +91,9 @@ public:
   // When `stream` is a socket itself (not TLS or another layer over one: `direct`), small
   // batches are written to its file descriptor straight away when nothing else is being
   // written, saving a trip through kj.
-  BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes, bool direct = true);
+  // `limits` bound reads as ConnectionLimits says (a server's connections); null for none.
+  BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes, bool direct = true,
+                       kj::Maybe<ReadLimits> limits = nullptr);
   ~BoundedMessageStream() noexcept(false);
   KJ_DISALLOW_COPY(BoundedMessageStream);
 
@@ -79,6 +134,22 @@ private:
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readBody(capnp::ReaderOptions options,
                                                               uint32_t segmentCount,
                                                               size_t tableBytes);
+  // The body of a message whose segment table is at the start of the buffer.
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readSegments(
+      capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes,
+      uint64_t totalWords);
+  // A whole message read: the next one has no deadline until it begins.
+  kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> complete(
+      kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> segments,
+      capnp::ReaderOptions options);
+
+  // A message's first bytes are in: its deadline starts.
+  void messageBegan();
+  // `promise`, rejected (closing the connection, logged) if it has not settled by the current
+  // message's deadline; as it is when no limits or deadline apply.
+  template <typename T>
+  kj::Promise<T> bounded(kj::Promise<T> promise);
+  kj::Exception timedOut();
 
   // Hands the batch to the stream after every earlier write; returns the latest write.
   kj::Promise<void> flush();
@@ -87,6 +158,10 @@ private:
 
   kj::AsyncIoStream& stream;
   const uint64_t maxMessageBytes;
+  kj::Maybe<ReadLimits> limits;
+  kj::Maybe<kj::TimePoint> deadline;  // of the message being read, or of the first one
+  bool deadlineIsFirst = true;        // the deadline is the first message's
+  bool firstMessageRead = false;
 
   kj::Array<kj::byte> readBuffer;
   size_t readBegin = 0;  // unread bytes are [readBegin, readEnd)

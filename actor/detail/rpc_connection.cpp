@@ -7,9 +7,9 @@ namespace troupe::actor_detail {
 
 RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream,
                              capnp::Capability::Client bootstrap, uint64_t maxMessageBytes,
-                             bool direct)
+                             bool direct, kj::Maybe<ReadLimits> limits)
     : stream(kj::mv(stream)),
-      messages(*this->stream, maxMessageBytes, direct),
+      messages(*this->stream, maxMessageBytes, direct, kj::mv(limits)),
       network(messages, capnp::rpc::twoparty::Side::SERVER, maxMessageBytes),
       rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
 

@@ -15,9 +15,9 @@ namespace troupe::actor_detail {
 class RpcConnection {
 public:
   // Server side: serves `bootstrap` to the peer. `direct`: `stream` is a socket itself, not a
-  // TLS stream over one (BoundedMessageStream).
+  // TLS stream over one (BoundedMessageStream). `limits` bound what the peer makes it read.
   RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
-                uint64_t maxMessageBytes, bool direct);
+                uint64_t maxMessageBytes, bool direct, kj::Maybe<ReadLimits> limits = nullptr);
   // Client side.
   RpcConnection(kj::Own<kj::AsyncIoStream> stream, uint64_t maxMessageBytes, bool direct);
   KJ_DISALLOW_COPY(RpcConnection);
