@@ -193,6 +193,7 @@ kj::Array<std::string> RegistryServer::listenAddresses() const {
 
 size_t RegistryServer::endpointCount() const { return impl->table->endpointCount(); }
 size_t RegistryServer::watcherCount() const { return impl->table->watcherCount(); }
+size_t RegistryServer::queuedEventBytes() const { return impl->table->queuedEventBytes(); }
 size_t RegistryServer::connectionCount() const { return impl->acceptor->connectionCount(); }
 
 }  // namespace troupe

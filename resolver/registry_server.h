@@ -34,9 +34,17 @@ struct RegistryServerOptions {
   size_t maxEndpointBytes = 64 * 1024;
 
   // Events queued for one watcher whose events() call has not returned; a watcher that falls
-  // further behind is dropped (its client sees the Watcher capability released and subscribes
-  // again). Default 1,000,000.
-  size_t maxQueuedEvents = 1000000;
+  // further behind is cut off as overloaded: dropped, with a warning naming it and the bound
+  // (its client sees the Watcher capability released, subscribes again and reconciles what it
+  // missed). Default 100,000.
+  size_t maxQueuedEvents = 100000;
+
+  // Bytes of events queued for all watchers together, counting those in events() calls not yet
+  // answered. Past it, the watcher furthest behind (most bytes) is cut off as above, until the
+  // total fits: however many watchers stop reading, they hold at most this. It must exceed the
+  // snapshot of the largest prefix watched, which a new watcher is sent first. Default 64 MiB
+  // (`troupe registry --max-queued-event-bytes`).
+  size_t maxQueuedEventBytes = size_t{64} << 20;
 
   // Largest message accepted or sent on a connection, in bytes. A registry's messages are
   // small; the limit bounds what one client can make it allocate. Clients may use a larger
@@ -108,6 +116,9 @@ public:
 
   // Live watchers.
   size_t watcherCount() const;
+
+  // Bytes of events queued for watchers now (see maxQueuedEventBytes).
+  size_t queuedEventBytes() const;
 
   // Open client connections.
   size_t connectionCount() const;

@@ -1,5 +1,7 @@
 #include "troupe/resolver/detail/registry_table.h"
 
+#include <malloc.h>
+
 
 #include <kj/debug.h>
 #include <kj/vector.h>
@@ -196,6 +198,21 @@ void RegistryTable::erase(std::map<std::string, Entry, std::less<>>::iterator it
   entries.erase(it);
   log->info("removed '{}' at {} ({})", gone.name, gone.address, why.cStr());
   notify(WatchEvent::Type::REMOVED, gone);
+  ++erasedSinceTrim;
+  trimLater();
+}
+
+void RegistryTable::trimLater() {
+  // malloc keeps what entries freed for reuse; after many went (a job of thousands ended), or
+  // the last one, hand it back to the system, at most once a second.
+  if (trimQueued || (erasedSinceTrim < 1024 && !entries.empty())) return;
+  trimQueued = true;
+  tasks->add(loop.timer().afterDelay(1 * kj::SECONDS).then([this]() {
+    trimQueued = false;
+    log->debug("giving memory back after {} entries went", erasedSinceTrim);
+    erasedSinceTrim = 0;
+    malloc_trim(0);
+  }));
 }
 
 void RegistryTable::armTimer() {
@@ -255,13 +272,20 @@ uint64_t RegistryTable::addWatcher(kj::StringPtr prefix, schema::Watcher::Client
     watcher.queue.push_back(WatchEvent{WatchEvent::Type::ADDED, it->second.endpoint, {}});
   }
   watcher.queue.push_back(WatchEvent{WatchEvent::Type::SYNCED, {}, {}});
+  for (auto& e : watcher.queue) watcher.queuedBytes += eventBytes(e);
+  queuedBytes += watcher.queuedBytes;
   log->debug("watcher {} on '{}' added", id, watcher.prefix);
   send(id, watcher);
+  shedWatchers();
   return id;
 }
 
 void RegistryTable::removeWatcher(uint64_t id) {
-  if (watchers.erase(id) > 0) log->debug("watcher {} removed (its handle was released)", id);
+  auto it = watchers.find(id);
+  if (it == watchers.end()) return;
+  queuedBytes -= it->second.queuedBytes + it->second.sendingBytes;
+  watchers.erase(it);
+  log->debug("watcher {} removed (its handle was released)", id);
 }
 
 void RegistryTable::notify(WatchEvent::Type type, const Endpoint& endpoint) {
@@ -277,11 +301,39 @@ void RegistryTable::notify(WatchEvent::Type type, const Endpoint& endpoint) {
 
 void RegistryTable::push(uint64_t id, Watcher& watcher, WatchEvent event) {
   if (watcher.queue.size() >= options.maxQueuedEvents) {
-    dropWatcher(id, kj::str("it fell ", watcher.queue.size(), " events behind"));
+    dropWatcher(id, kj::str("overloaded: it fell ", watcher.queue.size(),
+                            " events behind (RegistryServerOptions::maxQueuedEvents)"));
     return;
   }
+  size_t bytes = eventBytes(event);
   watcher.queue.push_back(kj::mv(event));
+  watcher.queuedBytes += bytes;
+  queuedBytes += bytes;
   send(id, watcher);
+  shedWatchers();
+}
+
+void RegistryTable::shedWatchers() {
+  while (queuedBytes > options.maxQueuedEventBytes) {
+    auto victim = watchers.end();
+    for (auto it = watchers.begin(); it != watchers.end(); ++it) {
+      auto held = it->second.queuedBytes + it->second.sendingBytes;
+      if (victim == watchers.end() ||
+          held > victim->second.queuedBytes + victim->second.sendingBytes) {
+        victim = it;
+      }
+    }
+    if (victim == watchers.end()) return;
+    auto held = victim->second.queuedBytes + victim->second.sendingBytes;
+    // One watcher alone is bounded by maxQueuedEvents; cutting it off would only make it
+    // subscribe again for the same snapshot.
+    if (held == queuedBytes) return;
+    dropWatcher(victim->first,
+                kj::str("overloaded: it is furthest behind, with ", held, " bytes of events "
+                        "queued, and watchers together had ", queuedBytes, " bytes, past ",
+                        options.maxQueuedEventBytes,
+                        " (RegistryServerOptions::maxQueuedEventBytes)"));
+  }
 }
 
 void RegistryTable::send(uint64_t id, Watcher& watcher) {
@@ -303,11 +355,15 @@ void RegistryTable::send(uint64_t id, Watcher& watcher) {
     watcher.queue.pop_front();
   }
   watcher.sending = true;
+  watcher.queuedBytes -= bytes;
+  watcher.sendingBytes = bytes;
   tasks->add(request.send().then(
       [this, id](capnp::Response<schema::Watcher::EventsResults>&&) {
         auto it = watchers.find(id);
         if (it == watchers.end()) return;
         it->second.sending = false;
+        queuedBytes -= it->second.sendingBytes;
+        it->second.sendingBytes = 0;
         send(id, it->second);
       },
       [this, id](kj::Exception&& e) {
@@ -323,6 +379,7 @@ void RegistryTable::dropWatcher(uint64_t id, kj::StringPtr why, bool expected) {
   if (it == watchers.end()) return;
   log->log(expected ? spdlog::level::info : spdlog::level::warn, "dropped watcher {} on '{}': {}",
            id, it->second.prefix, why.cStr());
+  queuedBytes -= it->second.queuedBytes + it->second.sendingBytes;
   watchers.erase(it);
 }
 
@@ -433,6 +490,8 @@ void RegistryTable::shutdown() {
   deadlines.clear();
   timerAt = nullptr;
   watchers.clear();
+  queuedBytes = 0;
+  trimQueued = false;
   endedJobs.clear();
   jobs.clear();
 }

@@ -77,6 +77,7 @@ public:
 
   size_t endpointCount() const { return entries.size(); }
   size_t watcherCount() const { return watchers.size(); }
+  size_t queuedEventBytes() const { return queuedBytes; }
 
 private:
   struct Entry {
@@ -91,6 +92,8 @@ private:
     schema::Watcher::Client client;
     std::deque<WatchEvent> queue;
     bool sending = false;
+    size_t queuedBytes = 0;   // of `queue`
+    size_t sendingBytes = 0;  // of the events() call not yet answered
   };
 
   // A job someone created or claimed.
@@ -121,6 +124,10 @@ private:
   void push(uint64_t id, Watcher& watcher, WatchEvent event);
   void send(uint64_t id, Watcher& watcher);
   void dropWatcher(uint64_t id, kj::StringPtr why, bool expected = false);
+  // Cuts off the watchers furthest behind until the queued bytes fit maxQueuedEventBytes.
+  void shedWatchers();
+  // Entries went: gives freed memory back to the system now and then (see erase()).
+  void trimLater();
 
   EventLoop& loop;
   const RegistryServerOptions options;
@@ -136,6 +143,10 @@ private:
 
   std::map<uint64_t, Watcher> watchers;
   uint64_t nextWatcherId = 1;
+  size_t queuedBytes = 0;  // over every watcher, queued and sending
+
+  uint64_t erasedSinceTrim = 0;
+  bool trimQueued = false;
 
   std::map<std::string, JobStatus, std::less<>> endedJobs;
   std::map<std::string, Job, std::less<>> jobs;  // created or claimed

@@ -5,7 +5,6 @@
 // so a timeout ends exactly when the test moves time past it. Memory is this process's resident
 // set, printed before and after, with the bound the test holds it to.
 
-#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -15,6 +14,7 @@
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/errors.h"
 #include "tests/support/registry_helpers.h"
+#include "tests/support/resident_memory.h"
 #include "tests/support/test_actors.h"
 
 namespace troupe {
@@ -23,16 +23,6 @@ namespace {
 using test::Echo;
 
 constexpr uint64_t MiB = uint64_t{1} << 20;
-
-// This process's resident memory in bytes (VmRSS in /proc/self/status).
-uint64_t residentBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  throw std::runtime_error("no VmRSS in /proc/self/status");
-}
 
 class ConnectionLimitsTest : public ::testing::Test {
 protected:
@@ -99,15 +89,15 @@ protected:
 TEST_F(ConnectionLimitsTest, ConnectionsPastTheBoundAreClosedAsTheyComeAndCostNothing) {
   start({.maxConnections = 100});
   kj::Vector<kj::Own<kj::AsyncIoStream>> held;
-  uint64_t before = residentBytes();
+  uint64_t before = test::residentBytes();
   for (int i = 0; i < 100; ++i) held.add(raw());
   ASSERT_TRUE(pollUntil([&]() { return server->connectionCount() == 100; }));
-  uint64_t within = residentBytes();
+  uint64_t within = test::residentBytes();
   for (int i = 0; i < 100; ++i) {
     auto refused = raw();
     EXPECT_TRUE(closedByServer(*refused)) << "connection " << 101 + i << " was kept";
   }
-  uint64_t past = residentBytes();
+  uint64_t past = test::residentBytes();
   EXPECT_EQ(server->connectionCount(), 100u);
   std::printf("100 idle connections: %llu KiB before, %llu KiB with them, %llu KiB after 100 "
               "more were refused\n",
@@ -187,7 +177,7 @@ TEST_F(ConnectionLimitsTest, MessagesStillArrivingHoldNoMoreThanTheBudget) {
   start({.maxIncompleteMessageBytes = 32 * MiB});
   auto chunk = kj::heapArray<kj::byte>(MiB);
   memset(chunk.begin(), 0, chunk.size());
-  uint64_t before = residentBytes();
+  uint64_t before = test::residentBytes();
   kj::Vector<kj::Own<kj::AsyncIoStream>> senders;
   kj::Vector<kj::Promise<void>> writes;
   for (int i = 0; i < 8; ++i) {
@@ -203,7 +193,7 @@ TEST_F(ConnectionLimitsTest, MessagesStillArrivingHoldNoMoreThanTheBudget) {
     return done == 2;
   }));
   for (int i = 0; i < 50; ++i) ws().poll();
-  uint64_t during = residentBytes();
+  uint64_t during = test::residentBytes();
   EXPECT_EQ(server->incompleteMessageBytes(), 32 * MiB);
   size_t finished = 0;
   for (auto& w : writes) finished += w.poll(ws());
@@ -220,7 +210,7 @@ TEST_F(ConnectionLimitsTest, MessagesStillArrivingHoldNoMoreThanTheBudget) {
   ASSERT_TRUE(pollUntil([&]() { return server->connectionCount() == 0; }));
   EXPECT_EQ(server->incompleteMessageBytes(), 0u);
   std::printf("after they went: %llu MiB\n",
-              static_cast<unsigned long long>(residentBytes() / MiB));
+              static_cast<unsigned long long>(test::residentBytes() / MiB));
   expectServing();
 }
 

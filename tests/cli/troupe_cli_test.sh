@@ -54,7 +54,8 @@ export TROUPE_TLS_KEY="$out/certs/node.key" TROUPE_TOKEN_FILE="$out/token"
 
 echo "== troupe registry"
 mkfifo "$out/registry.out"
-"$troupe" registry --listen tls://127.0.0.1:0 --log-level warn > "$out/registry.out" \
+"$troupe" registry --listen tls://127.0.0.1:0 --log-level warn --max-connections 256 \
+  --max-incomplete-bytes 67108864 --max-queued-event-bytes 16777216 > "$out/registry.out" \
   2> "$out/registry.err" &
 registry_pid=$!
 pids+=("$registry_pid")
@@ -152,6 +153,11 @@ grep -q "TLS peer's certificate is not trusted" <<< "$output" || fail "$output"
 expect_status 0 env -u TROUPE_TLS_CA -u TROUPE_TOKEN_FILE "$troupe" ls calc/ \
   --tls-ca "$out/certs/ca.pem" --token-file "$out/token"
 grep -q "^calc/calc-0 tls://" <<< "$output" || fail "ls with flags printed: $output"
+
+echo "== the registry's bounds take whole numbers"
+expect_status 2 "$troupe" registry --max-connections 0
+grep -q -- "--max-connections needs a whole number of at least 1, not '0'" <<< "$output" ||
+  fail "$output"
 
 echo "== listeners other machines may reach are refused without credentials"
 expect_status 1 env -u TROUPE_TOKEN_FILE "$troupe" registry --listen tcp://0.0.0.0:0

@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+
 #include <set>
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "troupe/actor/channel.h"
 #include "troupe/actor/errors.h"
 #include "tests/support/registry_helpers.h"
+#include "tests/support/resident_memory.h"
 
 namespace troupe {
 namespace {
@@ -459,6 +461,86 @@ TEST_F(RegistryServerTest, AWatcherWhoseCallFailsIsDroppedAndReleased) {
   EXPECT_EQ(server->watcherCount(), 0u);
   auto b = add(endpoint("job/b-0"));  // the registry carries on
   EXPECT_EQ(server->endpointCount(), 2u);
+}
+
+// A logger that writes nowhere, for tests that register thousands of endpoints.
+std::shared_ptr<spdlog::logger> quiet() { return std::make_shared<spdlog::logger>("quiet"); }
+
+// An endpoint carrying `bytes` of metadata, so that memory shows what entries and events hold.
+Endpoint heavy(std::string name, size_t bytes) {
+  auto e = endpoint(kj::mv(name));
+  e.metadata["blob"] = std::string(bytes, 'x');
+  return e;
+}
+
+TEST_F(RegistryServerTest, WatchersThatNeverReadHoldNoMoreThanTheTotalAndAReaderKeepsUp) {
+  constexpr size_t MiB = size_t{1} << 20;
+  server = kj::heap<RegistryServer>(
+      loop, RegistryServerOptions{.maxQueuedEventBytes = 4 * MiB, .logger = quiet()});
+  // Ten watchers that never answer after the first batch, and one that reads everything.
+  kj::Vector<schema::WatchHandle::Client> handles;
+  kj::Vector<RecordingWatcher::State*> stuck;
+  for (int i = 0; i < 10; ++i) {
+    auto& state = newState();
+    state.hold = true;
+    handles.add(watch("", state));
+    EXPECT_EQ(nextRecorded(loop, state), "SYNCED");
+    stuck.add(&state);
+  }
+  auto& reader = newState();
+  handles.add(watch("", reader));
+  EXPECT_EQ(nextRecorded(loop, reader), "SYNCED");
+
+  // 1000 entries of 4 KiB: unbounded, each stuck watcher would hold all 4 MiB of their events.
+  uint64_t before = test::residentBytes();
+  kj::Vector<schema::Lease::Client> leases;
+  size_t most = 0;
+  for (int i = 0; i < 1000; ++i) {
+    leases.add(add(heavy("job/a-" + std::to_string(i), 4096)));
+    most = std::max(most, server->queuedEventBytes());
+  }
+  for (int i = 0; i < 1000; ++i) {
+    auto event = nextRecorded(loop, reader);
+    ASSERT_EQ(event, "ADDED job/a-" + std::to_string(i) + " ready");
+  }
+  uint64_t after = test::residentBytes();
+  std::printf("10 watchers that never read, 1000 endpoints of 4 KiB: %llu KiB before, %llu KiB "
+              "after; at most %zu KiB of events queued\n",
+              static_cast<unsigned long long>(before >> 10),
+              static_cast<unsigned long long>(after >> 10), most >> 10);
+  EXPECT_LE(most, 4 * MiB + 8192);  // the bound, passed by one event at most before shedding
+  // The watchers furthest behind were cut off (their held calls keep their objects alive, so
+  // the registry's count tells); the reader kept up and stays.
+  EXPECT_LE(server->watcherCount(), 2u);
+  EXPECT_FALSE(reader.released);
+  auto probe = add(heavy("job/b-0", 16));
+  EXPECT_EQ(nextRecorded(loop, reader), "ADDED job/b-0 ready");
+  // Entries (4 MiB) and the bound (4 MiB), not ten watchers' 40 MiB.
+  EXPECT_LT(after - before, 24 * MiB);
+}
+
+TEST_F(RegistryServerTest, MemoryThatEntriesHeldIsGivenBackAfterTheyGo) {
+  server = kj::heap<RegistryServer>(loop, RegistryServerOptions{.logger = quiet()});
+  uint64_t before = test::residentBytes();
+  kj::Vector<schema::Lease::Client> leases;
+  for (int i = 0; i < 20000; ++i) leases.add(add(heavy("job/a-" + std::to_string(i), 2048)));
+  uint64_t full = test::residentBytes();
+  leases.clear();
+  ASSERT_TRUE(settle([&]() { return server->endpointCount() == 0; }));
+  // The leases' objects go over the next turns; malloc keeps what they all freed.
+  for (int i = 0; i < 100; ++i) loop.waitScope().poll();
+  uint64_t gone = test::residentBytes();
+  loop.advanceTime(1 * kj::SECONDS);  // the registry gives memory back a second after
+  loop.waitScope().poll();
+  uint64_t after = test::residentBytes();
+  std::printf("20000 endpoints of 2 KiB: %llu MiB before, %llu MiB with them, %llu MiB once "
+              "they went, %llu MiB a second later\n",
+              static_cast<unsigned long long>(before >> 20),
+              static_cast<unsigned long long>(full >> 20),
+              static_cast<unsigned long long>(gone >> 20),
+              static_cast<unsigned long long>(after >> 20));
+  EXPECT_LT(static_cast<int64_t>(after) - static_cast<int64_t>(before),
+            static_cast<int64_t>(full - before) / 4);
 }
 
 TEST_F(RegistryServerTest, DroppingTheWatchHandleEndsTheWatch) {

@@ -1,7 +1,9 @@
 // `troupe registry` (and the troupe-registry daemon): runs a RegistryServer in the foreground.
 //
 //   troupe registry [--listen ADDRESS]... [--default-ttl-ms N] [--max-endpoint-bytes N]
-//                   [--log-level LEVEL] [--insecure] [TLS and token flags]
+//                   [--max-connections N] [--max-incomplete-bytes N]
+//                   [--max-queued-event-bytes N] [--log-level LEVEL] [--insecure]
+//                   [TLS and token flags]
 //
 // ADDRESS is "tcp://HOST:PORT", "tls://HOST:PORT" (port 0 picks a free one) or "unix:PATH";
 // --listen may be given more than once. The default is tls://127.0.0.1:7700 with a TLS
@@ -54,6 +56,18 @@ public:
                           "ends in ?ttl_ms=N.")
         .addOptionWithArg({"max-endpoint-bytes"}, KJ_BIND_METHOD(*this, setMaxEndpointBytes),
                           "N", "The largest endpoint a registrant may publish, in bytes.")
+        .addOptionWithArg({"max-connections"}, KJ_BIND_METHOD(*this, setMaxConnections), "N",
+                          "Connections open at once (default 4096); one past it is closed as "
+                          "it comes.")
+        .addOptionWithArg({"max-incomplete-bytes"}, KJ_BIND_METHOD(*this, setMaxIncomplete),
+                          "N",
+                          "Bytes that messages still arriving may hold across connections "
+                          "(default 268435456); a message past it waits.")
+        .addOptionWithArg({"max-queued-event-bytes"},
+                          KJ_BIND_METHOD(*this, setMaxQueuedEventBytes), "N",
+                          "Bytes of watch events queued for all watchers together (default "
+                          "67108864); past it the watcher furthest behind is cut off, and "
+                          "subscribes again.")
         .addOptionWithArg({"log-level"}, KJ_BIND_METHOD(*this, setLogLevel), "LEVEL",
                           "trace, debug, info (the default), warn, error or off."), true)
         .build();
@@ -111,6 +125,23 @@ private:
 
   kj::MainBuilder::Validity setMaxEndpointBytes(kj::StringPtr text) {
     options.maxEndpointBytes = parseWhole("--max-endpoint-bytes", text, 1);
+    return true;
+  }
+
+  kj::MainBuilder::Validity setMaxConnections(kj::StringPtr text) {
+    auto n = parseWhole("--max-connections", text, 1);
+    if (n > UINT32_MAX) throw UsageError{"--max-connections is at most 4294967295"};
+    options.connections.maxConnections = static_cast<uint32_t>(n);
+    return true;
+  }
+
+  kj::MainBuilder::Validity setMaxIncomplete(kj::StringPtr text) {
+    options.connections.maxIncompleteMessageBytes = parseWhole("--max-incomplete-bytes", text, 1);
+    return true;
+  }
+
+  kj::MainBuilder::Validity setMaxQueuedEventBytes(kj::StringPtr text) {
+    options.maxQueuedEventBytes = parseWhole("--max-queued-event-bytes", text, 1);
     return true;
   }
 
