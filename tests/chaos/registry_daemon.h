@@ -1,0 +1,57 @@
+#pragma once
+// RegistryDaemon: the chaos test's troupe-registry, a child process that the test restarts on
+// the same loopback TCP address, so that every client finds it again by itself.
+
+#include <memory>
+#include <string>
+
+#include <kj/async.h>
+
+#include "troupe/actor/event_loop.h"
+#include "troupe/actor/random.h"
+#include "tests/support/registry_helpers.h"
+
+namespace troupe::chaos {
+
+// Owns the daemon's process (test::RegistryProcess) between restarts; destroying it kills and
+// reaps the process, also while a restart is under way (the restart's thread then does it).
+// Loop thread only.
+//
+// The port. A restart must find its port free, which a port the kernel hands out for port 0
+// does not promise: that range is also where outgoing connections take their local ports, and
+// the replicas keep connecting to this very port while the daemon is down (a connection to
+// itself, TCP's "self-connect", would hold it). So the daemon listens on a port below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range), tried at random until one is free:
+// as a unix socket path of their own does for the registry's other restart tests.
+class RegistryDaemon {
+public:
+  // Starts the daemon (blocking until it listens); `random` picks the ports tried. Throws when
+  // no port could be had after some tries.
+  RegistryDaemon(EventLoop& loop, Random& random);
+  ~RegistryDaemon() noexcept(false);
+  KJ_DISALLOW_COPY(RegistryDaemon);
+
+  // "registry://127.0.0.1:<port>", for TROUPE_RESOLVER and openResolver().
+  std::string url() const;
+
+  // True while restart() is under way.
+  bool restarting() const { return process.get() == nullptr; }
+
+  // Stops the daemon with `signal` (SIGTERM or SIGKILL), waits for it to exit and starts it
+  // again on the same address, on a thread of the loop's pool so that the loop runs on
+  // meanwhile. Resolves with the stopped daemon's wait status; rejects when it did not exit
+  // within test::PATIENCE or the new one did not listen (there is no daemon after that).
+  // Requires !restarting().
+  kj::Promise<int> restart(int signal);
+
+  // Stops the daemon with SIGTERM and returns its wait status (blocking, up to PATIENCE; -1 if
+  // it did not exit by then, and it is killed). Requires !restarting().
+  int stop();
+
+private:
+  EventLoop& loop;
+  std::string listen;  // "tcp://127.0.0.1:<port>"
+  kj::Own<test::RegistryProcess> process;
+};
+
+}  // namespace troupe::chaos
