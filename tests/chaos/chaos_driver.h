@@ -26,10 +26,12 @@ struct ChaosDriverOptions {
   kj::Duration maxGap = 2500 * kj::MILLISECONDS;
 
   // How long a frozen replica stays stopped, drawn uniformly between these. Defaults 0.2 s and
-  // 4 s: shorter than the registry's lease (10 s), so most come back before they are dropped,
-  // and longer than a call's deadline, so calls sent to them run out of time.
+  // 6 s: either side of the registry's lease (RegistryDaemon::LEASE_MS, 3 s), so that some
+  // frozen replicas are dropped from the group and come back when thawed while others stay, and
+  // either side of a call's deadline (3 s), so that calls sent to them run out of time or are
+  // answered late.
   kj::Duration minFreeze = 200 * kj::MILLISECONDS;
-  kj::Duration maxFreeze = 4 * kj::SECONDS;
+  kj::Duration maxFreeze = 6 * kj::SECONDS;
 
   // Most replicas frozen at once; a freeze past it kills instead. Default 2, half the job: some
   // members always answer, or will once they have restarted.

@@ -50,8 +50,8 @@ public:
   void checkLedger() {
     for (auto& [id, files] : ledger.runs) {
       if (recordOnceIds.count(id) == 0) {
-        violations.push_back("the ledger " + files[0] + " holds id " + std::to_string(id) +
-                             ", which no recordOnce call carried");
+        violations.push_back("the ledger " + ledger.files[files[0]] + " holds id " +
+                             std::to_string(id) + ", which no recordOnce call carried");
       }
     }
   }
@@ -80,7 +80,7 @@ private:
     size_t runs = it == ledger.runs.end() ? 0 : it->second.size();
     if (runs > 1) {
       std::string where;
-      for (auto& f : it->second) where += " " + f;
+      for (auto f : it->second) where += " " + ledger.files[f];
       fail(call, "ran " + std::to_string(runs) + " times, in" + where + " (" + outcomeOf(call) +
                      ")");
     }
@@ -145,7 +145,7 @@ Verdict judge(const std::vector<CallRecord>& calls, const LedgerContents& ledger
   verdict.counts.push_back(countsOf(CallKind::IDEMPOTENT, calls));
   verdict.counts.push_back(countsOf(CallKind::RECORD_ONCE, calls));
   verdict.counts.push_back("ledgers: " + std::to_string(ledger.runs.size()) + " call ids in " +
-                           std::to_string(ledger.files) + " files (" +
+                           std::to_string(ledger.files.size()) + " files (" +
                            std::to_string(judge.ranThoughFailed) +
                            " of them ran for calls that failed), " +
                            std::to_string(ledger.tornLines) + " torn lines");

@@ -52,7 +52,8 @@ LedgerContents readLedgers(const std::string& dir) {
   while (struct dirent* entry = ::readdir(d)) {
     std::string name = entry->d_name;
     if (name.rfind("ledger-", 0) != 0) continue;
-    ++out.files;
+    auto file = static_cast<uint32_t>(out.files.size());
+    out.files.push_back(name);
     std::string path = dir + "/" + name;
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;
@@ -66,7 +67,7 @@ LedgerContents readLedgers(const std::string& dir) {
         break;
       }
       KJ_IF_MAYBE(id, parseWholeNumber(kj::arrayPtr(all.data() + at, nl - at))) {
-        out.runs[*id].push_back(name);
+        out.runs[*id].push_back(file);
       } else {
         ++out.tornLines;
       }

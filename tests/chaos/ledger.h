@@ -35,9 +35,10 @@ private:
 
 // Every ledger in `dir`, read back.
 struct LedgerContents {
-  // Each call id, with the files (one per run) that hold it: one entry per time it ran.
-  std::map<uint64_t, std::vector<std::string>> runs;
-  size_t files = 0;
+  // The ledger files' names.
+  std::vector<std::string> files;
+  // Each call id, with the files that hold it (indexes into `files`): one entry per time it ran.
+  std::map<uint64_t, std::vector<uint32_t>> runs;
   // Lines that are not a whole call id ending in '\n' (a write torn by a kill, which never
   // answered its caller; reported, never counted as a run).
   size_t tornLines = 0;

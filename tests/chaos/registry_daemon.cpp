@@ -25,8 +25,12 @@ uint32_t ephemeralLow() {
   return low;
 }
 
-// The daemon's flags: quiet unless something is wrong, since it restarts many times.
-std::vector<std::string> daemonFlags() { return {"--log-level", "warn"}; }
+// The daemon's flags: quiet unless something is wrong, since it restarts many times, and a
+// lease of LEASE_MS for registrations that ask for none (the replicas'), so that a freeze longer
+// than that drops the frozen member and its thaw brings it back.
+std::vector<std::string> daemonFlags() {
+  return {"--log-level", "warn", "--default-ttl-ms", std::to_string(RegistryDaemon::LEASE_MS)};
+}
 
 // The daemon listening on `listen`, trying up to START_TRIES times: the port may be in use for
 // a moment after the daemon that held it died, until the kernel lets go of the sockets that

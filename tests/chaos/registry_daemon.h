@@ -31,6 +31,10 @@ public:
   ~RegistryDaemon() noexcept(false);
   KJ_DISALLOW_COPY(RegistryDaemon);
 
+  // The lease the daemon gives registrations that ask for none, in milliseconds (troupe
+  // registry --default-ttl-ms): a replica frozen longer leaves the registry until it is thawed.
+  static constexpr uint32_t LEASE_MS = 3000;
+
   // "registry://127.0.0.1:<port>", for TROUPE_RESOLVER and openResolver().
   std::string url() const;
 
