@@ -64,9 +64,9 @@ std::string describeWaitStatus(int status) {
   return "wait status " + std::to_string(status);
 }
 
-// Everything of one run, in the order it is built; torn down in reverse (the driver thaws what
-// it froze, the pool cancels its calls, the launcher kills its replicas, the registry goes),
-// also when an assertion fails.
+// Everything of one run but the load and the chaos, in the order it is built; torn down in
+// reverse, also when an assertion fails: the launcher kills what is left of its replicas, the
+// registry's process is killed, the directory of logs and ledgers goes.
 struct ChaosRun {
   explicit ChaosRun(const ChaosSettings& settings)
       : loop(EventLoopOptions{.randomSeed = settings.seed}),
@@ -104,6 +104,72 @@ struct ChaosRun {
   kj::Maybe<JobHandle> job;
 };
 
+// Once the chaos stopped and the driver thawed what it froze: the job comes back whole, and
+// calls succeed again.
+void expectRecovery(ChaosRun& run, ActorPool<Chaos>& pool) {
+  auto& loop = run.loop;
+  auto failed = kj::runCatchingExceptions([&]() {
+    test::await(loop, run.group->waitReady(REPLICAS, RECOVERY).ignoreResult(), RECOVERY * 2);
+    for (int i = 0; i < 8; ++i) {
+      test::await(loop, pool.call([](Chaos::Client c) { return c.idempotentOpRequest().send(); },
+                                  {.deadline = 5 * kj::SECONDS, .idempotent = true})
+                            .ignoreResult());
+    }
+  });
+  KJ_IF_MAYBE(e, failed) {
+    ADD_FAILURE() << "the job did not recover after the chaos: " << e->getDescription().cStr();
+  }
+}
+
+// Stops the job (every replica drains and exits 0) and then the registry (exit 0 on SIGTERM).
+// Only then are the ledgers complete: a replica thawed at the end may still run calls that were
+// queued while it was stopped.
+void stopEverything(ChaosRun& run, JobHandle& job, ActorPool<Chaos>& pool) {
+  test::await(run.loop, pool.drain());
+  run.launcherLog->markShutdown();
+  test::await(run.loop, job.terminate());
+  EXPECT_EQ(job.status(), JobPhase::STOPPED) << job.reason();
+  int status = run.registry.stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the registry " << describeWaitStatus(status) << " on SIGTERM";
+}
+
+std::string describeChaos(const ChaosCounts& counts, size_t starts, uint64_t seed) {
+  return std::to_string(counts.kills) + " kills, " + std::to_string(counts.freezes) +
+         " freezes, " + std::to_string(counts.registryTerms + counts.registryKills) +
+         " registry restarts (" + std::to_string(counts.registryTerms) + " after SIGTERM, " +
+         std::to_string(counts.registryKills) + " after SIGKILL), " +
+         std::to_string(counts.skipped) + " actions skipped; " + std::to_string(starts) +
+         " replica starts; seed " + std::to_string(seed);
+}
+
+// Fails the test for every broken rule (the first few calls named) and every process that
+// ended as it should not have.
+void expectVerdict(const Verdict& verdict, ChaosRun& run, const ChaosDriver& driver) {
+  constexpr size_t SHOWN = 20;
+  for (size_t i = 0; i < verdict.violations.size() && i < SHOWN; ++i) {
+    ADD_FAILURE() << verdict.violations[i];
+  }
+  EXPECT_EQ(verdict.violations.size(), 0u)
+      << "calls broke the rules (the first " << SHOWN << " are above)";
+  for (auto& problem : driver.problems()) ADD_FAILURE() << problem;
+  for (auto& exit : run.launcherLog->exits()) {
+    EXPECT_TRUE(allowedExit(exit, driver))
+        << "replica " << exit.index << " (pid " << exit.pid << ") " << exit.how
+        << (exit.duringShutdown ? " when the job was stopped" : " during the chaos");
+  }
+}
+
+// For a failed run: what the driver did, and the last words of the launcher and the replicas.
+void reportFailure(uint64_t seed, const ChaosDriver& driver, ChaosRun& run, JobHandle& job) {
+  report("seed " + std::to_string(seed) + " failed; what the driver did:");
+  for (auto& line : driver.history()) report("  " + line);
+  report("the launcher's last lines:");
+  for (auto& line : run.launcherLog->tail()) report("  " + line);
+  report("the replicas' last lines:");
+  for (auto& line : job.logs(20)) report("  " + line);
+}
+
 TEST(Chaos, CallsKeepTheirPromisesWhileReplicasDieAndFreezeAndTheRegistryRestarts) {
   auto settings = ChaosSettings::fromEnvironment();
   report("seed " + std::to_string(settings.seed) + " (replay: --seed " +
@@ -120,6 +186,11 @@ TEST(Chaos, CallsKeepTheirPromisesWhileReplicasDieAndFreezeAndTheRegistryRestart
   ReadinessLog readiness(*run.group);
   CallLoad load(loop, pool, run.loadRandom);
   ChaosDriver driver(loop, run.driverRandom, job, run.registry);
+  kj::UnwindDetector unwind;
+  KJ_DEFER(if (unwind.isUnwinding() || ::testing::Test::HasFailure()) {
+    // Also while an exception unwinds, so the report must not throw.
+    kj::runCatchingExceptions([&]() { reportFailure(settings.seed, driver, run, job); });
+  });
 
   auto until = loop.timer().now() + settings.chaosTime;
   auto both = kj::heapArrayBuilder<kj::Promise<void>>(2);
@@ -129,62 +200,13 @@ TEST(Chaos, CallsKeepTheirPromisesWhileReplicasDieAndFreezeAndTheRegistryRestart
                test::PATIENCE;
   test::await(loop, kj::joinPromises(both.finish()), limit);
 
-  // Everything is running again (the driver thawed what it froze), and the job comes back whole.
-  auto recovered = kj::runCatchingExceptions([&]() {
-    test::await(loop, run.group->waitReady(REPLICAS, RECOVERY).ignoreResult(), RECOVERY * 2);
-    for (int i = 0; i < 8; ++i) {
-      test::await(loop, pool.call([](Chaos::Client c) { return c.idempotentOpRequest().send(); },
-                                  {.deadline = 5 * kj::SECONDS, .idempotent = true})
-                            .ignoreResult());
-    }
-  });
-  KJ_IF_MAYBE(e, recovered) {
-    ADD_FAILURE() << "the job did not recover after the chaos: " << e->getDescription().cStr();
-  }
-
-  // Stop the job: every replica drains and exits 0. Only then are the ledgers complete: a
-  // replica thawed at the end may still run calls that were queued while it was stopped.
-  test::await(loop, pool.drain());
-  run.launcherLog->markShutdown();
-  test::await(loop, job.terminate());
-  EXPECT_EQ(job.status(), JobPhase::STOPPED) << job.reason();
-  int registryStatus = run.registry.stop();
-  EXPECT_TRUE(WIFEXITED(registryStatus) && WEXITSTATUS(registryStatus) == 0)
-      << "the registry " << describeWaitStatus(registryStatus) << " on SIGTERM";
-
+  expectRecovery(run, pool);
+  stopEverything(run, job, pool);
   auto verdict = judge(load.records(), readLedgers(run.ledgerDir), readiness,
                        load.options().deadline, MARGIN);
   for (auto& line : verdict.counts) report(line);
-  auto& counts = driver.counts();
-  report(std::to_string(counts.kills) + " kills, " + std::to_string(counts.freezes) +
-         " freezes, " + std::to_string(counts.registryTerms + counts.registryKills) +
-         " registry restarts (" + std::to_string(counts.registryTerms) + " after SIGTERM, " +
-         std::to_string(counts.registryKills) + " after SIGKILL), " +
-         std::to_string(counts.skipped) + " actions skipped; " +
-         std::to_string(run.launcherLog->starts()) + " replica starts; seed " +
-         std::to_string(settings.seed));
-
-  constexpr size_t SHOWN = 20;
-  for (size_t i = 0; i < verdict.violations.size() && i < SHOWN; ++i) {
-    ADD_FAILURE() << verdict.violations[i];
-  }
-  EXPECT_EQ(verdict.violations.size(), 0u) << "calls broke the rules (the first " << SHOWN
-                                           << " are above)";
-  for (auto& problem : driver.problems()) ADD_FAILURE() << problem;
-  for (auto& exit : run.launcherLog->exits()) {
-    EXPECT_TRUE(allowedExit(exit, driver))
-        << "replica " << exit.index << " (pid " << exit.pid << ") " << exit.how
-        << (exit.duringShutdown ? " when the job was stopped" : " during the chaos");
-  }
-
-  if (::testing::Test::HasFailure()) {
-    report("seed " + std::to_string(settings.seed) + " failed; what the driver did:");
-    for (auto& line : driver.history()) report("  " + line);
-    report("the launcher's last lines:");
-    for (auto& line : run.launcherLog->tail()) report("  " + line);
-    report("the replicas' last lines:");
-    for (auto& line : job.logs(20)) report("  " + line);
-  }
+  report(describeChaos(driver.counts(), run.launcherLog->starts(), settings.seed));
+  expectVerdict(verdict, run, driver);
 }
 
 }  // namespace
