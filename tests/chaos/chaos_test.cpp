@@ -74,7 +74,7 @@ struct ChaosRun {
         // the load happened to make.
         driverRandom(settings.seed),
         loadRandom(settings.seed ^ 0x9e3779b97f4a7c15u),
-        registry(loop, driverRandom),
+        registry(loop),
         launcherLog(std::make_shared<LauncherLog>("chaos")),
         launcher(loop, {.resolver = registry.url(),
                         .logDirectory = dir.path + "/logs",

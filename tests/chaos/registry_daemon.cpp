@@ -1,10 +1,8 @@
 #include "tests/chaos/registry_daemon.h"
 
 #include <signal.h>
-#include <string.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <stdexcept>
 
 #include <kj/debug.h>
@@ -16,15 +14,6 @@ namespace {
 // How many times a start (or restart) tries before it gives up.
 constexpr int START_TRIES = 20;
 
-// The lowest port the kernel hands out for port 0 and outgoing connections.
-uint32_t ephemeralLow() {
-  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-  uint32_t low = 0;
-  uint32_t high = 0;
-  if (!(in >> low >> high) || low <= 2048) return 32768;  // Linux's default
-  return low;
-}
-
 // The daemon's flags: quiet unless something is wrong, since it restarts many times, and a
 // lease of LEASE_MS for registrations that ask for none (the replicas'), so that a freeze longer
 // than that drops the frozen member and its thaw brings it back.
@@ -32,9 +21,8 @@ std::vector<std::string> daemonFlags() {
   return {"--log-level", "warn", "--default-ttl-ms", std::to_string(RegistryDaemon::LEASE_MS)};
 }
 
-// The daemon listening on `listen`, trying up to START_TRIES times: the port may be in use for
-// a moment after the daemon that held it died, until the kernel lets go of the sockets that
-// still name it.
+// The daemon listening on `listen`, trying up to START_TRIES times: a daemon that was killed
+// leaves its socket file, which the next one takes over only once nothing answers there.
 kj::Own<test::RegistryProcess> startOn(const std::string& listen) {
   for (int i = 1;; ++i) {
     try {
@@ -48,24 +36,13 @@ kj::Own<test::RegistryProcess> startOn(const std::string& listen) {
 
 }  // namespace
 
-RegistryDaemon::RegistryDaemon(EventLoop& loop, Random& random) : loop(loop) {
-  uint32_t low = ephemeralLow();
-  uint32_t base = low > 12000 ? 10000 : 1024;
-  for (int i = 1; process.get() == nullptr; ++i) {
-    auto port = base + random.below(low - base);
-    listen = "tcp://127.0.0.1:" + std::to_string(port);
-    try {
-      process = kj::heap<test::RegistryProcess>(listen, daemonFlags());
-    } catch (const std::exception&) {
-      if (i == START_TRIES) throw;  // every port tried was taken: something else is wrong
-    }
-  }
-}
+RegistryDaemon::RegistryDaemon(EventLoop& loop)
+    : loop(loop), socket("chaos"), listen("unix:" + socket.path), process(startOn(listen)) {}
 
 RegistryDaemon::~RegistryDaemon() noexcept(false) {}
 
 std::string RegistryDaemon::url() const {
-  return "registry://" + listen.substr(strlen("tcp://"));
+  return "registry+" + listen;
 }
 
 kj::Promise<int> RegistryDaemon::restart(int signal) {

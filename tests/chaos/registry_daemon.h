@@ -1,6 +1,6 @@
 #pragma once
 // RegistryDaemon: the chaos test's troupe-registry, a child process that the test restarts on
-// the same loopback TCP address, so that every client finds it again by itself.
+// the same unix socket, so that every client finds it again by itself.
 
 #include <memory>
 #include <string>
@@ -8,26 +8,18 @@
 #include <kj/async.h>
 
 #include "troupe/actor/event_loop.h"
-#include "troupe/actor/random.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe::chaos {
 
 // Owns the daemon's process (test::RegistryProcess) between restarts; destroying it kills and
 // reaps the process, also while a restart is under way (the restart's thread then does it).
-// Loop thread only.
-//
-// The port. A restart must find its port free, which a port the kernel hands out for port 0
-// does not promise: that range is also where outgoing connections take their local ports, and
-// the replicas keep connecting to this very port while the daemon is down (a connection to
-// itself, TCP's "self-connect", would hold it). So the daemon listens on a port below the
-// kernel's ephemeral range (net.ipv4.ip_local_port_range), tried at random until one is free:
-// as a unix socket path of their own does for the registry's other restart tests.
+// Loop thread only. A unix socket of the test's own, not a TCP port: a restart finds its path
+// free, where a port could meanwhile be taken (the replicas keep connecting while it is down).
 class RegistryDaemon {
 public:
-  // Starts the daemon (blocking until it listens); `random` picks the ports tried. Throws when
-  // no port could be had after some tries.
-  RegistryDaemon(EventLoop& loop, Random& random);
+  // Starts the daemon (blocking until it listens). Throws when it could not listen.
+  explicit RegistryDaemon(EventLoop& loop);
   ~RegistryDaemon() noexcept(false);
   KJ_DISALLOW_COPY(RegistryDaemon);
 
@@ -35,7 +27,7 @@ public:
   // registry --default-ttl-ms): a replica frozen longer leaves the registry until it is thawed.
   static constexpr uint32_t LEASE_MS = 3000;
 
-  // "registry://127.0.0.1:<port>", for TROUPE_RESOLVER and openResolver().
+  // "registry+unix:<path>", for TROUPE_RESOLVER and openResolver().
   std::string url() const;
 
   // True while restart() is under way.
@@ -54,7 +46,8 @@ public:
 
 private:
   EventLoop& loop;
-  std::string listen;  // "tcp://127.0.0.1:<port>"
+  test::TempSocket socket;
+  std::string listen;  // "unix:<path>"
   kj::Own<test::RegistryProcess> process;
 };
 
