@@ -92,6 +92,7 @@ kj::Promise<void> ActorRefBase::expiry(kj::Duration deadline) const {
 
 capnp::Capability::Client ActorRefBase::capability() {
   auto& s = *state;
+  s.channel->dropIfClosing();
   KJ_IF_MAYBE(actor, s.actor) {
     if (s.actorEpoch == s.channel->epoch()) return *actor;
   }

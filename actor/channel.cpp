@@ -46,7 +46,14 @@ Channel::~Channel() noexcept(false) {
   tasks = nullptr;
 }
 
+void Channel::dropIfClosing() {
+  KJ_IF_MAYBE(c, connection) {
+    if ((*c)->closing()) reset();
+  }
+}
+
 capnp::Capability::Client Channel::bootstrapCapability() {
+  dropIfClosing();
   KJ_IF_MAYBE(d, direct) {
     return *d;
   }

@@ -65,6 +65,12 @@ public:
   // (or from the server through it) is current while epoch() returns what it did then.
   uint64_t epoch() const { return epoch_; }
 
+  // Drops the connection if it is already going down (the peer aborted it, or it failed) though
+  // the channel has not seen it go yet: the calls that failed with it learn first, and one made
+  // right after them connects again instead of failing with the old connection's error. A new
+  // epoch follows.
+  void dropIfClosing();
+
   // Drops the current connection (calls in flight on it fail with DISCONNECTED).
   void disconnect();
 

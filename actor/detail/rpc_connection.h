@@ -28,6 +28,9 @@ public:
   // Resolves when the peer disconnects or the connection fails.
   kj::Promise<void> onDisconnect() { return network.onDisconnect(); }
 
+  // True once the connection is going down: no call sent now could reach the peer.
+  bool closing() const { return network.isShutDown(); }
+
   // Resolves once every message sent so far has been written, or writing failed. The
   // connection must outlive the promise.
   kj::Promise<void> whenWritten() { return network.whenWritten(); }

@@ -42,6 +42,10 @@ public:
   // Resolves once the RPC system has dropped the connection (the peer left, or it failed).
   kj::Promise<void> onDisconnect() { return disconnected.addBranch(); }
 
+  // True once Cap'n Proto shut the connection down (it failed, or the peer aborted it), which
+  // it does as it fails the calls in flight, before onDisconnect() resolves.
+  bool isShutDown() const { return shutDown; }
+
   // Resolves once every message sent so far has been written (BoundedMessageStream::whenWritten).
   kj::Promise<void> whenWritten() { return messages.whenWritten(); }
 

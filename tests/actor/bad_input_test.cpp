@@ -1,6 +1,8 @@
 // Bad input reaching a server: it gets a clear error on the side that caused it, and the server
 // keeps serving everyone else.
 
+#include <capnp/rpc.capnp.h>
+#include <capnp/serialize-async.h>
 #include <gtest/gtest.h>
 
 #include "tests/support/server_fixture.h"
@@ -130,6 +132,40 @@ TEST_F(BadInputTest, TheNextCallOnTheSameRefAfterAnOversizedOneConnectsAgain) {
                 })) {
       ADD_FAILURE() << "the call after the oversized one failed: " << e->getDescription().cStr();
     }
+  }
+}
+
+// What a server that aborts a connection sends (Cap'n Proto's Abort): here at once, with the
+// socket left open, so the client learns of the end from the message alone.
+kj::Promise<void> sendAbort(kj::AsyncIoStream& stream) {
+  auto message = kj::heap<capnp::MallocMessageBuilder>();
+  auto abort = message->initRoot<capnp::rpc::Message>().initAbort();
+  abort.setType(capnp::rpc::Exception::Type::FAILED);
+  abort.setReason("troupe.message_too_large: closing the connection");
+  auto& built = *message;
+  return capnp::writeMessage(stream, built).attach(kj::mv(message));
+}
+
+TEST_F(BadInputTest, ACallRightAfterThePeerAbortedTheConnectionConnectsAgain) {
+  // The stale error after an oversized message: the server's Abort fails the calls in flight
+  // before the channel has seen the connection go, and the next call must not be sent over it.
+  auto listener = loop.network().parseAddress("127.0.0.1", 0).wait(ws())->listen();
+  kj::Vector<kj::Own<kj::AsyncIoStream>> accepted;
+  kj::Function<kj::Promise<void>()> serve = [&]() {
+    return listener->accept().then([&](kj::Own<kj::AsyncIoStream> stream) {
+      auto& s = *stream;
+      accepted.add(kj::mv(stream));
+      return sendAbort(s).then([&]() { return serve(); });
+    });
+  };
+  auto serving = serve().eagerlyEvaluate(nullptr);
+  auto echo = ActorRef<Echo>::connect(
+      loop, kj::str("tcp://127.0.0.1:", listener->getPort()).cStr(), "echo");
+  for (size_t call = 1; call <= 3; ++call) {
+    auto e = kj::runCatchingExceptions([&]() { echoBytes(echo, 100).wait(ws()); });
+    ASSERT_NE(e, nullptr) << "a call to a server that aborts every connection succeeded";
+    EXPECT_EQ(accepted.size(), call)
+        << "call " << call << " was sent over the connection the peer had aborted";
   }
 }
 
