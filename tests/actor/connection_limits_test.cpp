@@ -178,6 +178,7 @@ TEST_F(ConnectionLimitsTest, MessagesStillArrivingHoldNoMoreThanTheBudget) {
   auto chunk = kj::heapArray<kj::byte>(MiB);
   memset(chunk.begin(), 0, chunk.size());
   uint64_t before = test::residentBytes();
+  uint64_t virtualBefore = test::virtualBytes();
   kj::Vector<kj::Own<kj::AsyncIoStream>> senders;
   kj::Vector<kj::Promise<void>> writes;
   for (int i = 0; i < 8; ++i) {
@@ -194,15 +195,22 @@ TEST_F(ConnectionLimitsTest, MessagesStillArrivingHoldNoMoreThanTheBudget) {
   }));
   for (int i = 0; i < 50; ++i) ws().poll();
   uint64_t during = test::residentBytes();
+  uint64_t virtualDuring = test::virtualBytes();
   EXPECT_EQ(server->incompleteMessageBytes(), 32 * MiB);
   size_t finished = 0;
   for (auto& w : writes) finished += w.poll(ws());
   EXPECT_EQ(finished, 2u) << "a sender past the budget was read";
-  std::printf("8 senders of 12 MiB each: %llu MiB before, %llu MiB while they send\n",
+  std::printf("8 senders of 12 MiB each: %llu MiB resident before, %llu MiB while they send; "
+              "%llu MiB virtual before, %llu MiB while they send\n",
               static_cast<unsigned long long>(before / MiB),
-              static_cast<unsigned long long>(during / MiB));
+              static_cast<unsigned long long>(during / MiB),
+              static_cast<unsigned long long>(virtualBefore / MiB),
+              static_cast<unsigned long long>(virtualDuring / MiB));
   // The two being read hold 24 MiB they have sent; the rest is socket buffers and the chunk.
   EXPECT_LT(during - before, 56 * MiB);
+  // Allocated: the two messages' 32 MiB, not eight's 128 MiB.
+  EXPECT_LT(static_cast<int64_t>(virtualDuring) - static_cast<int64_t>(virtualBefore),
+            static_cast<int64_t>(64 * MiB));
 
   // The senders go, mid-message: every byte comes back, and the server serves.
   writes.clear();

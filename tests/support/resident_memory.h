@@ -8,14 +8,20 @@
 
 namespace troupe::test {
 
-// Resident bytes now (VmRSS in /proc/self/status).
-inline uint64_t residentBytes() {
+// The bytes /proc/self/status gives for `field` ("VmRSS:", "VmSize:").
+inline uint64_t statusBytes(const std::string& field) {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) * 1024;
   }
-  throw std::runtime_error("no VmRSS in /proc/self/status");
+  throw std::runtime_error("no " + field + " in /proc/self/status");
 }
+
+// Resident bytes now.
+inline uint64_t residentBytes() { return statusBytes("VmRSS:"); }
+
+// Virtual bytes now: what was allocated, touched or not.
+inline uint64_t virtualBytes() { return statusBytes("VmSize:"); }
 
 }  // namespace troupe::test
