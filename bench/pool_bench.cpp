@@ -80,12 +80,12 @@ void BM_ActorRef_Call(benchmark::State& state) {
   report(state, samples);
 }
 
-void BM_Pool_Call(benchmark::State& state) {
+void poolCall(benchmark::State& state, troupe::ActorPoolOptions options) {
   troupe::EventLoop loop;
   auto resolver = resolverFor("one", 1);
   troupe::ActorGroup<BenchEcho> group(loop, *resolver, "one", "echo");
   group.waitReady(1, 10 * kj::SECONDS).wait(loop.waitScope());
-  troupe::ActorPool<BenchEcho> pool(group);
+  troupe::ActorPool<BenchEcho> pool(group, options);
   for (int i = 0; i < 200; ++i) pool.call(echo64).wait(loop.waitScope());
   std::vector<double> samples;
   for (auto _ : state) {
@@ -94,6 +94,13 @@ void BM_Pool_Call(benchmark::State& state) {
     samples.push_back(micros(Clock::now() - start));
   }
   report(state, samples);
+}
+
+void BM_Pool_Call(benchmark::State& state) { poolCall(state, {}); }
+
+// The same without the liveness probe each attempt carries (ActorPoolOptions::probeAfter).
+void BM_Pool_Call_NoProbe(benchmark::State& state) {
+  poolCall(state, {.probeAfter = 0 * kj::SECONDS});
 }
 
 // Broadcast to N members; also reports the slowest member's single-call p50, measured first.
@@ -211,6 +218,7 @@ void BM_WaitReady32_Registry(benchmark::State& state) {
 
 BENCHMARK(BM_ActorRef_Call)->UseRealTime();
 BENCHMARK(BM_Pool_Call)->UseRealTime();
+BENCHMARK(BM_Pool_Call_NoProbe)->UseRealTime();
 BENCHMARK(BM_Broadcast)->Arg(4)->Arg(16)->Arg(64)->UseRealTime();
 BENCHMARK(BM_WaitReady32)->UseRealTime();
 BENCHMARK(BM_WaitReady32_Registry)->UseRealTime()->Iterations(200);

@@ -34,9 +34,16 @@ kj::Own<const GroupMember> share(const GroupMember& member) {
 }  // namespace
 
 MemberHealth::MemberHealth(EventLoop& loop, const ActorPoolOptions& options)
-    : loop(loop), options(options) {}
+    : loop(loop),
+      options(options),
+      probes(kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this))) {}
 
-MemberHealth::~MemberHealth() noexcept(false) {}
+MemberHealth::~MemberHealth() noexcept(false) {
+  // The probes refer to the records and to this; the attempts watched are gone (the pool ended
+  // them first).
+  probes = nullptr;
+  sweeping = nullptr;
+}
 
 MemberHealth::Record& MemberHealth::recordFor(const GroupMember& member) {
   auto& endpoint = member.endpoint;
@@ -171,36 +178,116 @@ kj::Exception MemberHealth::abandoned(const GroupMember& member, kj::StringPtr w
                            ") was given up: ", why, "; it may have run"));
 }
 
-kj::Promise<void> MemberHealth::probeWhileWaiting(const GroupMember& member) {
-  auto m = share(member);
-  return loop.timer()
-      .afterDelay(options.probeAfter)
-      .then([this, &member = *m]() { return probe(member); })
-      .then([this, m = kj::mv(m)](bool answered) mutable -> kj::Promise<void> {
-        if (answered) return probeWhileWaiting(*m);
-        return abandoned(*m, kj::str("it is unresponsive (no answer to a ping within ",
-                                     millis(options.probeTimeout), " ms)"));
-      });
+// ------------------------------------------------------------------------------------------------
+// Attempts waiting
+
+MemberHealth::Waiter::Waiter(kj::PromiseFulfiller<void>& fulfiller, MemberHealth& health,
+                             const GroupMember& member, bool idempotent)
+    : health(health),
+      member(share(member)),
+      idempotent(idempotent),
+      since(health.loop.timer().now()),
+      checkFrom(since),
+      fulfiller(fulfiller) {
+  health.waiting.add(*this);
+  auto& o = health.options;
+  if (o.probeAfter > 0 * kj::SECONDS) health.sweepBy(since + o.probeAfter);
+  if (idempotent && o.attemptTimeout > 0 * kj::SECONDS) health.sweepBy(since + o.attemptTimeout);
+}
+
+MemberHealth::Waiter::~Waiter() noexcept(false) {
+  if (link.isLinked()) health.waiting.remove(*this);
+}
+
+void MemberHealth::Waiter::abandon(kj::Exception&& why) {
+  if (link.isLinked()) health.waiting.remove(*this);
+  fulfiller.reject(kj::mv(why));
+}
+
+void MemberHealth::sweepBy(kj::TimePoint due) {
+  KJ_IF_MAYBE(at, sweepAt) {
+    if (*at <= due) return;
+  }
+  sweepAt = due;
+  sweeping = loop.timer().atTime(due).then([this]() {
+    sweepAt = nullptr;
+    sweep();
+  }).eagerlyEvaluate(nullptr);
+}
+
+void MemberHealth::sweep() {
+  auto now = loop.timer().now();
+  auto& o = options;
+  bool probing = o.probeAfter > 0 * kj::SECONDS;
+  bool timing = o.attemptTimeout > 0 * kj::SECONDS;
+  kj::Vector<Waiter*> late;     // past the attempt timeout
+  kj::Vector<Waiter*> toProbe;  // one per member, due a probe
+  kj::Maybe<kj::TimePoint> next;
+  auto nextBy = [&](kj::TimePoint t) {
+    KJ_IF_MAYBE(n, next) {
+      if (*n <= t) return;
+    }
+    next = t;
+  };
+  for (auto& w : waiting) {
+    if (w.idempotent && timing) {
+      if (now >= w.since + o.attemptTimeout) {
+        late.add(&w);
+        continue;
+      }
+      nextBy(w.since + o.attemptTimeout);
+    }
+    if (!probing) continue;
+    if (now >= w.checkFrom + o.probeAfter) {
+      bool listed = false;
+      for (auto* p : toProbe) listed = listed || p->member->endpoint.name == w.member->endpoint.name;
+      if (!listed) toProbe.add(&w);
+      // Until the probe answers, it says nothing new about this attempt.
+      w.checkFrom = now + o.probeTimeout;
+    }
+    nextBy(w.checkFrom + o.probeAfter);
+  }
+  for (auto* w : late) {
+    w->abandon(abandoned(*w->member, kj::str("no answer within the attempt timeout of ",
+                                             millis(o.attemptTimeout), " ms")));
+  }
+  for (auto* w : toProbe) {
+    probes->add(probe(*w->member).then([this, m = share(*w->member)](bool answered) {
+      probed(*m, answered);
+    }));
+  }
+  KJ_IF_MAYBE(n, next) {
+    sweepBy(*n);
+  }
+}
+
+void MemberHealth::probed(const GroupMember& member, bool answered) {
+  auto now = loop.timer().now();
+  auto& e = member.endpoint;
+  kj::Vector<Waiter*> giveUp;
+  for (auto& w : waiting) {
+    auto& we = w.member->endpoint;
+    if (we.name != e.name || we.incarnation != e.incarnation) continue;
+    if (answered || !w.idempotent) {
+      // Alive (or it must wait anyway): probe again probeAfter from now while it waits.
+      w.checkFrom = now;
+      sweepBy(now + options.probeAfter);
+    } else {
+      giveUp.add(&w);
+    }
+  }
+  for (auto* w : giveUp) {
+    w->abandon(abandoned(*w->member, kj::str("it is unresponsive (no answer to a ping within ",
+                                             millis(options.probeTimeout), " ms)")));
+  }
+}
+
+void MemberHealth::taskFailed(kj::Exception&& exception) {
+  loop.logger()->debug("probing a pool member: {}", exception.getDescription().cStr());
 }
 
 kj::Promise<void> MemberHealth::watch(const GroupMember& member, bool idempotent) {
-  kj::Promise<void> result = kj::NEVER_DONE;
-  if (idempotent && options.attemptTimeout > 0 * kj::SECONDS) {
-    result = loop.timer().afterDelay(options.attemptTimeout).then(
-        [this, m = share(member)]() -> kj::Promise<void> {
-          return abandoned(*m, kj::str("no answer within the attempt timeout of ",
-                                       millis(options.attemptTimeout), " ms"));
-        });
-  }
-  if (options.probeAfter > 0 * kj::SECONDS) {
-    auto probing = probeWhileWaiting(member);
-    if (!idempotent) {
-      // It must not be sent again; only new calls learn to avoid the member.
-      probing = probing.catch_([](kj::Exception&&) -> kj::Promise<void> { return kj::NEVER_DONE; });
-    }
-    result = result.exclusiveJoin(kj::mv(probing));
-  }
-  return result;
+  return kj::newAdaptedPromise<void, Waiter>(*this, member, idempotent);
 }
 
 }  // namespace troupe::pool_detail

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <kj/async.h>
+#include <kj/list.h>
 
 #include "troupe/actor/change_signal.h"
 #include "troupe/pool/actor_group.h"
@@ -17,7 +18,7 @@ namespace troupe::pool_detail {
 
 // Loop thread only. Keyed by member name; a record for an older incarnation of a name is
 // forgotten when the new one shows up, since a restarted process owes nothing to the old one.
-class MemberHealth {
+class MemberHealth final : private kj::TaskSet::ErrorHandler {
 public:
   MemberHealth(EventLoop& loop, const ActorPoolOptions& options);
   ~MemberHealth() noexcept(false);
@@ -36,9 +37,10 @@ public:
 
   // Watches an attempt on `member` that has just been sent. Rejects with DEADLINE_EXCEEDED (the
   // attempt may have run) when the attempt should be given up: past the attempt timeout, or once
-  // the member is found unresponsive (a probe went unanswered, or it was ejected) while the
-  // attempt waits; for an attempt that is not `idempotent` it never rejects, but it still probes
-  // the member so that new calls avoid it. Never resolves. Drop it when the attempt ends.
+  // a probe of the member went unanswered while the attempt waited; for an attempt that is not
+  // `idempotent` it never rejects, but it still has the member probed, so that new calls avoid
+  // it. Never resolves. Drop it when the attempt ends. Costs no timer of its own: one timer per
+  // pool goes off when the oldest attempt waiting is due (see sweep()).
   kj::Promise<void> watch(const GroupMember& member, bool idempotent);
 
   // Whether the member named `name` is ejected now.
@@ -46,6 +48,28 @@ public:
 
   // Whether watch() does anything at all (a probe or an attempt timeout is configured).
   bool watches(bool idempotent) const;
+
+  // One attempt watched: the adapter of the promise watch() returns, listed while it waits.
+  class Waiter {
+  public:
+    Waiter(kj::PromiseFulfiller<void>& fulfiller, MemberHealth& health, const GroupMember& member,
+           bool idempotent);
+    ~Waiter() noexcept(false);
+    KJ_DISALLOW_COPY(Waiter);
+
+    // Gives the attempt up with `why`; it is no longer listed.
+    void abandon(kj::Exception&& why);
+
+    MemberHealth& health;
+    const kj::Own<const GroupMember> member;
+    const bool idempotent;
+    const kj::TimePoint since;  // sent then
+    kj::TimePoint checkFrom;    // the next probe is due probeAfter after this
+    kj::ListLink<Waiter> link;
+
+  private:
+    kj::PromiseFulfiller<void>& fulfiller;
+  };
 
 private:
   struct Record;
@@ -55,13 +79,24 @@ private:
   // the probe timeout. An unanswered ping ejects the member.
   kj::Promise<bool> probe(const GroupMember& member);
   void eject(Record& record, const GroupMember& member, kj::StringPtr why);
-  // Rejects when `member` is found unresponsive; re-probes every probeAfter while it answers.
-  kj::Promise<void> probeWhileWaiting(const GroupMember& member);
   kj::Exception abandoned(const GroupMember& member, kj::StringPtr why) const;
+
+  // The attempts waiting: times them out, probes their members, and arms itself again for the
+  // next one due.
+  void sweep();
+  // Has sweep() run by `due`, at the latest.
+  void sweepBy(kj::TimePoint due);
+  // A probe of `member` made for the attempts waiting on it answered (or not).
+  void probed(const GroupMember& member, bool answered);
+  void taskFailed(kj::Exception&& exception) override;
 
   EventLoop& loop;
   const ActorPoolOptions& options;
   std::map<std::string, Record, std::less<>> records;
+  kj::List<Waiter, &Waiter::link> waiting;  // oldest first
+  kj::Maybe<kj::TimePoint> sweepAt;
+  kj::Promise<void> sweeping = nullptr;
+  kj::Own<kj::TaskSet> probes;  // the probes sweep() made
 };
 
 }  // namespace troupe::pool_detail
