@@ -209,13 +209,22 @@ void MemberHealth::sweepBy(kj::TimePoint due) {
     if (*at <= due) return;
   }
   sweepAt = due;
-  sweeping = loop.timer().atTime(due).then([this]() {
-    sweepAt = nullptr;
-    sweep();
-  }).eagerlyEvaluate(nullptr);
+  sweeping = sweepsFrom(due).eagerlyEvaluate(nullptr);
 }
 
-void MemberHealth::sweep() {
+kj::Promise<void> MemberHealth::sweepsFrom(kj::TimePoint due) {
+  // Chained rather than re-armed from inside: a promise must not be replaced by its own
+  // continuation.
+  return loop.timer().atTime(due).then([this]() -> kj::Promise<void> {
+    sweepAt = sweep();
+    KJ_IF_MAYBE(next, sweepAt) {
+      return sweepsFrom(*next);
+    }
+    return kj::READY_NOW;
+  });
+}
+
+kj::Maybe<kj::TimePoint> MemberHealth::sweep() {
   auto now = loop.timer().now();
   auto& o = options;
   bool probing = o.probeAfter > 0 * kj::SECONDS;
@@ -256,9 +265,7 @@ void MemberHealth::sweep() {
       probed(*m, answered);
     }));
   }
-  KJ_IF_MAYBE(n, next) {
-    sweepBy(*n);
-  }
+  return next;
 }
 
 void MemberHealth::probed(const GroupMember& member, bool answered) {

@@ -81,11 +81,13 @@ private:
   void eject(Record& record, const GroupMember& member, kj::StringPtr why);
   kj::Exception abandoned(const GroupMember& member, kj::StringPtr why) const;
 
-  // The attempts waiting: times them out, probes their members, and arms itself again for the
-  // next one due.
-  void sweep();
+  // The attempts waiting: times them out and probes their members. Returns when the next of
+  // them is due, if any waits.
+  kj::Maybe<kj::TimePoint> sweep();
   // Has sweep() run by `due`, at the latest.
   void sweepBy(kj::TimePoint due);
+  // Sweeps at `due` and then whenever the next attempt is due, while any waits.
+  kj::Promise<void> sweepsFrom(kj::TimePoint due);
   // A probe of `member` made for the attempts waiting on it answered (or not).
   void probed(const GroupMember& member, bool answered);
   void taskFailed(kj::Exception&& exception) override;
