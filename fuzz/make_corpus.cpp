@@ -156,6 +156,29 @@ void actorServerSeeds(Corpus& corpus) {
                      }),
                  ws);
        }},
+      // Results that do not fit an Int64, which the test calculator once did not refuse.
+      {"calc_add_overflow",
+       [&](Channel& ch) {
+         refused(actor<test::ScientificCalculator>(ch, "calc").call(
+                     [](test::ScientificCalculator::Client c) {
+                       auto q = c.addRequest();
+                       q.setA(INT64_MAX);
+                       q.setB(1);
+                       return q.send();
+                     }),
+                 ws);
+       }},
+      {"calc_divide_overflow",
+       [&](Channel& ch) {
+         refused(actor<test::ScientificCalculator>(ch, "calc").call(
+                     [](test::ScientificCalculator::Client c) {
+                       auto q = c.divideRequest();
+                       q.setA(INT64_MIN);
+                       q.setB(-1);
+                       return q.send();
+                     }),
+                 ws);
+       }},
       {"calc_sqrt",
        [&](Channel& ch) {
          actor<test::ScientificCalculator>(ch, "calc")
