@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config file
   capnproto libcapnp-dev libuv1-dev libspdlog-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libfuzzer-14-dev
   "$@"
 )
 
