@@ -9,9 +9,7 @@
 // input that much memory, and the limit's code is the same) and no cluster token, so that an
 // input reaches the actors once it authenticates with any token.
 
-#include <memory>
-
-#include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_support.h"
 #include "fuzz/raw_peer.h"
 #include "tests/support/test_actors.h"
 #include "troupe/actor/actor_ref.h"
@@ -23,19 +21,15 @@ namespace {
 
 constexpr uint64_t MAX_MESSAGE_BYTES = 1 << 20;
 
-// How often a check goes over a new connection rather than the one kept for checks: a server
-// could go on answering calls on an old connection after it stopped accepting new ones.
+// How often the check goes over a new connection rather than the one kept for checks: a server
+// could go on answering on an old connection while new ones fail past accepting (authenticating,
+// finding the actor).
 constexpr uint64_t FRESH_CHECK_EVERY = 64;
-
-std::shared_ptr<Credentials> noToken() {
-  // Stated rather than left to the environment (TROUPE_TOKEN would change what inputs reach).
-  return std::make_shared<Credentials>(CredentialsOptions{});
-}
 
 EventLoopOptions loopOptions() {
   EventLoopOptions options;
   options.randomSeed = 1;
-  options.credentials = noToken();
+  options.credentials = noCredentials();
   return options;
 }
 

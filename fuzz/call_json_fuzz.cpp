@@ -12,7 +12,7 @@
 #include <kj/async.h>
 
 #include "call_params.capnp.h"
-#include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_support.h"
 #include "tools/troupe/call_json.h"
 #include "tools/troupe/dynamic_actor.h"
 #include "troupe/actor/errors.h"

@@ -15,7 +15,7 @@
 #include <kj/async.h>
 #include <kj/vector.h>
 
-#include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_support.h"
 #include "troupe/actor/detail/message_stream.h"
 #include "troupe/actor/errors.h"
 

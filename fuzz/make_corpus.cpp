@@ -395,10 +395,12 @@ void parseSeeds(Corpus& corpus) {
       {"url_registry_tls", "3registry+tls://[::1]"},
       {"url_registry_unix", "3registry+unix:/tmp/registry.sock"},
       {"url_fixed", "3fixed:job/a-0=tcp://h:1, job/b-1 = unix:/x"},
-      {"fixed_file", "4job/a-0 tcp://127.0.0.1:1 ready zone=a # here\n\njob/a-1 unix:/s draining\r\n"},
+      {"fixed_file",
+       "4job/a-0 tcp://127.0.0.1:1 ready zone=a # here\n\njob/a-1 unix:/s draining\r\n"},
       {"prefix", "5job/a-"},
       {"environment", "6TROUPE_JOB_ID=job\nTROUPE_TASK_INDEX=2\nTROUPE_NUM_TASKS=4\n"},
-      {"environment_slurm", "6SLURM_JOB_ID=12\nSLURM_PROCID=1\nSLURM_NTASKS=2\nJOB_COMPLETION_INDEX=5\n"},
+      {"environment_slurm",
+       "6SLURM_JOB_ID=12\nSLURM_PROCID=1\nSLURM_NTASKS=2\nJOB_COMPLETION_INDEX=5\n"},
   };
   for (auto& seed : seeds) corpus.write("parse", seed[0], seed[1]);
 }
@@ -406,11 +408,14 @@ void parseSeeds(Corpus& corpus) {
 // Inputs for call_json_fuzz.cpp: a method of call_params.capnp, a newline, its JSON.
 void callJsonSeeds(Corpus& corpus) {
   kj::StringPtr seeds[][2] = {
-      {"scalars", "scalars\n{\"b\":true,\"i8\":-128,\"u16\":65535,\"i64\":\"-9223372036854775808\","
-                  "\"u64\":\"18446744073709551615\",\"f32\":1.5e3,\"f64\":\"NaN\"}"},
-      {"texts", "texts\n{\"text\":\"h\\u00e9\\n\",\"data\":\"aGk-_w\",\"color\":\"blue\",\"nothing\":null}"},
-      {"lists", "lists\n{\"ints\":[1,\"2\"],\"floats\":[0.5],\"bools\":[true,false],\"texts\":[\"a\"],"
-                "\"blobs\":[\"AA==\"],\"points\":[{\"x\":1,\"label\":\"p\"}],\"nested\":[[1,2],[]],"
+      {"scalars",
+       "scalars\n{\"b\":true,\"i8\":-128,\"u16\":65535,\"i64\":\"-9223372036854775808\","
+       "\"u64\":\"18446744073709551615\",\"f32\":1.5e3,\"f64\":\"NaN\"}"},
+      {"texts",
+       "texts\n{\"text\":\"h\\u00e9\\n\",\"data\":\"aGk-_w\",\"color\":\"blue\",\"nothing\":null}"},
+      {"lists",
+       "lists\n{\"ints\":[1,\"2\"],\"floats\":[0.5],\"bools\":[true,false],\"texts\":[\"a\"],"
+       "\"blobs\":[\"AA==\"],\"points\":[{\"x\":1,\"label\":\"p\"}],\"nested\":[[1,2],[]],"
                 "\"colors\":[\"red\"],\"voids\":[null]}"},
       {"structs", "structs\n{\"point\":{\"x\":-1,\"y\":2},\"shape\":{\"square\":{\"x\":1}},"
                   "\"shapes\":[{\"circle\":2,\"tags\":[\"t\"]},{\"none\":null}]}"},

@@ -19,7 +19,7 @@
 #include <map>
 #include <string>
 
-#include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_support.h"
 #include "troupe/actor/address.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/errors.h"
@@ -93,7 +93,7 @@ void numbers(kj::ArrayPtr<const char> text) {
 EventLoop& loop() {
   // Never destroyed: see actor_server_fuzz.cpp.
   static auto& loop = *new EventLoop(
-      {.randomSeed = uint64_t{1}, .credentials = std::make_shared<Credentials>(CredentialsOptions{})});
+      {.randomSeed = uint64_t{1}, .credentials = noCredentials()});
   return loop;
 }
 

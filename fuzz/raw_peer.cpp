@@ -5,7 +5,7 @@
 
 #include <kj/debug.h>
 
-#include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_support.h"
 #include "troupe/actor/address.h"
 
 namespace troupe::fuzz {
@@ -32,10 +32,9 @@ kj::Array<kj::byte> exchangeRaw(EventLoop& loop, kj::NetworkAddress& server,
   auto done = server.connect().then([bytes](kj::Own<kj::AsyncIoStream> stream) {
     return exchange(kj::mv(stream), bytes);
   });
+  auto bounded = loop.timer().timeoutAfter(CLOSE_TIMEOUT, kj::mv(done));
   kj::Array<kj::byte> answer;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                answer = loop.timer().timeoutAfter(CLOSE_TIMEOUT, kj::mv(done)).wait(loop.waitScope());
-              })) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { answer = bounded.wait(loop.waitScope()); })) {
     fprintf(stderr, "fuzz: %s\n", e->getDescription().cStr());
     check(false, "the server did not take a connection, or kept it open after its peer was done");
   }

@@ -9,9 +9,7 @@
 // (createJob, setJobStatus) stays from one input to the next, as it would in a registry that
 // serves many clients.
 
-#include <memory>
-
-#include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_support.h"
 #include "fuzz/raw_peer.h"
 #include "troupe/actor/channel.h"
 #include "troupe/resolver/registry_server.h"
@@ -25,18 +23,13 @@ constexpr uint64_t MAX_MESSAGE_BYTES = 1 << 20;
 // and watchers after the connection's end reached the peer.
 constexpr int RELEASE_TURNS = 1000;
 
-std::shared_ptr<Credentials> noToken() {
-  return std::make_shared<Credentials>(CredentialsOptions{});
-}
-
 // Never destroyed: see actor_server_fuzz.cpp.
 struct Target {
-  EventLoop loop{{.randomSeed = uint64_t{1}, .credentials = noToken()}};
-  RegistryServer registry{loop, {.maxMessageBytes = MAX_MESSAGE_BYTES, .credentials = noToken()}};
+  EventLoop loop{{.randomSeed = uint64_t{1}, .credentials = noCredentials()}};
+  RegistryServer registry{loop, {.maxMessageBytes = MAX_MESSAGE_BYTES}};
   std::string address = registry.listen(privateSocketAddress());
   kj::Own<kj::NetworkAddress> raw = rawAddress(loop, address);
-  kj::Own<Channel> checker =
-      Channel::open(loop, address, {.maxMessageBytes = MAX_MESSAGE_BYTES, .credentials = noToken()});
+  kj::Own<Channel> checker = Channel::open(loop, address, {.maxMessageBytes = MAX_MESSAGE_BYTES});
 
   void checkServing() {
     auto request = checker->bootstrap<schema::Registry>().resolveRequest();

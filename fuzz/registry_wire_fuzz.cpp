@@ -20,7 +20,7 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
-#include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_support.h"
 #include "troupe/actor/address.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/resolver/registry_wire.h"

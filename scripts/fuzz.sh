@@ -79,7 +79,9 @@ report() {
   for a in "$work/$t"/crash-* "$work/$t"/leak-* "$work/$t"/timeout-* "$work/$t"/oom-*; do
     [ -e "$a" ] && found+=("$a")
   done
-  if [ "$rc" -ne 0 ] && [ ${#found[@]} -eq 0 ]; then found+=("(exit status $rc, no input saved)"); fi
+  if [ "$rc" -ne 0 ] && [ ${#found[@]} -eq 0 ]; then
+    found+=("(none saved; exit status $rc)")
+  fi
   echo "fuzz: $t: $execs executions in ${seconds}s, ${#found[@]} crashes"
   total=$((total + execs))
   if [ ${#found[@]} -gt 0 ]; then

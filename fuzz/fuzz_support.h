@@ -1,11 +1,16 @@
 #pragma once
-// What a fuzz target does when a property it checks does not hold.
+// What the fuzz targets share: how a property that does not hold is reported, exceptions without
+// stack traces, and credentials that do not depend on the environment.
 
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <memory>
+
 #include <kj/exception.h>
 #include <kj/string.h>
+
+#include "troupe/actor/credentials.h"
 
 namespace troupe::fuzz {
 
@@ -25,5 +30,11 @@ class NoStackTraces final : public kj::ExceptionCallback {
 public:
   StackTraceMode stackTraceMode() override { return StackTraceMode::NONE; }
 };
+
+// No TLS, no cluster token: stated rather than read from the environment, where TROUPE_TOKEN
+// would change what inputs can reach.
+inline std::shared_ptr<Credentials> noCredentials() {
+  return std::make_shared<Credentials>(CredentialsOptions{});
+}
 
 }  // namespace troupe::fuzz
