@@ -108,8 +108,8 @@ while [ ${#queue[@]} -gt 0 ]; do
   running=()
 done
 
-echo "fuzz: total $total executions in ${#targets[@]} targets, $crashes crashes" \
-  "($((SECONDS - ran))s)"
+echo "fuzz: ran in $((SECONDS - ran))s"
+echo "fuzz: total $total executions in ${#targets[@]} targets, $crashes crashes"
 if [ "$crashes" -gt 0 ]; then
   echo "fuzz: what the targets found is in $work"
   status=1
