@@ -9,6 +9,9 @@ packages=(
   build-essential cmake ninja-build pkg-config file
   capnproto libcapnp-dev libuv1-dev libspdlog-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
+  # scripts/fuzz.sh: clang with its sanitizer and libFuzzer runtimes (which clang only
+  # recommends, and recommendations are not installed), and llvm-symbolizer for the reports.
+  clang libfuzzer-14-dev libclang-rt-14-dev llvm
   "$@"
 )
 

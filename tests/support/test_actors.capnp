@@ -5,8 +5,8 @@ using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("troupe::test");
 
 interface Calculator {
-  add @0 (a :Int64, b :Int64) -> (sum :Int64);
-  divide @1 (a :Int64, b :Int64) -> (quotient :Int64);  # raises on b == 0
+  add @0 (a :Int64, b :Int64) -> (sum :Int64);           # raises when the sum overflows
+  divide @1 (a :Int64, b :Int64) -> (quotient :Int64);  # raises on b == 0 and on overflow
 }
 
 interface ScientificCalculator extends(Calculator) {

@@ -3,20 +3,27 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include <kj/debug.h>
 
 namespace troupe::test {
 
+// A caller picks the operands: one whose result does not fit an Int64 gets an error, as one who
+// divides by zero does, rather than undefined behaviour in the server (INT64_MIN / -1 traps).
 kj::Promise<void> CalculatorImpl::add(AddContext context) {
   auto p = context.getParams();
-  context.getResults().setSum(p.getA() + p.getB());
+  int64_t sum;
+  KJ_REQUIRE(!__builtin_add_overflow(p.getA(), p.getB(), &sum), "the sum overflows an Int64",
+             p.getA(), p.getB());
+  context.getResults().setSum(sum);
   return kj::READY_NOW;
 }
 
 kj::Promise<void> CalculatorImpl::divide(DivideContext context) {
   auto p = context.getParams();
   KJ_REQUIRE(p.getB() != 0, "division by zero", p.getA());
+  KJ_REQUIRE(p.getA() != INT64_MIN || p.getB() != -1, "the quotient overflows an Int64", p.getA());
   context.getResults().setQuotient(p.getA() / p.getB());
   return kj::READY_NOW;
 }

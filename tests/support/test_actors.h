@@ -12,7 +12,7 @@
 
 namespace troupe::test {
 
-class CalculatorImpl : public ScientificCalculator::Server {
+class CalculatorImpl final : public ScientificCalculator::Server {
 protected:
   kj::Promise<void> add(AddContext context) override;
   kj::Promise<void> divide(DivideContext context) override;
