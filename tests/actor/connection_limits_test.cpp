@@ -13,6 +13,7 @@
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/errors.h"
+#include "troupe/resolver/registry_server.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/resident_memory.h"
 #include "tests/support/test_actors.h"
@@ -220,6 +221,50 @@ TEST_F(ConnectionLimitsTest, MessagesStillArrivingHoldNoMoreThanTheBudget) {
   std::printf("after they went: %llu MiB\n",
               static_cast<unsigned long long>(test::residentBytes() / MiB));
   expectServing();
+}
+
+TEST_F(ConnectionLimitsTest, TheRegistryHoldsNoMoreThanItsBudgetForMessagesArriving) {
+  // Sixteen clients each announce a 16 MiB message (under the registry's 64 MiB limit) and send
+  // 12 MiB of it; with a 32 MiB budget the registry reads two.
+  RegistryServer registry(loop, {.logger = test::loggerFor(sink),
+                                 .connections = {.maxIncompleteMessageBytes = 32 * MiB}});
+  auto bound = registry.listen("tcp://127.0.0.1:0");
+  auto chunk = kj::heapArray<kj::byte>(MiB);
+  memset(chunk.begin(), 0, chunk.size());
+  uint64_t before = test::residentBytes();
+  uint64_t virtualBefore = test::virtualBytes();
+  auto a = Address::parse(bound.c_str());
+  kj::Vector<kj::Own<kj::AsyncIoStream>> senders;
+  kj::Vector<kj::Promise<void>> writes;
+  for (int i = 0; i < 16; ++i) {
+    senders.add(loop.network().parseAddress(a.toKjAddress()).wait(ws())->connect().wait(ws()));
+    uint32_t header[2] = {0, static_cast<uint32_t>(16 * MiB / sizeof(capnp::word))};
+    senders.back()->write(header, sizeof(header)).wait(ws());
+    writes.add(sendBody(*senders.back(), chunk, 12 * MiB).eagerlyEvaluate(nullptr));
+  }
+  auto finished = [&]() {
+    size_t done = 0;
+    for (auto& w : writes) done += w.poll(ws());
+    return done;
+  };
+  ASSERT_TRUE(pollUntil([&]() { return finished() == 2; }));
+  for (int i = 0; i < 50; ++i) ws().poll();
+  EXPECT_EQ(finished(), 2u) << "a sender past the budget was read";
+  uint64_t during = test::residentBytes();
+  uint64_t virtualDuring = test::virtualBytes();
+  std::printf("registry, 16 senders of 12 MiB each: %llu MiB resident before, %llu MiB while "
+              "they send; %llu MiB virtual before, %llu MiB while they send\n",
+              static_cast<unsigned long long>(before / MiB),
+              static_cast<unsigned long long>(during / MiB),
+              static_cast<unsigned long long>(virtualBefore / MiB),
+              static_cast<unsigned long long>(virtualDuring / MiB));
+  if (!test::MEMORY_IS_SANITIZED) {
+    EXPECT_LT(static_cast<int64_t>(during) - static_cast<int64_t>(before),
+              static_cast<int64_t>(64 * MiB));
+  }
+  writes.clear();
+  senders.clear();
+  ASSERT_TRUE(pollUntil([&]() { return registry.connectionCount() == 0; }));
 }
 
 }  // namespace
