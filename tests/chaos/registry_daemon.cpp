@@ -1,7 +1,6 @@
 #include "tests/chaos/registry_daemon.h"
 
 #include <signal.h>
-#include <unistd.h>
 
 #include <stdexcept>
 
@@ -11,9 +10,6 @@ namespace troupe::chaos {
 
 namespace {
 
-// How many times a start (or restart) tries before it gives up.
-constexpr int START_TRIES = 20;
-
 // The daemon's flags: quiet unless something is wrong, since it restarts many times, and a
 // lease of LEASE_MS for registrations that ask for none (the replicas'), so that a freeze longer
 // than that drops the frozen member and its thaw brings it back.
@@ -21,17 +17,10 @@ std::vector<std::string> daemonFlags() {
   return {"--log-level", "warn", "--default-ttl-ms", std::to_string(RegistryDaemon::LEASE_MS)};
 }
 
-// The daemon listening on `listen`, trying up to START_TRIES times: a daemon that was killed
-// leaves its socket file, which the next one takes over only once nothing answers there.
+// The daemon listening on `listen`. A daemon that was killed leaves its socket file; the next
+// one, started once the old one has exited, finds nothing answering there and takes it over.
 kj::Own<test::RegistryProcess> startOn(const std::string& listen) {
-  for (int i = 1;; ++i) {
-    try {
-      return kj::heap<test::RegistryProcess>(listen, daemonFlags());
-    } catch (const std::exception&) {
-      if (i == START_TRIES) throw;
-      usleep(100 * 1000);  // a thread of the loop's pool, not the loop: the loop runs on
-    }
-  }
+  return kj::heap<test::RegistryProcess>(listen, daemonFlags());
 }
 
 }  // namespace
