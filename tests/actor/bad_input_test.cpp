@@ -15,19 +15,6 @@ using test::Echo;
 
 class BadInputTest : public test::ServerFixture {
 protected:
-  // One echo round trip on a fresh connection: the server still serves.
-  void expectServing() {
-    auto echo = ref<Echo>("echo");
-    auto r = echo.call([](Echo::Client c) {
-                   auto q = c.echoRequest();
-                   q.setPayload(kj::StringPtr("still here").asBytes());
-                   return q.send();
-                 }).wait(ws());
-    EXPECT_EQ(kj::StringPtr(reinterpret_cast<const char*>(r.getPayload().begin()),
-                            r.getPayload().size()),
-              "still here");
-  }
-
   kj::Promise<capnp::Response<Echo::EchoResults>> echoBytes(ActorRef<Echo>& echo, size_t size) {
     return echo.call([size](Echo::Client c) {
       auto q = c.echoRequest(capnp::MessageSize{size / sizeof(capnp::word) + 16, 0});

@@ -17,17 +17,6 @@ using test::ScientificCalculator;
 
 class FuzzRegressionTest : public test::ServerFixture {
 protected:
-  // One echo round trip on a fresh connection.
-  void expectServing() {
-    auto echo = ref<Echo>("echo");
-    auto r = echo.call([](Echo::Client c) {
-                   auto q = c.echoRequest();
-                   q.setPayload(kj::StringPtr("still here").asBytes());
-                   return q.send();
-                 }).wait(ws());
-    EXPECT_EQ(r.getPayload().size(), 10u);
-  }
-
   // The actor's error for `call`, which must fail.
   template <typename Fn>
   kj::Exception failure(Fn&& call) {

@@ -61,6 +61,19 @@ protected:
 
   kj::WaitScope& ws() { return loop.waitScope(); }
 
+  // One echo round trip on a fresh connection: the server still serves.
+  void expectServing() {
+    auto echo = ref<Echo>("echo");
+    auto r = echo.call([](Echo::Client c) {
+                   auto q = c.echoRequest();
+                   q.setPayload(kj::StringPtr("still here").asBytes());
+                   return q.send();
+                 }).wait(ws());
+    EXPECT_EQ(kj::StringPtr(reinterpret_cast<const char*>(r.getPayload().begin()),
+                            r.getPayload().size()),
+              "still here");
+  }
+
   // Runs the loop without blocking until `done()` holds; false if it never does. Client and
   // server share this loop and loopback delivers at once, so whatever was sent is processed.
   template <typename Fn>
