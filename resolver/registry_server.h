@@ -33,6 +33,20 @@ struct RegistryServerOptions {
   // bytes; larger registrations are refused with INVALID_ARGUMENT. Default 64 KiB.
   size_t maxEndpointBytes = 64 * 1024;
 
+  // Endpoints registered, in all. Past it a registration of a new name is refused with
+  // OVERLOADED (its client retries with backoff); a newer incarnation still replaces an entry.
+  // Default 100,000.
+  size_t maxEndpoints = 100000;
+
+  // Watchers, in all. Past it watch() is refused with OVERLOADED. Default 10,000.
+  size_t maxWatchers = 10000;
+
+  // Jobs remembered: created or claimed (with their credential) and ended (with their state and
+  // reason, so late registrations are refused with JOB_ENDED). Past it the job that ended first
+  // is forgotten, and its name is open again; when none has ended, creating or claiming another
+  // is refused with OVERLOADED. Default 100,000 (a job costs about 200 bytes and its reason).
+  size_t maxJobs = 100000;
+
   // Events queued for one watcher whose events() call has not returned; a watcher that falls
   // further behind is cut off as overloaded: dropped, with a warning naming it and the bound
   // (its client sees the Watcher capability released, subscribes again and reconciles what it

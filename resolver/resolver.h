@@ -94,7 +94,7 @@ public:
   // Ending a job removes its endpoints (watches see REMOVED for each, then JOB_ENDED) and refuses
   // its registrations with JOB_ENDED until the job is set RUNNING again. Throws INVALID_ARGUMENT
   // for a bad job id; rejects with PERMISSION_DENIED when the job was created and
-  // `jobCredential` is not its credential.
+  // `jobCredential` is not its credential. A reason longer than MAX_JOB_REASON_BYTES is cut.
   virtual kj::Promise<void> setJobStatus(JobStatus status, std::string jobCredential = {}) = 0;
 
   // Creates the job `jobId` (RUNNING) for the caller, a launcher, and resolves with its
@@ -105,6 +105,14 @@ public:
   // created again once the job ended.
   virtual kj::Promise<std::string> createJob(kj::StringPtr jobId) = 0;
 };
+
+// The longest reason a resolver keeps for an ended job, in bytes; a longer one is cut at a
+// character boundary and ends in "...".
+constexpr size_t MAX_JOB_REASON_BYTES = 1024;
+
+// The longest job credential a resolver accepts, in bytes (createJob() makes 64); a longer one is
+// refused with INVALID_ARGUMENT.
+constexpr size_t MAX_JOB_CREDENTIAL_BYTES = 256;
 
 // The longest prefix (and endpoint name) resolvers accept, in bytes.
 constexpr size_t MAX_PREFIX_LENGTH = 2 * MAX_NAME_LENGTH + 16;

@@ -64,8 +64,9 @@ interface Registry {
       -> (lease :Lease, ttlMillis :UInt32);
   # Publishes `endpoint` under its name. Refused with "troupe.invalid_argument" for a bad name or
   # an oversize entry, "troupe.permission_denied" without the job's credential,
-  # "troupe.job_ended" when its job has ended, and "troupe.name_taken" when another live lease
-  # holds the name with the same or a newer incarnation. A newer incarnation replaces the entry
+  # "troupe.job_ended" when its job has ended, "troupe.name_taken" when another live lease
+  # holds the name with the same or a newer incarnation, and "troupe.overloaded" when the
+  # registry holds as many endpoints or jobs as it may (RegistryServerOptions: retry later). A newer incarnation replaces the entry
   # and revokes the old lease. A `ttlMillis` of 0 asks for the registry's default; the TTL
   # granted (clamped to the registry's bounds) comes back, and the registrant renews well within
   # it.
@@ -75,14 +76,18 @@ interface Registry {
 
   watch @2 (prefix :Text, watcher :Watcher) -> (handle :WatchHandle);
   # Pushes to `watcher`: `added` for each endpoint under the prefix, `synced`, then changes as
-  # they happen (and `jobEnded` for jobs that end).
+  # they happen (and `jobEnded` for jobs that end). Refused with "troupe.overloaded" when the
+  # registry has as many watchers as it may.
 
   jobStatus @3 (jobId :Text) -> (status :JobStatus);
 
   setJobStatus @4 (status :JobStatus, jobCredential :Data) -> ();
   # Launchers report job states. Ending a job removes its endpoints and refuses their
   # registrations; setting it running again lets replicas register anew. Refused with
-  # "troupe.permission_denied" without the job's credential.
+  # "troupe.permission_denied" without the job's credential. A reason is kept to its first
+  # 1024 bytes; a credential over 256 bytes is refused (everywhere) as an invalid argument. The
+  # registry remembers a bounded number of jobs (maxJobs): past it the job that ended first is
+  # forgotten, and its name is open again.
 
   createJob @5 (jobId :Text) -> (credential :Data);
   # Creates the job `jobId` (running) and returns its credential (64 hexadecimal characters: 32

@@ -37,6 +37,14 @@ size_t eventBytes(const WatchEvent& event) {
 
 int64_t millis(kj::Duration d) { return d / kj::MILLISECONDS; }
 
+// `reason` cut to MAX_JOB_REASON_BYTES at a UTF-8 character boundary.
+std::string shortReason(const std::string& reason) {
+  if (reason.size() <= MAX_JOB_REASON_BYTES) return reason;
+  size_t end = MAX_JOB_REASON_BYTES - 3;
+  while (end > 0 && (static_cast<unsigned char>(reason[end]) & 0xC0) == 0x80) --end;
+  return reason.substr(0, end) + "...";
+}
+
 }  // namespace
 
 RegistryTable::RegistryTable(EventLoop& loop, const RegistryServerOptions& options,
@@ -93,11 +101,13 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
               })) {
     refuse(errorCode(*e), errorMessage(*e));
   }
-  auto ended = endedJobs.find(endpoint.jobId);
-  if (ended != endedJobs.end()) {
-    refuse(ErrorCode::JOB_ENDED,
-           kj::str("job '", endpoint.jobId, "' has ended (", ended->second.reason,
-                   "); its endpoints cannot register"));
+  auto job = jobs.find(endpoint.jobId);
+  if (job != jobs.end()) {
+    KJ_IF_MAYBE(ended, job->second.ended) {
+      refuse(ErrorCode::JOB_ENDED,
+             kj::str("job '", endpoint.jobId, "' has ended (", printable(ended->reason),
+                     "); its endpoints cannot register"));
+    }
   }
 
   kj::Duration ttl = ttlMillis == 0 ? options.defaultTtl : ttlMillis * kj::MILLISECONDS;
@@ -108,15 +118,26 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
   endpoint.registeredAtMillis = (loop.calendarNow() - kj::UNIX_EPOCH) / kj::MILLISECONDS;
 
   auto it = entries.find(endpoint.name);
+  if (it != entries.end() && endpoint.incarnation <= it->second.endpoint.incarnation) {
+    refuse(ErrorCode::NAME_TAKEN,
+           kj::str("'", endpoint.name, "' is held by a live registration of incarnation ",
+                   it->second.endpoint.incarnation, " at ", it->second.endpoint.address,
+                   " (this one has incarnation ", endpoint.incarnation,
+                   "); only a newer incarnation replaces it"));
+  }
+  if (it == entries.end() && entries.size() >= options.maxEndpoints) {
+    refuse(ErrorCode::OVERLOADED, kj::str("the registry holds ", entries.size(),
+                                          " endpoints, its limit (maxEndpoints)"));
+  }
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                claimIfOpen(endpoint.jobId, jobCredential,
+                            kj::str("register '", endpoint.name, "'"));
+              })) {
+    refuse(errorCode(*e), errorMessage(*e));
+  }
+
   if (it != entries.end()) {
     auto& entry = it->second;
-    if (endpoint.incarnation <= entry.endpoint.incarnation) {
-      refuse(ErrorCode::NAME_TAKEN,
-             kj::str("'", endpoint.name, "' is held by a live registration of incarnation ",
-                     entry.endpoint.incarnation, " at ", entry.endpoint.address,
-                     " (this one has incarnation ", endpoint.incarnation,
-                     "); only a newer incarnation replaces it"));
-    }
     log->info(
         "'{}' replaced by incarnation {} at {} (was incarnation {} at {}); the old lease is "
         "revoked",
@@ -132,7 +153,6 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
     deadlines.emplace(deadline, leaseId);
     armTimer();
     notify(WatchEvent::Type::CHANGED, entry.endpoint);
-    claimIfOpen(entry.endpoint.jobId, jobCredential, kj::str("register '", entry.endpoint.name, "'"));
     return Granted{leaseId, ttl};
   }
 
@@ -145,7 +165,6 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
   deadlines.emplace(deadline, leaseId);
   armTimer();
   notify(WatchEvent::Type::ADDED, entry.endpoint);
-  claimIfOpen(entry.endpoint.jobId, jobCredential, kj::str("register '", entry.endpoint.name, "'"));
   return Granted{leaseId, ttl};
 }
 
@@ -261,6 +280,12 @@ kj::Array<Endpoint> RegistryTable::resolve(kj::StringPtr prefix) {
 uint64_t RegistryTable::addWatcher(kj::StringPtr prefix, schema::Watcher::Client client) {
   checkRunning();
   validatePrefix(prefix);
+  if (watchers.size() >= options.maxWatchers) {
+    log->warn("refused a watch on '{}': {} watchers, the limit (maxWatchers)", prefix.cStr(),
+              watchers.size());
+    throwError(ErrorCode::OVERLOADED, kj::str("the registry has ", watchers.size(),
+                                              " watchers, its limit (maxWatchers)"));
+  }
   uint64_t id = nextWatcherId++;
   auto& watcher =
       watchers
@@ -389,15 +414,24 @@ void RegistryTable::dropWatcher(uint64_t id, kj::StringPtr why, bool expected) {
 JobStatus RegistryTable::jobStatus(kj::StringPtr jobId) {
   checkRunning();
   validateJobId(jobId);
-  auto it = endedJobs.find(view(jobId));
-  if (it != endedJobs.end()) return it->second;
+  auto it = jobs.find(view(jobId));
+  if (it != jobs.end()) {
+    KJ_IF_MAYBE(status, it->second.ended) return *status;
+  }
   return JobStatus{std::string(jobId.cStr(), jobId.size()), JobState::RUNNING, ""};
 }
 
 void RegistryTable::authorize(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
                               kj::StringPtr what) {
+  if (presented.size() > MAX_JOB_CREDENTIAL_BYTES) {
+    log->warn("refused to let a client {}: its job credential is {} bytes", what.cStr(),
+              presented.size());
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("cannot ", what, ": the job credential presented is ", presented.size(),
+                       " bytes; at most ", MAX_JOB_CREDENTIAL_BYTES, " are accepted"));
+  }
   auto it = jobs.find(jobId);
-  if (it == jobs.end()) return;  // an open job: anyone may
+  if (it == jobs.end() || it->second.credential.empty()) return;  // an open job: anyone may
   auto expected = kj::StringPtr(it->second.credential).asBytes();
   if (!sameSecret(presented, expected)) {
     log->warn("refused to let a client {}: {} job credential", what.cStr(),
@@ -409,11 +443,46 @@ void RegistryTable::authorize(const std::string& jobId, kj::ArrayPtr<const kj::b
   }
 }
 
+RegistryTable::Job& RegistryTable::jobRecord(const std::string& jobId, kj::StringPtr what) {
+  auto it = jobs.find(jobId);
+  if (it != jobs.end()) return it->second;
+  if (jobs.size() >= options.maxJobs) {
+    if (endedOrder.empty()) {
+      log->warn("refused to {}: the registry holds {} live jobs (maxJobs)", what.cStr(),
+                jobs.size());
+      throwError(ErrorCode::OVERLOADED,
+                 kj::str("cannot ", what, ": the registry holds ", jobs.size(),
+                         " live jobs, its limit (maxJobs); end some first"));
+    }
+    auto oldest = endedOrder.begin();
+    log->info("forgot job '{}', which ended first, to remember job '{}' (maxJobs {})",
+              oldest->second, jobId, options.maxJobs);
+    jobs.erase(oldest->second);
+    endedOrder.erase(oldest);
+  }
+  return jobs[jobId];
+}
+
+void RegistryTable::markEnded(const std::string& jobId, Job& job, JobStatus status) {
+  if (job.ended != nullptr) endedOrder.erase(job.endedSeq);
+  job.endedSeq = nextEndedSeq++;
+  endedOrder.emplace(job.endedSeq, jobId);
+  job.ended = kj::mv(status);
+}
+
+void RegistryTable::markRunning(Job& job) {
+  if (job.ended == nullptr) return;
+  endedOrder.erase(job.endedSeq);
+  job.ended = nullptr;
+}
+
 void RegistryTable::claimIfOpen(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
                                 kj::StringPtr what) {
   // A registry that restarted learns its jobs' owners again from their first registrations.
-  if (presented.size() == 0 || jobs.count(jobId) > 0) return;
-  jobs[jobId].credential = std::string(presented.asChars().begin(), presented.size());
+  if (presented.size() == 0) return;
+  auto it = jobs.find(jobId);
+  if (it != jobs.end() && !it->second.credential.empty()) return;
+  jobRecord(jobId, what).credential = std::string(presented.asChars().begin(), presented.size());
   log->info("job '{}' is claimed by the credential of a client that could {}", jobId,
             what.cStr());
 }
@@ -429,8 +498,9 @@ std::string RegistryTable::createJob(kj::StringPtr jobId) {
   checkRunning();
   validateJobId(jobId);
   std::string id(jobId.cStr(), jobId.size());
-  bool ended = endedJobs.count(id) > 0;
-  bool owned = jobs.count(id) > 0;
+  auto it = jobs.find(id);
+  bool ended = it != jobs.end() && it->second.ended != nullptr;
+  bool owned = it != jobs.end() && !it->second.credential.empty();
   // Live until its owner ends it: a launcher that went away (or reconnects) does not free the
   // name for another while its replicas may still come back with the credential.
   if (!ended && (owned || hasEndpoints(jobId))) {
@@ -440,11 +510,12 @@ std::string RegistryTable::createJob(kj::StringPtr jobId) {
                        owned ? "created, and not ended by its owner" : "it has endpoints",
                        "): choose another name, or stop it first"));
   }
-  auto credential = newJobCredential();
-  jobs[id] = Job{credential};
-  if (endedJobs.erase(id) > 0) log->info("job '{}' is created again", id);
+  auto& job = jobRecord(id, kj::str("create job '", jobId, "'"));
+  if (job.ended != nullptr) log->info("job '{}' is created again", id);
+  markRunning(job);
+  job.credential = newJobCredential();
   log->info("job '{}' created", id);
-  return credential;
+  return job.credential;
 }
 
 void RegistryTable::setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> jobCredential) {
@@ -454,13 +525,18 @@ void RegistryTable::setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> 
   authorize(status.jobId, jobCredential, "set its state");
   claimIfOpen(status.jobId, jobCredential, "set its state");
   if (status.state == JobState::RUNNING) {
-    if (endedJobs.erase(status.jobId) > 0) {
+    auto it = jobs.find(status.jobId);
+    if (it != jobs.end() && it->second.ended != nullptr) {
+      markRunning(it->second);
+      if (it->second.credential.empty()) jobs.erase(it);
       log->info("job '{}' is running again; its endpoints may register", status.jobId);
     }
     return;
   }
-  log->info("job '{}' ended ({}); removing its endpoints", status.jobId, status.reason);
-  endedJobs[status.jobId] = status;
+  status.reason = shortReason(status.reason);
+  log->info("job '{}' ended ({}); removing its endpoints", status.jobId,
+            printable(status.reason).cStr());
+  markEnded(status.jobId, jobRecord(status.jobId, "end a job"), status);
   kj::Vector<std::string> doomed;
   for (auto& [name, entry] : entries) {
     if (entry.endpoint.jobId == status.jobId) doomed.add(name);
@@ -492,8 +568,8 @@ void RegistryTable::shutdown() {
   watchers.clear();
   queuedBytes = 0;
   trimQueued = false;
-  endedJobs.clear();
   jobs.clear();
+  endedOrder.clear();
 }
 
 }  // namespace troupe::resolver_detail

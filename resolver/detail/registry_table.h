@@ -96,9 +96,11 @@ private:
     size_t sendingBytes = 0;  // of the events() call not yet answered
   };
 
-  // A job someone created or claimed.
+  // A job someone created, claimed or ended.
   struct Job {
-    std::string credential;
+    std::string credential;      // empty while the job is open (anyone may act for it)
+    kj::Maybe<JobStatus> ended;  // how it ended; null while it runs
+    uint64_t endedSeq = 0;       // its key in endedOrder while it has ended
   };
 
   void taskFailed(kj::Exception&& exception) override;
@@ -111,6 +113,11 @@ private:
   void claimIfOpen(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
                    kj::StringPtr what);
   bool hasEndpoints(kj::StringPtr jobId) const;
+  // The job's record, made when absent; throws OVERLOADED when the registry knows maxJobs jobs
+  // and none has ended (the oldest ended one is forgotten to make room).
+  Job& jobRecord(const std::string& jobId, kj::StringPtr what);
+  void markEnded(const std::string& jobId, Job& job, JobStatus status);
+  void markRunning(Job& job);
 
   // Looks up the entry `leaseId` holds; throws LEASE_LOST when it holds none.
   Entry& leased(kj::StringPtr name, uint64_t leaseId, kj::StringPtr what);
@@ -148,8 +155,9 @@ private:
   uint64_t erasedSinceTrim = 0;
   bool trimQueued = false;
 
-  std::map<std::string, JobStatus, std::less<>> endedJobs;
-  std::map<std::string, Job, std::less<>> jobs;  // created or claimed
+  std::map<std::string, Job, std::less<>> jobs;  // created, claimed or ended
+  std::map<uint64_t, std::string> endedOrder;     // ended jobs, oldest first
+  uint64_t nextEndedSeq = 1;
 
   kj::Own<kj::TaskSet> tasks;  // expiry timers, events() calls in flight
 };

@@ -55,8 +55,8 @@ export TROUPE_TLS_KEY="$out/certs/node.key" TROUPE_TOKEN_FILE="$out/token"
 echo "== troupe registry"
 mkfifo "$out/registry.out"
 "$troupe" registry --listen tls://127.0.0.1:0 --log-level warn --max-connections 256 \
-  --max-incomplete-bytes 67108864 --max-queued-event-bytes 16777216 > "$out/registry.out" \
-  2> "$out/registry.err" &
+  --max-incomplete-bytes 67108864 --max-queued-event-bytes 16777216 --max-endpoints 1000 \
+  --max-watchers 100 --max-jobs 100 > "$out/registry.out" 2> "$out/registry.err" &
 registry_pid=$!
 pids+=("$registry_pid")
 exec 3< "$out/registry.out"
@@ -157,6 +157,9 @@ grep -q "^calc/calc-0 tls://" <<< "$output" || fail "ls with flags printed: $out
 echo "== the registry's bounds take whole numbers"
 expect_status 2 "$troupe" registry --max-connections 0
 grep -q -- "--max-connections needs a whole number of at least 1, not '0'" <<< "$output" ||
+  fail "$output"
+expect_status 2 "$troupe" registry --max-jobs many
+grep -q -- "--max-jobs needs a whole number of at least 1, not 'many'" <<< "$output" ||
   fail "$output"
 
 echo "== listeners other machines may reach are refused without credentials"

@@ -2,7 +2,8 @@
 //
 //   troupe registry [--listen ADDRESS]... [--default-ttl-ms N] [--max-endpoint-bytes N]
 //                   [--max-connections N] [--max-incomplete-bytes N]
-//                   [--max-queued-event-bytes N] [--log-level LEVEL] [--insecure]
+//                   [--max-queued-event-bytes N] [--max-endpoints N] [--max-watchers N]
+//                   [--max-jobs N] [--log-level LEVEL] [--insecure]
 //                   [TLS and token flags]
 //
 // ADDRESS is "tcp://HOST:PORT", "tls://HOST:PORT" (port 0 picks a free one) or "unix:PATH";
@@ -68,6 +69,15 @@ public:
                           "Bytes of watch events queued for all watchers together (default "
                           "67108864); past it the watcher furthest behind is cut off, and "
                           "subscribes again.")
+        .addOptionWithArg({"max-endpoints"}, KJ_BIND_METHOD(*this, setMaxEndpoints), "N",
+                          "Endpoints registered at once (default 100000); past it new names "
+                          "are refused as overloaded.")
+        .addOptionWithArg({"max-watchers"}, KJ_BIND_METHOD(*this, setMaxWatchers), "N",
+                          "Watches open at once (default 10000); past it new ones are refused "
+                          "as overloaded.")
+        .addOptionWithArg({"max-jobs"}, KJ_BIND_METHOD(*this, setMaxJobs), "N",
+                          "Jobs remembered, live and ended (default 100000); past it the job "
+                          "that ended first is forgotten.")
         .addOptionWithArg({"log-level"}, KJ_BIND_METHOD(*this, setLogLevel), "LEVEL",
                           "trace, debug, info (the default), warn, error or off."), true)
         .build();
@@ -142,6 +152,21 @@ private:
 
   kj::MainBuilder::Validity setMaxQueuedEventBytes(kj::StringPtr text) {
     options.maxQueuedEventBytes = parseWhole("--max-queued-event-bytes", text, 1);
+    return true;
+  }
+
+  kj::MainBuilder::Validity setMaxEndpoints(kj::StringPtr text) {
+    options.maxEndpoints = parseWhole("--max-endpoints", text, 1);
+    return true;
+  }
+
+  kj::MainBuilder::Validity setMaxWatchers(kj::StringPtr text) {
+    options.maxWatchers = parseWhole("--max-watchers", text, 1);
+    return true;
+  }
+
+  kj::MainBuilder::Validity setMaxJobs(kj::StringPtr text) {
+    options.maxJobs = parseWhole("--max-jobs", text, 1);
     return true;
   }
 
