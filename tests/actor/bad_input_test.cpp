@@ -93,7 +93,9 @@ TEST_F(BadInputTest, AMessageOverTheReceiversLimitDropsThatConnectionOnly) {
     EXPECT_TRUE(code == ErrorCode::MESSAGE_TOO_LARGE || code == ErrorCode::DISCONNECTED)
         << e.getDescription().cStr();
   }
-  // The server still serves.
+  // The server still serves, and the same ActorRef connects again for its next call rather than
+  // failing it with the dropped connection's error.
+  EXPECT_EQ(echoBytes(echo, 100).wait(ws()).getPayload().size(), 100u);
   auto other = ActorRef<Echo>::connect(loop, smallAddress.c_str(), "echo");
   EXPECT_EQ(echoBytes(other, 100).wait(ws()).getPayload().size(), 100u);
 }
