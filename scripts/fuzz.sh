@@ -8,7 +8,9 @@
 #
 # Exits non-zero when a target crashed, tripped a sanitizer, hung or leaked (its input is kept
 # in the temporary folder named at the end), or when all targets together ran fewer than
-# TROUPE_FUZZ_MIN_EXECS inputs (default 0). Targets run side by side, as many at once as there
+# TROUPE_FUZZ_MIN_EXECS inputs (default 0). A round short of that minimum (a machine busy with
+# other work) is followed by another of SECONDS per target, on the corpora grown so far, up to
+# TROUPE_FUZZ_MAX_ROUNDS rounds (default 3). Targets run side by side, as many at once as there
 # are cores (FUZZ_JOBS overrides). BUILD_DIR overrides the build folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,7 @@ fi
 seconds=$1
 shift
 min_execs=${TROUPE_FUZZ_MIN_EXECS:-0}
+max_rounds=${TROUPE_FUZZ_MAX_ROUNDS:-3}
 jobs=${FUZZ_JOBS:-$(nproc)}
 dir=${BUILD_DIR:-build-fuzz}
 
@@ -60,8 +63,10 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # (fuzz/raw_peer.h) catches hangs anywhere else.
 start() {
   local t=$1
-  mkdir -p "$work/$t"
-  cp -r "fuzz/corpus/$t" "$work/$t/corpus"
+  if [ ! -d "$work/$t/corpus" ]; then
+    mkdir -p "$work/$t"
+    cp -r "fuzz/corpus/$t" "$work/$t/corpus"
+  fi
   "$dir/bin/${t}_fuzz" -max_total_time="$seconds" -print_final_stats=1 -timeout=30 \
     -artifact_prefix="$work/$t/" "$work/$t/corpus" >"$work/$t/log" 2>&1 &
   running+=($!)
@@ -93,19 +98,27 @@ report() {
 }
 
 ran=$SECONDS
-queue=("${targets[@]}")
-while [ ${#queue[@]} -gt 0 ]; do
-  batch=("${queue[@]:0:$jobs}")
-  queue=("${queue[@]:$jobs}")
-  running=()
-  for t in "${batch[@]}"; do start "$t"; done
-  pids=("${running[@]}")
-  for i in "${!batch[@]}"; do
-    rc=0
-    wait "${pids[$i]}" || rc=$?
-    report "${batch[$i]}" "$rc"
+round=0
+while :; do
+  round=$((round + 1))
+  queue=("${targets[@]}")
+  while [ ${#queue[@]} -gt 0 ]; do
+    batch=("${queue[@]:0:$jobs}")
+    queue=("${queue[@]:$jobs}")
+    running=()
+    for t in "${batch[@]}"; do start "$t"; done
+    pids=("${running[@]}")
+    for i in "${!batch[@]}"; do
+      rc=0
+      wait "${pids[$i]}" || rc=$?
+      report "${batch[$i]}" "$rc"
+    done
+    running=()
   done
-  running=()
+  if [ "$crashes" -gt 0 ] || [ "$total" -ge "$min_execs" ] || [ "$round" -ge "$max_rounds" ]; then
+    break
+  fi
+  echo "fuzz: round $round ran $total executions, short of $min_execs; another round"
 done
 
 echo "fuzz: ran in $((SECONDS - ran))s"
