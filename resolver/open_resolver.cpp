@@ -2,6 +2,7 @@
 
 #include "troupe/actor/errors.h"
 #include "troupe/actor/parse_number.h"
+#include "troupe/resolver/etcd_resolver.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/registry_resolver.h"
 
@@ -37,6 +38,9 @@ kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
     }
     return kj::heap<RegistryResolver>(loop, url, options);
   }
+  if (url.startsWith("etcd://") || url.startsWith("etcd+unix:")) {
+    return kj::heap<EtcdResolver>(loop, EtcdResolver::parseUrl(url));
+  }
   if (url.startsWith("fixed:")) return FixedResolver::parse(url.slice(strlen("fixed:")));
   if (url.startsWith("file:")) {
     auto path = url.slice(strlen("file:"));
@@ -50,7 +54,7 @@ kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
   throwError(ErrorCode::INVALID_ARGUMENT,
              kj::str("unknown resolver URL '", printable(url),
                      "' (expected registry://HOST:PORT, registry+tls://HOST:PORT, registry+unix:PATH, "
-                     "fixed:NAME=ADDRESS,... "
+                     "etcd://HOST:PORT[,HOST:PORT...][/ROOT], etcd+unix:PATH, fixed:NAME=ADDRESS,... "
                      "or file:PATH)"));
 }
 

@@ -19,6 +19,12 @@ namespace troupe {
 // ttl; default: the registry's, 10 s unless set): a replica that freezes leaves the registry that
 // long after its last renewal.
 //
+//   etcd://HOST:PORT[,HOST:PORT...][/ROOT][?ttl_ms=N]
+//                             an EtcdResolver on those etcd members (PORT defaults to 2379, ROOT
+//                             to "troupe"; leases of N ms, rounded up to whole seconds)
+//   etcd+unix:PATH[,PATH...][?root=ROOT&ttl_ms=N]
+//                             the same over unix sockets
+//
 //   fixed:NAME=ADDR,...       FixedResolver::parse(the rest)
 //   file:PATH                 FixedResolver::fromFile(PATH), read now
 //

@@ -7,8 +7,10 @@
 //   troupe_test_registrant REGISTRY NAME [--address ADDR] [--incarnation N] [--ttl-ms N]
 //                                        [--renew-ms N] [--state starting|ready|draining]
 //
-// REGISTRY is a RegistryResolver address (registry://HOST:PORT, registry+unix:PATH, ...). It logs
-// to stderr. Freezing it (SIGSTOP) stops its renewals; the registry then expires its lease.
+// REGISTRY is a RegistryResolver address (registry://HOST:PORT, registry+unix:PATH, ...), or an
+// etcd resolver URL (etcd://..., etcd+unix:...; --ttl-ms then sets its lease TTL, and
+// --renew-ms does not apply). It logs to stderr. Freezing it (SIGSTOP) stops its renewals; the
+// resolver then expires its lease.
 
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/resolver/etcd_resolver.h"
 #include "troupe/resolver/registry_resolver.h"
 
 int main(int argc, char** argv) {
@@ -63,8 +66,17 @@ int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("registrant");
   options.logger = logger;
   troupe::EventLoop loop(troupe::EventLoopOptions{.logger = logger});
-  troupe::RegistryResolver resolver(loop, argv[1], options);
-  auto registration = resolver.registerEndpoint(endpoint);
+  kj::StringPtr url = argv[1];
+  kj::Own<troupe::Resolver> resolver;
+  if (url.startsWith("etcd")) {
+    auto etcd = troupe::EtcdResolver::parseUrl(url);
+    if (options.ttl > 0 * kj::SECONDS) etcd.ttl = options.ttl;
+    etcd.logger = logger;
+    resolver = kj::heap<troupe::EtcdResolver>(loop, kj::mv(etcd));
+  } else {
+    resolver = kj::heap<troupe::RegistryResolver>(loop, url, options);
+  }
+  auto registration = resolver->registerEndpoint(endpoint);
 
   auto done = registration->whenRegistered().then(
       [&]() -> kj::Promise<int> {

@@ -1,0 +1,374 @@
+#include "troupe/resolver/detail/etcd_registration.h"
+
+#include <openssl/sha.h>
+
+#include <kj/encoding.h>
+
+#include "troupe/actor/credentials.h"
+#include "troupe/resolver/detail/etcd_watch.h"
+
+namespace troupe::resolver_detail {
+
+using schema::etcd::Compare;
+using schema::etcd::RangeResponse;
+using schema::etcd::TxnRequest;
+using schema::etcd::TxnResponse;
+
+// How often a write whose compare failed (another client wrote in between) is read and tried
+// again before the registration counts it as a failure and backs off.
+constexpr uint32_t WRITE_TRIES = 8;
+
+std::string credentialDigest(kj::ArrayPtr<const kj::byte> credential) {
+  kj::byte digest[SHA256_DIGEST_LENGTH];
+  SHA256(credential.begin(), credential.size(), digest);
+  auto hex = kj::encodeHex(kj::arrayPtr(digest, sizeof(digest)));
+  return std::string(hex.begin(), hex.size());
+}
+
+void authorizeJob(const EtcdJobRecord& job, kj::StringPtr jobId,
+                  kj::ArrayPtr<const kj::byte> credential, kj::StringPtr what) {
+  if (credential.size() > MAX_JOB_CREDENTIAL_BYTES) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("cannot ", what, ": the job credential presented is ", credential.size(),
+                       " bytes; at most ", MAX_JOB_CREDENTIAL_BYTES, " are accepted"));
+  }
+  if (job.owner.empty()) return;
+  auto presented = credentialDigest(credential);
+  if (credential.size() == 0 ||
+      !sameSecret(kj::StringPtr(presented).asBytes(), kj::StringPtr(job.owner).asBytes())) {
+    throwError(ErrorCode::PERMISSION_DENIED,
+               kj::str("only the owner of job '", jobId, "' may ", what, ", and the job credential ",
+                       credential.size() == 0 ? "was not presented (TROUPE_JOB_TOKEN_FILE)"
+                                              : "presented is not the job's"));
+  }
+}
+
+EtcdJobRecord jobRecordFrom(EtcdClient& client, kj::StringPtr jobId, RangeResponse::Reader range) {
+  EtcdJobRecord record;
+  if (range.getKvs().size() == 0) return record;
+  auto kv = range.getKvs()[0];
+  record.exists = true;
+  record.modRevision = kv.getModRevision();
+  auto reply = client.decode<schema::etcd::Job>(kv.getValue().asChars());
+  auto job = reply.get();
+  record.owner = job.getOwner();
+  record.reason = job.getReason();
+  record.state = job.getState() == "ended" ? JobState::ENDED : JobState::RUNNING;
+  (void)jobId;
+  return record;
+}
+
+void compareUnchanged(Compare::Builder compare, const std::string& key, int64_t modRevision) {
+  compare.setKey(bytesOf(key));
+  compare.setResult(Compare::Result::EQUAL);
+  if (modRevision == 0) {
+    compare.setTarget(Compare::Target::VERSION);
+    compare.setVersion(0);
+  } else {
+    compare.setTarget(Compare::Target::MOD);
+    compare.setModRevision(modRevision);
+  }
+}
+
+EtcdRegistration::EtcdRegistration(kj::Own<EtcdClient> clientIn, Endpoint endpointIn)
+    : client(kj::mv(clientIn)), endpoint(kj::mv(endpointIn)), registered(nullptr) {
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  registered = paf.promise.fork();
+  registeredFulfiller = kj::mv(paf.fulfiller);
+  KJ_IF_MAYBE(parts, parseEndpointName(endpoint.name)) {
+    endpoint.jobId = parts->jobId;
+    endpoint.actor = parts->actor;
+    endpoint.taskIndex = parts->taskIndex;
+    key = client->endpointKey(endpoint.name);
+    attempt();
+  } else {
+    phase = Phase::STOPPED;
+    registeredFulfiller->reject(makeError(ErrorCode::INVALID_ARGUMENT,
+                                          errorMessage(endpointNameError(endpoint.name))));
+  }
+}
+
+EtcdRegistration::~EtcdRegistration() noexcept(false) { revokeLease(); }
+
+void EtcdRegistration::revokeLease() {
+  if (lease == 0) return;
+  // Revoking the lease deletes the key at once (unless a newer incarnation holds it, on a lease
+  // of its own). The request outlives this object; the loop cancels it if it goes first.
+  capnp::MallocMessageBuilder message;
+  message.initRoot<schema::etcd::LeaseRevokeRequest>().setId(lease);
+  lease = 0;
+  auto name = endpoint.name;
+  auto log = client->log;
+  client
+      ->postJson("/v3/lease/revoke",
+                 client->encode(message.getRoot<schema::etcd::LeaseRevokeRequest>().asReader()))
+      .ignoreResult()
+      .attach(kj::addRef(*client))
+      .detach([log, name](kj::Exception&& e) {
+        log->warn("etcd: could not revoke the lease of '{}' ({}); it lapses after its TTL",
+                  name, e.getDescription().cStr());
+      });
+}
+
+void EtcdRegistration::taskFailed(kj::Exception&& exception) {
+  client->log->warn("etcd: the registration of '{}' failed: {}", endpoint.name,
+                    exception.getDescription().cStr());
+}
+
+kj::Promise<void> EtcdRegistration::whenRegistered() { return registered.addBranch(); }
+
+void EtcdRegistration::setState(EndpointState state) {
+  if (endpoint.state == state) return;
+  endpoint.state = state;
+  if (phase != Phase::HELD) return;  // the next write carries it
+  auto gen = ++generation;
+  tasks.add(rewrite().then(
+      [this, gen]() {
+        if (gen == generation) scheduleRefresh();
+      },
+      [this, gen](kj::Exception&& e) {
+        if (gen == generation) failed(kj::mv(e));
+      }));
+}
+
+void EtcdRegistration::attempt() {
+  phase = Phase::REGISTERING;
+  auto gen = ++generation;
+  tasks.add(grantAndWrite()
+             .then(
+                 [this, gen]() {
+                   if (gen != generation) return;
+                   phase = Phase::HELD;
+                   failures = 0;
+                   if (!everRegistered) {
+                     everRegistered = true;
+                     registeredFulfiller->fulfill();
+                   }
+                   client->log->info("etcd: registered '{}' at {} (incarnation {}, lease {})",
+                                     endpoint.name, endpoint.address, endpoint.incarnation, lease);
+                   scheduleRefresh();
+                 },
+                 [this, gen](kj::Exception&& e) {
+                   if (gen == generation) failed(kj::mv(e));
+                 }));
+}
+
+kj::Promise<void> EtcdRegistration::grantAndWrite() {
+  if (lease != 0) return write(0);
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<schema::etcd::LeaseGrantRequest>();
+  int64_t seconds = (client->options.ttl + kj::SECONDS - 1 * kj::NANOSECONDS) / kj::SECONDS;
+  request.setTtl(seconds < 1 ? 1 : seconds);
+  return client->post<schema::etcd::LeaseGrantResponse>("/v3/lease/grant", request.asReader())
+      .then([this](EtcdReply<schema::etcd::LeaseGrantResponse>&& reply) {
+        auto granted = reply.get();
+        if (granted.getId() == 0) {
+          throwError(ErrorCode::FAILED,
+                     kj::str("etcd granted no lease: ", granted.getError()));
+        }
+        lease = granted.getId();
+        return write(0);
+      });
+}
+
+kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
+  // Read the job's record and the key's holder, decide, then write only if neither changed.
+  capnp::MallocMessageBuilder message;
+  auto read = message.initRoot<TxnRequest>();
+  auto ops = read.initSuccess(2);
+  ops[0].initRequestRange().setKey(bytesOf(client->jobKey(endpoint.jobId)));
+  ops[1].initRequestRange().setKey(bytesOf(key));
+  return client->post<TxnResponse>("/v3/kv/txn", read.asReader())
+      .then([this, tries](EtcdReply<TxnResponse>&& reply) -> kj::Promise<void> {
+        auto responses = reply.get().getResponses();
+        auto job = jobRecordFrom(*client, endpoint.jobId, responses[0].getResponseRange());
+        auto& credentials = *client->credentials;
+        auto presented = credentials.jobTokenFor(endpoint.jobId);
+        auto what = kj::str("register '", endpoint.name, "'");
+        authorizeJob(job, endpoint.jobId, presented, what);
+        if (job.state == JobState::ENDED) {
+          throwError(ErrorCode::JOB_ENDED, kj::str("job '", endpoint.jobId, "' has ended (",
+                                                   printable(job.reason),
+                                                   "); its endpoints cannot register"));
+        }
+        int64_t held = 0;
+        auto current = responses[1].getResponseRange().getKvs();
+        if (current.size() > 0) {
+          held = current[0].getModRevision();
+          if (current[0].getLease() != lease) {
+            KJ_IF_MAYBE(other, decodeEndpoint(*client, key.c_str(), current[0].getValue())) {
+              if (endpoint.incarnation <= other->incarnation) {
+                throwError(ErrorCode::NAME_TAKEN,
+                           kj::str("'", endpoint.name, "' is held by a live registration of "
+                                   "incarnation ", other->incarnation, " at ", other->address,
+                                   " (this one has incarnation ", endpoint.incarnation,
+                                   "); only a newer incarnation replaces it"));
+              }
+            }
+          }
+        }
+
+        endpoint.registeredAtMillis =
+            (client->loop.calendarNow() - kj::UNIX_EPOCH) / kj::MILLISECONDS;
+        capnp::MallocMessageBuilder valueMessage;
+        endpoint.toCapnp(valueMessage.initRoot<schema::Endpoint>());
+        auto value = client->encode(valueMessage.getRoot<schema::Endpoint>().asReader());
+
+        capnp::MallocMessageBuilder message;
+        auto txn = message.initRoot<TxnRequest>();
+        auto compares = txn.initCompare(2);
+        compareUnchanged(compares[0], client->jobKey(endpoint.jobId), job.modRevision);
+        compareUnchanged(compares[1], key, held);
+        bool claim = job.owner.empty() && presented.size() > 0;
+        auto success = txn.initSuccess(claim ? 2 : 1);
+        auto put = success[0].initRequestPut();
+        put.setKey(bytesOf(key));
+        put.setValue(value.asBytes());
+        put.setLease(lease);
+        kj::String jobValue;
+        if (claim) {
+          // The first registration that presents a credential claims an open job with it.
+          capnp::MallocMessageBuilder jobMessage;
+          auto record = jobMessage.initRoot<schema::etcd::Job>();
+          record.setState("running");
+          record.setOwner(credentialDigest(presented));
+          jobValue = client->encode(record.asReader());
+          auto putJob = success[1].initRequestPut();
+          putJob.setKey(bytesOf(client->jobKey(endpoint.jobId)));
+          putJob.setValue(jobValue.asBytes());
+        }
+        return client->post<TxnResponse>("/v3/kv/txn", txn.asReader())
+            .then([this, tries](EtcdReply<TxnResponse>&& reply) -> kj::Promise<void> {
+              if (reply.get().getSucceeded()) return kj::READY_NOW;
+              if (tries + 1 >= WRITE_TRIES) {
+                return makeError(ErrorCode::OVERLOADED,
+                                 kj::str("'", endpoint.name, "' was written by others ",
+                                         WRITE_TRIES, " times while it registered"));
+              }
+              return write(tries + 1);
+            });
+      });
+}
+
+void EtcdRegistration::scheduleRefresh() {
+  auto gen = generation;
+  int64_t seconds = (client->options.ttl + kj::SECONDS - 1 * kj::NANOSECONDS) / kj::SECONDS;
+  auto interval = (seconds < 1 ? 1 : seconds) * kj::SECONDS / 3;
+  tasks.add(client->loop.timer()
+             .afterDelay(interval)
+             .then([this, gen]() -> kj::Promise<void> {
+               if (gen != generation) return kj::READY_NOW;
+               return refresh();
+             })
+             .then(
+                 [this, gen]() {
+                   if (gen != generation) return;
+                   failures = 0;
+                   scheduleRefresh();
+                 },
+                 [this, gen](kj::Exception&& e) {
+                   if (gen == generation) failed(kj::mv(e));
+                 }));
+}
+
+kj::Promise<void> EtcdRegistration::refresh() {
+  capnp::MallocMessageBuilder message;
+  message.initRoot<schema::etcd::LeaseKeepAliveRequest>().setId(lease);
+  return client
+      ->post<schema::etcd::LeaseKeepAliveResult>(
+          "/v3/lease/keepalive",
+          message.getRoot<schema::etcd::LeaseKeepAliveRequest>().asReader())
+      .then([this](EtcdReply<schema::etcd::LeaseKeepAliveResult>&& reply) {
+        if (reply.get().getResult().getTtl() <= 0) {
+          lease = 0;
+          throwError(ErrorCode::LEASE_LOST, "etcd no longer has its lease (it lapsed)");
+        }
+        // Still ours? A newer incarnation, or the end of its job, took the key away.
+        capnp::MallocMessageBuilder message;
+        auto txn = message.initRoot<TxnRequest>();
+        auto compare = txn.initCompare(1)[0];
+        compare.setKey(bytesOf(key));
+        compare.setResult(Compare::Result::EQUAL);
+        compare.setTarget(Compare::Target::LEASE);
+        compare.setLease(lease);
+        return client->post<TxnResponse>("/v3/kv/txn", txn.asReader());
+      })
+      .then([](EtcdReply<TxnResponse>&& reply) {
+        if (!reply.get().getSucceeded()) {
+          throwError(ErrorCode::LEASE_LOST,
+                     "its key is gone or another lease's (a newer incarnation, or its job ended)");
+        }
+      });
+}
+
+kj::Promise<void> EtcdRegistration::rewrite() {
+  capnp::MallocMessageBuilder valueMessage;
+  endpoint.toCapnp(valueMessage.initRoot<schema::Endpoint>());
+  auto value = client->encode(valueMessage.getRoot<schema::Endpoint>().asReader());
+  capnp::MallocMessageBuilder message;
+  auto txn = message.initRoot<TxnRequest>();
+  auto compare = txn.initCompare(1)[0];
+  compare.setKey(bytesOf(key));
+  compare.setResult(Compare::Result::EQUAL);
+  compare.setTarget(Compare::Target::LEASE);
+  compare.setLease(lease);
+  auto put = txn.initSuccess(1)[0].initRequestPut();
+  put.setKey(bytesOf(key));
+  put.setValue(value.asBytes());
+  put.setLease(lease);
+  return client->post<TxnResponse>("/v3/kv/txn", txn.asReader())
+      .then([](EtcdReply<TxnResponse>&& reply) {
+        if (!reply.get().getSucceeded()) {
+          throwError(ErrorCode::LEASE_LOST,
+                     "its key is gone or another lease's (a newer incarnation, or its job ended)");
+        }
+      });
+}
+
+void EtcdRegistration::failed(kj::Exception&& e) {
+  auto code = errorCode(e);
+  bool wasHeld = phase == Phase::HELD;
+  if (code == ErrorCode::INVALID_ARGUMENT || code == ErrorCode::PERMISSION_DENIED ||
+      ((code == ErrorCode::JOB_ENDED || code == ErrorCode::NAME_TAKEN) && !everRegistered)) {
+    phase = Phase::STOPPED;
+    ++generation;
+    revokeLease();  // granted for nothing
+    client->log->warn("etcd: '{}' is not registered: {}", endpoint.name,
+                      e.getDescription().cStr());
+    if (!everRegistered) registeredFulfiller->reject(kj::mv(e));
+    return;
+  }
+  if (wasHeld && code == ErrorCode::LEASE_LOST) {
+    client->log->warn("etcd: lost the registration of '{}' ({}); registering again",
+                      endpoint.name, e.getDescription().cStr());
+    attempt();
+    return;
+  }
+  auto delay = client->backoff(failures++);
+  if (failures == 1) {
+    client->log->warn("etcd: cannot {} '{}' ({}); retrying with backoff",
+                      wasHeld ? "refresh the lease of" : "register", endpoint.name,
+                      e.getDescription().cStr());
+  }
+  auto gen = ++generation;
+  tasks.add(client->loop.timer().afterDelay(delay).then([this, gen, wasHeld]() {
+    if (gen != generation) return;
+    if (!wasHeld || lease == 0) {
+      attempt();
+      return;
+    }
+    // The lease may still be there: refresh it, and register again only if it is not.
+    phase = Phase::HELD;
+    tasks.add(refresh().then(
+        [this, gen]() {
+          if (gen != generation) return;
+          failures = 0;
+          scheduleRefresh();
+        },
+        [this, gen](kj::Exception&& e) {
+          if (gen == generation) failed(kj::mv(e));
+        }));
+  }));
+}
+
+}  // namespace troupe::resolver_detail

@@ -1,0 +1,100 @@
+#pragma once
+// EtcdResolver: the Resolver contract on etcd v3, through etcd's JSON gateway (HTTP/1.1), so
+// that discovery survives the loss of any one process. Same semantics as RegistryResolver:
+// leases, incarnations, job states, watches that reconcile.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kj/time.h>
+
+#include "troupe/actor/event_loop.h"
+#include "troupe/resolver/resolver.h"
+
+namespace troupe {
+
+namespace resolver_detail {
+class EtcdClient;
+}
+
+struct EtcdResolverOptions {
+  // The etcd members, tried in order: "tcp://HOST:PORT" or "unix:PATH" (troupe addresses).
+  // A request that cannot reach one goes to the next.
+  std::vector<std::string> members;
+
+  // Every key troupe writes is under "<root>/": "<root>/endpoints/<endpoint name>" and
+  // "<root>/jobs/<job id>". Default "troupe".
+  std::string root = "troupe";
+
+  // TTL of each registration's lease: an endpoint whose process stopped refreshing it (frozen,
+  // partitioned) is removed this long after the last refresh. etcd counts whole seconds, so it
+  // is rounded up to one. Default 10 s.
+  kj::Duration ttl = 10 * kj::SECONDS;
+
+  // Waits between attempts after a failure (registering, watching again), doubling from the
+  // first to the last, each with random jitter. Defaults 100 ms and 1 s.
+  kj::Duration backoffInitial = 100 * kj::MILLISECONDS;
+  kj::Duration backoffMax = 1 * kj::SECONDS;
+
+  // Deadline of each request to etcd, connecting included (a watch's stream has none). Default
+  // 5 s.
+  kj::Duration requestTimeout = 5 * kj::SECONDS;
+
+  // Largest response accepted, and largest object on a watch stream, in bytes. Default 64 MiB.
+  uint64_t maxResponseBytes = uint64_t{64} << 20;
+
+  // Where the resolver logs (registrations, retries, lost leases). Default: the loop's logger.
+  std::shared_ptr<spdlog::logger> logger;
+
+  // What registrations present as their job's credential (its job token). Default: null,
+  // meaning the loop's (EventLoop::credentials()).
+  std::shared_ptr<Credentials> credentials;
+};
+
+// Belongs to the loop it was made on; everything it hands out is used on that loop's thread.
+// Registrations and watches keep the resolver's connections alive: they go on working after
+// the resolver is dropped, and each ends when dropped itself.
+//
+// What is in etcd: each registration is a key attached to a lease of options.ttl, refreshed at a
+// third of it; when etcd says the lease is gone (it lapsed while this process was frozen, or
+// etcd lost its data), the registration grants a new one and writes its key again by itself.
+// Dropping a registration revokes its lease, so its endpoint is gone at once. A newer
+// incarnation replaces an entry in a compare-and-swap transaction, and the old holder's later
+// revoke leaves it alone. Ending a job writes its state and deletes its endpoints in one
+// transaction; a registration under an ended job is refused with JOB_ENDED.
+//
+// Watches: all watches of one resolver share one etcd watch on "<root>/" and a copy of what is
+// under it, so a process watching a thousand prefixes holds one stream. When the stream breaks
+// or etcd cancels it (compaction), the resolver reads everything again and reconciles: ADDED,
+// CHANGED and REMOVED for what differs, then SYNCED.
+//
+// Job ownership: createJob() stores a hash of the credential it returns, and this resolver
+// refuses registrations and job changes without it (PERMISSION_DENIED), in the same
+// transaction as the write. That stops careless clients, not hostile ones: anyone who may write
+// to etcd may write under the root, so keep strangers out with etcd's own authentication.
+class EtcdResolver final : public Resolver {
+public:
+  // Throws INVALID_ARGUMENT when options name no member or a member is not a troupe address, or
+  // the root is not printable ASCII without spaces. Does not connect yet.
+  EtcdResolver(EventLoop& loop, EtcdResolverOptions options);
+  ~EtcdResolver() noexcept(false);
+  KJ_DISALLOW_COPY(EtcdResolver);
+
+  // Options from a URL: "etcd://HOST:PORT[,HOST:PORT...][/ROOT][?ttl_ms=N]" (PORT defaults to
+  // 2379, ROOT to "troupe") or "etcd+unix:PATH[,PATH...][?root=ROOT&ttl_ms=N]". Throws
+  // INVALID_ARGUMENT naming the part that does not parse.
+  static EtcdResolverOptions parseUrl(kj::StringPtr url);
+
+  kj::Promise<kj::Array<Endpoint>> resolve(kj::StringPtr prefix) override;
+  kj::Own<Watch> watch(kj::StringPtr prefix) override;
+  kj::Own<Registration> registerEndpoint(Endpoint endpoint) override;
+  kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) override;
+  kj::Promise<void> setJobStatus(JobStatus status, std::string jobCredential = {}) override;
+  kj::Promise<std::string> createJob(kj::StringPtr jobId) override;
+
+private:
+  kj::Own<resolver_detail::EtcdClient> client;
+};
+
+}  // namespace troupe
