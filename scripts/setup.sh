@@ -12,6 +12,8 @@ packages=(
   # scripts/fuzz.sh: clang with its sanitizer and libFuzzer runtimes (which clang only
   # recommends, and recommendations are not installed), and llvm-symbolizer for the reports.
   clang libfuzzer-14-dev libclang-rt-14-dev llvm
+  # The etcd tests (tests/support/etcd_cluster.h) start real etcd members.
+  etcd-server
   "$@"
 )
 

@@ -9,11 +9,22 @@
 
 namespace troupe::test {
 
+struct ChildProcessOptions {
+  // The directory the child starts in. Default "": ours.
+  std::string workingDirectory;
+
+  // Whether the child's stderr goes into the same pipe as its stdout (so readLine() returns
+  // both, interleaved as the child wrote them). Default false: it writes to our stderr.
+  bool stderrToStdout = false;
+};
+
 class ChildProcess {
 public:
   // Starts `program` with `args`; extra environment entries ("NAME=value") are added to ours.
+  // Throws std::runtime_error when it cannot be started (also for a working directory that does
+  // not exist).
   ChildProcess(const std::string& program, const std::vector<std::string>& args,
-               const std::vector<std::string>& env = {});
+               const std::vector<std::string>& env = {}, const ChildProcessOptions& options = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
