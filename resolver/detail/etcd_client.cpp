@@ -61,11 +61,18 @@ private:
 
 }  // namespace
 
+// An HTTP client of one member, shared by the requests in flight on it: a response's body
+// refers to its client, so the client stays until the last body goes, even after the member
+// was given up on.
+struct HttpConnection final : public kj::Refcounted {
+  kj::Own<kj::NetworkAddress> address;
+  kj::Own<kj::HttpClient> http;
+};
+
 struct EtcdClient::Member {
   Address address;
   kj::String text;  // for logs
-  kj::Maybe<kj::Own<kj::NetworkAddress>> resolved;
-  kj::Maybe<kj::Own<kj::HttpClient>> http;
+  kj::Maybe<kj::Own<HttpConnection>> connection;
 };
 
 ErrorCode errorCodeOfGrpc(int code) {
@@ -115,7 +122,7 @@ EtcdClient::EtcdClient(EventLoop& loop, EtcdResolverOptions optionsIn)
       throwError(ErrorCode::INVALID_ARGUMENT,
                  kj::str("etcd member '", text, "': TLS to etcd is not supported yet"));
     }
-    list.add(kj::heap<Member>(Member{address, kj::str(text), nullptr, nullptr}));
+    list.add(kj::heap<Member>(Member{address, kj::str(text), nullptr}));
   }
   members = list.releaseAsArray();
   codec.setMaxNestingDepth(16);
@@ -152,27 +159,33 @@ kj::Promise<kj::HttpClient::Response> EtcdClient::send(size_t index, kj::StringP
                                                        kj::StringPtr body) {
   auto& m = member(index);
   kj::Promise<void> ready = kj::READY_NOW;
-  if (m.http == nullptr) {
+  if (m.connection == nullptr) {
     ready = loop.network().parseAddress(m.address.toKjAddress()).then(
         [this, &m](kj::Own<kj::NetworkAddress> resolved) {
           // No idle connections are kept: kj-http 0.9.2's pooling client crashed here when a
           // pooled response body was dropped, so each request has a connection of its own.
           kj::HttpClientSettings settings;
-          settings.idleTimeout = 0 * kj::SECONDS;
-          m.http = kj::newHttpClient(loop.timer(), headerTable, *resolved, settings);
-          m.resolved = kj::mv(resolved);
+          // settings.idleTimeout = 0 * kj::SECONDS;
+          auto connection = kj::refcounted<HttpConnection>();
+          connection->http = kj::newHttpClient(loop.timer(), headerTable, *resolved, settings);
+          connection->address = kj::mv(resolved);
+          m.connection = kj::mv(connection);
         });
   }
   return ready.then([this, &m, path, body]() {
-    auto& http = *KJ_ASSERT_NONNULL(m.http);
+    auto& connection = *KJ_ASSERT_NONNULL(m.connection);
     kj::HttpHeaders headers(headerTable);
     headers.set(kj::HttpHeaderId::HOST, "etcd");
     headers.set(kj::HttpHeaderId::CONTENT_TYPE, "application/json");
-    auto request = http.request(kj::HttpMethod::POST, path, headers, uint64_t{body.size()});
+    auto request =
+        connection.http->request(kj::HttpMethod::POST, path, headers, uint64_t{body.size()});
     auto written = request.body->write(body.begin(), body.size()).attach(kj::mv(request.body));
-    return written.then([response = kj::mv(request.response)]() mutable {
-      return kj::mv(response);
-    });
+    return written
+        .then([response = kj::mv(request.response)]() mutable { return kj::mv(response); })
+        .then([held = kj::addRef(connection)](kj::HttpClient::Response&& response) mutable {
+          response.body = response.body.attach(kj::mv(held));
+          return kj::mv(response);
+        });
   });
 }
 
@@ -216,8 +229,7 @@ kj::Promise<kj::String> EtcdClient::tryFrom(size_t index, size_t tried, kj::Stri
        body = kj::mv(body)](kj::Exception&& e) mutable -> kj::Promise<kj::String> {
         if (errorCode(e) == ErrorCode::MESSAGE_TOO_LARGE) return kj::mv(e);
         // The connection failed or timed out: this member is no good for now.
-        m.http = nullptr;
-        m.resolved = nullptr;
+        m.connection = nullptr;
         if (tried + 1 < members.size()) {
           log->debug("etcd member {} failed ({}); trying the next", m.text.cStr(),
                      e.getDescription().cStr());
@@ -249,8 +261,7 @@ kj::Promise<kj::Own<EtcdStream>> EtcdClient::stream(kj::StringPtr path, kj::Stri
       },
       [this, index](kj::Exception&& e) -> kj::Promise<kj::Own<EtcdStream>> {
         auto& m = member(index);
-        m.http = nullptr;
-        m.resolved = nullptr;
+        m.connection = nullptr;
         current = (index + 1) % members.size();  // the next attempt goes elsewhere
         return makeError(ErrorCode::UNREACHABLE,
                          kj::str("etcd member ", m.text, " did not open a watch: ",

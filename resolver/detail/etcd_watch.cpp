@@ -156,36 +156,43 @@ void EtcdWatch::applyOne(const EtcdChange& change) {
   }
 }
 
-void EtcdWatch::reconcile(const EtcdSnapshot& snapshot) {
+void EtcdWatch::reconcile(const EtcdSnapshot& snapshot, bool afterBreak) {
   if (!started) return;  // its own first snapshot is on its way
-  if (snapshot.revision <= since) return;
+  if (snapshot.revision < since) return;  // older than what it reported already
+  bool changed = false;
+  auto report = [&](WatchEvent event) {
+    changed = true;
+    queue.push(kj::mv(event));
+  };
   std::set<std::string> endedWithEndpoints;
   for (auto it = view.begin(); it != view.end();) {
     if (snapshot.endpoints.count(it->first) == 0) {
       if (snapshot.endedJobs.count(it->second.jobId) > 0) {
         endedWithEndpoints.insert(it->second.jobId);
       }
-      queue.push(WatchEvent{WatchEvent::Type::REMOVED, it->second, {}});
+      report(WatchEvent{WatchEvent::Type::REMOVED, it->second, {}});
       it = view.erase(it);
     } else {
       ++it;
     }
   }
   for (auto& job : endedWithEndpoints) {
-    queue.push(WatchEvent{WatchEvent::Type::JOB_ENDED, {}, snapshot.endedJobs.at(job)});
+    report(WatchEvent{WatchEvent::Type::JOB_ENDED, {}, snapshot.endedJobs.at(job)});
   }
   for (auto it = snapshot.endpoints.lower_bound(prefix);
        it != snapshot.endpoints.end() && startsWith(it->first, prefix); ++it) {
     auto mine = view.find(it->first);
     if (mine == view.end()) {
       view.emplace(it->first, it->second);
-      queue.push(WatchEvent{WatchEvent::Type::ADDED, it->second, {}});
+      report(WatchEvent{WatchEvent::Type::ADDED, it->second, {}});
     } else if (!(mine->second == it->second)) {
       mine->second = it->second;
-      queue.push(WatchEvent{WatchEvent::Type::CHANGED, it->second, {}});
+      report(WatchEvent{WatchEvent::Type::CHANGED, it->second, {}});
     }
   }
-  queue.push(WatchEvent{WatchEvent::Type::SYNCED, {}, {}});
+  // After a break the watch says it is current again; on the hub's first read, only if that
+  // read found something the watch's own had not.
+  if (afterBreak || changed) queue.push(WatchEvent{WatchEvent::Type::SYNCED, {}, {}});
   since = snapshot.revision;
 }
 
@@ -269,7 +276,8 @@ kj::Promise<void> EtcdWatchHub::run() {
   return readAll()
       .then([this](EtcdSnapshot&& snapshot) {
         revision = snapshot.revision;
-        for (auto& watch : watches) watch.reconcile(snapshot);
+        for (auto& watch : watches) watch.reconcile(snapshot, broke);
+        broke = false;
         capnp::MallocMessageBuilder message;
         auto create = message.initRoot<schema::etcd::WatchRequest>().initCreateRequest();
         create.setKey(bytesOf(client.rootPrefix));
@@ -338,6 +346,7 @@ kj::Promise<void> EtcdWatchHub::watchdog(size_t member) {
 }
 
 kj::Promise<void> EtcdWatchHub::retryLater(kj::Exception&& why) {
+  broke = true;
   auto delay = client.backoff(failures++);
   if (failures == 1) {
     client.log->warn("etcd: the watch on '{}' broke ({}); reading again and reconciling",

@@ -49,9 +49,9 @@ public:
 
   kj::Promise<WatchEvent> next() override { return queue.next(); }
 
-  // From the hub: everything under the root at a revision (after the stream broke): reports
-  // what differs from what this watch has reported, then SYNCED.
-  void reconcile(const EtcdSnapshot& snapshot);
+  // From the hub: everything under the root at a revision: reports what differs from what this
+  // watch has reported, then SYNCED (always when `afterBreak`: the hub's stream broke).
+  void reconcile(const EtcdSnapshot& snapshot, bool afterBreak);
   // From the hub: changes read from the stream, in order.
   void apply(const std::vector<EtcdChange>& changes);
 
@@ -99,6 +99,7 @@ private:
   kj::List<EtcdWatch, &EtcdWatch::link> watches;
   int64_t revision = 0;  // read up to here
   uint32_t failures = 0;
+  bool broke = false;  // the stream broke since the last read of everything
   kj::Promise<void> running = nullptr;  // last: refers to the members above
 };
 

@@ -20,11 +20,12 @@
 #include "troupe/actor/credentials.h"
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/resolver/etcd_resolver.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/open_resolver.h"
 #include "troupe/resolver/registry_resolver.h"
 #include "troupe/resolver/registry_server.h"
-#include "tests/support/etcd_cluster.h"  // for the etcd backend (below), with open_resolver.h
+#include "tests/support/etcd_cluster.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe {
@@ -147,27 +148,29 @@ private:
   FixedResolver table;
 };
 
-// Where the etcd backend goes, once openResolver() knows "etcd+unix:" URLs: a real etcd
-// (tests/support/etcd_cluster.h) on real time, each client opened from the cluster's URL, with
-// leases far longer than a test so that nothing expires unless a test makes it. Then add
-// {"Etcd", makeEtcd} to BACKENDS below. How a client presents its job credential is the etcd
-// resolver's to say (its options' or the loop's Credentials); until a client can carry its
-// own, hasJobOwnership() tests need one loop credential per client.
-//
-//   class EtcdBackend final : public Backend {
-//   public:
-//     EventLoop& loop() override { return loop_; }
-//     kj::Own<Resolver> client(std::string jobId, std::string jobToken) override {
-//       return openResolver(loop_, cluster.url("troupe", 10 * 60 * 1000).c_str());
-//     }
-//     bool hasJobOwnership() const override { return true; }
-//     bool refusesOlderIncarnations() const override { return true; }
-//     bool cutsLongReasons() const override { return true; }
-//
-//   private:
-//     EventLoop loop_{EventLoopOptions{.credentials = Credentials::none()}};
-//     test::EtcdCluster cluster;  // one member; EtcdCluster(3) for a cluster
-//   };
+// EtcdResolver clients of a real etcd (tests/support/etcd_cluster.h), one member, on real time,
+// with leases far longer than a test so that nothing expires unless a test makes it.
+class EtcdBackend final : public Backend {
+public:
+  EventLoop& loop() override { return loop_; }
+
+  kj::Own<Resolver> client(std::string jobId, std::string jobToken) override {
+    auto options = EtcdResolver::parseUrl(cluster.url("troupe", 10 * 60 * 1000).c_str());
+    if (!jobId.empty()) {
+      options.credentials = std::make_shared<Credentials>(
+          CredentialsOptions{.jobId = kj::mv(jobId), .jobToken = kj::mv(jobToken)});
+    }
+    return kj::heap<EtcdResolver>(loop_, kj::mv(options));
+  }
+
+  bool hasJobOwnership() const override { return true; }
+  bool refusesOlderIncarnations() const override { return true; }
+  bool cutsLongReasons() const override { return true; }
+
+private:
+  EventLoop loop_{EventLoopOptions{.credentials = Credentials::none()}};
+  test::EtcdCluster cluster;
+};
 
 struct BackendKind {
   const char* name;
@@ -180,7 +183,7 @@ const BackendKind BACKENDS[] = {
     {"Registry", []() -> kj::Own<Backend> { return kj::heap<RegistryBackend>(true); }},
     {"RegistryOnRealTime", []() -> kj::Own<Backend> { return kj::heap<RegistryBackend>(false); }},
     {"Fixed", []() -> kj::Own<Backend> { return kj::heap<FixedBackend>(); }},
-    // {"Etcd", []() -> kj::Own<Backend> { return kj::heap<EtcdBackend>(); }},
+    {"Etcd", []() -> kj::Own<Backend> { return kj::heap<EtcdBackend>(); }},
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,248 @@
+// EtcdResolver against real etcd processes (tests/support/etcd_cluster.h): what is particular to
+// etcd beside the shared conformance suite. URLs; a lease that lapses while its client is frozen;
+// a killed member of three; etcd restarts with and without its data; compaction; values under
+// the root that are not troupe's; an etcd that is down at start; oversized answers.
+//
+// etcd keeps leases in real time, so these tests use real time: short TTLs, and waits that end
+// on the event they expect (or on PATIENCE, failing).
+
+#include "troupe/resolver/etcd_resolver.h"
+
+#include <signal.h>
+
+#include <string>
+
+#include <gtest/gtest.h>
+#include <kj/encoding.h>
+
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/open_resolver.h"
+#include "tests/support/child_process.h"
+#include "tests/support/etcd_cluster.h"
+#include "tests/support/registry_helpers.h"
+
+namespace troupe {
+namespace {
+
+using test::await;
+using test::awaitError;
+using test::endpoint;
+
+std::string base64(const std::string& text) {
+  auto encoded = kj::encodeBase64(kj::arrayPtr(text.data(), text.size()).asBytes());
+  return std::string(encoded.cStr());
+}
+
+// Waits `delay` of real time, running the loop.
+void runFor(EventLoop& loop, kj::Duration delay) {
+  test::afterRealTime(loop, delay).wait(loop.waitScope());
+}
+
+TEST(EtcdUrlTest, MembersRootAndTtlComeFromTheUrl) {
+  auto options = EtcdResolver::parseUrl("etcd://10.0.0.5:2379,etcd-b/prod/troupe?ttl_ms=2500");
+  ASSERT_EQ(options.members.size(), 2u);
+  EXPECT_EQ(options.members[0], "tcp://10.0.0.5:2379");
+  EXPECT_EQ(options.members[1], "tcp://etcd-b:2379");
+  EXPECT_EQ(options.root, "prod/troupe");
+  EXPECT_EQ(options.ttl, 2500 * kj::MILLISECONDS);
+
+  auto unix = EtcdResolver::parseUrl("etcd+unix:/run/a:1,/run/b:1?root=t&ttl_ms=1000");
+  ASSERT_EQ(unix.members.size(), 2u);
+  EXPECT_EQ(unix.members[0], "unix:/run/a:1");
+  EXPECT_EQ(unix.root, "t");
+
+  auto plain = EtcdResolver::parseUrl("etcd://127.0.0.1:2379");
+  EXPECT_EQ(plain.root, "troupe");
+  EXPECT_EQ(plain.ttl, 10 * kj::SECONDS);
+}
+
+TEST(EtcdUrlTest, AUrlThatDoesNotParseIsRefusedNamingThePart) {
+  struct Case {
+    const char* url;
+    const char* says;
+  };
+  for (auto c : {Case{"etcd://", "names no etcd member"},
+                 Case{"etcd://a,,b", "empty member"},
+                 Case{"etcd://a?ttl_ms=0", "ttl_ms must be positive"},
+                 Case{"etcd://a?ttl_ms=soon", "ttl_ms takes a number"},
+                 Case{"etcd://a?color=red", "unknown option 'color=red'"},
+                 Case{"etcd+unix:?root=x", "names no etcd member"}}) {
+    auto failure = test::thrownBy([&]() { EtcdResolver::parseUrl(c.url); });
+    EXPECT_EQ(failure.code, ErrorCode::INVALID_ARGUMENT) << c.url;
+    EXPECT_TRUE(failure.mentions(c.says)) << c.url << ": " << failure.text;
+  }
+  EventLoop loop(EventLoopOptions{.credentials = Credentials::none()});
+  auto root = test::thrownBy([&]() { openResolver(loop, "etcd://a/bad root"); });
+  EXPECT_EQ(root.code, ErrorCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(root.mentions("printable ASCII without spaces")) << root.text;
+}
+
+class EtcdResolverTest : public ::testing::Test {
+protected:
+  explicit EtcdResolverTest(size_t members = 1)
+      : cluster(members), loop(EventLoopOptions{.credentials = Credentials::none()}) {}
+  ~EtcdResolverTest() noexcept override {}
+
+  kj::Own<Resolver> open(size_t ttlMs = 0) {
+    return openResolver(loop, cluster.url("troupe", ttlMs).c_str());
+  }
+
+  // Waits for the watch's next event that is not `skip`.
+  std::string nextBut(Watch& watch, const std::string& skip) {
+    for (;;) {
+      auto event = test::next(loop, watch);
+      if (event != skip) return event;
+    }
+  }
+
+  test::EtcdCluster cluster;
+  EventLoop loop;
+};
+
+TEST_F(EtcdResolverTest, ALeaseThatLapsesWhileItsClientIsFrozenIsWrittenAgainOnThaw) {
+  auto resolver = open();
+  auto watch = resolver->watch("calc/");
+  EXPECT_EQ(test::next(loop, *watch), "SYNCED");
+  test::ChildProcess registrant(TROUPE_TEST_REGISTRANT_PATH,
+                                {cluster.url("troupe", 1000), "calc/calc-0", "--ttl-ms", "1000"});
+  EXPECT_EQ(registrant.readLine(), "REGISTERED calc/calc-0");
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-0 ready");
+
+  ASSERT_TRUE(registrant.freeze());
+  // etcd expires the lease (at least its minimum TTL) and deletes the key.
+  EXPECT_EQ(test::next(loop, *watch), "REMOVED calc/calc-0 ready");
+  registrant.thaw();
+  // Its next refresh finds the lease gone: a new lease, the key written again.
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-0 ready");
+  registrant.kill(SIGTERM);
+  EXPECT_EQ(registrant.wait(), 0);
+  EXPECT_EQ(test::next(loop, *watch), "REMOVED calc/calc-0 ready");  // revoked on the way out
+}
+
+TEST_F(EtcdResolverTest, AnEtcdThatIsDownAtStartIsRetriedUntilItAnswers) {
+  cluster.kill(0);
+  auto resolver = open();
+  auto registration = resolver->registerEndpoint(endpoint("calc/calc-0"));
+  auto registered = registration->whenRegistered().fork();
+  runFor(loop, 500 * kj::MILLISECONDS);
+  EXPECT_FALSE(registered.addBranch().poll(loop.waitScope()))
+      << "registered with no etcd running";
+  cluster.restart(0);
+  await(loop, registered.addBranch());
+  auto found = await(loop, resolver->resolve("calc/"));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].name, "calc/calc-0");
+}
+
+TEST_F(EtcdResolverTest, ARestartWithItsDataKeepsRegistrationsAndTheWatchGoesOn) {
+  auto resolver = open(2000);
+  auto watch = resolver->watch("calc/");
+  EXPECT_EQ(test::next(loop, *watch), "SYNCED");
+  auto first = resolver->registerEndpoint(endpoint("calc/calc-0"));
+  await(loop, first->whenRegistered());
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-0 ready");
+
+  cluster.restart(0);
+  // The watch reads everything again (nothing differs: only SYNCED), then follows new writes.
+  auto second = resolver->registerEndpoint(endpoint("calc/calc-1"));
+  await(loop, second->whenRegistered());
+  EXPECT_EQ(nextBut(*watch, "SYNCED"), "ADDED calc/calc-1 ready");
+  EXPECT_EQ(await(loop, resolver->resolve("calc/")).size(), 2u);
+}
+
+TEST_F(EtcdResolverTest, ARestartWithoutItsDataBringsEveryRegistrationBackByItself) {
+  auto resolver = open(2000);
+  auto registration = resolver->registerEndpoint(endpoint("calc/calc-0"));
+  await(loop, registration->whenRegistered());
+  cluster.restartEmpty();
+  auto watch = resolver->watch("calc/");
+  // Whatever the snapshot holds, the registration comes back within its refresh interval.
+  EXPECT_EQ(nextBut(*watch, "SYNCED"), "ADDED calc/calc-0 ready");
+}
+
+TEST_F(EtcdResolverTest, CompactionDuringAWatchLosesNothing) {
+  auto resolver = open();
+  auto watch = resolver->watch("calc/");
+  EXPECT_EQ(test::next(loop, *watch), "SYNCED");
+  auto a = resolver->registerEndpoint(endpoint("calc/calc-0"));
+  await(loop, a->whenRegistered());
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-0 ready");
+  a->setState(EndpointState::DRAINING);
+  EXPECT_EQ(test::next(loop, *watch), "CHANGED calc/calc-0 draining");
+  cluster.compact(cluster.revision());
+  auto b = resolver->registerEndpoint(endpoint("calc/calc-1"));
+  await(loop, b->whenRegistered());
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-1 ready");
+  a = nullptr;
+  EXPECT_EQ(test::next(loop, *watch), "REMOVED calc/calc-0 draining");
+}
+
+TEST_F(EtcdResolverTest, ValuesUnderTheRootThatAreNotTroupesAreSkipped) {
+  auto resolver = open();
+  auto garbage = [&](const std::string& key, const std::string& value) {
+    auto reply = cluster.post(0, "/v3/kv/put",
+                              "{\"key\":\"" + base64(key) + "\",\"value\":\"" + base64(value) + "\"}");
+    ASSERT_EQ(reply.status, 200) << reply.body;
+  };
+  garbage("troupe/endpoints/calc/calc-9", "not json");
+  garbage("troupe/endpoints/calc/not-a-name!", "{}");
+  garbage("troupe/jobs/calc", "[1,2,3]");
+  auto watch = resolver->watch("calc/");
+  EXPECT_EQ(test::next(loop, *watch), "SYNCED");
+  EXPECT_EQ(await(loop, resolver->resolve("calc/")).size(), 0u);
+  garbage("troupe/endpoints/calc/calc-8", "{\"name\":\"calc/other-1\"}");  // names another key
+  auto good = resolver->registerEndpoint(endpoint("calc/calc-0"));
+  await(loop, good->whenRegistered());
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-0 ready");
+  auto found = await(loop, resolver->resolve("calc/"));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].name, "calc/calc-0");
+}
+
+TEST_F(EtcdResolverTest, AnAnswerOverTheSizeLimitFailsWithMessageTooLarge) {
+  auto resolver = open();
+  kj::Vector<kj::Own<Registration>> held;
+  for (int i = 0; i < 20; ++i) {
+    auto e = endpoint("calc/calc-" + std::to_string(i));
+    e.metadata["pad"] = std::string(200, 'p');
+    held.add(resolver->registerEndpoint(e));
+    await(loop, held.back()->whenRegistered());
+  }
+  auto options = EtcdResolver::parseUrl(cluster.url().c_str());
+  options.maxResponseBytes = 2048;
+  EtcdResolver small(loop, options);
+  auto failure = awaitError(loop, small.resolve("calc/"));
+  EXPECT_EQ(failure.code, ErrorCode::MESSAGE_TOO_LARGE);
+  EXPECT_TRUE(failure.mentions("over the limit of 2048 bytes")) << failure.text;
+  EXPECT_EQ(await(loop, small.resolve("calc/calc-2")).size(), 1u);  // small answers still come
+}
+
+class EtcdClusterOfThreeTest : public EtcdResolverTest {
+protected:
+  EtcdClusterOfThreeTest() : EtcdResolverTest(3) {}
+};
+
+TEST_F(EtcdClusterOfThreeTest, KillingTheMemberAClientTalksToLosesNoRegistration) {
+  auto resolver = open(2000);
+  auto watch = resolver->watch("calc/");
+  EXPECT_EQ(test::next(loop, *watch), "SYNCED");
+  auto first = resolver->registerEndpoint(endpoint("calc/calc-0"));
+  await(loop, first->whenRegistered());
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-0 ready");
+
+  cluster.kill(0);  // the first member listed: the one every request went to
+  auto second = resolver->registerEndpoint(endpoint("calc/calc-1"));
+  await(loop, second->whenRegistered());
+  EXPECT_EQ(nextBut(*watch, "SYNCED"), "ADDED calc/calc-1 ready");
+  // Three TTLs later the first registration is still there: its refreshes went elsewhere.
+  runFor(loop, 6 * kj::SECONDS);
+  auto seen = test::pending(loop, *watch);
+  while (seen == "SYNCED") seen = test::pending(loop, *watch);  // it read everything again
+  EXPECT_EQ(seen, "(none)") << "the watch saw a registration go";
+  auto found = await(loop, resolver->resolve("calc/"));
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].name, "calc/calc-0");
+}
+
+}  // namespace
+}  // namespace troupe
