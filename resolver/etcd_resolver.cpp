@@ -23,13 +23,6 @@ namespace {
 // How often a job change whose compare failed is read and tried again.
 constexpr uint32_t JOB_WRITE_TRIES = 8;
 
-// `reason` cut to MAX_JOB_REASON_BYTES at a UTF-8 character boundary.
-std::string shortReason(const std::string& reason) {
-  if (reason.size() <= MAX_JOB_REASON_BYTES) return reason;
-  size_t end = MAX_JOB_REASON_BYTES - 3;
-  while (end > 0 && (static_cast<unsigned char>(reason[end]) & 0xC0) == 0x80) --end;
-  return reason.substr(0, end) + "...";
-}
 
 // Reads the job's record and how many endpoints it has, in one request.
 struct JobRead {
@@ -105,7 +98,7 @@ kj::Promise<void> setJobStatusIn(EtcdClient& client, JobStatus status, std::stri
         owner == read.record.owner) {
       return kj::READY_NOW;  // running already, nothing to claim
     }
-    auto reason = ending ? shortReason(status.reason) : std::string();
+    auto reason = ending ? cutJobReason(status.reason) : std::string();
     auto value = jobValue(client, status.state, reason, owner);
     auto write = writeJob(client, status.jobId, read, value, ending);
     return write.then([&client, status = kj::mv(status), credential = kj::mv(credential),

@@ -41,6 +41,13 @@ bool jobOverlapsPrefix(kj::StringPtr jobId, kj::StringPtr prefix) {
   return true;
 }
 
+std::string cutJobReason(const std::string& reason) {
+  if (reason.size() <= MAX_JOB_REASON_BYTES) return reason;
+  size_t end = MAX_JOB_REASON_BYTES - 3;
+  while (end > 0 && (static_cast<unsigned char>(reason[end]) & 0xC0) == 0x80) --end;
+  return reason.substr(0, end) + "...";
+}
+
 void validatePrefix(kj::StringPtr prefix) {
   if (prefix.size() > MAX_PREFIX_LENGTH) {
     throwError(

@@ -110,6 +110,10 @@ public:
 // character boundary and ends in "...".
 constexpr size_t MAX_JOB_REASON_BYTES = 1024;
 
+// `reason` as resolvers keep it: at most MAX_JOB_REASON_BYTES, cut at a UTF-8 character boundary
+// and ending in "..." when it was longer.
+std::string cutJobReason(const std::string& reason);
+
 // The longest job credential a resolver accepts, in bytes (createJob() makes 64); a longer one is
 // refused with INVALID_ARGUMENT.
 constexpr size_t MAX_JOB_CREDENTIAL_BYTES = 256;

@@ -66,6 +66,13 @@ EtcdJobRecord jobRecordFrom(EtcdClient& client, kj::StringPtr jobId, RangeRespon
   return record;
 }
 
+void compareHeld(Compare::Builder compare, const std::string& key, int64_t lease) {
+  compare.setKey(bytesOf(key));
+  compare.setResult(Compare::Result::EQUAL);
+  compare.setTarget(Compare::Target::LEASE);
+  compare.setLease(lease);
+}
+
 void compareUnchanged(Compare::Builder compare, const std::string& key, int64_t modRevision) {
   compare.setKey(bytesOf(key));
   compare.setResult(Compare::Result::EQUAL);
@@ -268,15 +275,16 @@ void EtcdRegistration::scheduleRefresh() {
                if (gen != generation) return kj::READY_NOW;
                return refresh();
              })
-             .then(
-                 [this, gen]() {
-                   if (gen != generation) return;
-                   failures = 0;
-                   scheduleRefresh();
-                 },
-                 [this, gen](kj::Exception&& e) {
-                   if (gen == generation) failed(kj::mv(e));
-                 }));
+             .then([this, gen]() { refreshed(gen); },
+                   [this, gen](kj::Exception&& e) {
+                     if (gen == generation) failed(kj::mv(e));
+                   }));
+}
+
+void EtcdRegistration::refreshed(uint64_t gen) {
+  if (gen != generation) return;
+  failures = 0;
+  scheduleRefresh();
 }
 
 kj::Promise<void> EtcdRegistration::refresh() {
@@ -294,11 +302,7 @@ kj::Promise<void> EtcdRegistration::refresh() {
         // Still ours? A newer incarnation, or the end of its job, took the key away.
         capnp::MallocMessageBuilder message;
         auto txn = message.initRoot<TxnRequest>();
-        auto compare = txn.initCompare(1)[0];
-        compare.setKey(bytesOf(key));
-        compare.setResult(Compare::Result::EQUAL);
-        compare.setTarget(Compare::Target::LEASE);
-        compare.setLease(lease);
+        compareHeld(txn.initCompare(1)[0], key, lease);
         return client->post<TxnResponse>("/v3/kv/txn", txn.asReader());
       })
       .then([](EtcdReply<TxnResponse>&& reply) {
@@ -315,11 +319,7 @@ kj::Promise<void> EtcdRegistration::rewrite() {
   auto value = client->encode(valueMessage.getRoot<schema::Endpoint>().asReader());
   capnp::MallocMessageBuilder message;
   auto txn = message.initRoot<TxnRequest>();
-  auto compare = txn.initCompare(1)[0];
-  compare.setKey(bytesOf(key));
-  compare.setResult(Compare::Result::EQUAL);
-  compare.setTarget(Compare::Target::LEASE);
-  compare.setLease(lease);
+  compareHeld(txn.initCompare(1)[0], key, lease);
   auto put = txn.initSuccess(1)[0].initRequestPut();
   put.setKey(bytesOf(key));
   put.setValue(value.asBytes());
@@ -368,11 +368,7 @@ void EtcdRegistration::failed(kj::Exception&& e) {
     // The lease may still be there: refresh it, and register again only if it is not.
     phase = Phase::HELD;
     tasks.add(refresh().then(
-        [this, gen]() {
-          if (gen != generation) return;
-          failures = 0;
-          scheduleRefresh();
-        },
+        [this, gen]() { refreshed(gen); },
         [this, gen](kj::Exception&& e) {
           if (gen == generation) failed(kj::mv(e));
         }));

@@ -33,6 +33,9 @@ void authorizeJob(const EtcdJobRecord& job, kj::StringPtr jobId,
 EtcdJobRecord jobRecordFrom(EtcdClient& client, kj::StringPtr jobId,
                             schema::etcd::RangeResponse::Reader range);
 
+// A compare that holds while `key` is attached to `lease`.
+void compareHeld(schema::etcd::Compare::Builder compare, const std::string& key, int64_t lease);
+
 // A compare that holds while `job` is as read: same mod revision, or still absent.
 void compareUnchanged(schema::etcd::Compare::Builder compare, const std::string& key,
                       int64_t modRevision);
@@ -58,6 +61,8 @@ private:
   kj::Promise<void> refresh();
   void failed(kj::Exception&& e);
   void scheduleRefresh();
+  // A refresh of attempt `gen` succeeded: the next is scheduled.
+  void refreshed(uint64_t gen);
   // Rewrites the value (a new state) if the key is still this lease's.
   kj::Promise<void> rewrite();
   void taskFailed(kj::Exception&& exception) override;

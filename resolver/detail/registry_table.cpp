@@ -37,13 +37,6 @@ size_t eventBytes(const WatchEvent& event) {
 
 int64_t millis(kj::Duration d) { return d / kj::MILLISECONDS; }
 
-// `reason` cut to MAX_JOB_REASON_BYTES at a UTF-8 character boundary.
-std::string shortReason(const std::string& reason) {
-  if (reason.size() <= MAX_JOB_REASON_BYTES) return reason;
-  size_t end = MAX_JOB_REASON_BYTES - 3;
-  while (end > 0 && (static_cast<unsigned char>(reason[end]) & 0xC0) == 0x80) --end;
-  return reason.substr(0, end) + "...";
-}
 
 }  // namespace
 
@@ -533,7 +526,7 @@ void RegistryTable::setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> 
     }
     return;
   }
-  status.reason = shortReason(status.reason);
+  status.reason = cutJobReason(status.reason);
   log->info("job '{}' ended ({}); removing its endpoints", status.jobId,
             printable(status.reason).cStr());
   markEnded(status.jobId, jobRecord(status.jobId, "end a job"), status);
