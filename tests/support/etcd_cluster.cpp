@@ -410,7 +410,11 @@ void EtcdCluster::stop(size_t member, int signal) {
   auto& m = at(member);
   if (!m.process) return;
   if (m.frozen) {
-    m.process->thaw();  // a stopped process acts on SIGTERM only once it runs
+    // Thawed to act on SIGTERM, it would first catch up on what it missed (a leader that was
+    // frozen tries to hand its leadership over and waits seconds for that to fail). SIGKILL
+    // stops it where it stands.
+    signal = SIGKILL;
+    m.process->thaw();
     m.frozen = false;
   }
   m.process->kill(signal);
@@ -430,8 +434,13 @@ void EtcdCluster::stop(size_t member, int signal) {
 }
 
 void EtcdCluster::stopAll() {
-  // One after another: members sent SIGTERM together each wait for the others (a leader tries
-  // to hand over its leadership) and take seconds to exit; one at a time, tens of milliseconds.
+  // Frozen members first, so that a leader does not try to hand its leadership to one. Then
+  // the others one after another: members sent SIGTERM together each wait for the others (a
+  // leader tries to hand over its leadership) and take seconds to exit; one at a time, tens of
+  // milliseconds.
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i]->frozen) stop(i, SIGKILL);
+  }
   for (size_t i = 0; i < members.size(); ++i) stop(i, SIGTERM);
 }
 
@@ -541,31 +550,56 @@ void EtcdCluster::restartEmpty() {
   awaitReady(started);
 }
 
+std::optional<size_t> EtcdCluster::agreedLeader() const {
+  std::optional<size_t> leader;
+  const std::string* id = nullptr;
+  for (size_t i = 0; i < members.size(); ++i) {
+    auto& m = *members[i];
+    if (!m.process || m.frozen) continue;
+    if (m.leader.empty() || (id != nullptr && m.leader != *id)) return std::nullopt;
+    id = &m.leader;
+    if (m.self == m.leader) leader = i;
+  }
+  return leader;
+}
+
 size_t EtcdCluster::waitForLeader() const {
   auto deadline = Clock::now() + toChrono(ETCD_START_TIMEOUT);
-  std::unique_lock<std::mutex> lock(logs->mutex);
-  std::optional<size_t> leader;
-  auto agreed = [&]() {
-    leader = std::nullopt;
-    const std::string* id = nullptr;
-    for (size_t i = 0; i < members.size(); ++i) {
-      auto& m = *members[i];
-      if (!m.process || m.frozen) continue;
-      if (m.leader.empty() || (id != nullptr && m.leader != *id)) return false;
-      id = &m.leader;
-      if (m.self == m.leader) leader = i;
+  std::string refusal;
+  for (;;) {
+    std::optional<size_t> leader;
+    {
+      std::unique_lock<std::mutex> lock(logs->mutex);
+      logs->changed.wait_until(lock, deadline, [&]() {
+        leader = agreedLeader();
+        return leader.has_value();
+      });
+      if (!leader) {
+        std::string views;
+        for (auto& m : members) {
+          views += " " + m->name + (m->process ? (m->frozen ? " (frozen)" : "") : " (down)") +
+                   " follows '" + m->leader + "';";
+        }
+        throw std::runtime_error("the etcd members did not agree on a leader in time:" + views +
+                                 (refusal.empty() ? "" : " last refusal: " + refusal));
+      }
     }
-    return leader.has_value();
-  };
-  if (!logs->changed.wait_until(lock, deadline, agreed)) {
-    std::string views;
-    for (auto& m : members) {
-      views += " " + m->name + (m->process ? (m->frozen ? " (frozen)" : "") : " (down)") +
-               " follows '" + m->leader + "';";
+    // Raft logs a new leader a little before etcd's server has taken it in; until then that
+    // member refuses reads with "leader changed". One read through each shows that each has.
+    bool served = true;
+    for (size_t i = 0; i < members.size() && served; ++i) {
+      if (!members[i]->process || members[i]->frozen) continue;
+      auto reply = post(i, "/v3/kv/range", "{\"key\":\"" + base64(std::string(1, '\0')) + "\"}");
+      if (reply.status != 200) {
+        served = false;
+        refusal = reply.body;
+      }
     }
-    throw std::runtime_error("the etcd members did not agree on a leader in time:" + views);
+    if (served) return *leader;
+    if (Clock::now() >= deadline) {
+      throw std::runtime_error("the etcd members agree on a leader but refuse reads: " + refusal);
+    }
   }
-  return *leader;
 }
 
 pid_t EtcdCluster::pid(size_t member) const {
