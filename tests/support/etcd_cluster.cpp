@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -50,8 +51,9 @@ struct EtcdCluster::Member {
   std::deque<std::string> tail;  // the last lines it logged, for error messages
   bool ready = false;            // it logged that it serves clients
   bool exited = false;           // its output ended and it exited (not yet reaped, perhaps)
-  std::string self;              // its raft id (hex), from its raft log lines
+  std::string self;              // its raft id (hex), from its log lines
   std::string leader;            // the leader it last logged (hex); "" when it has none
+  std::set<std::string> activePeers;  // the peers its transport counts as up (hex ids)
 };
 
 namespace {
@@ -77,6 +79,11 @@ bool hasExited(pid_t pid) {
   return info.si_pid == pid;
 }
 
+// The string value of `"<field>":"..."` in a log line; "" when it has none.
+std::string logField(const std::string& line, const char* field) {
+  return jsonString(line, field).value_or("");
+}
+
 // Follows the leader a member's raft reports in its log: "raft.node: <self> elected leader
 // <id> at term <n>", "... changed leader from <id> to <id> at term <n>", "... lost leader
 // <id> at term <n>".
@@ -100,6 +107,20 @@ void noteRaft(EtcdCluster::Member& m, const std::string& line) {
   m.leader = id;
 }
 
+// What one line of a member's log tells: that it serves clients, its id, its leader, and
+// which peers its transport counts as up ("peer became active", "peer became inactive ...":
+// a peer that exits stays active until a message to it fails).
+void noteLine(EtcdCluster::Member& m, const std::string& line) {
+  if (line.find(READY_LINE) != std::string::npos) m.ready = true;
+  if (m.self.empty()) m.self = logField(line, "local-member-id");
+  noteRaft(m, line);
+  if (line.find("\"msg\":\"peer became active") != std::string::npos) {
+    m.activePeers.insert(logField(line, "peer-id"));
+  } else if (line.find("\"msg\":\"peer became inactive") != std::string::npos) {
+    m.activePeers.erase(logField(line, "peer-id"));
+  }
+}
+
 // Reads a member's output until it exits, so that etcd never blocks on a full pipe, keeping
 // what waits need (readiness, leader, the last lines) in `m`.
 void readLog(ChildProcess& process, EtcdCluster::Member& m, EtcdCluster::Logs& logs) {
@@ -107,8 +128,7 @@ void readLog(ChildProcess& process, EtcdCluster::Member& m, EtcdCluster::Logs& l
     std::lock_guard<std::mutex> lock(logs.mutex);
     m.tail.push_back(line);
     if (m.tail.size() > TAIL_LINES) m.tail.pop_front();
-    if (line.find(READY_LINE) != std::string::npos) m.ready = true;
-    noteRaft(m, line);
+    noteLine(m, line);
     logs.changed.notify_all();
   };
   for (;;) {
@@ -372,6 +392,7 @@ void EtcdCluster::start(size_t member, bool newCluster) {
     m.ready = m.exited = false;
     m.self.clear();
     m.leader.clear();
+    m.activePeers.clear();
   }
   m.process = kj::heap<ChildProcess>(TROUPE_ETCD_PATH, args, std::vector<std::string>{},
                                      ChildProcessOptions{.workingDirectory = dir,
@@ -417,13 +438,21 @@ void EtcdCluster::stop(size_t member, int signal) {
     m.process->thaw();
     m.frozen = false;
   }
+  if (signal == SIGTERM) {
+    // A leader sent SIGTERM first hands its leadership to the peer connected longest, and one
+    // that has exited may still count as connected: it then waits seconds for the handover
+    // to fail. Its heartbeats find out within a heartbeat interval; wait for that.
+    std::unique_lock<std::mutex> lock(logs->mutex);
+    logs->changed.wait_for(lock, toChrono(ETCD_STOP_TIMEOUT),
+                           [&]() { return !leadsWithAStoppedPeerUp(m); });
+  }
   m.process->kill(signal);
   {
     std::unique_lock<std::mutex> lock(logs->mutex);
     if (!logs->changed.wait_for(lock, toChrono(ETCD_STOP_TIMEOUT), [&]() { return m.exited; })) {
       std::cerr << "EtcdCluster: etcd member " << m.name << " did not exit within "
                 << ETCD_STOP_TIMEOUT / kj::MILLISECONDS << " ms of signal " << signal
-                << "; killing it" << std::endl;
+                << "; killing it. It logged last:" << lastLines(m) << std::endl;
       m.process->kill(SIGKILL);
       logs->changed.wait(lock, [&]() { return m.exited; });  // SIGKILL cannot be refused
     }
@@ -433,15 +462,34 @@ void EtcdCluster::stop(size_t member, int signal) {
   m.process = nullptr;
 }
 
+bool EtcdCluster::leadsWithAStoppedPeerUp(const Member& m) const {
+  if (m.self.empty() || m.leader != m.self) return false;
+  for (auto& other : members) {
+    if (!other->process && other->self.size() > 0 && m.activePeers.count(other->self) > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void EtcdCluster::stopAll() {
-  // Frozen members first, so that a leader does not try to hand its leadership to one. Then
-  // the others one after another: members sent SIGTERM together each wait for the others (a
-  // leader tries to hand over its leadership) and take seconds to exit; one at a time, tens of
-  // milliseconds.
+  // Frozen members first (SIGKILL), so that no leader tries to hand its leadership to one.
+  // Then one at a time, followers before leaders: members sent SIGTERM together each wait for
+  // the others and take seconds to exit, and a follower exits at once (tens of milliseconds),
+  // handing nothing over.
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i]->frozen) stop(i, SIGKILL);
   }
-  for (size_t i = 0; i < members.size(); ++i) stop(i, SIGTERM);
+  for (bool leaders : {false, true}) {
+    for (size_t i = 0; i < members.size(); ++i) {
+      bool leads;
+      {
+        std::lock_guard<std::mutex> lock(logs->mutex);
+        leads = members[i]->leader == members[i]->self;
+      }
+      if (leads == leaders) stop(i, SIGTERM);
+    }
+  }
 }
 
 EtcdCluster::Reply EtcdCluster::post(size_t member, const std::string& path,

@@ -155,7 +155,8 @@ private:
   Member& at(size_t member);
   const Member& at(size_t member) const;
   size_t firstServing() const;
-  std::optional<size_t> agreedLeader() const;  // under Logs::mutex
+  std::optional<size_t> agreedLeader() const;              // under Logs::mutex
+  bool leadsWithAStoppedPeerUp(const Member& m) const;     // under Logs::mutex
 
   std::string dir;
   kj::Own<Logs> logs;
