@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -50,8 +51,9 @@ struct EtcdCluster::Member {
   std::deque<std::string> tail;  // the last lines it logged, for error messages
   bool ready = false;            // it logged that it serves clients
   bool exited = false;           // its output ended and it exited (not yet reaped, perhaps)
-  std::string self;              // its raft id (hex), from its raft log lines
+  std::string self;              // its raft id (hex), from its log lines
   std::string leader;            // the leader it last logged (hex); "" when it has none
+  std::set<std::string> activePeers;  // the peers its transport counts as up (hex ids)
 };
 
 namespace {
@@ -77,6 +79,11 @@ bool hasExited(pid_t pid) {
   return info.si_pid == pid;
 }
 
+// The string value of `"<field>":"..."` in a log line; "" when it has none.
+std::string logField(const std::string& line, const char* field) {
+  return jsonString(line, field).value_or("");
+}
+
 // Follows the leader a member's raft reports in its log: "raft.node: <self> elected leader
 // <id> at term <n>", "... changed leader from <id> to <id> at term <n>", "... lost leader
 // <id> at term <n>".
@@ -100,6 +107,20 @@ void noteRaft(EtcdCluster::Member& m, const std::string& line) {
   m.leader = id;
 }
 
+// What one line of a member's log tells: that it serves clients, its id, its leader, and
+// which peers its transport counts as up ("peer became active", "peer became inactive ...":
+// a peer that exits stays active until a message to it fails).
+void noteLine(EtcdCluster::Member& m, const std::string& line) {
+  if (line.find(READY_LINE) != std::string::npos) m.ready = true;
+  if (m.self.empty()) m.self = logField(line, "local-member-id");
+  noteRaft(m, line);
+  if (line.find("\"msg\":\"peer became active") != std::string::npos) {
+    m.activePeers.insert(logField(line, "peer-id"));
+  } else if (line.find("\"msg\":\"peer became inactive") != std::string::npos) {
+    m.activePeers.erase(logField(line, "peer-id"));
+  }
+}
+
 // Reads a member's output until it exits, so that etcd never blocks on a full pipe, keeping
 // what waits need (readiness, leader, the last lines) in `m`.
 void readLog(ChildProcess& process, EtcdCluster::Member& m, EtcdCluster::Logs& logs) {
@@ -107,8 +128,7 @@ void readLog(ChildProcess& process, EtcdCluster::Member& m, EtcdCluster::Logs& l
     std::lock_guard<std::mutex> lock(logs.mutex);
     m.tail.push_back(line);
     if (m.tail.size() > TAIL_LINES) m.tail.pop_front();
-    if (line.find(READY_LINE) != std::string::npos) m.ready = true;
-    noteRaft(m, line);
+    noteLine(m, line);
     logs.changed.notify_all();
   };
   for (;;) {
@@ -372,6 +392,7 @@ void EtcdCluster::start(size_t member, bool newCluster) {
     m.ready = m.exited = false;
     m.self.clear();
     m.leader.clear();
+    m.activePeers.clear();
   }
   m.process = kj::heap<ChildProcess>(TROUPE_ETCD_PATH, args, std::vector<std::string>{},
                                      ChildProcessOptions{.workingDirectory = dir,
@@ -410,8 +431,20 @@ void EtcdCluster::stop(size_t member, int signal) {
   auto& m = at(member);
   if (!m.process) return;
   if (m.frozen) {
-    m.process->thaw();  // a stopped process acts on SIGTERM only once it runs
+    // Thawed to act on SIGTERM, it would first catch up on what it missed (a leader that was
+    // frozen tries to hand its leadership over and waits seconds for that to fail). SIGKILL
+    // stops it where it stands.
+    signal = SIGKILL;
+    m.process->thaw();
     m.frozen = false;
+  }
+  if (signal == SIGTERM) {
+    // A leader sent SIGTERM first hands its leadership to the peer connected longest, and one
+    // that has exited may still count as connected: it then waits seconds for the handover
+    // to fail. Its heartbeats find out within a heartbeat interval; wait for that.
+    std::unique_lock<std::mutex> lock(logs->mutex);
+    logs->changed.wait_for(lock, toChrono(ETCD_STOP_TIMEOUT),
+                           [&]() { return !leadsWithAStoppedPeerUp(m); });
   }
   m.process->kill(signal);
   {
@@ -419,7 +452,7 @@ void EtcdCluster::stop(size_t member, int signal) {
     if (!logs->changed.wait_for(lock, toChrono(ETCD_STOP_TIMEOUT), [&]() { return m.exited; })) {
       std::cerr << "EtcdCluster: etcd member " << m.name << " did not exit within "
                 << ETCD_STOP_TIMEOUT / kj::MILLISECONDS << " ms of signal " << signal
-                << "; killing it" << std::endl;
+                << "; killing it. It logged last:" << lastLines(m) << std::endl;
       m.process->kill(SIGKILL);
       logs->changed.wait(lock, [&]() { return m.exited; });  // SIGKILL cannot be refused
     }
@@ -429,10 +462,34 @@ void EtcdCluster::stop(size_t member, int signal) {
   m.process = nullptr;
 }
 
+bool EtcdCluster::leadsWithAStoppedPeerUp(const Member& m) const {
+  if (m.self.empty() || m.leader != m.self) return false;
+  for (auto& other : members) {
+    if (!other->process && other->self.size() > 0 && m.activePeers.count(other->self) > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void EtcdCluster::stopAll() {
-  // One after another: members sent SIGTERM together each wait for the others (a leader tries
-  // to hand over its leadership) and take seconds to exit; one at a time, tens of milliseconds.
-  for (size_t i = 0; i < members.size(); ++i) stop(i, SIGTERM);
+  // Frozen members first (SIGKILL), so that no leader tries to hand its leadership to one.
+  // Then one at a time, followers before leaders: members sent SIGTERM together each wait for
+  // the others and take seconds to exit, and a follower exits at once (tens of milliseconds),
+  // handing nothing over.
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i]->frozen) stop(i, SIGKILL);
+  }
+  for (bool leaders : {false, true}) {
+    for (size_t i = 0; i < members.size(); ++i) {
+      bool leads;
+      {
+        std::lock_guard<std::mutex> lock(logs->mutex);
+        leads = members[i]->leader == members[i]->self;
+      }
+      if (leads == leaders) stop(i, SIGTERM);
+    }
+  }
 }
 
 EtcdCluster::Reply EtcdCluster::post(size_t member, const std::string& path,
@@ -541,31 +598,56 @@ void EtcdCluster::restartEmpty() {
   awaitReady(started);
 }
 
+std::optional<size_t> EtcdCluster::agreedLeader() const {
+  std::optional<size_t> leader;
+  const std::string* id = nullptr;
+  for (size_t i = 0; i < members.size(); ++i) {
+    auto& m = *members[i];
+    if (!m.process || m.frozen) continue;
+    if (m.leader.empty() || (id != nullptr && m.leader != *id)) return std::nullopt;
+    id = &m.leader;
+    if (m.self == m.leader) leader = i;
+  }
+  return leader;
+}
+
 size_t EtcdCluster::waitForLeader() const {
   auto deadline = Clock::now() + toChrono(ETCD_START_TIMEOUT);
-  std::unique_lock<std::mutex> lock(logs->mutex);
-  std::optional<size_t> leader;
-  auto agreed = [&]() {
-    leader = std::nullopt;
-    const std::string* id = nullptr;
-    for (size_t i = 0; i < members.size(); ++i) {
-      auto& m = *members[i];
-      if (!m.process || m.frozen) continue;
-      if (m.leader.empty() || (id != nullptr && m.leader != *id)) return false;
-      id = &m.leader;
-      if (m.self == m.leader) leader = i;
+  std::string refusal;
+  for (;;) {
+    std::optional<size_t> leader;
+    {
+      std::unique_lock<std::mutex> lock(logs->mutex);
+      logs->changed.wait_until(lock, deadline, [&]() {
+        leader = agreedLeader();
+        return leader.has_value();
+      });
+      if (!leader) {
+        std::string views;
+        for (auto& m : members) {
+          views += " " + m->name + (m->process ? (m->frozen ? " (frozen)" : "") : " (down)") +
+                   " follows '" + m->leader + "';";
+        }
+        throw std::runtime_error("the etcd members did not agree on a leader in time:" + views +
+                                 (refusal.empty() ? "" : " last refusal: " + refusal));
+      }
     }
-    return leader.has_value();
-  };
-  if (!logs->changed.wait_until(lock, deadline, agreed)) {
-    std::string views;
-    for (auto& m : members) {
-      views += " " + m->name + (m->process ? (m->frozen ? " (frozen)" : "") : " (down)") +
-               " follows '" + m->leader + "';";
+    // Raft logs a new leader a little before etcd's server has taken it in; until then that
+    // member refuses reads with "leader changed". One read through each shows that each has.
+    bool served = true;
+    for (size_t i = 0; i < members.size() && served; ++i) {
+      if (!members[i]->process || members[i]->frozen) continue;
+      auto reply = post(i, "/v3/kv/range", "{\"key\":\"" + base64(std::string(1, '\0')) + "\"}");
+      if (reply.status != 200) {
+        served = false;
+        refusal = reply.body;
+      }
     }
-    throw std::runtime_error("the etcd members did not agree on a leader in time:" + views);
+    if (served) return *leader;
+    if (Clock::now() >= deadline) {
+      throw std::runtime_error("the etcd members agree on a leader but refuse reads: " + refusal);
+    }
   }
-  return *leader;
 }
 
 pid_t EtcdCluster::pid(size_t member) const {

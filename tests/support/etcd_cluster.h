@@ -44,8 +44,8 @@ public:
   explicit EtcdCluster(size_t members = 1);
 
   // Stops every running member, one after another (SIGTERM, then SIGKILL after
-  // ETCD_STOP_TIMEOUT; a frozen member is thawed first), reaps each, and removes the directory
-  // with the data and sockets.
+  // ETCD_STOP_TIMEOUT; SIGKILL at once for a frozen member, first), reaps each, and removes the
+  // directory with the data and sockets.
   ~EtcdCluster();
 
   EtcdCluster(const EtcdCluster&) = delete;
@@ -115,8 +115,8 @@ public:
   // Sends SIGCONT to a frozen member: it runs on where it stopped.
   void thaw(size_t member);
 
-  // Starts the member again with the data it had (stopping it first, with SIGTERM, if it
-  // runs), as a member of the existing cluster, and returns once it serves clients again (it
+  // Starts the member again with the data it had (stopping it first if it runs: with SIGTERM,
+  // or SIGKILL when it is frozen), as a member of the existing cluster, and returns once it serves clients again (it
   // logged so and answered). A member of a larger cluster is ready only once it reached a
   // quorum of the others. Throws like the constructor.
   void restart(size_t member);
@@ -128,10 +128,11 @@ public:
   void restartEmpty();
 
   // Returns the leader once the members that run and are not frozen agree on one among them,
-  // as their logs say (etcd's raft logs every leader it learns of or loses): after kill() or
-  // freeze() of the leader, once the others have elected a new one; after thaw() of an old
-  // leader, once it follows the new one. Waits on their log lines, not on a clock; throws
-  // std::runtime_error when they do not agree within ETCD_START_TIMEOUT.
+  // as their logs say (etcd's raft logs every leader it learns of or loses), and each of them
+  // has answered a linearizable read: after kill() or freeze() of the leader, once the others
+  // have elected a new one; after thaw() of an old leader, once it follows the new one. Waits on
+  // their log lines and replies, not on a clock; throws std::runtime_error when they do not
+  // agree, or refuse reads, past ETCD_START_TIMEOUT.
   size_t waitForLeader() const;
 
   // The member's process id; -1 when it does not run.
@@ -154,6 +155,8 @@ private:
   Member& at(size_t member);
   const Member& at(size_t member) const;
   size_t firstServing() const;
+  std::optional<size_t> agreedLeader() const;              // under Logs::mutex
+  bool leadsWithAStoppedPeerUp(const Member& m) const;     // under Logs::mutex
 
   std::string dir;
   kj::Own<Logs> logs;
