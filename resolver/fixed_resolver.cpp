@@ -199,6 +199,7 @@ public:
       jobs.erase(status.jobId);
       return;
     }
+    status.reason = cutJobReason(status.reason);
     jobs[status.jobId] = status;
     kj::Vector<std::string> doomed;
     for (auto& [name, entry] : entries) {

@@ -66,9 +66,6 @@ public:
   // Whether a registration is refused NAME_TAKEN while a live one holds the name with the same
   // or a newer incarnation.
   virtual bool refusesOlderIncarnations() const = 0;
-
-  // Whether setJobStatus() cuts a reason longer than MAX_JOB_REASON_BYTES.
-  virtual bool cutsLongReasons() const = 0;
 };
 
 // RegistryResolver clients, each with its own connection, of a RegistryServer on a unix socket
@@ -96,7 +93,6 @@ public:
 
   bool hasJobOwnership() const override { return true; }
   bool refusesOlderIncarnations() const override { return true; }
-  bool cutsLongReasons() const override { return true; }
 
 private:
   EventLoop loop_;
@@ -116,8 +112,6 @@ public:
   bool hasJobOwnership() const override { return false; }
   // A registration takes the name over, whatever the incarnation.
   bool refusesOlderIncarnations() const override { return false; }
-  // It keeps a reason whole.
-  bool cutsLongReasons() const override { return false; }
 
 private:
   class View final : public Resolver {
@@ -165,7 +159,6 @@ public:
 
   bool hasJobOwnership() const override { return true; }
   bool refusesOlderIncarnations() const override { return true; }
-  bool cutsLongReasons() const override { return true; }
 
 private:
   EventLoop loop_{EventLoopOptions{.credentials = Credentials::none()}};
@@ -464,9 +457,6 @@ TEST_P(ResolverConformanceTest, AJobNobodyMentionedIsRunning) {
 }
 
 TEST_P(ResolverConformanceTest, ALongReasonIsCut) {
-  if (!backend->cutsLongReasons()) {
-    GTEST_SKIP() << "this resolver keeps a reason whole (resolver.h says it is cut)";
-  }
   await(loop, publisher->setJobStatus(
                   {"job-9", JobState::ENDED, std::string(MAX_JOB_REASON_BYTES * 2, 'x')}));
   auto status = await(loop, observer->jobStatus("job-9"));
