@@ -11,6 +11,11 @@
 #                              port: sets $registry (its URL) and $registry_pid; its output is
 #                              fd 3
 #   stop_registry              SIGTERM to it; fails unless it exits with status 0
+#   start_resolver             the resolver the demo's jobs publish in: $TROUPE_RESOLVER when
+#                              set (etcd://..., registry://...), else an etcd member on a unix
+#                              socket in $out when DEMO_ETCD=1 (Debian's etcd-server), else
+#                              start_registry; sets $registry (its URL)
+#   stop_resolver              stops what start_resolver started, by its pid
 #   expect_usage CMD...        runs CMD, which must print a usage message and exit with 2
 
 demo_init() {
@@ -63,6 +68,55 @@ stop_registry() {
   [ "$status" -eq 0 ] || { echo "registry exited with $status" >&2; return 1; }
   cat <&3 > /dev/null
   exec 3<&-
+}
+
+start_resolver() {
+  started_resolver=none
+  if [ -n "${TROUPE_RESOLVER:-}" ]; then
+    registry=$TROUPE_RESOLVER
+    echo "resolver $registry (TROUPE_RESOLVER)"
+  elif [ "${DEMO_ETCD:-0}" = 1 ]; then
+    start_etcd
+    started_resolver=etcd
+  else
+    start_registry
+    started_resolver=registry
+  fi
+}
+
+stop_resolver() {
+  case $started_resolver in
+    registry) stop_registry ;;
+    etcd)
+      kill -TERM "$etcd_pid"
+      wait "$etcd_pid" || true
+      exec 4<&-
+      ;;
+  esac
+}
+
+# One etcd member on unix sockets in $out (etcd takes them as NAME:PORT, relative to its working
+# directory), ready once it says it serves clients; its log is fd 4.
+start_etcd() {
+  mkfifo "$out/etcd.log"
+  (cd "$out" && exec etcd --name demo --data-dir "$out/etcd" \
+    --listen-client-urls unix://etcd-client:1 --advertise-client-urls unix://etcd-client:1 \
+    --listen-peer-urls unix://etcd-peer:1 --initial-advertise-peer-urls unix://etcd-peer:1 \
+    --initial-cluster demo=unix://etcd-peer:1) 2> "$out/etcd.log" > /dev/null &
+  etcd_pid=$!
+  pids+=("$etcd_pid")
+  exec 4< "$out/etcd.log"
+  local line
+  while IFS= read -r -t 30 line <&4; do
+    case $line in *"ready to serve client requests"*) break ;; esac
+  done
+  [[ $line == *"ready to serve client requests"* ]] ||
+    { echo "etcd did not start (pid $etcd_pid)" >&2; return 1; }
+  # Keep draining its log so that it never blocks on a full pipe.
+  cat <&4 > "$out/etcd.rest" &
+  pids+=($!)
+  registry="etcd+unix:$out/etcd-client:1"
+  echo "etcd at $registry (pid $etcd_pid)"
 }
 
 expect_usage() {

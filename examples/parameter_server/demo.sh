@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The parameter-server demo, end to end, with its results checked (CI runs it as a smoke test):
-#   1. a registry (troupe-registry) on a free port;
+#   1. a registry (troupe-registry) on a free port (or etcd, or $TROUPE_RESOLVER: demo_lib.sh);
 #   2. ps_demo against it: a job of 2 parameter-server shards and a job of 2 trainers, started
 #      by an embedded launcher, train a logistic-regression model through troupe RPC (ps_demo
 #      itself checks that the loss went down), then the shards are stopped;
@@ -20,8 +20,8 @@ expect() {
   "$@" || { echo "FAILED: expected $what" >&2; exit 1; }
 }
 
-echo "== starting a registry, where the jobs' replicas publish their actors"
-start_registry
+echo "== starting a resolver, where the jobs' replicas publish their actors"
+start_resolver
 
 shards=2
 trainers=2
@@ -40,6 +40,6 @@ for t in $(seq 0 $((trainers - 1))); do
 done
 expect "the shards job to stop" grep -q '^shards job stopped$' "$log"
 
-echo "== stopping the registry"
-stop_registry
+echo "== stopping the resolver"
+stop_resolver
 echo "parameter-server demo passed"
