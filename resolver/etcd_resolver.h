@@ -41,6 +41,11 @@ struct EtcdResolverOptions {
   // 5 s.
   kj::Duration requestTimeout = 5 * kj::SECONDS;
 
+  // Requests in flight at once (each holds a connection of its own); later ones wait their turn,
+  // so that a thousand watches starting together open a few connections, not a thousand. A
+  // watch's stream does not count. Default 16.
+  size_t maxRequestsInFlight = 16;
+
   // Largest response accepted, and largest object on a watch stream, in bytes. Default 64 MiB.
   uint64_t maxResponseBytes = uint64_t{64} << 20;
 

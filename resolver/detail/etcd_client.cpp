@@ -108,6 +108,9 @@ EtcdClient::EtcdClient(EventLoop& loop, EtcdResolverOptions optionsIn)
       retry(options.backoffInitial, options.backoffMax,
             "EtcdResolverOptions' backoffInitial and backoffMax"),
       tasks(*this) {
+  if (options.maxRequestsInFlight == 0) {
+    throwError(ErrorCode::INVALID_ARGUMENT, "EtcdResolverOptions::maxRequestsInFlight must be positive");
+  }
   if (options.members.empty()) {
     throwError(ErrorCode::INVALID_ARGUMENT, "an etcd resolver needs at least one member");
   }
@@ -186,8 +189,47 @@ kj::Promise<kj::HttpClient::Response> EtcdClient::send(size_t index, kj::StringP
   });
 }
 
+kj::Promise<void> EtcdClient::turn(bool& granted, bool woken) {
+  if (inFlight < options.maxRequestsInFlight) {
+    ++inFlight;
+    granted = true;
+    return kj::READY_NOW;
+  }
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  // One woken whose place was taken by a newcomer keeps its place in the line.
+  if (woken) {
+    waiting.push_front(kj::mv(paf.fulfiller));
+  } else {
+    waiting.push_back(kj::mv(paf.fulfiller));
+  }
+  return paf.promise.then([this, &granted]() { return turn(granted, true); });
+}
+
+void EtcdClient::finished() {
+  --inFlight;
+  // Wakes the first waiter still there; it takes the free place when its turn comes (one that
+  // was cancelled meanwhile takes nothing).
+  while (!waiting.empty()) {
+    auto next = kj::mv(waiting.front());
+    waiting.pop_front();
+    if (next->isWaiting()) {
+      next->fulfill();
+      return;
+    }
+  }
+}
+
 kj::Promise<kj::String> EtcdClient::postJson(kj::StringPtr path, kj::String body) {
-  return tryFrom(current, 0, path, kj::mv(body));
+  // Whether this request holds a place; it gives it back when it goes, answered or cancelled.
+  auto granted = kj::heap<bool>(false);
+  auto& holds = *granted;
+  return turn(holds)
+      .then([this, path, body = kj::mv(body)]() mutable {
+        return tryFrom(current, 0, path, kj::mv(body));
+      })
+      .attach(kj::defer([this, granted = kj::mv(granted)]() {
+        if (*granted) finished();
+      }));
 }
 
 kj::Promise<kj::String> EtcdClient::tryFrom(size_t index, size_t tried, kj::StringPtr path,

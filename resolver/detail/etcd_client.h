@@ -3,6 +3,7 @@
 // etcd members' JSON gateways (one pool of connections per member, failing over in order), the
 // JSON codec for etcd's messages, the key layout under the root, and the backoff.
 
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -66,6 +67,9 @@ public:
   }
   kj::Promise<kj::String> postJson(kj::StringPtr path, kj::String body);
 
+  // Requests sent and not yet answered (at most options.maxRequestsInFlight).
+  size_t requestsInFlight() const { return inFlight; }
+
   // Opens a streaming request (a watch) with no deadline once the reply's headers came.
   kj::Promise<kj::Own<EtcdStream>> stream(kj::StringPtr path, kj::String body);
 
@@ -112,11 +116,17 @@ private:
   kj::Promise<kj::String> tryFrom(size_t member, size_t tried, kj::StringPtr path,
                                   kj::String body);
   Member& member(size_t index);
+  // Resolves once this request may be sent (fewer than maxRequestsInFlight were in flight),
+  // setting `granted` as it takes its place.
+  kj::Promise<void> turn(bool& granted, bool woken = false);
+  void finished();
 
   capnp::JsonCodec codec;
   kj::HttpHeaderTable headerTable;
   kj::Array<kj::Own<Member>> members;
   size_t current = 0;  // the member that answered last
+  size_t inFlight = 0;
+  std::deque<kj::Own<kj::PromiseFulfiller<void>>> waiting;  // requests waiting for their turn
   Backoff retry;
   kj::Own<EtcdWatchHub> watchHub;
   kj::TaskSet tasks;

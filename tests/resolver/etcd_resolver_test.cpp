@@ -10,6 +10,8 @@
 
 #include <signal.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -215,6 +217,34 @@ TEST_F(EtcdResolverTest, AnAnswerOverTheSizeLimitFailsWithMessageTooLarge) {
   EXPECT_EQ(failure.code, ErrorCode::MESSAGE_TOO_LARGE);
   EXPECT_TRUE(failure.mentions("over the limit of 2048 bytes")) << failure.text;
   EXPECT_EQ(await(loop, small.resolve("calc/calc-2")).size(), 1u);  // small answers still come
+}
+
+// Sockets this process has open.
+size_t openSockets() {
+  size_t count = 0;
+  for (auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    auto target = std::filesystem::read_symlink(entry.path(), error);
+    if (!error && target.string().rfind("socket:", 0) == 0) ++count;
+  }
+  return count;
+}
+
+TEST_F(EtcdResolverTest, AThousandWatchesShareAFewConnections) {
+  auto resolver = open();
+  size_t before = openSockets();
+  kj::Vector<kj::Own<Watch>> watches;
+  for (int i = 0; i < 1000; ++i) watches.add(resolver->watch(kj::str("job", i, "/")));
+  size_t most = before;
+  for (auto& watch : watches) {
+    most = std::max(most, openSockets());
+    ASSERT_EQ(test::next(loop, *watch), "SYNCED");
+  }
+  std::printf("1000 watches: %zu sockets before, at most %zu while they started\n", before, most);
+  EXPECT_LE(most, before + 16 + 1);  // the requests in flight at most, and the one stream
+  auto registration = resolver->registerEndpoint(endpoint("job999/a-0"));
+  await(loop, registration->whenRegistered());
+  EXPECT_EQ(test::next(loop, *watches[999]), "ADDED job999/a-0 ready");
 }
 
 class EtcdClusterOfThreeTest : public EtcdResolverTest {
