@@ -2,10 +2,10 @@
 
 #include "troupe/actor/credentials.h"
 #include "troupe/actor/errors.h"
-#include "troupe/actor/parse_number.h"
 #include "troupe/resolver/detail/etcd_client.h"
 #include "troupe/resolver/detail/etcd_registration.h"
 #include "troupe/resolver/detail/etcd_watch.h"
+#include "troupe/resolver/detail/url_query.h"
 
 namespace troupe {
 
@@ -157,22 +157,12 @@ void badUrl(kj::StringPtr url, kj::StringPtr why) {
 
 // Applies "ttl_ms=N" and "root=R" (separated by '&') to `options`.
 void applyQuery(kj::StringPtr url, kj::StringPtr query, EtcdResolverOptions& options) {
-  while (query.size() > 0) {
-    kj::String part;
-    KJ_IF_MAYBE(amp, query.findFirst('&')) {
-      part = kj::heapString(query.slice(0, *amp));
-      query = query.slice(*amp + 1);
-    } else {
-      part = kj::heapString(query);
-      query = "";
-    }
+  auto bad = [&](kj::StringPtr why) { badUrl(url, why); };
+  auto parts = resolver_detail::splitParts(query, '&');
+  for (auto& part : parts) {
+    if (part.size() == 0 && &part == &parts.back()) break;  // a trailing '&'
     if (part.startsWith("ttl_ms=")) {
-      KJ_IF_MAYBE(ms, parseWholeNumber(part.slice(strlen("ttl_ms=")), 999999999)) {
-        if (*ms == 0) badUrl(url, "ttl_ms must be positive");
-        options.ttl = *ms * kj::MILLISECONDS;
-      } else {
-        badUrl(url, "ttl_ms takes a number of milliseconds, 1 to 999999999");
-      }
+      options.ttl = resolver_detail::parseTtlMillis(part.slice(strlen("ttl_ms=")), bad);
     } else if (part.startsWith("root=")) {
       options.root = part.slice(strlen("root=")).cStr();
     } else {
@@ -185,15 +175,7 @@ void applyQuery(kj::StringPtr url, kj::StringPtr query, EtcdResolverOptions& opt
 template <typename Fn>
 void addMembers(kj::StringPtr url, kj::StringPtr list, EtcdResolverOptions& options, Fn&& address) {
   if (list.size() == 0) badUrl(url, "names no etcd member");
-  for (bool last = false; !last;) {
-    kj::String part;
-    KJ_IF_MAYBE(comma, list.findFirst(',')) {
-      part = kj::heapString(list.slice(0, *comma));
-      list = list.slice(*comma + 1);
-    } else {
-      part = kj::heapString(list);
-      last = true;
-    }
+  for (auto& part : resolver_detail::splitParts(list, ',')) {
     if (part.size() == 0) badUrl(url, "has an empty member in its list");
     options.members.push_back(address(part.asPtr()));
   }
@@ -203,7 +185,6 @@ void addMembers(kj::StringPtr url, kj::StringPtr list, EtcdResolverOptions& opti
 
 EtcdResolverOptions EtcdResolver::parseUrl(kj::StringPtr url) {
   EtcdResolverOptions options;
-  kj::StringPtr rest;
   kj::String query;
   auto splitQuery = [&](kj::StringPtr text) {
     KJ_IF_MAYBE(q, text.findFirst('?')) {
@@ -247,22 +228,8 @@ EtcdResolver::~EtcdResolver() noexcept(false) {}
 
 kj::Promise<kj::Array<Endpoint>> EtcdResolver::resolve(kj::StringPtr prefix) {
   validatePrefix(prefix);
-  auto key = client->endpointKey(prefix);
-  capnp::MallocMessageBuilder message;
-  auto request = message.initRoot<schema::etcd::RangeRequest>();
-  request.setKey(bytesOf(key));
-  request.setRangeEnd(bytesOf(prefixRangeEnd(key)));
-  return client->post<schema::etcd::RangeResponse>("/v3/kv/range", request.asReader())
-      .then([client = kj::addRef(*client)](EtcdReply<schema::etcd::RangeResponse>&& reply) mutable {
-        kj::Vector<Endpoint> found;
-        for (auto kv : reply.get().getKvs()) {
-          auto k = resolver_detail::stringOf(kv.getKey());
-          KJ_IF_MAYBE(e, resolver_detail::decodeEndpoint(*client, k.c_str(), kv.getValue())) {
-            found.add(kj::mv(*e));
-          }
-        }
-        return found.releaseAsArray();  // etcd ranges are sorted by key, so by name
-      });
+  return resolver_detail::readEndpoints(*client, prefix)
+      .then([](resolver_detail::EtcdEndpoints&& read) { return kj::mv(read.endpoints); });
 }
 
 kj::Own<Watch> EtcdResolver::watch(kj::StringPtr prefix) {

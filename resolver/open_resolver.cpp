@@ -1,10 +1,10 @@
 #include "troupe/resolver/open_resolver.h"
 
 #include "troupe/actor/errors.h"
-#include "troupe/actor/parse_number.h"
 #include "troupe/resolver/etcd_resolver.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/registry_resolver.h"
+#include "troupe/resolver/detail/url_query.h"
 
 namespace troupe {
 
@@ -17,13 +17,7 @@ void applyQuery(kj::StringPtr url, kj::StringPtr query, RegistryResolverOptions&
                kj::str("resolver URL '", printable(url), "': ", why));
   };
   if (!query.startsWith("ttl_ms=")) bad("the only option is ?ttl_ms=MILLISECONDS");
-  auto digits = query.slice(strlen("ttl_ms="));
-  KJ_IF_MAYBE(ms, parseWholeNumber(digits, 999999999)) {
-    if (*ms == 0) bad("ttl_ms must be positive");
-    options.ttl = *ms * kj::MILLISECONDS;
-  } else {
-    bad("ttl_ms takes a number of milliseconds, 1 to 999999999");
-  }
+  options.ttl = resolver_detail::parseTtlMillis(query.slice(strlen("ttl_ms=")), bad);
 }
 
 }  // namespace

@@ -28,10 +28,16 @@ public:
 
   kj::Promise<kj::Maybe<kj::String>> next() override {
     for (;;) {
-      auto newline = buffer.find('\n');
-      if (newline == std::string::npos) break;
+      // Only what came since the last look can hold the next newline: a large object arriving in
+      // many reads is scanned once, not once per read.
+      auto newline = buffer.find('\n', scanned);
+      if (newline == std::string::npos) {
+        scanned = buffer.size();
+        break;
+      }
       auto line = buffer.substr(0, newline);
       buffer.erase(0, newline + 1);
+      scanned = 0;
       if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
       return kj::Maybe<kj::String>(kj::heapString(line.data(), line.size()));
     }
@@ -45,6 +51,7 @@ public:
         }
         auto rest = kj::heapString(buffer.data(), buffer.size());
         buffer.clear();
+        scanned = 0;
         return kj::Maybe<kj::String>(kj::mv(rest));
       }
       buffer.append(chunk, n);
@@ -56,6 +63,7 @@ private:
   kj::Own<kj::AsyncInputStream> body;
   uint64_t limit;
   std::string buffer;
+  size_t scanned = 0;  // bytes of `buffer` known to hold no newline
   char chunk[16384];
 };
 

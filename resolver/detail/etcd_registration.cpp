@@ -49,19 +49,11 @@ EtcdJobRecord jobRecordFrom(EtcdClient& client, kj::StringPtr jobId, RangeRespon
   auto kv = range.getKvs()[0];
   record.exists = true;
   record.modRevision = kv.getModRevision();
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                auto reply = client.decode<schema::etcd::Job>(kv.getValue().asChars());
-                auto job = reply.get();
-                record.owner = job.getOwner();
-                record.reason = job.getReason();
-                record.state = job.getState() == "ended" ? JobState::ENDED : JobState::RUNNING;
-              })) {
-    // Not troupe's: the job counts as open and running, and troupe's next write replaces it.
-    client.log->warn("etcd: the value of job '{}' is not troupe's ({}); taking the job as open",
-                     printable(jobId).cStr(), errorMessage(*e).cStr());
-    record.owner.clear();
-    record.reason.clear();
-    record.state = JobState::RUNNING;
+  // A value that is not troupe's counts as open and running; troupe's next write replaces it.
+  KJ_IF_MAYBE(job, decodeJob(client, jobId, kv.getValue())) {
+    record.owner = kj::mv(job->owner);
+    record.reason = kj::mv(job->status.reason);
+    record.state = job->status.state;
   }
   return record;
 }

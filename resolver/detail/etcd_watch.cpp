@@ -41,27 +41,50 @@ kj::Maybe<Endpoint> decodeEndpoint(EtcdClient& client, kj::StringPtr key,
   return result;
 }
 
-kj::Maybe<JobStatus> decodeJob(EtcdClient& client, kj::StringPtr jobId,
-                               capnp::Data::Reader value) {
-  kj::Maybe<JobStatus> result;
+kj::Maybe<EtcdJobValue> decodeJob(EtcdClient& client, kj::StringPtr jobId,
+                                  capnp::Data::Reader value) {
+  kj::Maybe<EtcdJobValue> result;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 validateJobId(jobId);
                 auto reply = client.decode<schema::etcd::Job>(value.asChars());
                 auto job = reply.get();
-                JobStatus status{jobId.cStr(), JobState::RUNNING, job.getReason()};
+                EtcdJobValue decoded{{jobId.cStr(), JobState::RUNNING, job.getReason()},
+                                     job.getOwner()};
                 if (job.getState() == "ended") {
-                  status.state = JobState::ENDED;
+                  decoded.status.state = JobState::ENDED;
                 } else if (job.getState() != "running") {
                   throwError(ErrorCode::INVALID_ARGUMENT,
                              kj::str("its state is '", printable(job.getState()), "'"));
                 }
-                result = kj::mv(status);
+                result = kj::mv(decoded);
               })) {
-    client.log->warn("etcd: skipped the state of job '{}', which is not troupe's: {}",
+    client.log->warn("etcd: the value of job '{}' is not troupe's ({}); the job counts as open "
+                     "and running",
                      printable(jobId).cStr(), errorMessage(*e).cStr());
     return nullptr;
   }
   return result;
+}
+
+kj::Promise<EtcdEndpoints> readEndpoints(EtcdClient& client, kj::StringPtr prefix) {
+  auto key = client.endpointKey(prefix);
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<schema::etcd::RangeRequest>();
+  request.setKey(bytesOf(key));
+  request.setRangeEnd(bytesOf(prefixRangeEnd(key)));
+  return client.post<schema::etcd::RangeResponse>("/v3/kv/range", request.asReader())
+      .then([client = kj::addRef(client)](EtcdReply<schema::etcd::RangeResponse>&& reply) mutable {
+        auto response = reply.get();
+        kj::Vector<Endpoint> found;
+        for (auto kv : response.getKvs()) {
+          auto key = stringOf(kv.getKey());
+          KJ_IF_MAYBE(endpoint, decodeEndpoint(*client, key.c_str(), kv.getValue())) {
+            found.add(kj::mv(*endpoint));
+          }
+        }
+        // etcd ranges are sorted by key, so by name.
+        return EtcdEndpoints{response.getHeader().getRevision(), found.releaseAsArray()};
+      });
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -78,25 +101,15 @@ EtcdWatch::~EtcdWatch() noexcept(false) { client->hub().remove(*this); }
 kj::Promise<void> EtcdWatch::start() {
   // A watch's first snapshot is its own range, so that it reflects every write made before the
   // watch began, whatever the hub's stream has read so far.
-  auto& c = *client;
-  auto key = c.endpointsPrefix + prefix;
-  capnp::MallocMessageBuilder message;
-  auto request = message.initRoot<schema::etcd::RangeRequest>();
-  request.setKey(bytesOf(key));
-  request.setRangeEnd(bytesOf(prefixRangeEnd(key)));
-  return c.post<schema::etcd::RangeResponse>("/v3/kv/range", request.asReader())
+  return readEndpoints(*client, prefix.c_str())
       .then(
-          [this](EtcdReply<schema::etcd::RangeResponse>&& reply) -> kj::Promise<void> {
-            auto response = reply.get();
-            for (auto kv : response.getKvs()) {
-              auto key = stringOf(kv.getKey());
-              KJ_IF_MAYBE(endpoint, decodeEndpoint(*client, key.c_str(), kv.getValue())) {
-                queue.push(WatchEvent{WatchEvent::Type::ADDED, *endpoint, {}});
-                view.emplace(endpoint->name, kj::mv(*endpoint));
-              }
+          [this](EtcdEndpoints&& read) -> kj::Promise<void> {
+            for (auto& endpoint : read.endpoints) {
+              queue.push(WatchEvent{WatchEvent::Type::ADDED, endpoint, {}});
+              view.emplace(endpoint.name, kj::mv(endpoint));
             }
             queue.push(WatchEvent{WatchEvent::Type::SYNCED, {}, {}});
-            since = response.getHeader().getRevision();
+            since = read.revision;
             started = true;
             auto early = kj::mv(pending);
             apply(early);
@@ -234,7 +247,9 @@ kj::Promise<EtcdSnapshot> EtcdWatchHub::readAll() {
           } else if (startsWith(key, client.jobsPrefix)) {
             auto jobId = key.substr(client.jobsPrefix.size());
             KJ_IF_MAYBE(job, decodeJob(client, jobId.c_str(), kv.getValue())) {
-              if (job->state == JobState::ENDED) snapshot.endedJobs.emplace(jobId, kj::mv(*job));
+              if (job->status.state == JobState::ENDED) {
+                snapshot.endedJobs.emplace(jobId, kj::mv(job->status));
+              }
             }
           }
         }
@@ -261,8 +276,9 @@ std::vector<EtcdChange> EtcdWatchHub::changesIn(schema::etcd::WatchResponse::Rea
     } else if (put && startsWith(key, client.jobsPrefix)) {
       auto jobId = key.substr(client.jobsPrefix.size());
       KJ_IF_MAYBE(job, decodeJob(client, jobId.c_str(), kv.getValue())) {
-        if (job->state == JobState::ENDED) {
-          jobs.push_back(EtcdChange{EtcdChange::Kind::JOB_ENDED, rev, {}, {}, kj::mv(*job)});
+        if (job->status.state == JobState::ENDED) {
+          jobs.push_back(
+              EtcdChange{EtcdChange::Kind::JOB_ENDED, rev, {}, {}, kj::mv(job->status)});
         }
       }
     }

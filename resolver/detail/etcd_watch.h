@@ -37,9 +37,24 @@ struct EtcdSnapshot {
 // for a value that is not troupe's.
 kj::Maybe<Endpoint> decodeEndpoint(EtcdClient& client, kj::StringPtr key,
                                    capnp::Data::Reader value);
-// Decodes a job value; null (after a warning) for one that is not troupe's.
-kj::Maybe<JobStatus> decodeJob(EtcdClient& client, kj::StringPtr jobId,
-                               capnp::Data::Reader value);
+// A job's value as troupe writes it under "<root>/jobs/<job id>".
+struct EtcdJobValue {
+  JobStatus status;
+  std::string owner;  // SHA-256 of the job's credential, in hex; empty while the job is open
+};
+
+// Decodes a job value; null (after a warning) for one that is not troupe's, which counts as an
+// open, running job.
+kj::Maybe<EtcdJobValue> decodeJob(EtcdClient& client, kj::StringPtr jobId,
+                                  capnp::Data::Reader value);
+
+// The endpoints under `prefix` (an endpoint-name prefix), sorted by name, and the revision they
+// were read at. The promise holds a reference to `client`.
+struct EtcdEndpoints {
+  int64_t revision = 0;
+  kj::Array<Endpoint> endpoints;
+};
+kj::Promise<EtcdEndpoints> readEndpoints(EtcdClient& client, kj::StringPtr prefix);
 
 class EtcdWatch final : public Watch {
 public:
