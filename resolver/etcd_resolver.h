@@ -27,8 +27,8 @@ struct EtcdResolverOptions {
   // "<root>/jobs/<job id>". Default "troupe".
   std::string root = "troupe";
 
-  // TTL of each registration's lease: an endpoint whose process stopped refreshing it (frozen,
-  // partitioned) is removed this long after the last refresh. etcd counts whole seconds, so it
+  // TTL of the registrations' lease: an endpoint whose process stopped refreshing it (frozen,
+  // partitioned, killed) is removed this long after the last refresh. etcd counts whole seconds, so it
   // is rounded up to one. Default 10 s.
   kj::Duration ttl = 10 * kj::SECONDS;
 
@@ -61,12 +61,16 @@ struct EtcdResolverOptions {
 // Registrations and watches keep the resolver's connections alive: they go on working after
 // the resolver is dropped, and each ends when dropped itself.
 //
-// What is in etcd: each registration is a key attached to a lease of options.ttl, refreshed at a
-// third of it; when etcd says the lease is gone (it lapsed while this process was frozen, or
-// etcd lost its data), the registration grants a new one and writes its key again by itself.
-// Dropping a registration revokes its lease, so its endpoint is gone at once. A newer
-// incarnation replaces an entry in a compare-and-swap transaction, and the old holder's later
-// revoke leaves it alone. Ending a job writes its state and deletes its endpoints in one
+// What is in etcd: each registration is a key attached to the resolver's one lease of
+// options.ttl (shared by every registration it made, however many), kept alive by one keepalive
+// a third of the TTL apart. After each keepalive the resolver checks, 64 keys to a request, that
+// every key is still on the lease; a key deleted or overwritten behind its back is written
+// again (or refused, if a newer incarnation holds it). When etcd says the lease is gone (it
+// lapsed while this process was frozen, or etcd lost its data), a new one is granted and every
+// key is written again by itself. Dropping a registration deletes its key (only while it is on
+// this resolver's lease), so its endpoint is gone at once; dropping the last revokes the lease.
+// A newer incarnation replaces an entry in a compare-and-swap transaction, and the old
+// holder's later delete leaves it alone. Ending a job writes its state and deletes its endpoints in one
 // transaction; a registration under an ended job is refused with JOB_ENDED.
 //
 // Watches: all watches of one resolver share one etcd watch on "<root>/" and a copy of what is
@@ -77,7 +81,8 @@ struct EtcdResolverOptions {
 // Job ownership: createJob() stores a hash of the credential it returns, and this resolver
 // refuses registrations and job changes without it (PERMISSION_DENIED), in the same
 // transaction as the write. That stops careless clients, not hostile ones: anyone who may write
-// to etcd may write under the root, so keep strangers out with etcd's own authentication.
+// to etcd may write under the root. The resolver speaks plain HTTP and presents no etcd
+// credentials (tls:// members are refused), so serve etcd only where strangers cannot reach it.
 class EtcdResolver final : public Resolver {
 public:
   // Throws INVALID_ARGUMENT when options name no member or a member is not a troupe address, or

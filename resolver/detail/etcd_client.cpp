@@ -1,6 +1,7 @@
 #include "troupe/resolver/detail/etcd_client.h"
 
 #include "troupe/actor/address.h"
+#include "troupe/resolver/detail/etcd_session.h"
 #include "troupe/resolver/detail/etcd_watch.h"
 
 namespace troupe::resolver_detail {
@@ -162,6 +163,11 @@ void EtcdClient::taskFailed(kj::Exception&& exception) {
 EtcdWatchHub& EtcdClient::hub() {
   if (watchHub.get() == nullptr) watchHub = kj::heap<EtcdWatchHub>(*this);
   return *watchHub;
+}
+
+EtcdSession& EtcdClient::session() {
+  if (leaseSession.get() == nullptr) leaseSession = kj::heap<EtcdSession>(*this);
+  return *leaseSession;
 }
 
 EtcdClient::Member& EtcdClient::member(size_t index) { return *members[index]; }

@@ -21,6 +21,7 @@
 
 namespace troupe::resolver_detail {
 
+class EtcdSession;
 class EtcdWatchHub;
 
 // A decoded JSON reply: the message that holds it and its root.
@@ -99,6 +100,9 @@ public:
   // The watch hub this client's watches share; made on first use.
   EtcdWatchHub& hub();
 
+  // The lease this client's registrations share; made on first use.
+  EtcdSession& session();
+
   // The member requests go to now (the one that answered last).
   size_t currentMember() const { return current; }
 
@@ -129,6 +133,7 @@ private:
   std::deque<kj::Own<kj::PromiseFulfiller<void>>> waiting;  // requests waiting for their turn
   Backoff retry;
   kj::Own<EtcdWatchHub> watchHub;
+  kj::Own<EtcdSession> leaseSession;
   kj::TaskSet tasks;
 };
 

@@ -78,10 +78,14 @@ void compareUnchanged(Compare::Builder compare, const std::string& key, int64_t 
 }
 
 EtcdRegistration::EtcdRegistration(kj::Own<EtcdClient> clientIn, Endpoint endpointIn)
-    : client(kj::mv(clientIn)), endpoint(kj::mv(endpointIn)), registered(nullptr) {
+    : client(kj::mv(clientIn)),
+      session(client->session()),
+      endpoint(kj::mv(endpointIn)),
+      registered(nullptr) {
   auto paf = kj::newPromiseAndFulfiller<void>();
   registered = paf.promise.fork();
   registeredFulfiller = kj::mv(paf.fulfiller);
+  session.join();
   KJ_IF_MAYBE(parts, parseEndpointName(endpoint.name)) {
     endpoint.jobId = parts->jobId;
     endpoint.actor = parts->actor;
@@ -95,26 +99,14 @@ EtcdRegistration::EtcdRegistration(kj::Own<EtcdClient> clientIn, Endpoint endpoi
   }
 }
 
-EtcdRegistration::~EtcdRegistration() noexcept(false) { revokeLease(); }
-
-void EtcdRegistration::revokeLease() {
-  if (lease == 0) return;
-  // Revoking the lease deletes the key at once (unless a newer incarnation holds it, on a lease
-  // of its own). The request outlives this object; the loop cancels it if it goes first.
-  capnp::MallocMessageBuilder message;
-  message.initRoot<schema::etcd::LeaseRevokeRequest>().setId(lease);
-  lease = 0;
-  auto name = endpoint.name;
-  auto log = client->log;
-  client
-      ->postJson("/v3/lease/revoke",
-                 client->encode(message.getRoot<schema::etcd::LeaseRevokeRequest>().asReader()))
-      .ignoreResult()
-      .attach(kj::addRef(*client))
-      .detach([log, name](kj::Exception&& e) {
-        log->warn("etcd: could not revoke the lease of '{}' ({}); it lapses after its TTL",
-                  name, e.getDescription().cStr());
-      });
+EtcdRegistration::~EtcdRegistration() noexcept(false) {
+  session.release(*this);
+  // A write still in flight may yet land: the key goes after it is answered.
+  kj::Promise<void> settled = kj::READY_NOW;
+  KJ_IF_MAYBE(w, writing) {
+    settled = w->addBranch().ignoreResult().catch_([](kj::Exception&&) {});
+  }
+  session.leave(key, lease, kj::mv(settled));
 }
 
 void EtcdRegistration::taskFailed(kj::Exception&& exception) {
@@ -129,53 +121,67 @@ void EtcdRegistration::setState(EndpointState state) {
   endpoint.state = state;
   if (phase != Phase::HELD) return;  // the next write carries it
   auto gen = ++generation;
-  tasks.add(rewrite().then(
-      [this, gen]() {
-        if (gen == generation) scheduleRefresh();
-      },
-      [this, gen](kj::Exception&& e) {
-        if (gen == generation) failed(kj::mv(e));
-      }));
+  tasks.add(rewrite().then([]() {},
+                           [this, gen](kj::Exception&& e) {
+                             if (gen == generation) failed(kj::mv(e));
+                           }));
+}
+
+void EtcdRegistration::lost(int64_t lostLease, kj::StringPtr why) {
+  if (phase != Phase::HELD || lostLease != lease) return;
+  client->log->debug("etcd: '{}' lost its registration ({}); registering again", endpoint.name,
+                     why.cStr());
+  attempt();
 }
 
 void EtcdRegistration::attempt() {
+  session.release(*this);
   phase = Phase::REGISTERING;
   auto gen = ++generation;
-  tasks.add(grantAndWrite()
-             .then(
-                 [this, gen]() {
-                   if (gen != generation) return;
-                   phase = Phase::HELD;
-                   failures = 0;
-                   if (!everRegistered) {
-                     everRegistered = true;
-                     registeredFulfiller->fulfill();
-                   }
-                   client->log->info("etcd: registered '{}' at {} (incarnation {}, lease {})",
-                                     endpoint.name, endpoint.address, endpoint.incarnation, lease);
-                   scheduleRefresh();
-                 },
-                 [this, gen](kj::Exception&& e) {
-                   if (gen == generation) failed(kj::mv(e));
-                 }));
+  tasks.add(session.lease()
+                .then([this, gen](int64_t granted) -> kj::Promise<void> {
+                  if (gen != generation) return kj::READY_NOW;
+                  lease = granted;
+                  return write(0);
+                })
+                .then(
+                    [this, gen]() {
+                      if (gen == generation) held();
+                    },
+                    [this, gen](kj::Exception&& e) {
+                      if (gen == generation) failed(kj::mv(e));
+                    }));
 }
 
-kj::Promise<void> EtcdRegistration::grantAndWrite() {
-  if (lease != 0) return write(0);
-  capnp::MallocMessageBuilder message;
-  auto request = message.initRoot<schema::etcd::LeaseGrantRequest>();
-  int64_t seconds = (client->options.ttl + kj::SECONDS - 1 * kj::NANOSECONDS) / kj::SECONDS;
-  request.setTtl(seconds < 1 ? 1 : seconds);
-  return client->post<schema::etcd::LeaseGrantResponse>("/v3/lease/grant", request.asReader())
-      .then([this](EtcdReply<schema::etcd::LeaseGrantResponse>&& reply) {
-        auto granted = reply.get();
-        if (granted.getId() == 0) {
-          throwError(ErrorCode::FAILED,
-                     kj::str("etcd granted no lease: ", granted.getError()));
-        }
-        lease = granted.getId();
-        return write(0);
-      });
+void EtcdRegistration::held() {
+  phase = Phase::HELD;
+  failures = 0;
+  session.hold(*this);
+  if (!everRegistered) {
+    everRegistered = true;
+    registeredFulfiller->fulfill();
+  }
+  client->log->info("etcd: registered '{}' at {} (incarnation {}, lease {})", endpoint.name,
+                    endpoint.address, endpoint.incarnation, lease);
+}
+
+kj::Promise<bool> EtcdRegistration::send(kj::String txn) {
+  // The fork outlives this registration (its drop waits for the answer): it refers to the
+  // client only.
+  auto sent = client->postJson("/v3/kv/txn", kj::mv(txn))
+                  .then([client = kj::addRef(*client)](kj::String body) mutable {
+                    auto reply = client->decode<TxnResponse>(body);
+                    return reply.get().getSucceeded() ? reply.get().getHeader().getRevision()
+                                                      : int64_t{0};
+                  })
+                  .fork();
+  auto answered = sent.addBranch();
+  writing = kj::mv(sent);
+  return answered.then([this](int64_t revision) {
+    if (revision == 0) return false;
+    writtenAt = revision;
+    return true;
+  });
 }
 
 kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
@@ -202,7 +208,9 @@ kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
         auto current = responses[1].getResponseRange().getKvs();
         if (current.size() > 0) {
           held = current[0].getModRevision();
-          if (current[0].getLease() != lease) {
+          // Its own last write is rewritten; anyone else's entry only by a newer incarnation.
+          bool own = current[0].getLease() == lease && held == writtenAt;
+          if (!own) {
             KJ_IF_MAYBE(other, decodeEndpoint(*client, key.c_str(), current[0].getValue())) {
               if (endpoint.incarnation <= other->incarnation) {
                 throwError(ErrorCode::NAME_TAKEN,
@@ -244,9 +252,9 @@ kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
           putJob.setKey(bytesOf(client->jobKey(endpoint.jobId)));
           putJob.setValue(jobValue.asBytes());
         }
-        return client->post<TxnResponse>("/v3/kv/txn", txn.asReader())
-            .then([this, tries](EtcdReply<TxnResponse>&& reply) -> kj::Promise<void> {
-              if (reply.get().getSucceeded()) return kj::READY_NOW;
+        return send(client->encode(txn.asReader()))
+            .then([this, tries](bool written) -> kj::Promise<void> {
+              if (written) return kj::READY_NOW;
               if (tries + 1 >= WRITE_TRIES) {
                 return makeError(ErrorCode::OVERLOADED,
                                  kj::str("'", endpoint.name, "' was written by others ",
@@ -254,54 +262,6 @@ kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
               }
               return write(tries + 1);
             });
-      });
-}
-
-void EtcdRegistration::scheduleRefresh() {
-  auto gen = generation;
-  int64_t seconds = (client->options.ttl + kj::SECONDS - 1 * kj::NANOSECONDS) / kj::SECONDS;
-  auto interval = (seconds < 1 ? 1 : seconds) * kj::SECONDS / 3;
-  tasks.add(client->loop.timer()
-             .afterDelay(interval)
-             .then([this, gen]() -> kj::Promise<void> {
-               if (gen != generation) return kj::READY_NOW;
-               return refresh();
-             })
-             .then([this, gen]() { refreshed(gen); },
-                   [this, gen](kj::Exception&& e) {
-                     if (gen == generation) failed(kj::mv(e));
-                   }));
-}
-
-void EtcdRegistration::refreshed(uint64_t gen) {
-  if (gen != generation) return;
-  failures = 0;
-  scheduleRefresh();
-}
-
-kj::Promise<void> EtcdRegistration::refresh() {
-  capnp::MallocMessageBuilder message;
-  message.initRoot<schema::etcd::LeaseKeepAliveRequest>().setId(lease);
-  return client
-      ->post<schema::etcd::LeaseKeepAliveResult>(
-          "/v3/lease/keepalive",
-          message.getRoot<schema::etcd::LeaseKeepAliveRequest>().asReader())
-      .then([this](EtcdReply<schema::etcd::LeaseKeepAliveResult>&& reply) {
-        if (reply.get().getResult().getTtl() <= 0) {
-          lease = 0;
-          throwError(ErrorCode::LEASE_LOST, "etcd no longer has its lease (it lapsed)");
-        }
-        // Still ours? A newer incarnation, or the end of its job, took the key away.
-        capnp::MallocMessageBuilder message;
-        auto txn = message.initRoot<TxnRequest>();
-        compareHeld(txn.initCompare(1)[0], key, lease);
-        return client->post<TxnResponse>("/v3/kv/txn", txn.asReader());
-      })
-      .then([](EtcdReply<TxnResponse>&& reply) {
-        if (!reply.get().getSucceeded()) {
-          throwError(ErrorCode::LEASE_LOST,
-                     "its key is gone or another lease's (a newer incarnation, or its job ended)");
-        }
       });
 }
 
@@ -316,23 +276,22 @@ kj::Promise<void> EtcdRegistration::rewrite() {
   put.setKey(bytesOf(key));
   put.setValue(value.asBytes());
   put.setLease(lease);
-  return client->post<TxnResponse>("/v3/kv/txn", txn.asReader())
-      .then([](EtcdReply<TxnResponse>&& reply) {
-        if (!reply.get().getSucceeded()) {
-          throwError(ErrorCode::LEASE_LOST,
-                     "its key is gone or another lease's (a newer incarnation, or its job ended)");
-        }
-      });
+  return send(client->encode(txn.asReader())).then([](bool written) {
+    if (!written) {
+      throwError(ErrorCode::LEASE_LOST,
+                 "its key is gone or another lease's (a newer incarnation, or its job ended)");
+    }
+  });
 }
 
 void EtcdRegistration::failed(kj::Exception&& e) {
   auto code = errorCode(e);
   bool wasHeld = phase == Phase::HELD;
+  session.release(*this);
   if (code == ErrorCode::INVALID_ARGUMENT || code == ErrorCode::PERMISSION_DENIED ||
       ((code == ErrorCode::JOB_ENDED || code == ErrorCode::NAME_TAKEN) && !everRegistered)) {
     phase = Phase::STOPPED;
     ++generation;
-    revokeLease();  // granted for nothing
     client->log->warn("etcd: '{}' is not registered: {}", endpoint.name,
                       e.getDescription().cStr());
     if (!everRegistered) registeredFulfiller->reject(kj::mv(e));
@@ -344,26 +303,18 @@ void EtcdRegistration::failed(kj::Exception&& e) {
     attempt();
     return;
   }
+  // A write may have failed because the lease is gone: the session asks etcd now, not at its
+  // next keepalive.
+  session.verify(lease);
+  phase = Phase::REGISTERING;
   auto delay = client->backoff(failures++);
   if (failures == 1) {
     client->log->warn("etcd: cannot {} '{}' ({}); retrying with backoff",
-                      wasHeld ? "refresh the lease of" : "register", endpoint.name,
-                      e.getDescription().cStr());
+                      wasHeld ? "update" : "register", endpoint.name, e.getDescription().cStr());
   }
   auto gen = ++generation;
-  tasks.add(client->loop.timer().afterDelay(delay).then([this, gen, wasHeld]() {
-    if (gen != generation) return;
-    if (!wasHeld || lease == 0) {
-      attempt();
-      return;
-    }
-    // The lease may still be there: refresh it, and register again only if it is not.
-    phase = Phase::HELD;
-    tasks.add(refresh().then(
-        [this, gen]() { refreshed(gen); },
-        [this, gen](kj::Exception&& e) {
-          if (gen == generation) failed(kj::mv(e));
-        }));
+  tasks.add(client->loop.timer().afterDelay(delay).then([this, gen]() {
+    if (gen == generation) attempt();
   }));
 }
 

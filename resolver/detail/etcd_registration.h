@@ -1,6 +1,6 @@
 #pragma once
-// One endpoint registered in etcd: a key on a lease, kept alive, written again when the lease is
-// lost, revoked when dropped.
+// One endpoint registered in etcd: a key on its client's lease (EtcdSession), written again when
+// the lease or the key is lost, deleted when dropped.
 
 #include <cstdint>
 #include <string>
@@ -8,6 +8,7 @@
 #include <kj/async.h>
 
 #include "troupe/resolver/detail/etcd_client.h"
+#include "troupe/resolver/detail/etcd_session.h"
 #include "troupe/resolver/resolver.h"
 
 namespace troupe::resolver_detail {
@@ -40,7 +41,9 @@ void compareHeld(schema::etcd::Compare::Builder compare, const std::string& key,
 void compareUnchanged(schema::etcd::Compare::Builder compare, const std::string& key,
                       int64_t modRevision);
 
-class EtcdRegistration final : public Registration, private kj::TaskSet::ErrorHandler {
+class EtcdRegistration final : public Registration,
+                               private EtcdSession::Holder,
+                               private kj::TaskSet::ErrorHandler {
 public:
   EtcdRegistration(kj::Own<EtcdClient> client, Endpoint endpoint);
   ~EtcdRegistration() noexcept(false);
@@ -52,31 +55,31 @@ public:
 private:
   enum class Phase : uint8_t { REGISTERING, HELD, STOPPED };
 
-  // Grants a lease (unless one is held) and writes the key; on failure retries with backoff or
-  // stops, as failed() decides.
+  // Takes the session's lease and writes the key; on failure retries with backoff or stops, as
+  // failed() decides.
   void attempt();
-  kj::Promise<void> grantAndWrite();
   kj::Promise<void> write(uint32_t tries);
-  // Refreshes the lease, then checks that the key is still this lease's.
-  kj::Promise<void> refresh();
+  // Sends a write transaction, remembered until answered so that a drop can wait for it.
+  kj::Promise<bool> send(kj::String txn);
   void failed(kj::Exception&& e);
-  void scheduleRefresh();
-  // A refresh of attempt `gen` succeeded: the next is scheduled.
-  void refreshed(uint64_t gen);
-  // Rewrites the value (a new state) if the key is still this lease's.
+  void held();
+  // Rewrites the value (a new state) if the key is still on this registration's lease.
   kj::Promise<void> rewrite();
   void taskFailed(kj::Exception&& exception) override;
-  // Revokes the lease held, if any, in the background.
-  void revokeLease();
+  const std::string& heldKey() const override { return key; }
+  void lost(int64_t lease, kj::StringPtr why) override;
 
   kj::Own<EtcdClient> client;
+  EtcdSession& session;
   Endpoint endpoint;
   std::string key;
   Phase phase = Phase::REGISTERING;
   bool everRegistered = false;
-  int64_t lease = 0;  // 0: none held
+  int64_t lease = 0;          // the lease its key was last written on; 0: none
+  int64_t writtenAt = 0;      // the revision of its last write
   uint32_t failures = 0;
-  uint64_t generation = 0;  // callbacks of an earlier attempt do nothing
+  uint64_t generation = 0;    // callbacks of an earlier attempt do nothing
+  kj::Maybe<kj::ForkedPromise<int64_t>> writing;  // the last write sent: its revision, 0 if refused
   kj::ForkedPromise<void> registered;
   kj::Own<kj::PromiseFulfiller<void>> registeredFulfiller;
   kj::TaskSet tasks{*this};  // last: its work refers to the members above

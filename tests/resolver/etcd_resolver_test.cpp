@@ -1,5 +1,6 @@
 // EtcdResolver against real etcd processes (tests/support/etcd_cluster.h): what is particular to
-// etcd beside the shared conformance suite. URLs; a lease that lapses while its client is frozen;
+// etcd beside the shared conformance suite. URLs; one lease per client; a key deleted behind a
+// registration's back; a lease that lapses while its client is frozen;
 // a killed member of three; etcd restarts with and without its data; compaction; values under
 // the root that are not troupe's; an etcd that is down at start; oversized answers.
 //
@@ -245,6 +246,63 @@ TEST_F(EtcdResolverTest, AThousandWatchesShareAFewConnections) {
   auto registration = resolver->registerEndpoint(endpoint("job999/a-0"));
   await(loop, registration->whenRegistered());
   EXPECT_EQ(test::next(loop, *watches[999]), "ADDED job999/a-0 ready");
+}
+
+// The leases etcd holds, from POST /v3/lease/leases.
+size_t leaseCount(const test::EtcdCluster& cluster) {
+  auto reply = cluster.post(0, "/v3/lease/leases", "{}");
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  size_t count = 0;
+  for (size_t at = reply.body.find("\"ID\""); at != std::string::npos;
+       at = reply.body.find("\"ID\"", at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+TEST_F(EtcdResolverTest, EveryRegistrationOfAClientSharesOneLeaseAndDropsOnlyItsOwnKey) {
+  auto resolver = open();
+  kj::Vector<kj::Own<Registration>> registrations;
+  for (int i = 0; i < 50; ++i) {
+    registrations.add(resolver->registerEndpoint(endpoint(kj::str("calc/calc-", i).cStr())));
+  }
+  for (auto& registration : registrations) await(loop, registration->whenRegistered());
+  EXPECT_EQ(leaseCount(cluster), 1u);
+
+  auto watch = resolver->watch("calc/");
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(test::next(loop, *watch).rfind("ADDED calc/calc-", 0), 0u);
+  EXPECT_EQ(test::next(loop, *watch), "SYNCED");
+  registrations[7] = nullptr;  // one goes: its key only, the lease stays for the others
+  EXPECT_EQ(test::next(loop, *watch), "REMOVED calc/calc-7 ready");
+  EXPECT_EQ(await(loop, resolver->resolve("calc/")).size(), 49u);
+  EXPECT_EQ(leaseCount(cluster), 1u);
+
+  registrations.clear();  // the last one revokes the lease, which takes every key with it
+  for (int i = 0; i < 49; ++i) {
+    ASSERT_EQ(test::next(loop, *watch).rfind("REMOVED calc/calc-", 0), 0u);
+  }
+  EXPECT_EQ(leaseCount(cluster), 0u);
+  EXPECT_EQ(await(loop, resolver->resolve("calc/")).size(), 0u);
+}
+
+TEST_F(EtcdResolverTest, AKeyDeletedBehindItsRegistrationsBackIsWrittenAgain) {
+  auto resolver = open(1000);  // checked after each keepalive, a third of a second apart
+  auto registration = resolver->registerEndpoint(endpoint("calc/calc-0"));
+  auto bystander = resolver->registerEndpoint(endpoint("calc/calc-1"));
+  await(loop, registration->whenRegistered());
+  await(loop, bystander->whenRegistered());
+  auto watch = resolver->watch("calc/");
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-0 ready");
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-1 ready");
+  EXPECT_EQ(test::next(loop, *watch), "SYNCED");
+
+  auto reply = cluster.post(0, "/v3/kv/deleterange",
+                            "{\"key\":\"" + base64("troupe/endpoints/calc/calc-0") + "\"}");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(test::next(loop, *watch), "REMOVED calc/calc-0 ready");
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-0 ready");
+  EXPECT_EQ(await(loop, resolver->resolve("calc/")).size(), 2u);
+  EXPECT_EQ(leaseCount(cluster), 1u);
 }
 
 class EtcdClusterOfThreeTest : public EtcdResolverTest {
