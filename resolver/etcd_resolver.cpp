@@ -198,8 +198,9 @@ EtcdResolverOptions EtcdResolver::parseUrl(kj::StringPtr url) {
     addMembers(url, members, options, [&](kj::StringPtr path) {
       return std::string("unix:") + path.cStr();
     });
-  } else if (url.startsWith("etcd://")) {
-    auto body = splitQuery(url.slice(strlen("etcd://")));
+  } else if (url.startsWith("etcd://") || url.startsWith("etcds://")) {
+    bool tls = url.startsWith("etcds://");
+    auto body = splitQuery(url.slice(tls ? strlen("etcds://") : strlen("etcd://")));
     kj::StringPtr hosts = body;
     kj::String hostStorage;
     KJ_IF_MAYBE(slash, body.findFirst('/')) {
@@ -212,10 +213,11 @@ EtcdResolverOptions EtcdResolver::parseUrl(kj::StringPtr url) {
       // HOST, HOST:PORT, [V6]:PORT; the port defaults to etcd's 2379.
       bool hasPort = host.endsWith("]") ? false : host.findLast(':') != nullptr;
       if (host.startsWith("[") && !host.endsWith("]")) hasPort = true;
-      return std::string(kj::str("tcp://", host, hasPort ? "" : ":2379").cStr());
+      return std::string(kj::str(tls ? "tls://" : "tcp://", host, hasPort ? "" : ":2379").cStr());
     });
   } else {
-    badUrl(url, "expected etcd://HOST:PORT[,HOST:PORT...][/ROOT] or etcd+unix:PATH[,PATH...]");
+    badUrl(url, "expected etcd://HOST:PORT[,HOST:PORT...][/ROOT], etcds://... (TLS) or "
+                "etcd+unix:PATH[,PATH...]");
   }
   if (query.size() > 0) applyQuery(url, query, options);
   return options;

@@ -19,8 +19,12 @@ class EtcdClient;
 }
 
 struct EtcdResolverOptions {
-  // The etcd members, tried in order: "tcp://HOST:PORT" or "unix:PATH" (troupe addresses).
-  // A request that cannot reach one goes to the next.
+  // The etcd members, tried in order: "tcp://HOST:PORT", "tls://HOST:PORT" or "unix:PATH"
+  // (troupe addresses). A request that cannot reach one goes to the next. A tls:// member is
+  // spoken to over TLS with `credentials`: their CA must have signed the member's certificate
+  // (for HOST, or for TlsOptions::serverName), and their certificate, when they hold one, is
+  // presented to it (etcd's --client-cert-auth; with etcd's authentication on, its common name
+  // is the etcd user).
   std::vector<std::string> members;
 
   // Every key troupe writes is under "<root>/": "<root>/endpoints/<endpoint name>" and
@@ -52,8 +56,9 @@ struct EtcdResolverOptions {
   // Where the resolver logs (registrations, retries, lost leases). Default: the loop's logger.
   std::shared_ptr<spdlog::logger> logger;
 
-  // What registrations present as their job's credential (its job token). Default: null,
-  // meaning the loop's (EventLoop::credentials()).
+  // What registrations present as their job's credential (its job token), and the TLS
+  // settings for tls:// members. Default: null, meaning the loop's (EventLoop::credentials(),
+  // from TROUPE_TLS_CA, TROUPE_TLS_CERT and TROUPE_TLS_KEY).
   std::shared_ptr<Credentials> credentials;
 };
 
@@ -81,8 +86,8 @@ struct EtcdResolverOptions {
 // Job ownership: createJob() stores a hash of the credential it returns, and this resolver
 // refuses registrations and job changes without it (PERMISSION_DENIED), in the same
 // transaction as the write. That stops careless clients, not hostile ones: anyone who may write
-// to etcd may write under the root. The resolver speaks plain HTTP and presents no etcd
-// credentials (tls:// members are refused), so serve etcd only where strangers cannot reach it.
+// to etcd may write under the root: keep strangers out of etcd with TLS and client
+// certificates (tls:// members, etcds:// URLs), or serve it only where they cannot reach it.
 class EtcdResolver final : public Resolver {
 public:
   // Throws INVALID_ARGUMENT when options name no member or a member is not a troupe address, or
@@ -92,8 +97,9 @@ public:
   KJ_DISALLOW_COPY(EtcdResolver);
 
   // Options from a URL: "etcd://HOST:PORT[,HOST:PORT...][/ROOT][?ttl_ms=N]" (PORT defaults to
-  // 2379, ROOT to "troupe") or "etcd+unix:PATH[,PATH...][?root=ROOT&ttl_ms=N]". Throws
-  // INVALID_ARGUMENT naming the part that does not parse.
+  // 2379, ROOT to "troupe"), the same with "etcds://" for TLS to every member, or
+  // "etcd+unix:PATH[,PATH...][?root=ROOT&ttl_ms=N]". Throws INVALID_ARGUMENT naming the part
+  // that does not parse.
   static EtcdResolverOptions parseUrl(kj::StringPtr url);
 
   kj::Promise<kj::Array<Endpoint>> resolve(kj::StringPtr prefix) override;

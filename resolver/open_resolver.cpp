@@ -32,7 +32,7 @@ kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
     }
     return kj::heap<RegistryResolver>(loop, url, options);
   }
-  if (url.startsWith("etcd://") || url.startsWith("etcd+unix:")) {
+  if (url.startsWith("etcd://") || url.startsWith("etcds://") || url.startsWith("etcd+unix:")) {
     return kj::heap<EtcdResolver>(loop, EtcdResolver::parseUrl(url));
   }
   if (url.startsWith("fixed:")) return FixedResolver::parse(url.slice(strlen("fixed:")));
@@ -48,7 +48,8 @@ kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
   throwError(ErrorCode::INVALID_ARGUMENT,
              kj::str("unknown resolver URL '", printable(url),
                      "' (expected registry://HOST:PORT, registry+tls://HOST:PORT, registry+unix:PATH, "
-                     "etcd://HOST:PORT[,HOST:PORT...][/ROOT], etcd+unix:PATH, fixed:NAME=ADDRESS,... "
+                     "etcd://HOST:PORT[,HOST:PORT...][/ROOT], etcds://..., etcd+unix:PATH, "
+                     "fixed:NAME=ADDRESS,... "
                      "or file:PATH)"));
 }
 

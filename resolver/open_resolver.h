@@ -22,6 +22,9 @@ namespace troupe {
 //   etcd://HOST:PORT[,HOST:PORT...][/ROOT][?ttl_ms=N]
 //                             an EtcdResolver on those etcd members (PORT defaults to 2379, ROOT
 //                             to "troupe"; leases of N ms, rounded up to whole seconds)
+//   etcds://HOST:PORT[,HOST:PORT...][/ROOT][?ttl_ms=N]
+//                             the same over TLS, verified with the loop's credentials (which
+//                             present their certificate, if any, to etcd)
 //   etcd+unix:PATH[,PATH...][?root=ROOT&ttl_ms=N]
 //                             the same over unix sockets
 //

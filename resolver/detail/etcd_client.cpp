@@ -1,6 +1,9 @@
 #include "troupe/resolver/detail/etcd_client.h"
 
+#include <string.h>
+
 #include "troupe/actor/address.h"
+#include "troupe/actor/credentials.h"
 #include "troupe/resolver/detail/etcd_session.h"
 #include "troupe/resolver/detail/etcd_watch.h"
 
@@ -68,6 +71,52 @@ private:
   char chunk[16384];
 };
 
+// A tls:// member's address: each connection kj-http opens through it is wrapped in TLS, with
+// the resolver's credentials (their CA, and their certificate for etcd's --client-cert-auth).
+class TlsMemberAddress final : public kj::NetworkAddress {
+public:
+  TlsMemberAddress(kj::Own<kj::NetworkAddress> inner, std::shared_ptr<Credentials> credentials,
+                   kj::Timer& timer, Address address)
+      : inner(kj::mv(inner)),
+        credentials(kj::mv(credentials)),
+        timer(timer),
+        address(kj::mv(address)) {}
+
+  kj::Promise<kj::Own<kj::AsyncIoStream>> connect() override {
+    return inner->connect().then([this](kj::Own<kj::AsyncIoStream> stream) {
+      return credentials->wrapClient(timer, kj::mv(stream), address);
+    });
+  }
+  kj::Own<kj::ConnectionReceiver> listen() override {
+    KJ_UNIMPLEMENTED("an etcd member's address is only connected to");
+  }
+  kj::Own<kj::NetworkAddress> clone() override {
+    return kj::heap<TlsMemberAddress>(inner->clone(), credentials, timer, address);
+  }
+  kj::String toString() override { return kj::str(address.toString()); }
+
+private:
+  kj::Own<kj::NetworkAddress> inner;
+  std::shared_ptr<Credentials> credentials;
+  kj::Timer& timer;
+  Address address;
+};
+
+// What a failure to reach `address` likely means, when its message shows it: a TLS member that
+// refused the client's certificate, or a plain request that a TLS member hung up on.
+kj::StringPtr hintFor(const Address& address, const kj::Exception& e) {
+  auto says = [&](const char* part) { return strstr(e.getDescription().cStr(), part) != nullptr; };
+  bool tls = address.kind == Address::Kind::TLS;
+  if (tls && (says("alert bad certificate") || says("certificate required"))) {
+    return "; the member refused this client's certificate, or it has none: set TROUPE_TLS_CERT "
+           "and TROUPE_TLS_KEY to one signed by the CA of etcd's --trusted-ca-file";
+  }
+  if (address.kind == Address::Kind::TCP && says("disconnected prematurely")) {
+    return "; if the member serves TLS, use tls:// members (etcds:// URLs)";
+  }
+  return "";
+}
+
 }  // namespace
 
 // An HTTP client of one member, shared by the requests in flight on it: a response's body
@@ -130,10 +179,6 @@ EtcdClient::EtcdClient(EventLoop& loop, EtcdResolverOptions optionsIn)
   kj::Vector<kj::Own<Member>> list;
   for (auto& text : options.members) {
     auto address = Address::parse(text.c_str());
-    if (address.kind == Address::Kind::TLS) {
-      throwError(ErrorCode::INVALID_ARGUMENT,
-                 kj::str("etcd member '", text, "': TLS to etcd is not supported yet"));
-    }
     list.add(kj::heap<Member>(Member{address, kj::str(text), nullptr}));
   }
   members = list.releaseAsArray();
@@ -179,6 +224,10 @@ kj::Promise<kj::HttpClient::Response> EtcdClient::send(size_t index, kj::StringP
   if (m.connection == nullptr) {
     ready = loop.network().parseAddress(m.address.toKjAddress()).then(
         [this, &m](kj::Own<kj::NetworkAddress> resolved) {
+          if (m.address.kind == Address::Kind::TLS) {
+            resolved = kj::heap<TlsMemberAddress>(kj::mv(resolved), credentials, loop.timer(),
+                                                  m.address);
+          }
           // Keeps idle connections for reuse (kj-http's default, 5 s).
           auto connection = kj::refcounted<HttpConnection>();
           connection->http = kj::newHttpClient(loop.timer(), headerTable, *resolved);
@@ -290,7 +339,7 @@ kj::Promise<kj::String> EtcdClient::tryFrom(size_t index, size_t tried, kj::Stri
         }
         return makeError(ErrorCode::UNREACHABLE,
                          kj::str("no etcd member answered ", path, " (last, ", m.text, ": ",
-                                 e.getDescription(), ")"));
+                                 e.getDescription(), ")", hintFor(m.address, e)));
       });
 }
 

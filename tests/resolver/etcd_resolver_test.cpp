@@ -1,8 +1,9 @@
 // EtcdResolver against real etcd processes (tests/support/etcd_cluster.h): what is particular to
 // etcd beside the shared conformance suite. URLs; one lease per client; a key deleted behind a
-// registration's back; a lease that lapses while its client is frozen;
-// a killed member of three; etcd restarts with and without its data; compaction; values under
-// the root that are not troupe's; an etcd that is down at start; oversized answers.
+// registration's back; TLS to etcd with client certificates; a lease that lapses while its
+// client is frozen; a killed member of three; etcd restarts with and without its data;
+// compaction; values under the root that are not troupe's; an etcd that is down at start;
+// oversized answers.
 //
 // etcd keeps leases in real time, so these tests use real time: short TTLs, and waits that end
 // on the event they expect (or on PATIENCE, failing).
@@ -23,6 +24,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/registry_helpers.h"
+#include "tests/support/test_certs.h"
 
 namespace troupe {
 namespace {
@@ -53,6 +55,12 @@ TEST(EtcdUrlTest, MembersRootAndTtlComeFromTheUrl) {
   ASSERT_EQ(unix.members.size(), 2u);
   EXPECT_EQ(unix.members[0], "unix:/run/a:1");
   EXPECT_EQ(unix.root, "t");
+
+  auto secure = EtcdResolver::parseUrl("etcds://etcd-a:2379,etcd-b/t");
+  ASSERT_EQ(secure.members.size(), 2u);
+  EXPECT_EQ(secure.members[0], "tls://etcd-a:2379");
+  EXPECT_EQ(secure.members[1], "tls://etcd-b:2379");
+  EXPECT_EQ(secure.root, "t");
 
   auto plain = EtcdResolver::parseUrl("etcd://127.0.0.1:2379");
   EXPECT_EQ(plain.root, "troupe");
@@ -330,6 +338,71 @@ TEST_F(EtcdClusterOfThreeTest, KillingTheMemberAClientTalksToLosesNoRegistration
   auto found = await(loop, resolver->resolve("calc/"));
   ASSERT_EQ(found.size(), 2u);
   EXPECT_EQ(found[0].name, "calc/calc-0");
+}
+
+// One member that also serves TLS, and lets in only clients presenting a certificate from the
+// test CA (etcd's --client-cert-auth).
+class EtcdOverTlsTest : public ::testing::Test {
+protected:
+  EtcdOverTlsTest()
+      : certs(test::testCerts()),
+        cluster(1, test::EtcdTls{certs.cert, certs.key, certs.ca}),
+        loop(EventLoopOptions{.credentials = Credentials::none()}) {}
+  ~EtcdOverTlsTest() noexcept override {}
+
+  kj::Own<Resolver> open(std::shared_ptr<Credentials> credentials) {
+    EtcdResolverOptions options;
+    options.members = {cluster.tlsAddress(0)};
+    options.credentials = kj::mv(credentials);
+    return kj::heap<EtcdResolver>(loop, kj::mv(options));
+  }
+
+  const test::TestCerts& certs;
+  test::EtcdCluster cluster;
+  EventLoop loop;
+};
+
+TEST_F(EtcdOverTlsTest, AClientWithTheCaAndACertificateRegistersAndWatchesOverTls) {
+  auto resolver = open(test::tlsCredentials(certs.ca, certs.cert, certs.key));
+  auto watch = resolver->watch("calc/");
+  EXPECT_EQ(test::next(loop, *watch), "SYNCED");
+  auto registration = resolver->registerEndpoint(endpoint("calc/calc-0"));
+  await(loop, registration->whenRegistered());
+  EXPECT_EQ(test::next(loop, *watch), "ADDED calc/calc-0 ready");
+  EXPECT_TRUE(cluster.get("troupe/endpoints/calc/calc-0").has_value());
+  registration = nullptr;
+  EXPECT_EQ(test::next(loop, *watch), "REMOVED calc/calc-0 ready");
+}
+
+TEST_F(EtcdOverTlsTest, AnUntrustedMemberOrAClientWithoutACertificateIsRefusedClearly) {
+  // The member's certificate is not from the CA this client trusts.
+  auto stranger = open(test::tlsCredentials(certs.otherCa, certs.otherCert, certs.otherKey));
+  auto untrusted = awaitError(loop, stranger->resolve("calc/"));
+  EXPECT_EQ(untrusted.code, ErrorCode::UNREACHABLE) << untrusted.text;
+  EXPECT_TRUE(untrusted.mentions(("TLS handshake with " + cluster.tlsAddress(0)).c_str()))
+      << untrusted.text;
+  EXPECT_TRUE(untrusted.mentions("not trusted")) << untrusted.text;
+
+  // It trusts the member but has no certificate of its own: etcd turns it away.
+  auto anonymous = open(test::tlsCredentials(certs.ca));
+  auto refused = awaitError(loop, anonymous->resolve("calc/"));
+  EXPECT_EQ(refused.code, ErrorCode::UNREACHABLE) << refused.text;
+  EXPECT_TRUE(refused.mentions(cluster.tlsAddress(0).c_str())) << refused.text;
+  EXPECT_TRUE(refused.mentions("refused this client's certificate")) << refused.text;
+
+  // Plain HTTP to the TLS listener.
+  EtcdResolverOptions plainOptions;
+  plainOptions.members = {"tcp://" + cluster.tlsAddress(0).substr(strlen("tls://"))};
+  EtcdResolver plain(loop, plainOptions);
+  auto hungUp = awaitError(loop, plain.resolve("calc/"));
+  EXPECT_EQ(hungUp.code, ErrorCode::UNREACHABLE) << hungUp.text;
+  EXPECT_TRUE(hungUp.mentions("use tls:// members")) << hungUp.text;
+
+  // Neither wrote anything, and a registration through them keeps trying, unregistered.
+  auto registration = anonymous->registerEndpoint(endpoint("calc/calc-0"));
+  auto pending = registration->whenRegistered();
+  EXPECT_FALSE(pending.poll(loop.waitScope()));
+  EXPECT_EQ(cluster.get("troupe/endpoints/calc/calc-0"), std::nullopt);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -49,7 +50,11 @@ struct EtcdCluster::Member {
 
   // Written by `reader`, under Logs::mutex.
   std::deque<std::string> tail;  // the last lines it logged, for error messages
-  bool ready = false;            // it logged that it serves clients
+  uint16_t tlsPort = 0;    // its TLS client listener's (EtcdTls)
+  int listeners = 1;       // client listeners it serves: 2 with TLS
+
+  bool ready = false;            // it logged that it serves clients on every listener
+  int serving = 0;               // client listeners it logged it serves
   bool exited = false;           // its output ended and it exited (not yet reaped, perhaps)
   std::string self;              // its raft id (hex), from its log lines
   std::string leader;            // the leader it last logged (hex); "" when it has none
@@ -77,6 +82,24 @@ bool hasExited(pid_t pid) {
   memset(&info, 0, sizeof(info));
   if (waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return errno == ECHILD;
   return info.si_pid == pid;
+}
+
+// A loopback TCP port that was free a moment ago: bound to port 0, read back, closed.
+uint16_t freeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + strerror(errno));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof(address);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+    int error = errno;
+    ::close(fd);
+    throw std::runtime_error(std::string("binding a loopback port: ") + strerror(error));
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
 }
 
 // The string value of `"<field>":"..."` in a log line; "" when it has none.
@@ -111,7 +134,7 @@ void noteRaft(EtcdCluster::Member& m, const std::string& line) {
 // which peers its transport counts as up ("peer became active", "peer became inactive ...":
 // a peer that exits stays active until a message to it fails).
 void noteLine(EtcdCluster::Member& m, const std::string& line) {
-  if (line.find(READY_LINE) != std::string::npos) m.ready = true;
+  if (line.find(READY_LINE) != std::string::npos && ++m.serving >= m.listeners) m.ready = true;
   if (m.self.empty()) m.self = logField(line, "local-member-id");
   noteRaft(m, line);
   if (line.find("\"msg\":\"peer became active") != std::string::npos) {
@@ -299,6 +322,30 @@ EtcdCluster::Reply exchange(const std::string& socketPath, const std::string& pa
 
 EtcdCluster::EtcdCluster(size_t count) : logs(kj::heap<Logs>()) {
   if (count == 0) throw std::logic_error("an etcd cluster needs a member");
+  makeDirectory(count);
+  startAll();
+}
+
+EtcdCluster::EtcdCluster(size_t count, EtcdTls tlsIn) : tls(std::move(tlsIn)), logs(kj::heap<Logs>()) {
+  if (count == 0) throw std::logic_error("an etcd cluster needs a member");
+  for (int attempt = 1;; ++attempt) {
+    makeDirectory(count);
+    for (auto& m : members) {
+      m->tlsPort = freeLoopbackPort();
+      m->listeners = 2;
+    }
+    try {
+      startAll();
+      return;
+    } catch (const std::runtime_error& e) {
+      if (attempt >= 3 || std::string(e.what()).find("address already in use") == std::string::npos) {
+        throw;
+      }
+    }
+  }
+}
+
+void EtcdCluster::makeDirectory(size_t count) {
   if (access(TROUPE_ETCD_PATH, X_OK) != 0) {
     throw std::runtime_error(std::string("no etcd at ") + TROUPE_ETCD_PATH +
                              " (Debian's etcd-server; scripts/setup.sh installs it)");
@@ -308,6 +355,7 @@ EtcdCluster::EtcdCluster(size_t count) : logs(kj::heap<Logs>()) {
     throw std::runtime_error(std::string("mkdtemp: ") + strerror(errno));
   }
   dir = templ;
+  members.clear();
   for (size_t i = 0; i < count; ++i) {
     auto m = kj::heap<Member>();
     auto n = std::to_string(i + 1);
@@ -317,9 +365,12 @@ EtcdCluster::EtcdCluster(size_t count) : logs(kj::heap<Logs>()) {
     m->dataDir = dir + "/data" + n;
     members.add(kj::mv(m));
   }
+}
+
+void EtcdCluster::startAll() {
   try {
     kj::Vector<size_t> started;
-    for (size_t i = 0; i < count; ++i) {
+    for (size_t i = 0; i < members.size(); ++i) {
       start(i, true);
       started.add(i);
     }
@@ -360,6 +411,11 @@ EtcdCluster::Member& EtcdCluster::at(size_t member) {
 
 std::string EtcdCluster::socketPath(size_t member) const { return dir + "/" + at(member).client; }
 
+std::string EtcdCluster::tlsAddress(size_t member) const {
+  if (!tls) throw std::logic_error("this etcd cluster was started without TLS");
+  return "tls://127.0.0.1:" + std::to_string(at(member).tlsPort);
+}
+
 std::string EtcdCluster::url(const std::string& root, size_t ttlMs) const {
   std::string out = "etcd+unix:";
   for (size_t i = 0; i < members.size(); ++i) out += (i == 0 ? "" : ",") + socketPath(i);
@@ -378,18 +434,32 @@ void EtcdCluster::start(size_t member, bool newCluster) {
   for (auto& other : members) {
     initialCluster += (initialCluster.empty() ? "" : ",") + other->name + "=unix://" + other->peer;
   }
+  std::string clientUrls = "unix://" + m.client;
+  if (tls) clientUrls += ",https://127.0.0.1:" + std::to_string(m.tlsPort);
   std::vector<std::string> args{
       "--name", m.name, "--data-dir", m.dataDir,
-      "--listen-client-urls", "unix://" + m.client, "--advertise-client-urls", "unix://" + m.client,
+      "--listen-client-urls", clientUrls, "--advertise-client-urls", "unix://" + m.client,
       "--listen-peer-urls", "unix://" + m.peer, "--initial-advertise-peer-urls", "unix://" + m.peer,
       "--initial-cluster", initialCluster,
       "--initial-cluster-state", newCluster ? "new" : "existing",
       // JSON lines on stdout (etcd 3.4 logs with capnslog to stderr unless told otherwise).
       "--logger=zap", "--log-outputs=stdout"};
+  if (tls) {
+    for (auto& arg : std::vector<std::string>{"--cert-file", tls->cert, "--key-file", tls->key}) {
+      args.push_back(arg);
+    }
+    if (!tls->clientCa.empty()) {
+      for (auto& arg : std::vector<std::string>{"--trusted-ca-file", tls->clientCa,
+                                                "--client-cert-auth"}) {
+        args.push_back(arg);
+      }
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(logs->mutex);
     m.tail.clear();
     m.ready = m.exited = false;
+    m.serving = 0;
     m.self.clear();
     m.leader.clear();
     m.activePeers.clear();

@@ -34,6 +34,12 @@ constexpr kj::Duration ETCD_STOP_TIMEOUT = 5 * kj::SECONDS;
 // answers; a member without a leader answers a write only when etcd's own timeout passes).
 constexpr kj::Duration ETCD_REQUEST_TIMEOUT = 10 * kj::SECONDS;
 
+// A second client listener on each member, speaking TLS on a loopback TCP port.
+struct EtcdTls {
+  std::string cert, key;  // the members' certificate (for 127.0.0.1 and localhost) and key
+  std::string clientCa;   // when set, clients must present a certificate this CA signed
+};
+
 class EtcdCluster {
 public:
   // Starts `members` etcd processes (named t1, t2, ...) forming one new cluster in a fresh
@@ -42,6 +48,12 @@ public:
   // member logged last, when etcd cannot be started, exits, or is not ready within
   // ETCD_START_TIMEOUT; whatever it started is stopped and removed first.
   explicit EtcdCluster(size_t members = 1);
+
+  // The same, each member also serving clients over TLS at tlsAddress(). The port is chosen
+  // free and then handed to etcd (etcd's JSON gateway dials the address it was configured
+  // with, so port 0 does not work): a start that finds it taken since is tried again with
+  // another, three times at most.
+  EtcdCluster(size_t members, EtcdTls tls);
 
   // Stops every running member, one after another (SIGTERM, then SIGKILL after
   // ETCD_STOP_TIMEOUT; SIGKILL at once for a frozen member, first), reaps each, and removes the
@@ -61,6 +73,10 @@ public:
   // a unix socket only as "unix://NAME:PORT", relative to its working directory, so the path
   // has a colon in it). The socket is there while the member runs.
   std::string socketPath(size_t member) const;
+
+  // The member's TLS listener, "tls://127.0.0.1:PORT". Throws std::logic_error for a cluster
+  // started without EtcdTls.
+  std::string tlsAddress(size_t member) const;
 
   // The URL a resolver is opened with: "etcd+unix:<socket 0>,<socket 1>,...?root=<root>", with
   // "&ttl_ms=<ttlMs>" when ttlMs > 0. Lists every member, running or not, in order.
@@ -148,6 +164,8 @@ public:
   struct Logs;
 
 private:
+  void makeDirectory(size_t members);
+  void startAll();
   void start(size_t member, bool newCluster);
   void awaitReady(const kj::Vector<size_t>& started);
   void stop(size_t member, int signal);
@@ -159,6 +177,7 @@ private:
   bool leadsWithAStoppedPeerUp(const Member& m) const;     // under Logs::mutex
 
   std::string dir;
+  std::optional<EtcdTls> tls;
   kj::Own<Logs> logs;
   kj::Vector<kj::Own<Member>> members;
 };

@@ -79,7 +79,8 @@ public:
         .addOption({"watch"}, [this]() { watching = true; return true; },
                    "Print each change as it happens, until interrupted.")
         .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
-            "registry://HOST:PORT, registry+unix:PATH, fixed:..., file:PATH (default: "
+            "registry://HOST:PORT, registry+unix:PATH, etcd://HOST:PORT, etcds://HOST:PORT, "
+            "etcd+unix:PATH, fixed:..., file:PATH (default: "
             "$TROUPE_RESOLVER).")
         .expectOptionalArg("PREFIX", storeIn(prefix)))
         .build();

@@ -23,7 +23,8 @@ constexpr const char* BRIEF =
 
 constexpr const char* MORE =
     "Commands that talk to a resolver take --resolver URL, default $TROUPE_RESOLVER "
-    "(registry://HOST:PORT, registry+unix:PATH, fixed:NAME=ADDR,..., file:PATH).";
+    "(registry://HOST:PORT, registry+unix:PATH, etcd://HOST:PORT, etcds://HOST:PORT, "
+    "etcd+unix:PATH, fixed:NAME=ADDR,..., file:PATH).";
 
 }  // namespace
 
