@@ -101,12 +101,13 @@ EtcdRegistration::EtcdRegistration(kj::Own<EtcdClient> clientIn, Endpoint endpoi
 
 EtcdRegistration::~EtcdRegistration() noexcept(false) {
   session.release(*this);
-  // A write still in flight may yet land: the key goes after it is answered.
-  kj::Promise<void> settled = kj::READY_NOW;
+  // A write still in flight may yet land: the key goes after it is answered. A registration
+  // that never sent one (refused before) has no key to delete.
   KJ_IF_MAYBE(w, writing) {
-    settled = w->addBranch().ignoreResult().catch_([](kj::Exception&&) {});
+    session.leave(key, lease, w->addBranch().ignoreResult().catch_([](kj::Exception&&) {}));
+  } else {
+    session.leave(key, 0, kj::READY_NOW);
   }
-  session.leave(key, lease, kj::mv(settled));
 }
 
 void EtcdRegistration::taskFailed(kj::Exception&& exception) {
