@@ -14,6 +14,8 @@ packages=(
   clang libfuzzer-14-dev libclang-rt-14-dev llvm
   # The etcd tests (tests/support/etcd_cluster.h) start real etcd members.
   etcd-server
+  # The Slurm tests run on a one-node cluster of real daemons (scripts/slurm-local.sh).
+  munge slurm-wlm
   "$@"
 )
 
