@@ -138,7 +138,8 @@ kj::Promise<void> EtcdSession::keepAlive() {
   return client
       .post<schema::etcd::LeaseKeepAliveResult>(
           "/v3/lease/keepalive", message.getRoot<schema::etcd::LeaseKeepAliveRequest>().asReader())
-      .then([this, lease](EtcdReply<schema::etcd::LeaseKeepAliveResult>&& reply) -> kj::Promise<void> {
+      .then([this, lease](
+                EtcdReply<schema::etcd::LeaseKeepAliveResult>&& reply) -> kj::Promise<void> {
         if (lease != current) return kj::READY_NOW;
         if (reply.get().getResult().getTtl() <= 0) {
           dropLease(lease, "etcd no longer has it: it lapsed, or etcd lost its data");

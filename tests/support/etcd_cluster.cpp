@@ -326,7 +326,8 @@ EtcdCluster::EtcdCluster(size_t count) : logs(kj::heap<Logs>()) {
   startAll();
 }
 
-EtcdCluster::EtcdCluster(size_t count, EtcdTls tlsIn) : tls(std::move(tlsIn)), logs(kj::heap<Logs>()) {
+EtcdCluster::EtcdCluster(size_t count, EtcdTls tlsIn)
+    : tls(std::move(tlsIn)), logs(kj::heap<Logs>()) {
   if (count == 0) throw std::logic_error("an etcd cluster needs a member");
   for (int attempt = 1;; ++attempt) {
     makeDirectory(count);
@@ -338,7 +339,8 @@ EtcdCluster::EtcdCluster(size_t count, EtcdTls tlsIn) : tls(std::move(tlsIn)), l
       startAll();
       return;
     } catch (const std::runtime_error& e) {
-      if (attempt >= 3 || std::string(e.what()).find("address already in use") == std::string::npos) {
+      bool taken = std::string(e.what()).find("address already in use") != std::string::npos;
+      if (attempt >= 3 || !taken) {
         throw;
       }
     }
