@@ -17,6 +17,7 @@
 #include "troupe/jobs/detail/capacity.h"
 #include "troupe/jobs/detail/local_job.h"
 #include "troupe/jobs/detail/log_files.h"
+#include "troupe/jobs/detail/replica_environment.h"
 #include "troupe/resolver/open_resolver.h"
 #include "troupe/resolver/registry_server.h"
 
@@ -29,14 +30,6 @@ std::string defaultLogDirectory() {
   std::string base = (tmp != nullptr && tmp[0] != '\0') ? tmp : "/tmp";
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   return base + "/troupe-" + std::to_string(::getpid());
-}
-
-// This program's path, for people (argv[0] of FUNCTION replicas).
-std::string ownProgramName() {
-  char path[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return "/proc/self/exe";
-  return std::string(path, static_cast<size_t>(n));
 }
 
 // The resolver URL of an address a RegistryServer bound.
@@ -66,7 +59,7 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
     jobs_detail::makeDirectories(logDirectory);
     if (options.program.empty()) {
       program = "/proc/self/exe";  // the very binary, even if its file was replaced since
-      programName = ownProgramName();
+      programName = jobs_detail::ownProgramPath();
     } else {
       program = programName = options.program;
     }

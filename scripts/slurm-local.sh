@@ -8,6 +8,9 @@
 #                                      prints the line to use it: export SLURM_CONF=DIR/slurm.conf
 #   scripts/slurm-local.sh stop DIR    stops them by the pids in DIR (SIGTERM, SIGKILL after 10 s)
 #
+# The node offers SLURM_LOCAL_CPUS cores (default 8, whatever the machine has) and the memory
+# slurmd finds; one partition, "debug", holds it.
+#
 # The daemons run as root (slurmd starts every job's tasks), through sudo when this is not
 # root. Slurm's commands (sbatch, squeue, scontrol, scancel) reach this cluster when
 # SLURM_CONF names its slurm.conf.
@@ -92,6 +95,10 @@ write_conf() {  # write_conf PORT
   node=$(slurmd -C | head -n 1)
   cpus=$(sed -n 's/.* CPUs=\([0-9]*\).*/\1/p' <<< "$node")
   memory=$(sed -n 's/.* RealMemory=\([0-9]*\).*/\1/p' <<< "$node")
+  # The node offers SLURM_LOCAL_CPUS cores (default 8) whatever the machine has, so that jobs
+  # of several replicas fit a small machine (config_overrides: slurmd takes the configured
+  # count rather than draining the node for claiming more than it found).
+  cpus=${SLURM_LOCAL_CPUS:-${cpus:+8}}
   [ -n "$cpus" ] && [ -n "$memory" ] || {
     echo "slurm-local: cannot read CPUs and RealMemory from 'slurmd -C': $node" >&2
     return 1
@@ -123,6 +130,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MinJobAge=300
 KillWait=10
+SlurmdParameters=config_overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF

@@ -7,16 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <map>
-
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/backoff.h"
 #include "troupe/actor/errors.h"
 #include "troupe/jobs/detail/log_files.h"
-
-extern char** environ;
+#include "troupe/jobs/detail/replica_environment.h"
 
 namespace troupe::jobs_detail {
 
@@ -26,12 +23,6 @@ namespace {
 std::string endedReason(JobPhase phase, const std::string& why) {
   std::string word = toString(phase).cStr();
   return why.empty() ? word : word + ": " + why;
-}
-
-// Variables of the launcher's own environment a replica must not inherit: they describe the
-// launcher's place in some other job.
-bool inheritable(kj::StringPtr name) {
-  return name != "TROUPE_ENTRYPOINT" && name != "TROUPE_LAUNCHER_PID";
 }
 
 // Between attempts to create a job in a resolver that does not answer.
@@ -180,31 +171,7 @@ void LocalJob::create(uint32_t attempt) {
 }
 
 std::string LocalJob::writeJobToken() {
-  auto fail = [&](kj::StringPtr what, kj::StringPtr why) -> std::string {
-    throwError(ErrorCode::FAILED, kj::str("cannot write the job credential: ", what, ": ", why));
-  };
-  // The folders above it must be this user's own and closed to others' writes, or someone
-  // else could swap the file for theirs.
-  for (auto& dir : {logDirectoryRoot(), settings.logDirectory}) {
-    struct stat st;
-    if (::lstat(dir.c_str(), &st) != 0) return fail(dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
-      return fail(dir, "not a folder of this user's that only it may write to");
-    }
-  }
-  auto path = settings.logDirectory + "/job-token";
-  ::unlink(path.c_str());  // one left by an earlier job of this name
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return fail(path, strerror(errno));
-  KJ_DEFER(::close(fd));
-  size_t done = 0;
-  while (done < jobCredential.size()) {
-    ssize_t n = ::write(fd, jobCredential.data() + done, jobCredential.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail(path, strerror(errno));
-    done += static_cast<size_t>(n);
-  }
-  return path;
+  return writeJobTokenFile(logDirectoryRoot(), settings.logDirectory, jobCredential);
 }
 
 std::string LocalJob::logDirectoryRoot() const {
@@ -246,39 +213,17 @@ SpawnOptions LocalJob::spawnOptions(const Replica& replica) const {
     options.args.insert(options.args.end(), rest.begin(), rest.end());
   }
 
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    kj::StringPtr entry = *e;
-    KJ_IF_MAYBE(eq, entry.findFirst('=')) {
-      auto name = kj::heapString(entry.slice(0, *eq));
-      if (inheritable(name)) env[name.cStr()] = entry.slice(*eq + 1).cStr();
-    }
-  }
-  env["TROUPE_JOB_ID"] = request_.name;
-  env["TROUPE_TASK_INDEX"] = std::to_string(replica.index);
-  env["TROUPE_NUM_TASKS"] = std::to_string(replicas_.size());
-  env["TROUPE_RESOLVER"] = settings.resolverUrl;
-  if (jobTokenFile.empty()) {
-    env.erase("TROUPE_JOB_TOKEN_FILE");  // the launcher's own, if it is a replica itself
-  } else {
-    env["TROUPE_JOB_TOKEN_FILE"] = jobTokenFile;
-  }
-  std::vector<uint32_t> gpus;
+  ReplicaEnvironment how;
+  how.resolverUrl = settings.resolverUrl;
+  how.jobTokenFile = jobTokenFile;
+  how.numTasks = static_cast<uint32_t>(replicas_.size());
+  how.taskIndex = replica.index;
   KJ_IF_MAYBE(a, replica.allocation) {
-    gpus = a->gpus;
+    how.gpus = a->gpus;
   }
-  if (gpus.empty() && settings.machineGpus > 0) {
-    env["CUDA_VISIBLE_DEVICES"] = "";  // hide the GPUs other replicas were given
-  }
-  for (auto& [name, value] : request_.resources.deviceEnvironment(gpus, request_.environment)) {
-    env[name] = value;
-  }
-  if (entrypoint.kind == Entrypoint::Kind::FUNCTION) {
-    env["TROUPE_ENTRYPOINT"] = entrypoint.functionName;
-    env["TROUPE_LAUNCHER_PID"] = std::to_string(::getpid());
-  }
-  for (auto& [name, value] : request_.environment) env[name] = value;
-  for (auto& [name, value] : env) options.env.push_back(name + "=" + value);
+  how.hideGpus = settings.machineGpus > 0;
+  how.launcherPid = static_cast<int>(::getpid());
+  options.env = replicaEnvironment(request_, how);
   return options;
 }
 

@@ -10,6 +10,8 @@
 
 #include <kj/debug.h>
 
+#include "troupe/actor/errors.h"
+
 namespace troupe::jobs_detail {
 
 namespace {
@@ -107,6 +109,35 @@ std::vector<std::string> tailLines(const std::string& path, size_t count) {
   if (segments.size() - first > count) first = segments.size() - count;
   lines.assign(segments.begin() + static_cast<ptrdiff_t>(first), segments.end());
   return lines;
+}
+
+std::string writeJobTokenFile(const std::string& root, const std::string& folder,
+                              const std::string& credential) {
+  auto fail = [&](kj::StringPtr what, kj::StringPtr why) -> std::string {
+    throwError(ErrorCode::FAILED, kj::str("cannot write the job credential: ", what, ": ", why));
+  };
+  // The folders above it must be this user's own and closed to others' writes, or someone
+  // else could swap the file for theirs.
+  for (auto& dir : {root, folder}) {
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0) return fail(dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
+      return fail(dir, "not a folder of this user's that only it may write to");
+    }
+  }
+  auto path = folder + "/job-token";
+  ::unlink(path.c_str());  // one left by an earlier job of this name
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return fail(path, strerror(errno));
+  KJ_DEFER(::close(fd));
+  size_t done = 0;
+  while (done < credential.size()) {
+    ssize_t n = ::write(fd, credential.data() + done, credential.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(path, strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return path;
 }
 
 }  // namespace troupe::jobs_detail

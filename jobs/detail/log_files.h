@@ -26,4 +26,11 @@ void appendLine(int fd, kj::StringPtr line);
 // first; empty when the file is missing. Reads only as much of the end as it needs.
 std::vector<std::string> tailLines(const std::string& path, size_t count);
 
+// Writes a job's credential to a new file "<folder>/job-token" (mode 0600, replacing one an
+// earlier job left) and returns its path. `root` (the launcher's log directory) and `folder`
+// (the job's, inside it) must be this user's and closed to others' writes, or someone else
+// could swap the file for theirs. Throws FAILED naming what is wrong.
+std::string writeJobTokenFile(const std::string& root, const std::string& folder,
+                              const std::string& credential);
+
 }  // namespace troupe::jobs_detail

@@ -10,8 +10,8 @@
 //                          (with --ignore-term: ignores SIGTERM; with --grandchild: forks a
 //                          process that stays in its process group and waits too), tells the
 //                          test it started, then waits for a signal forever
-//   task-exit I N          as `exit N` in the replica whose TROUPE_TASK_INDEX is I; as `wait`
-//                          in the others
+//   task-exit I N          as `exit N` in the replica whose task index is I (TROUPE_TASK_INDEX,
+//                          else SLURM_PROCID); as `wait` in the others
 //
 // "Tells the test": when TROUPE_TEST_NOTIFY names a FIFO, writes one line
 // "STARTED <task index> <pid> <grandchild pid or 0>" to it.
@@ -29,6 +29,12 @@ namespace {
 
 const char* env(const char* name) { return getenv(name); }
 
+// The replica's index as JobContext reads it: TROUPE_TASK_INDEX, else Slurm's SLURM_PROCID.
+const char* taskIndex() {
+  const char* task = env("TROUPE_TASK_INDEX");
+  return task != nullptr ? task : env("SLURM_PROCID");
+}
+
 void printVariable(const char* name) {
   const char* value = env(name);
   if (value == nullptr) {
@@ -43,7 +49,7 @@ void notifyStarted(pid_t grandchild) {
   if (path == nullptr) return;
   int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return;
-  const char* task = env("TROUPE_TASK_INDEX");
+  const char* task = taskIndex();
   char line[128];
   int n = snprintf(line, sizeof(line), "STARTED %s %d %d\n", task != nullptr ? task : "?",
                    static_cast<int>(getpid()), static_cast<int>(grandchild));
@@ -103,7 +109,7 @@ int main(int argc, char** argv) {
     waitForever(ignoreTerm, grandchild);
   }
   if (command == "task-exit" && argc == 4) {
-    const char* task = env("TROUPE_TASK_INDEX");
+    const char* task = taskIndex();
     if (task != nullptr && strcmp(task, argv[2]) == 0) return atoi(argv[3]);
     waitForever(false, false);
   }

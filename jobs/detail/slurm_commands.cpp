@@ -1,0 +1,221 @@
+#include "troupe/jobs/detail/slurm_commands.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
+#include <kj/io.h>
+
+#include "troupe/actor/errors.h"
+
+namespace troupe::jobs_detail {
+
+namespace {
+
+// The text in the memory file `fd`, from its start, at most MAX_COMMAND_OUTPUT bytes.
+std::string readAll(int fd) {
+  std::string text;
+  char buffer[8192];
+  if (::lseek(fd, 0, SEEK_SET) < 0) return text;
+  while (text.size() < MAX_COMMAND_OUTPUT) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  if (text.size() > MAX_COMMAND_OUTPUT) text.resize(MAX_COMMAND_OUTPUT);
+  return text;
+}
+
+using JsonValue = capnp::JsonValue;
+
+kj::Maybe<JsonValue::Reader> field(JsonValue::Reader object, kj::StringPtr name) {
+  if (!object.isObject()) return nullptr;
+  for (auto f : object.getObject()) {
+    if (f.getName() == name) return f.getValue();
+  }
+  return nullptr;
+}
+
+std::string text(JsonValue::Reader object, kj::StringPtr name) {
+  KJ_IF_MAYBE(v, field(object, name)) {
+    if (v->isString()) return v->getString().cStr();
+  }
+  return {};
+}
+
+uint64_t number(JsonValue::Reader object, kj::StringPtr name) {
+  KJ_IF_MAYBE(v, field(object, name)) {
+    if (v->isNumber() && v->getNumber() >= 0) return static_cast<uint64_t>(v->getNumber());
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string findCommand(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = getenv("PATH");
+  std::string folders = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= folders.size()) {
+    size_t end = folders.find(':', start);
+    if (end == std::string::npos) end = folders.size();
+    std::string folder = folders.substr(start, end - start);
+    if (folder.empty()) folder = ".";
+    std::string candidate = folder + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  throwError(ErrorCode::FAILED, kj::str("the Slurm command '", name, "' is not on PATH (",
+                                        folders, "); is Slurm installed here?"));
+}
+
+kj::Promise<CommandOutput> runCommand(EventLoop& loop, std::vector<std::string> argv,
+                                      std::vector<std::string> env, kj::Duration timeout) {
+  KJ_REQUIRE(!argv.empty());
+  int fd = ::memfd_create("troupe-command-output", MFD_CLOEXEC);
+  if (fd < 0) {
+    throwError(ErrorCode::FAILED, kj::str("cannot run ", argv[0], ": memfd_create: ",
+                                          strerror(errno)));
+  }
+  kj::AutoCloseFd output(fd);
+  SpawnOptions options;
+  options.file = findCommand(argv[0]);
+  options.args = argv;
+  options.env = kj::mv(env);
+  options.outputFd = output;
+  auto process = kj::heap<Subprocess>(loop.uvLoop(), options);
+  auto exited = process->exited();
+  auto done = exited.then([fd = output.get()](ExitStatus status) {
+    return CommandOutput{status, readAll(fd)};
+  });
+  return loop.timer()
+      .timeoutAfter(timeout, kj::mv(done))
+      .attach(kj::mv(process), kj::mv(output))
+      .catch_([argv = kj::mv(argv), timeout](kj::Exception&& e) -> CommandOutput {
+        if (e.getType() == kj::Exception::Type::OVERLOADED ||
+            e.getDescription().startsWith("operation timed out")) {
+          throwError(ErrorCode::DEADLINE_EXCEEDED,
+                     kj::str(argv[0], " did not finish within ", timeout / kj::MILLISECONDS,
+                             " ms; it was killed"));
+        }
+        kj::throwFatalException(kj::mv(e));
+      });
+}
+
+std::string describeFailure(const std::vector<std::string>& argv, const CommandOutput& output) {
+  std::string text = output.text;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return argv[0] + " " + describe(output.status) + (text.empty() ? "" : ": " + text);
+}
+
+std::vector<SlurmJobInfo> parseSqueueJson(kj::ArrayPtr<const char> json) {
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<JsonValue>();
+  capnp::JsonCodec codec;
+  codec.setMaxNestingDepth(64);
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { codec.decodeRaw(json, root); })) {
+    throwError(ErrorCode::FAILED,
+               kj::str("squeue --json printed what is not JSON: ", e->getDescription()));
+  }
+  std::vector<SlurmJobInfo> jobs;
+  KJ_IF_MAYBE(list, field(root.asReader(), "jobs")) {
+    if (!list->isArray()) throwError(ErrorCode::FAILED, "squeue --json: 'jobs' is not a list");
+    for (auto job : list->getArray()) {
+      SlurmJobInfo info;
+      info.id = number(job, "job_id");
+      info.name = text(job, "name");
+      info.comment = text(job, "comment");
+      info.state = text(job, "job_state");
+      info.reason = text(job, "state_reason");
+      info.restarts = static_cast<uint32_t>(number(job, "restart_cnt"));
+      if (info.id != 0) jobs.push_back(kj::mv(info));
+    }
+  } else {
+    throwError(ErrorCode::FAILED, "squeue --json printed no 'jobs'");
+  }
+  return jobs;
+}
+
+kj::Maybe<SlurmJobInfo> parseScontrolJob(kj::StringPtr line) {
+  // Key=Value pairs separated by spaces; a value runs to the next " Key=" (a comment or a
+  // command may hold spaces, so splitting on spaces alone would cut it).
+  std::string s = line.cStr();
+  std::vector<std::pair<std::string, std::string>> pairs;
+  size_t at = 0;
+  while (at < s.size()) {
+    while (at < s.size() && s[at] == ' ') ++at;
+    size_t eq = s.find('=', at);
+    if (eq == std::string::npos) break;
+    std::string key = s.substr(at, eq - at);
+    size_t end = eq + 1;
+    for (;;) {
+      size_t space = s.find(' ', end);
+      if (space == std::string::npos) {
+        end = s.size();
+        break;
+      }
+      // The next word is a key when it has '=' before any space and starts with a capital.
+      size_t nextEq = s.find('=', space + 1);
+      size_t nextSpace = s.find(' ', space + 1);
+      if (nextEq != std::string::npos && (nextSpace == std::string::npos || nextEq < nextSpace) &&
+          space + 1 < s.size() && isupper(static_cast<unsigned char>(s[space + 1]))) {
+        end = space;
+        break;
+      }
+      end = space + 1;
+    }
+    pairs.emplace_back(key, s.substr(eq + 1, end - eq - 1));
+    at = end;
+  }
+  SlurmJobInfo info;
+  bool found = false;
+  for (auto& [key, value] : pairs) {
+    if (key == "JobId") {
+      info.id = strtoull(value.c_str(), nullptr, 10);
+      found = info.id != 0;
+    } else if (key == "JobName") {
+      info.name = value;
+    } else if (key == "Comment") {
+      info.comment = value == "(null)" ? "" : value;
+    } else if (key == "JobState") {
+      info.state = value;
+    } else if (key == "Reason") {
+      info.reason = value;
+    } else if (key == "Restarts") {
+      info.restarts = static_cast<uint32_t>(strtoul(value.c_str(), nullptr, 10));
+    } else if (key == "ExitCode") {
+      // "3:0": the exit status, then the signal that ended it.
+      info.exitCode = atoi(value.c_str());
+      auto colon = value.find(':');
+      if (colon != std::string::npos) info.exitSignal = atoi(value.c_str() + colon + 1);
+    }
+  }
+  if (!found) return nullptr;
+  return info;
+}
+
+bool slurmStateIsFinal(kj::StringPtr state) {
+  for (auto final : {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                     "BOOT_FAIL", "DEADLINE", "PREEMPTED"}) {
+    if (state == final) return true;
+  }
+  return false;
+}
+
+bool pendingReasonIsFinal(kj::StringPtr reason) {
+  for (auto never : {"PartitionNodeLimit", "PartitionTimeLimit", "PartitionConfig",
+                     "BadConstraints", "InvalidAccount", "InvalidQOS", "QOSMaxCpuPerJobLimit",
+                     "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit",
+                     "AssocMaxCpuPerJobLimit", "AssocMaxNodePerJobLimit",
+                     "AssocMaxWallDurationPerJobLimit", "DependencyNeverSatisfied"}) {
+    if (reason == never) return true;
+  }
+  return false;
+}
+
+}  // namespace troupe::jobs_detail

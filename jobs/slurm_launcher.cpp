@@ -1,0 +1,283 @@
+#include "troupe/jobs/slurm_launcher.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include "troupe/actor/errors.h"
+#include "troupe/jobs/detail/log_files.h"
+#include "troupe/jobs/detail/replica_environment.h"
+#include "troupe/jobs/detail/slurm_commands.h"
+#include "troupe/jobs/detail/slurm_job.h"
+#include "troupe/resolver/open_resolver.h"
+
+extern char** environ;
+
+namespace troupe {
+
+using jobs_detail::CommandOutput;
+using jobs_detail::SlurmJob;
+
+namespace {
+
+std::string defaultLogDirectory() {
+  const char* home = ::getenv("HOME");
+  std::string base = (home != nullptr && home[0] != '\0') ? home : "/tmp";
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return base + "/.troupe/slurm";
+}
+
+// The batch script every job runs: its arguments are srun's, so nothing the request holds is
+// ever read by a shell.
+constexpr const char* BATCH_SCRIPT =
+    "#!/bin/sh\n"
+    "# Written by troupe's Slurm launcher: each task of this step is one replica of the job.\n"
+    "exec srun \"$@\"\n";
+
+void writeBatchScript(const std::string& path) {
+  std::string temporary = path + ".new";
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+  if (fd < 0) {
+    throwError(ErrorCode::FAILED, kj::str("cannot write the batch script '", temporary, "': ",
+                                          strerror(errno)));
+  }
+  kj::AutoCloseFd closer(fd);
+  kj::FdOutputStream(fd).write(BATCH_SCRIPT, strlen(BATCH_SCRIPT));
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    throwError(ErrorCode::FAILED, kj::str("cannot write the batch script '", path, "': ",
+                                          strerror(errno)));
+  }
+}
+
+std::vector<std::string> ownEnvironment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.push_back(*e);
+  return env;
+}
+
+}  // namespace
+
+struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
+                                   private kj::TaskSet::ErrorHandler {
+  Impl(EventLoop& loop, SlurmLauncherOptions&& opts)
+      : loop(loop),
+        options(kj::mv(opts)),
+        log(options.logger ? options.logger : loop.logger()),
+        logDirectory(options.logDirectory.empty() ? defaultLogDirectory()
+                                                  : options.logDirectory),
+        pollDelay(options.pollInitial),
+        tasks(*this) {
+    if (options.resolver.empty()) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 "SlurmLauncherOptions::resolver is required: the replicas run on the cluster's "
+                 "nodes, which must reach it (registry://HOST:PORT or etcd://HOST:PORT)");
+    }
+    resolver_ = openResolver(loop, options.resolver);
+    jobs_detail::findCommand("sbatch");  // a clear error now rather than at the first submit
+    jobs_detail::makeDirectories(logDirectory);
+    batchScript = logDirectory + "/troupe-batch.sh";
+    writeBatchScript(batchScript);
+    program = options.program.empty() ? jobs_detail::ownProgramPath() : options.program;
+    log->info("slurm launcher: logs in {}; resolver {}{}{}", logDirectory, options.resolver,
+              options.partition.empty() ? "" : "; partition ", options.partition);
+  }
+
+  ~Impl() noexcept(false) {
+    for (auto& [name, job] : jobs) job->detach();
+  }
+
+  // SlurmJobHost
+
+  kj::Promise<CommandOutput> run(std::vector<std::string> argv,
+                                 std::vector<std::string> env) override {
+    if (env.empty()) env = ownEnvironment();
+    return kj::evalNow([&]() {
+      return jobs_detail::runCommand(loop, argv, kj::mv(env), options.commandTimeout);
+    });
+  }
+
+  Resolver& resolver() override { return *resolver_; }
+
+  void wake() override {
+    pollDelay = options.pollInitial;
+    if (!polling) schedulePoll(0 * kj::SECONDS);
+  }
+
+  void taskFailed(kj::Exception&& exception) override {
+    log->warn("slurm launcher: {}", exception.getDescription().cStr());
+  }
+
+  JobHandle submit(JobRequest request) {
+    request.validate();
+    auto it = jobs.find(request.name);
+    if (it != jobs.end() && !isFinal(it->second->phase())) {
+      if (request.adopt) return JobHandle(kj::addRef(*it->second));
+      throwError(ErrorCode::JOB_ALREADY_EXISTS,
+                 kj::str("job '", request.name, "' is ", toString(it->second->phase()),
+                         " (Slurm job ", it->second->slurmId(), "); wait for it to end, "
+                         "terminate it, or submit with adopt = true to take it over"));
+    }
+    jobs_detail::SlurmJobSettings settings{
+        .program = program,
+        .resolverUrl = options.resolver,
+        .logDirectory = logDirectory + "/" + request.name,
+        .batchScript = batchScript,
+        .partition = options.partition,
+        .timeLimit = options.timeLimit,
+        .sbatchArgs = options.sbatchArgs,
+        .terminateGrace = options.terminateGrace,
+        .logger = log,
+    };
+    // A request Slurm cannot express is refused before anything is created.
+    jobs_detail::sbatchArguments(request, settings, false);
+    auto name = request.name;
+    auto job = kj::refcounted<SlurmJob>(loop, *this, kj::mv(request), kj::mv(settings));
+    JobHandle handle(kj::addRef(*job));
+    job->submit();
+    jobs[name] = kj::mv(job);
+    return handle;
+  }
+
+  void schedulePoll(kj::Duration delay) {
+    polling = true;
+    auto generation = ++pollGeneration;
+    tasks.add(loop.timer().afterDelay(delay).then([this, generation]() -> kj::Promise<void> {
+      if (generation != pollGeneration) return kj::READY_NOW;
+      return poll().then(
+          [this, generation](bool changed) { afterPoll(generation, changed); },
+          [this, generation](kj::Exception&& e) {
+            log->warn("slurm launcher: reading job states failed: {}",
+                      e.getDescription().cStr());
+            afterPoll(generation, false);
+          });
+    }));
+  }
+
+  void afterPoll(uint64_t generation, bool changed) {
+    if (generation != pollGeneration) return;  // woken meanwhile: that poll is the next
+    bool any = false;
+    for (auto& [name, job] : jobs) any = any || job->polled();
+    if (!any) {
+      polling = false;
+      return;
+    }
+    pollDelay = changed ? options.pollInitial : std::min(pollDelay * 2, options.pollMax);
+    schedulePoll(pollDelay);
+  }
+
+  // One look at every job being followed: squeue for all of them at once, then scontrol for
+  // each that squeue shows ended (for its exit code) or no longer shows. Resolves with whether
+  // anything changed.
+  kj::Promise<bool> poll() {
+    std::string ids;
+    for (auto& [name, job] : jobs) {
+      if (job->polled()) ids += (ids.empty() ? "" : ",") + std::to_string(job->slurmId());
+    }
+    if (ids.empty()) return false;
+    std::vector<std::string> argv{"squeue", "--json", "--states=all", "--jobs=" + ids};
+    return run(argv, {}).then([this, argv](CommandOutput out) {
+      std::map<uint64_t, jobs_detail::SlurmJobInfo> seen;
+      if (out.status.ok()) {
+        for (auto& info : jobs_detail::parseSqueueJson(kj::arrayPtr(out.text.data(),
+                                                                    out.text.size()))) {
+          seen[info.id] = info;
+        }
+      } else if (out.text.find("Invalid job id") == std::string::npos) {
+        throwError(ErrorCode::FAILED, kj::str(jobs_detail::describeFailure(argv, out)));
+      }
+      bool changed = false;
+      kj::Vector<kj::Promise<bool>> details;
+      for (auto& [name, job] : jobs) {
+        if (!job->polled()) continue;
+        auto found = seen.find(job->slurmId());
+        if (found != seen.end() && !jobs_detail::slurmStateIsFinal(found->second.state)) {
+          changed = job->observe(found->second) || changed;
+        } else {
+          details.add(detailsOf(*job));
+        }
+      }
+      return kj::joinPromises(details.releaseAsArray()).then([changed](kj::Array<bool> more) {
+        bool any = changed;
+        for (bool c : more) any = any || c;
+        return any;
+      });
+    });
+  }
+
+  kj::Promise<bool> detailsOf(SlurmJob& job) {
+    auto id = job.slurmId();
+    std::vector<std::string> argv{"scontrol", "-o", "show", "job", std::to_string(id)};
+    return run(argv, {}).then([this, &job, id](CommandOutput out) {
+      KJ_IF_MAYBE(info, jobs_detail::parseScontrolJob(out.text.c_str())) {
+        if (info->id == id && job.polled()) return job.observe(*info);
+        return false;
+      }
+      if (out.text.find("Invalid job id") != std::string::npos && job.polled()) {
+        job.vanished();
+        return true;
+      }
+      return false;
+    });
+  }
+
+  kj::Promise<void> drain(kj::Maybe<kj::Duration> grace) {
+    kj::Vector<kj::Promise<void>> all;
+    for (auto& [name, job] : jobs) {
+      if (!isFinal(job->phase())) {
+        all.add(job->terminate(grace).catch_([](kj::Exception&&) {}));
+      }
+    }
+    return kj::joinPromises(all.releaseAsArray());
+  }
+
+  EventLoop& loop;
+  SlurmLauncherOptions options;
+  std::shared_ptr<spdlog::logger> log;
+  std::string logDirectory;
+  std::string batchScript;
+  std::string program;
+  kj::Own<Resolver> resolver_;
+  std::map<std::string, kj::Own<SlurmJob>> jobs;  // by name: the latest of each
+  kj::Duration pollDelay;
+  bool polling = false;
+  uint64_t pollGeneration = 0;
+  kj::TaskSet tasks;  // last: its tasks use everything above
+};
+
+SlurmLauncher::SlurmLauncher(EventLoop& loop, SlurmLauncherOptions options)
+    : impl(kj::heap<Impl>(loop, kj::mv(options))) {}
+
+SlurmLauncher::~SlurmLauncher() noexcept(false) {}
+
+JobHandle SlurmLauncher::submit(JobRequest request) { return impl->submit(kj::mv(request)); }
+
+kj::Maybe<JobHandle> SlurmLauncher::find(kj::StringPtr name) {
+  auto it = impl->jobs.find(name.cStr());
+  if (it == impl->jobs.end()) return nullptr;
+  return JobHandle(kj::addRef(*it->second));
+}
+
+Resolver& SlurmLauncher::resolver() { return *impl->resolver_; }
+
+std::string SlurmLauncher::resolverUrl() const { return impl->options.resolver; }
+
+EventLoop& SlurmLauncher::loop() { return impl->loop; }
+
+kj::Promise<void> SlurmLauncher::drain(kj::Maybe<kj::Duration> grace) {
+  return impl->drain(grace);
+}
+
+uint64_t SlurmLauncher::slurmJobId(kj::StringPtr name) const {
+  auto it = impl->jobs.find(name.cStr());
+  return it == impl->jobs.end() ? 0 : it->second->slurmId();
+}
+
+std::string SlurmLauncher::logDirectory() const { return impl->logDirectory; }
+
+}  // namespace troupe
