@@ -80,16 +80,19 @@ struct SlurmLauncherOptions {
 // --export=ALL). Nothing built from the request passes through a shell: the program and its
 // arguments are the script's arguments.
 //
-// Phases come from Slurm's own states: PENDING (with Slurm's reason, "Slurm: Resources") while
-// the job waits; RUNNING; SUCCEEDED when it completed; FAILED (naming the task and its exit
-// status, from srun's lines in batch.log) when a task failed and the retries are spent;
-// STOPPED when terminated, or cancelled behind the launcher's back (scancel from a shell);
-// UNSCHEDULABLE at once when `sbatch --test-only` refuses the request (a partition that does
-// not exist, more than any node has), or when a pending reason says it can never run.
+// Phases come from Slurm's own states: PENDING while the job waits (with Slurm's reason,
+// "Slurm job 12: Resources"); RUNNING; SUCCEEDED when it completed; FAILED (naming the task and
+// its exit status, from srun's lines in batch.log) when a task failed and the retries are
+// spent; STOPPED when terminated, or cancelled behind the launcher's back (scancel from a
+// shell); UNSCHEDULABLE at once when `sbatch --test-only` refuses the request (a partition that
+// does not exist, more than any node has), or when a pending reason says it can never run.
 //
 // Failures. A task that fails ends the whole step (--kill-on-bad-exit): while the job's
-// failures are at most maxRetriesFailure it is requeued (scontrol requeue), so every replica
-// starts again as a new incarnation; past that the job FAILS.
+// failures are at most maxRetriesFailure it is requeued (scontrol requeue, then made eligible
+// at once: Slurm would hold it two minutes), so every replica starts again as a new
+// incarnation; past that the job FAILS. A job asking for retries, or preemptible, is submitted
+// with --requeue (Slurm then also requeues it after a node failure or a preemption), any other
+// with --no-requeue.
 //
 // The resolver. The job is created there before it is submitted (its credential goes to the
 // replicas through the token file) and ended when it reaches a final phase, with the same

@@ -129,7 +129,7 @@ SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MinJobAge=300
-KillWait=10
+KillWait=2
 SlurmdParameters=config_overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO

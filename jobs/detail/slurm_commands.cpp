@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <sstream>
+
 #include <capnp/compat/json.h>
 #include <capnp/message.h>
 #include <kj/io.h>
@@ -108,8 +110,13 @@ kj::Promise<CommandOutput> runCommand(EventLoop& loop, std::vector<std::string> 
 }
 
 std::string describeFailure(const std::vector<std::string>& argv, const CommandOutput& output) {
-  std::string text = output.text;
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  // One line: the command's lines joined with "; ".
+  std::string text;
+  std::istringstream lines(output.text);
+  for (std::string line; std::getline(lines, line);) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty()) text += (text.empty() ? "" : "; ") + line;
+  }
   return argv[0] + " " + describe(output.status) + (text.empty() ? "" : ": " + text);
 }
 

@@ -32,7 +32,8 @@ constexpr size_t MAX_COMMAND_OUTPUT = 16u << 20;
 kj::Promise<CommandOutput> runCommand(EventLoop& loop, std::vector<std::string> argv,
                                       std::vector<std::string> env, kj::Duration timeout);
 
-// "sbatch ... failed (exited with status 1): sbatch: error: ..." for errors.
+// "sbatch exited with status 1: sbatch: error: ...; sbatch: error: ...": what the command said,
+// on one line.
 std::string describeFailure(const std::vector<std::string>& argv, const CommandOutput& output);
 
 // One Slurm job, as squeue or scontrol report it.

@@ -206,7 +206,7 @@ void SlurmJob::submitted(uint64_t id) {
   slurmId_ = id;
   settings.logger->info("slurm launcher: job {} submitted as Slurm job {} ({} tasks)",
                         request_.name, id, request_.replicaCount());
-  setPhase(JobPhase::PENDING, "Slurm: waiting to be scheduled");
+  setPhase(JobPhase::PENDING, "Slurm job " + std::to_string(id) + ": waiting to be scheduled");
   KJ_IF_MAYBE(h, host) {
     h->wake();
   }
@@ -225,11 +225,13 @@ bool SlurmJob::observe(const SlurmJobInfo& info) {
     // Still the ended run Slurm has not requeued yet.
   } else if (pendingReasonIsFinal(info.reason)) {
     tasks->add(cancel(false));
-    finish(JobPhase::UNSCHEDULABLE, "Slurm: " + info.reason + " (it can never run as asked)");
+    finish(JobPhase::UNSCHEDULABLE, "Slurm job " + std::to_string(slurmId_) + ": " + info.reason +
+                                        " (it can never run as asked)");
   } else {
     auto why = info.reason.empty() || info.reason == "None" ? std::string("waiting to be scheduled")
                                                             : info.reason;
-    setPhase(JobPhase::PENDING, (restarts > 0 ? "restarting; Slurm: " : "Slurm: ") + why);
+    setPhase(JobPhase::PENDING, std::string(restarts > 0 ? "restarting; " : "") + "Slurm job " +
+                                    std::to_string(slurmId_) + ": " + why);
   }
   return before != std::make_pair(phase_, reason_);
 }

@@ -190,8 +190,8 @@ TEST_F(SlurmLauncherTest, ASecondJobWaitsPendingUntilTheFirstEnds) {
   awaitPhase(first, JobPhase::RUNNING);
   ASSERT_EQ(first.status(), JobPhase::RUNNING) << first.reason();
   auto second = launcher->submit(request("second", replica({"exit", "0"})));
-  while (second.reason().find("Slurm: Resources") == std::string::npos &&
-         second.reason().find("Slurm: Priority") == std::string::npos) {
+  while (second.reason().find(": Resources") == std::string::npos &&
+         second.reason().find(": Priority") == std::string::npos) {
     ASSERT_EQ(second.status(), JobPhase::PENDING) << second.reason();
     await(loop, second.whenChanged());
   }

@@ -1,4 +1,5 @@
-// troupe launch [options] -- BINARY ARGS...: runs a job on this machine in the foreground.
+// troupe launch [options] -- BINARY ARGS...: runs a job in the foreground, on this machine or on
+// a Slurm cluster.
 
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "troupe/actor/event_loop.h"
 #include "troupe/actor/parse_number.h"
 #include "troupe/jobs/local_launcher.h"
+#include "troupe/jobs/slurm_launcher.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
 
@@ -117,11 +119,12 @@ public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
     auto builder = kj::MainBuilder(
         context, VERSION_TEXT,
-        "Runs BINARY as a job of N replicas on this machine with the local launcher, in the "
-        "foreground: prints the job's and each replica's state as they change, and exits when "
-        "the job ends (0 when it succeeded). Ctrl-C stops the job (SIGTERM to each replica, "
-        "SIGKILL after 10 s; a second Ctrl-C kills at once). Replicas get TROUPE_JOB_ID, "
-        "TROUPE_TASK_INDEX, TROUPE_NUM_TASKS and TROUPE_RESOLVER; their output goes to "
+        "Runs BINARY as a job of N replicas, in the foreground: on this machine with the local "
+        "launcher (the default), or as one Slurm job of N tasks with --launcher slurm. Prints "
+        "the job's and each replica's state as they change, and exits when the job ends (0 "
+        "when it succeeded). Ctrl-C stops the job (SIGTERM to each replica, SIGKILL after "
+        "10 s; a second Ctrl-C kills at once). Replicas get TROUPE_JOB_ID, TROUPE_TASK_INDEX "
+        "(on Slurm: SLURM_PROCID), TROUPE_NUM_TASKS and TROUPE_RESOLVER; their output goes to "
         "DIR/NAME/replica-<i>.log. BINARY and its arguments go after \"--\".");
     builder
         .addOptionWithArg({"name"}, storeIn(name), "NAME",
@@ -146,10 +149,25 @@ public:
               return true;
             }, "N", "Restarts of failed replicas before the job fails (default 0).")
         .addOptionWithArg({"log-dir"}, storeIn(logDir), "DIR",
-                          "Where the replicas' logs go (default: $TMPDIR/troupe-<pid>).")
+                          "Where the replicas' logs go (default: $TMPDIR/troupe-<pid>; on "
+                          "Slurm, $HOME/.troupe/slurm, which every node must see).")
         .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
-            "Where replicas publish (default: $TROUPE_RESOLVER, else a registry this command "
-            "runs for the job, whose URL it prints).")
+            "Where replicas publish (default: $TROUPE_RESOLVER, else, with the local launcher, "
+            "a registry this command runs for the job, whose URL it prints).")
+        .addOptionWithArg({"launcher"}, [this](kj::StringPtr text) {
+              if (text != "local" && text != "slurm") {
+                throw UsageError{kj::str("--launcher is local or slurm, not '",
+                                         printable(text), "'").cStr()};
+              }
+              launcherKind = text.cStr();
+              return true;
+            }, "local|slurm", "Where the replicas run (default local).")
+        .addOptionWithArg({"partition"}, storeIn(partition), "NAME",
+                          "Slurm: the partition (default: the cluster's default).")
+        .addOptionWithArg({"time"}, [this](kj::StringPtr text) {
+              timeMinutes = static_cast<uint32_t>(parseWhole("--time", text, 1));
+              return true;
+            }, "MINUTES", "Slurm: the job's time limit (default: the partition's).")
         .expectOneOrMoreArgs("-- BINARY ARGS", [this](kj::StringPtr arg) {
               program.push_back(arg.cStr());
               return true;
@@ -188,13 +206,36 @@ public:
     const char* fromEnvironment = getenv("TROUPE_RESOLVER");
     if (resolver.empty() && fromEnvironment != nullptr) resolver = fromEnvironment;
 
+    bool onSlurm = launcherKind == "slurm";
+    if (!onSlurm && (!partition.empty() || timeMinutes != 0)) {
+      throw UsageError{"--partition and --time are for --launcher slurm"};
+    }
+    if (onSlurm && resolver.empty()) {
+      throw UsageError{"--launcher slurm needs --resolver URL (or TROUPE_RESOLVER): the "
+                       "replicas run on the cluster's nodes, which must reach it"};
+    }
+
     credentialFlags.applyToEnvironment();
     EventLoop loop;
-    LocalLauncher launcher(loop, {.resolver = resolver,
-                                  .logDirectory = logDir,
-                                  .stopJobsOnSignal = false});
+    kj::Own<LocalLauncher> local;
+    kj::Own<SlurmLauncher> slurm;
+    if (onSlurm) {
+      slurm = kj::heap<SlurmLauncher>(
+          loop, SlurmLauncherOptions{.resolver = resolver,
+                                     .partition = partition,
+                                     .timeLimit = timeMinutes * kj::MINUTES,
+                                     .logDirectory = logDir});
+    } else {
+      local = kj::heap<LocalLauncher>(
+          loop, LocalLauncherOptions{.resolver = resolver,
+                                     .logDirectory = logDir,
+                                     .stopJobsOnSignal = false});
+    }
+    Launcher& launcher = onSlurm ? static_cast<Launcher&>(*slurm) : *local;
+    auto drain = [&]() { return onSlurm ? slurm->drain() : local->drain(); };
     printf("resolver %s; logs in %s/%s\n", launcher.resolverUrl().c_str(),
-           launcher.logDirectory().c_str(), request.name.c_str());
+           (onSlurm ? slurm->logDirectory() : local->logDirectory()).c_str(),
+           request.name.c_str());
     auto job = launcher.submit(kj::mv(request));
     Reporter reporter(job);
 
@@ -211,7 +252,7 @@ public:
       });
     });
     reporter.follow().exclusiveJoin(kj::mv(interrupt)).wait(loop.waitScope());
-    launcher.drain().wait(loop.waitScope());
+    drain().wait(loop.waitScope());
 
     auto phase = job.status();
     if (phase == JobPhase::FAILED) {
@@ -237,6 +278,9 @@ private:
   uint32_t maxRetries = 0;
   std::string logDir;
   std::string resolver;
+  std::string launcherKind = "local";
+  std::string partition;
+  uint32_t timeMinutes = 0;
   CredentialFlags credentialFlags;
   std::vector<std::string> program;  // BINARY, then its arguments
   kj::Maybe<size_t> afterDoubleDash;  // how many arguments followed "--", if one was given

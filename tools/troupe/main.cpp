@@ -13,7 +13,7 @@ const troupe::cli::Subcommand COMMANDS[] = {
     {"call", "call an actor's method with JSON parameters; print the results as JSON",
      troupe::cli::callCommand},
     {"wait", "wait until N endpoints under a prefix are ready", troupe::cli::waitCommand},
-    {"launch", "run a job of N replicas on this machine, in the foreground",
+    {"launch", "run a job of N replicas, on this machine or on Slurm, in the foreground",
      troupe::cli::launchCommand},
 };
 

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# `troupe launch --launcher slurm` end to end, on the one-node Slurm cluster of
+# scripts/slurm-local.sh (SLURM_CONF names it): a registry (troupe registry on loopback), the
+# calculator example as a Slurm job of three tasks, troupe wait and troupe call against them,
+# usage errors, then Ctrl-C (SIGTERM) stopping the job: Slurm cancels it and the registry ends
+# it. Every process started here is stopped by its own pid, and the Slurm job is cancelled,
+# also when the script fails.
+#
+#   troupe_slurm_test.sh TROUPE CALCULATOR_SERVER
+set -euo pipefail
+troupe=$1
+server=$2
+[ -n "${SLURM_CONF:-}" ] || { echo "FAILED: SLURM_CONF is not set" >&2; exit 1; }
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  scancel --name=calc-slurm 2>/dev/null || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+# Reads lines from fd $1 until one contains $2 (60 s at most); prints that line.
+await_line() {
+  local fd=$1 text=$2 line
+  while IFS= read -r -t 60 line <&"$fd"; do
+    echo "$line" >> "$out/seen.log"
+    case $line in *"$text"*) echo "$line"; return 0 ;; esac
+  done
+  fail "no line containing '$text'; saw: $(cat "$out/seen.log" 2>/dev/null)"
+}
+
+expect_status() {
+  local expected=$1
+  shift
+  local status=0
+  output=$("$@" 2>&1) || status=$?
+  [ "$status" -eq "$expected" ] || fail "'$*' exited with $status, not $expected: $output"
+}
+
+echo "== troupe registry"
+mkfifo "$out/registry.out"
+"$troupe" registry --listen tcp://127.0.0.1:0 --log-level warn > "$out/registry.out" \
+  2> "$out/registry.err" &
+registry_pid=$!
+pids+=("$registry_pid")
+exec 3< "$out/registry.out"
+line=$(await_line 3 "LISTENING tcp://")
+export TROUPE_RESOLVER="registry://${line#LISTENING tcp://}"
+
+echo "== usage errors"
+expect_status 2 env -u TROUPE_RESOLVER "$troupe" launch --launcher slurm -- "$server"
+grep -q "needs --resolver URL (or TROUPE_RESOLVER)" <<< "$output" || fail "$output"
+expect_status 2 "$troupe" launch --partition debug -- "$server"
+grep -q "are for --launcher slurm" <<< "$output" || fail "$output"
+expect_status 2 "$troupe" launch --launcher pbs -- "$server"
+grep -q "is local or slurm, not 'pbs'" <<< "$output" || fail "$output"
+
+echo "== a partition that does not exist: unschedulable at once"
+expect_status 1 "$troupe" launch --launcher slurm --partition nowhere --name calc-nowhere \
+  --log-dir "$out/logs" -- "$server"
+grep -q "job calc-nowhere: unschedulable: sbatch .*invalid partition" <<< "$output" ||
+  fail "$output"
+
+echo "== troupe launch --launcher slurm: job calc-slurm, 3 tasks"
+mkfifo "$out/launch.out"
+"$troupe" launch --launcher slurm --partition debug --time 10 --name calc-slurm --replicas 3 \
+  --cpu 1 --ram 64m --log-dir "$out/logs" -- "$server" > "$out/launch.out" 2>&1 &
+launch_pid=$!
+pids+=("$launch_pid")
+exec 4< "$out/launch.out"
+await_line 4 "job calc-slurm: running" > /dev/null
+expect_status 0 "$troupe" wait calc-slurm/ --count 3 --timeout 30
+[ "$output" = $'calc-slurm/calc-0\ncalc-slurm/calc-1\ncalc-slurm/calc-2' ] ||
+  fail "wait printed: $output"
+jobid=$(squeue --noheader --name=calc-slurm --format=%i)
+[ -n "$jobid" ] || fail "squeue shows no job calc-slurm"
+[ "$(squeue --noheader --jobs="$jobid" --format=%D:%C)" = "1:3" ] ||
+  fail "job $jobid does not hold 3 cores: $(squeue --jobs="$jobid")"
+
+echo "== troupe call reaches the replicas"
+expect_status 0 "$troupe" call calc-slurm/calc-2 calc.add '{"a": 1.5, "b": 2}'
+[ "$output" = '{"value":3.5}' ] || fail "call printed: $output"
+expect_status 0 "$troupe" call calc-slurm/ calc.sum '{"values": [1, 2, 3]}' --all
+[ "$(grep -c '^calc-slurm/calc-[012] {"value":6}$' <<< "$output")" -eq 3 ] ||
+  fail "call --all printed: $output"
+
+echo "== SIGTERM stops the job: cancelled in Slurm, ended in the registry"
+kill -TERM "$launch_pid"
+status=0
+wait "$launch_pid" || status=$?
+exec 4<&-
+[ "$status" -eq 143 ] || fail "troupe launch exited with $status, not 143"
+state=$(scontrol -o show job "$jobid" | sed -n 's/.* JobState=\([A-Z_]*\) .*/\1/p')
+case $state in COMPLETED | CANCELLED) ;; *) fail "Slurm job $jobid is $state" ;; esac
+expect_status 1 "$troupe" wait calc-slurm/ --count 1 --timeout 3600
+grep -q "^troupe wait: job 'calc-slurm' ended: stopped" <<< "$output" || fail "$output"
+
+kill -TERM "$registry_pid"
+wait "$registry_pid" || fail "the registry did not stop cleanly on SIGTERM"
+exec 3<&-
+echo "troupe slurm test passed"
