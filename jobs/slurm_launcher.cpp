@@ -78,14 +78,69 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
                  "SlurmLauncherOptions::resolver is required: the replicas run on the cluster's "
                  "nodes, which must reach it (registry://HOST:PORT or etcd://HOST:PORT)");
     }
-    resolver_ = openResolver(loop, options.resolver);
     jobs_detail::findCommand("sbatch");  // a clear error now rather than at the first submit
+    resolver_ = openResolver(loop, options.resolver);
     jobs_detail::makeDirectories(logDirectory);
     batchScript = logDirectory + "/troupe-batch.sh";
     writeBatchScript(batchScript);
     program = options.program.empty() ? jobs_detail::ownProgramPath() : options.program;
     log->info("slurm launcher: logs in {}; resolver {}{}{}", logDirectory, options.resolver,
               options.partition.empty() ? "" : "; partition ", options.partition);
+    findEarlierJobs();
+  }
+
+  // The jobs of this user that a launcher submitted (comment "troupe") and that have not
+  // ended, the newest of each name: find() and adopt take them over. Read once, blocking.
+  void findEarlierJobs() {
+    std::vector<std::string> argv{"squeue", "--json", "--me"};
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  auto out = jobs_detail::runCommandNow(argv, ownEnvironment(),
+                                                        options.commandTimeout);
+                  if (!out.status.ok()) {
+                    throwError(ErrorCode::FAILED, kj::str(jobs_detail::describeFailure(argv, out)));
+                  }
+                  auto json = kj::arrayPtr(out.text.data(), out.text.size());
+                  for (auto& info : jobs_detail::parseSqueueJson(json)) {
+                    if (info.comment != "troupe" || jobs_detail::slurmStateIsFinal(info.state)) {
+                      continue;
+                    }
+                    auto& kept = earlier[info.name];
+                    if (info.id > kept.id) kept = info;
+                  }
+                })) {
+      log->warn("slurm launcher: cannot list the jobs submitted earlier ({}); find() will not "
+                "see them", e->getDescription().cStr());
+    }
+  }
+
+  // Takes over the earlier job named `name`, if there is one.
+  kj::Maybe<SlurmJob&> adoptEarlier(const std::string& name) {
+    auto it = earlier.find(name);
+    if (it == earlier.end()) return nullptr;
+    JobRequest request{.name = name,
+                       .replicas = std::max<uint32_t>(1, it->second.tasks)};
+    auto job = kj::refcounted<SlurmJob>(loop, *this, kj::mv(request), settingsFor(name));
+    auto& adopted = *job;
+    jobs[name] = kj::mv(job);
+    auto info = it->second;
+    earlier.erase(it);
+    adopted.follow(info);
+    wake();
+    return adopted;
+  }
+
+  jobs_detail::SlurmJobSettings settingsFor(const std::string& name) {
+    return jobs_detail::SlurmJobSettings{
+        .program = program,
+        .resolverUrl = options.resolver,
+        .logDirectory = logDirectory + "/" + name,
+        .batchScript = batchScript,
+        .partition = options.partition,
+        .timeLimit = options.timeLimit,
+        .sbatchArgs = options.sbatchArgs,
+        .terminateGrace = options.terminateGrace,
+        .logger = log,
+    };
   }
 
   ~Impl() noexcept(false) {
@@ -123,17 +178,17 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
                          " (Slurm job ", it->second->slurmId(), "); wait for it to end, "
                          "terminate it, or submit with adopt = true to take it over"));
     }
-    jobs_detail::SlurmJobSettings settings{
-        .program = program,
-        .resolverUrl = options.resolver,
-        .logDirectory = logDirectory + "/" + request.name,
-        .batchScript = batchScript,
-        .partition = options.partition,
-        .timeLimit = options.timeLimit,
-        .sbatchArgs = options.sbatchArgs,
-        .terminateGrace = options.terminateGrace,
-        .logger = log,
-    };
+    auto before = earlier.find(request.name);
+    if (before != earlier.end()) {
+      if (request.adopt) {
+        return JobHandle(kj::addRef(KJ_ASSERT_NONNULL(adoptEarlier(request.name))));
+      }
+      throwError(ErrorCode::JOB_ALREADY_EXISTS,
+                 kj::str("job '", request.name, "' runs already as Slurm job ", before->second.id,
+                         " (", before->second.state, ", submitted earlier); wait for it to end, "
+                         "cancel it, or submit with adopt = true to take it over"));
+    }
+    auto settings = settingsFor(request.name);
     // A request Slurm cannot express is refused before anything is created.
     jobs_detail::sbatchArguments(request, settings, false);
     auto name = request.name;
@@ -244,6 +299,7 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
   std::string program;
   kj::Own<Resolver> resolver_;
   std::map<std::string, kj::Own<SlurmJob>> jobs;  // by name: the latest of each
+  std::map<std::string, jobs_detail::SlurmJobInfo> earlier;  // submitted before: findEarlierJobs
   kj::Duration pollDelay;
   bool polling = false;
   uint64_t pollGeneration = 0;
@@ -259,8 +315,11 @@ JobHandle SlurmLauncher::submit(JobRequest request) { return impl->submit(kj::mv
 
 kj::Maybe<JobHandle> SlurmLauncher::find(kj::StringPtr name) {
   auto it = impl->jobs.find(name.cStr());
-  if (it == impl->jobs.end()) return nullptr;
-  return JobHandle(kj::addRef(*it->second));
+  if (it != impl->jobs.end()) return JobHandle(kj::addRef(*it->second));
+  KJ_IF_MAYBE(adopted, impl->adoptEarlier(name.cStr())) {
+    return JobHandle(kj::addRef(*adopted));
+  }
+  return nullptr;
 }
 
 Resolver& SlurmLauncher::resolver() { return *impl->resolver_; }

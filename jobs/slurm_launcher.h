@@ -99,10 +99,15 @@ struct SlurmLauncherOptions {
 // reasons as the local launcher's, so that its endpoints vanish and waitReady fails at once.
 //
 // Jobs outlive the launcher: destroying it leaves them running in Slurm (their handles report
-// the last phase seen). drain() terminates them.
+// the last phase seen). drain() terminates them. A launcher made later (after this process
+// restarted, say) lists this user's jobs that launchers submitted (comment "troupe") once, at
+// construction: find() and submit() with adopt follow the newest live one of a name, ending it
+// in the resolver with the credential its token file holds; submit() without adopt refuses
+// the name (JOB_ALREADY_EXISTS).
 class SlurmLauncher final : public Launcher {
 public:
-  // Opens the resolver and creates the log directory. Throws INVALID_ARGUMENT for options
+  // Opens the resolver, creates the log directory and lists the jobs launchers submitted
+  // earlier (squeue, blocking; a failure is logged). Throws INVALID_ARGUMENT for options
   // without a resolver, what openResolver() throws for a bad URL, and FAILED when sbatch is not
   // on PATH or the log directory cannot be created.
   SlurmLauncher(EventLoop& loop, SlurmLauncherOptions options);

@@ -7,6 +7,9 @@
 #   scripts/slurm-local.sh start DIR   starts the three daemons and returns once the node is idle;
 #                                      prints the line to use it: export SLURM_CONF=DIR/slurm.conf
 #   scripts/slurm-local.sh stop DIR    stops them by the pids in DIR (SIGTERM, SIGKILL after 10 s)
+#   scripts/slurm-local.sh restart-controller DIR
+#                                      stops slurmctld and starts it again on its saved state, as
+#                                      an administrator's restart does; returns once it answers
 #
 # The node offers SLURM_LOCAL_CPUS cores (default 8, whatever the machine has) and the memory
 # slurmd finds; one partition, "debug", holds it.
@@ -17,7 +20,7 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 start|stop DIR" >&2
+  echo "usage: $0 start|stop|restart-controller DIR" >&2
   exit 2
 }
 [ $# -eq 2 ] || usage
@@ -208,8 +211,26 @@ start() {
   exit 1
 }
 
+restart_controller() {
+  running_pid "$dir/slurmctld.pid" > /dev/null || {
+    echo "slurm-local: no slurmctld runs in $dir" >&2
+    exit 1
+  }
+  stop_pid_file "$dir/slurmctld.pid" slurmctld
+  "${as_root[@]}" slurmctld -f "$dir/slurm.conf"
+  local i
+  for ((i = 0; i < 300; i++)); do
+    SLURM_CONF="$dir/slurm.conf" scontrol ping 2>/dev/null | grep -q "is UP" && return 0
+    sleep 0.1
+  done
+  echo "slurm-local: slurmctld did not answer within 30 s of its restart" >&2
+  show_logs
+  exit 1
+}
+
 case "$command" in
   start) start ;;
   stop) stop ;;
+  restart-controller) restart_controller ;;
   *) usage ;;
 esac

@@ -1,6 +1,7 @@
 #include "troupe/jobs/detail/slurm_commands.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <capnp/compat/json.h>
 #include <capnp/message.h>
 #include <kj/io.h>
+#include <uv.h>
 
 #include "troupe/actor/errors.h"
 
@@ -109,6 +111,76 @@ kj::Promise<CommandOutput> runCommand(EventLoop& loop, std::vector<std::string> 
       });
 }
 
+CommandOutput runCommandNow(const std::vector<std::string>& argv,
+                            const std::vector<std::string>& env, kj::Duration timeout) {
+  KJ_REQUIRE(!argv.empty());
+  auto file = findCommand(argv[0]);
+  int fd = ::memfd_create("troupe-command-output", MFD_CLOEXEC);
+  if (fd < 0) {
+    throwError(ErrorCode::FAILED, kj::str("cannot run ", argv[0], ": memfd_create: ",
+                                          strerror(errno)));
+  }
+  kj::AutoCloseFd output(fd);
+  std::vector<char*> args, envp;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  uv_stdio_container_t stdio[3];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = stdio[2].flags = UV_INHERIT_FD;
+  stdio[1].data.fd = stdio[2].data.fd = fd;
+
+  struct State {
+    bool exited = false;
+    bool timedOut = false;
+    ExitStatus status;
+    uv_process_t process;
+    uv_timer_t timer;
+  } state;
+  uv_loop_t uv;
+  uv_loop_init(&uv);
+  uv_process_options_t options{};
+  options.file = file.c_str();
+  options.args = args.data();
+  options.env = envp.data();
+  options.stdio_count = 3;
+  options.stdio = stdio;
+  options.exit_cb = [](uv_process_t* p, int64_t code, int signal) {
+    auto* s = static_cast<State*>(p->data);
+    s->exited = true;
+    s->status = ExitStatus{code, signal};
+  };
+  state.process.data = &state;
+  int spawned = uv_spawn(&uv, &state.process, &options);
+  if (spawned == 0) {
+    uv_timer_init(&uv, &state.timer);
+    state.timer.data = &state;
+    uv_timer_start(
+        &state.timer,
+        [](uv_timer_t* t) {
+          auto* s = static_cast<State*>(t->data);
+          s->timedOut = true;
+          uv_process_kill(&s->process, SIGKILL);
+        },
+        static_cast<uint64_t>(timeout / kj::MILLISECONDS), 0);
+    while (!state.exited) uv_run(&uv, UV_RUN_ONCE);
+    uv_close(reinterpret_cast<uv_handle_t*>(&state.timer), nullptr);
+  }
+  uv_close(reinterpret_cast<uv_handle_t*>(&state.process), nullptr);
+  uv_run(&uv, UV_RUN_DEFAULT);
+  uv_loop_close(&uv);
+  if (spawned < 0) {
+    throwError(ErrorCode::FAILED, kj::str("cannot start '", file, "': ", uv_strerror(spawned)));
+  }
+  if (state.timedOut) {
+    throwError(ErrorCode::DEADLINE_EXCEEDED,
+               kj::str(argv[0], " did not finish within ", timeout / kj::MILLISECONDS,
+                       " ms; it was killed"));
+  }
+  return CommandOutput{state.status, readAll(fd)};
+}
+
 std::string describeFailure(const std::vector<std::string>& argv, const CommandOutput& output) {
   // One line: the command's lines joined with "; ".
   std::string text;
@@ -140,6 +212,7 @@ std::vector<SlurmJobInfo> parseSqueueJson(kj::ArrayPtr<const char> json) {
       info.state = text(job, "job_state");
       info.reason = text(job, "state_reason");
       info.restarts = static_cast<uint32_t>(number(job, "restart_cnt"));
+      info.tasks = static_cast<uint32_t>(number(job, "tasks"));
       if (info.id != 0) jobs.push_back(kj::mv(info));
     }
   } else {

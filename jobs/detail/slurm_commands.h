@@ -32,6 +32,11 @@ constexpr size_t MAX_COMMAND_OUTPUT = 16u << 20;
 kj::Promise<CommandOutput> runCommand(EventLoop& loop, std::vector<std::string> argv,
                                       std::vector<std::string> env, kj::Duration timeout);
 
+// The same, to completion before it returns, on a libuv loop of its own: for a constructor,
+// which cannot wait on its loop. Throws what the promise would reject with.
+CommandOutput runCommandNow(const std::vector<std::string>& argv,
+                            const std::vector<std::string>& env, kj::Duration timeout);
+
 // "sbatch exited with status 1: sbatch: error: ...; sbatch: error: ...": what the command said,
 // on one line.
 std::string describeFailure(const std::vector<std::string>& argv, const CommandOutput& output);
@@ -46,9 +51,11 @@ struct SlurmJobInfo {
   int exitCode = 0;    // of the batch script, once it ended
   int exitSignal = 0;
   uint32_t restarts = 0;  // times it was requeued
+  uint32_t tasks = 0;
 };
 
-// The jobs in `squeue --json` output. Throws FAILED when it is not that.
+// The jobs in `squeue --json` output. Throws FAILED when it is not that. `tasks` is each job's
+// task count.
 std::vector<SlurmJobInfo> parseSqueueJson(kj::ArrayPtr<const char> json);
 
 // The job in one line of `scontrol -o show job ID` ("JobId=7 JobName=calc ... JobState=FAILED

@@ -202,6 +202,22 @@ kj::Promise<void> SlurmJob::createAndSubmit() {
   });
 }
 
+void SlurmJob::follow(const SlurmJobInfo& info) {
+  slurmId_ = info.id;
+  restarts = info.restarts;
+  std::ifstream token(settings.logDirectory + "/job-token");
+  std::stringstream text;
+  text << token.rdbuf();
+  jobCredential = text.str();
+  if (!jobCredential.empty()) jobTokenFile = settings.logDirectory + "/job-token";
+  settings.logger->info("slurm launcher: following job {} (Slurm job {}, submitted earlier){}",
+                        request_.name, slurmId_,
+                        jobCredential.empty() ? "; its credential file is gone, so its end "
+                                                "cannot be reported to the resolver"
+                                              : "");
+  observe(info);
+}
+
 void SlurmJob::submitted(uint64_t id) {
   slurmId_ = id;
   settings.logger->info("slurm launcher: job {} submitted as Slurm job {} ({} tasks)",

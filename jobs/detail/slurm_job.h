@@ -71,6 +71,10 @@ public:
   // Creates the job in the resolver, checks the request with sbatch --test-only, submits it.
   void submit();
 
+  // Follows a job an earlier launcher submitted (`info`, from squeue) instead: its credential
+  // comes from the token file it left in the job's log folder.
+  void follow(const SlurmJobInfo& info);
+
   // Its Slurm job id; 0 until sbatch answered.
   uint64_t slurmId() const { return slurmId_; }
 

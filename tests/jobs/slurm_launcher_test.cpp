@@ -55,13 +55,20 @@ protected:
   SlurmLauncherTest() : sink(std::make_shared<test::LineSink>()), registry(loop) {
     registry.listen(("unix:" + dir.path + "/registry.sock").c_str());
     url = "registry+unix:" + dir.path + "/registry.sock";
-    launcher = kj::heap<SlurmLauncher>(
-        loop, SlurmLauncherOptions{.resolver = url,
-                                   .logDirectory = dir.path + "/logs",
-                                   .terminateGrace = 5 * kj::SECONDS,
-                                   .pollInitial = 100 * kj::MILLISECONDS,
-                                   .pollMax = 1 * kj::SECONDS,
-                                   .logger = logger()});
+    launcher = makeLauncher();
+  }
+
+  kj::Own<SlurmLauncher> makeLauncher() {
+    return kj::heap<SlurmLauncher>(loop, options());
+  }
+
+  SlurmLauncherOptions options() {
+    return SlurmLauncherOptions{.resolver = url,
+                                .logDirectory = dir.path + "/logs",
+                                .terminateGrace = 5 * kj::SECONDS,
+                                .pollInitial = 100 * kj::MILLISECONDS,
+                                .pollMax = 1 * kj::SECONDS,
+                                .logger = logger()};
   }
   ~SlurmLauncherTest() noexcept override {
     // Nothing a test submitted outlives it.
@@ -243,6 +250,73 @@ TEST_F(SlurmLauncherTest, LogsHoldEachTasksOutput) {
   EXPECT_EQ(lines, (std::vector<std::string>{"[0] line 3", "[0] err done", "[1] line 3",
                                              "[1] err done"}));
   EXPECT_EQ(grep(job, "line 1").size(), 2u);
+}
+
+TEST_F(SlurmLauncherTest, ALauncherMadeAgainFindsItsRunningJobAndEndsIt) {
+  auto job = launcher->submit(request("survivor", replica({"wait"}), 2));
+  awaitPhase(job, JobPhase::RUNNING);
+  ASSERT_EQ(job.status(), JobPhase::RUNNING) << job.reason();
+  auto id = launcher->slurmJobId("survivor");
+
+  launcher = nullptr;  // as when the launcher's process exits: the job runs on in Slurm
+  EXPECT_EQ(job.reason(), "the launcher was destroyed; the job runs on in Slurm");
+  launcher = makeLauncher();
+
+  // The name is taken while the job runs; find() takes the job over.
+  auto refused = test::thrownBy([&]() {
+    launcher->submit(request("survivor", replica({"exit", "0"})));
+  });
+  EXPECT_EQ(refused.code, ErrorCode::JOB_ALREADY_EXISTS);
+  EXPECT_TRUE(refused.mentions(("runs already as Slurm job " + std::to_string(id)).c_str()))
+      << refused.text;
+  auto found = KJ_ASSERT_NONNULL(launcher->find("survivor"));
+  EXPECT_EQ(launcher->slurmJobId("survivor"), id);
+  EXPECT_EQ(found.replicas().size(), 2u);
+  awaitPhase(found, JobPhase::RUNNING);
+  EXPECT_EQ(found.status(), JobPhase::RUNNING) << found.reason();
+
+  // Ending it ends it in the resolver too: the credential came back from its token file.
+  await(loop, found.terminate());
+  EXPECT_EQ(found.status(), JobPhase::STOPPED);
+  auto status = await(loop, launcher->resolver().jobStatus("survivor"));
+  EXPECT_EQ(status, (JobStatus{"survivor", JobState::ENDED, "stopped: terminated"}));
+}
+
+TEST_F(SlurmLauncherTest, AJobRunsOnThroughARestartOfSlurmctld) {
+  auto job = launcher->submit(request("steady", replica({"wait"}), 2));
+  awaitPhase(job, JobPhase::RUNNING);
+  ASSERT_EQ(job.status(), JobPhase::RUNNING) << job.reason();
+  std::string conf = getenv("SLURM_CONF");
+  auto restarted = shell(std::string(TROUPE_SLURM_LOCAL_PATH) + " restart-controller " +
+                         conf.substr(0, conf.rfind('/')) + " 2>&1 && echo restarted");
+  ASSERT_EQ(restarted.substr(restarted.size() - 9), "restarted") << restarted;
+  auto slurmState = shell("scontrol -o show job " + std::to_string(launcher->slurmJobId("steady")) +
+                          " | sed -n 's/.* JobState=\\([A-Z_]*\\) .*/\\1/p'");
+  EXPECT_EQ(slurmState, "RUNNING");
+  // The launcher goes on following it through the restarted controller.
+  EXPECT_EQ(job.status(), JobPhase::RUNNING) << job.reason();
+  await(loop, job.terminate());
+  EXPECT_EQ(job.status(), JobPhase::STOPPED) << job.reason();
+}
+
+TEST(SlurmLauncherSetupTest, WithoutSbatchOrAResolverTheLauncherIsRefusedClearly) {
+  EventLoop loop;
+  test::TempDir dir;
+  auto noResolver = test::thrownBy([&]() {
+    SlurmLauncher launcher(loop, SlurmLauncherOptions{.logDirectory = dir.path});
+  });
+  EXPECT_EQ(noResolver.code, ErrorCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(noResolver.mentions("resolver is required")) << noResolver.text;
+
+  std::string path = getenv("PATH");
+  setenv("PATH", dir.path.c_str(), 1);
+  auto noSbatch = test::thrownBy([&]() {
+    SlurmLauncher launcher(
+        loop, SlurmLauncherOptions{.resolver = "registry://127.0.0.1:1", .logDirectory = dir.path});
+  });
+  setenv("PATH", path.c_str(), 1);
+  EXPECT_EQ(noSbatch.code, ErrorCode::FAILED);
+  EXPECT_TRUE(noSbatch.mentions("the Slurm command 'sbatch' is not on PATH")) << noSbatch.text;
 }
 
 }  // namespace
