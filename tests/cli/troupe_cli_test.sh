@@ -13,37 +13,7 @@ set -euo pipefail
 troupe=$1
 server=$2
 test_server=$3
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do
-    if kill -0 "$pid" 2>/dev/null; then
-      kill -KILL "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
-    fi
-  done
-  rm -rf "$out"
-}
-trap cleanup EXIT
-fail() { echo "FAILED: $*" >&2; exit 1; }
-
-# Reads lines from fd $1 until one contains $2 (20 s at most); prints that line.
-await_line() {
-  local fd=$1 text=$2 line
-  while IFS= read -r -t 20 line <&"$fd"; do
-    case $line in *"$text"*) echo "$line"; return 0 ;; esac
-  done
-  fail "no line containing '$text'"
-}
-
-# Runs the command in "$@", expecting exit status $expected; its stdout+stderr in $output.
-expect_status() {
-  local expected=$1
-  shift
-  local status=0
-  output=$("$@" 2>&1) || status=$?
-  [ "$status" -eq "$expected" ] || fail "'$*' exited with $status, not $expected: $output"
-}
+source "$(dirname "$0")/cli_lib.sh"
 
 echo "== credentials: a CA, a certificate and a cluster token"
 "$(dirname "$0")/../../scripts/make_certs.sh" "$out/certs"

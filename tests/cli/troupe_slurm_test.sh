@@ -11,38 +11,10 @@ set -euo pipefail
 troupe=$1
 server=$2
 [ -n "${SLURM_CONF:-}" ] || { echo "FAILED: SLURM_CONF is not set" >&2; exit 1; }
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do
-    if kill -0 "$pid" 2>/dev/null; then
-      kill -KILL "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
-    fi
-  done
-  scancel --name=calc-slurm 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
-fail() { echo "FAILED: $*" >&2; exit 1; }
-
-# Reads lines from fd $1 until one contains $2 (60 s at most); prints that line.
-await_line() {
-  local fd=$1 text=$2 line
-  while IFS= read -r -t 60 line <&"$fd"; do
-    echo "$line" >> "$out/seen.log"
-    case $line in *"$text"*) echo "$line"; return 0 ;; esac
-  done
-  fail "no line containing '$text'; saw: $(cat "$out/seen.log" 2>/dev/null)"
-}
-
-expect_status() {
-  local expected=$1
-  shift
-  local status=0
-  output=$("$@" 2>&1) || status=$?
-  [ "$status" -eq "$expected" ] || fail "'$*' exited with $status, not $expected: $output"
-}
+source "$(dirname "$0")/cli_lib.sh"
+cancel_job() { scancel --name=calc-slurm 2>/dev/null; }
+cleanup_extra=cancel_job
+AWAIT_SECONDS=60  # Slurm schedules, and its tasks start, in its own time
 
 echo "== troupe registry"
 mkfifo "$out/registry.out"

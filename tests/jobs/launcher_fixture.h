@@ -37,10 +37,7 @@ protected:
   // A job of `replicas` replicas, each needing `cpus` cores and 64 MiB.
   static JobRequest request(std::string name, Entrypoint entrypoint, uint32_t replicas = 1,
                             double cpus = 1) {
-    return JobRequest{.name = kj::mv(name),
-                      .entrypoint = kj::mv(entrypoint),
-                      .resources = ResourceConfig::withCpu(cpus, "64m"),
-                      .replicas = replicas};
+    return jobRequest(kj::mv(name), kj::mv(entrypoint), replicas, cpus);
   }
 
   // The replica program (tests/support/test_replica_main.cpp) running `args`.
@@ -68,11 +65,7 @@ protected:
 
   // Lines of the job's logs (all of them) that contain `text`.
   static std::vector<std::string> grep(const JobHandle& job, const std::string& text) {
-    std::vector<std::string> out;
-    for (auto& line : job.logs(1000)) {
-      if (line.find(text) != std::string::npos) out.push_back(line);
-    }
-    return out;
+    return grepLogs(job, text);
   }
 
   EventLoop loop;

@@ -90,10 +90,7 @@ protected:
 
   static JobRequest request(std::string name, Entrypoint entrypoint, uint32_t replicas = 1,
                             double cpus = 1) {
-    return JobRequest{.name = kj::mv(name),
-                      .entrypoint = kj::mv(entrypoint),
-                      .resources = ResourceConfig::withCpu(cpus, "64m"),
-                      .replicas = replicas};
+    return test::jobRequest(kj::mv(name), kj::mv(entrypoint), replicas, cpus);
   }
 
   // The replica program (tests/support/test_replica_main.cpp) running `args`.
@@ -105,14 +102,6 @@ protected:
 
   void awaitPhase(JobHandle& job, JobPhase phase) {
     while (job.status() != phase && !isFinal(job.status())) await(loop, job.whenChanged());
-  }
-
-  static std::vector<std::string> grep(const JobHandle& job, const std::string& text) {
-    std::vector<std::string> out;
-    for (auto& line : job.logs(1000)) {
-      if (line.find(text) != std::string::npos) out.push_back(line);
-    }
-    return out;
   }
 
   EventLoop loop;
@@ -249,7 +238,7 @@ TEST_F(SlurmLauncherTest, LogsHoldEachTasksOutput) {
   auto lines = job.logs(2);
   EXPECT_EQ(lines, (std::vector<std::string>{"[0] line 3", "[0] err done", "[1] line 3",
                                              "[1] err done"}));
-  EXPECT_EQ(grep(job, "line 1").size(), 2u);
+  EXPECT_EQ(test::grepLogs(job, "line 1").size(), 2u);
 }
 
 TEST_F(SlurmLauncherTest, ALauncherMadeAgainFindsItsRunningJobAndEndsIt) {

@@ -25,6 +25,24 @@
 
 namespace troupe::test {
 
+// A job of `replicas` replicas, each needing `cpus` cores and 64 MiB.
+inline JobRequest jobRequest(std::string name, Entrypoint entrypoint, uint32_t replicas = 1,
+                             double cpus = 1) {
+  return JobRequest{.name = kj::mv(name),
+                    .entrypoint = kj::mv(entrypoint),
+                    .resources = ResourceConfig::withCpu(cpus, "64m"),
+                    .replicas = replicas};
+}
+
+// The lines of the job's logs (all of them) that contain `text`.
+inline std::vector<std::string> grepLogs(const JobHandle& job, const std::string& text) {
+  std::vector<std::string> out;
+  for (auto& line : job.logs(1000)) {
+    if (line.find(text) != std::string::npos) out.push_back(line);
+  }
+  return out;
+}
+
 // A fresh directory under /tmp (short, so a unix socket fits in it), removed with everything in
 // it when this goes.
 struct TempDir {
