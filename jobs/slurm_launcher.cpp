@@ -33,6 +33,9 @@ std::string defaultLogDirectory() {
   return base + "/.troupe/slurm";
 }
 
+// How long after a submission or a signal the launcher polls at least every second.
+constexpr kj::Duration FAST_POLLING = 30 * kj::SECONDS;
+
 // The batch script every job runs: its arguments are srun's, so nothing the request holds is
 // ever read by a shell.
 constexpr const char* BATCH_SCRIPT =
@@ -161,6 +164,7 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
 
   void wake() override {
     pollDelay = options.pollInitial;
+    lastWake = loop.timer().now();
     if (!polling) schedulePoll(0 * kj::SECONDS);
   }
 
@@ -222,7 +226,11 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
       polling = false;
       return;
     }
-    pollDelay = changed ? options.pollInitial : std::min(pollDelay * 2, options.pollMax);
+    // Soon after a submission or a signal something is about to change: look at least every
+    // second then; later, back off to pollMax while nothing changes.
+    auto most = options.pollMax;
+    if (loop.timer().now() - lastWake < FAST_POLLING) most = std::min(most, 1 * kj::SECONDS);
+    pollDelay = changed ? options.pollInitial : std::min(pollDelay * 2, most);
     schedulePoll(pollDelay);
   }
 
@@ -301,6 +309,7 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
   std::map<std::string, kj::Own<SlurmJob>> jobs;  // by name: the latest of each
   std::map<std::string, jobs_detail::SlurmJobInfo> earlier;  // submitted before: findEarlierJobs
   kj::Duration pollDelay;
+  kj::TimePoint lastWake = kj::origin<kj::TimePoint>();
   bool polling = false;
   uint64_t pollGeneration = 0;
   kj::TaskSet tasks;  // last: its tasks use everything above

@@ -44,7 +44,8 @@ struct SlurmLauncherOptions {
   kj::Duration terminateGrace = 10 * kj::SECONDS;
 
   // Slurm pushes nothing: job states are read (squeue --json) this often, from the first to
-  // the last, doubling while nothing changes. Defaults 250 ms and 5 s.
+  // the last, doubling while nothing changes (at most 1 s apart for 30 s after a submission or
+  // a terminate). Defaults 250 ms and 5 s.
   kj::Duration pollInitial = 250 * kj::MILLISECONDS;
   kj::Duration pollMax = 5 * kj::SECONDS;
 
