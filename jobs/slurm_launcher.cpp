@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 
 #include <kj/debug.h>
@@ -64,7 +65,32 @@ std::vector<std::string> ownEnvironment() {
   return env;
 }
 
+// This user's jobs with comment "troupe" that Slurm knows, from squeue (blocking).
+std::vector<jobs_detail::SlurmJobInfo> troupeJobs(kj::Duration timeout) {
+  std::vector<std::string> argv{"squeue", "--json", "--me", "--states=all"};
+  auto out = jobs_detail::runCommandNow(argv, ownEnvironment(), timeout);
+  if (!out.status.ok()) {
+    throwError(ErrorCode::FAILED, kj::str(jobs_detail::describeFailure(argv, out)));
+  }
+  std::vector<jobs_detail::SlurmJobInfo> found;
+  for (auto& info : jobs_detail::parseSqueueJson(kj::arrayPtr(out.text.data(), out.text.size()))) {
+    if (info.comment == "troupe") found.push_back(kj::mv(info));
+  }
+  return found;
+}
+
 }  // namespace
+
+std::vector<SlurmJobSummary> listSlurmJobs(kj::Duration timeout) {
+  std::vector<SlurmJobSummary> out;
+  for (auto& info : troupeJobs(timeout)) {
+    out.push_back(SlurmJobSummary{info.name, info.id, info.state, info.reason, info.tasks,
+                                  info.restarts});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.slurmId > b.slurmId; });
+  return out;
+}
 
 struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
                                    private kj::TaskSet::ErrorHandler {
@@ -95,18 +121,9 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
   // The jobs of this user that a launcher submitted (comment "troupe") and that have not
   // ended, the newest of each name: find() and adopt take them over. Read once, blocking.
   void findEarlierJobs() {
-    std::vector<std::string> argv{"squeue", "--json", "--me"};
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  auto out = jobs_detail::runCommandNow(argv, ownEnvironment(),
-                                                        options.commandTimeout);
-                  if (!out.status.ok()) {
-                    throwError(ErrorCode::FAILED, kj::str(jobs_detail::describeFailure(argv, out)));
-                  }
-                  auto json = kj::arrayPtr(out.text.data(), out.text.size());
-                  for (auto& info : jobs_detail::parseSqueueJson(json)) {
-                    if (info.comment != "troupe" || jobs_detail::slurmStateIsFinal(info.state)) {
-                      continue;
-                    }
+                  for (auto& info : troupeJobs(options.commandTimeout)) {
+                    if (jobs_detail::slurmStateIsFinal(info.state)) continue;
                     auto& kept = earlier[info.name];
                     if (info.id > kept.id) kept = info;
                   }

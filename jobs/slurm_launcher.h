@@ -141,4 +141,20 @@ private:
   kj::Own<Impl> impl;
 };
 
+// One job a launcher submitted to Slurm, as Slurm reports it now.
+struct SlurmJobSummary {
+  std::string name;
+  uint64_t slurmId = 0;
+  std::string state;   // Slurm's: "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", ...
+  std::string reason;  // Slurm's reason ("Resources", "None", "NonZeroExitCode", ...)
+  uint32_t tasks = 0;  // the job's replicas
+  uint32_t restarts = 0;
+};
+
+// This user's jobs that launchers submitted (comment "troupe") and Slurm still knows (ended
+// ones until MinJobAge passes), newest first. Runs squeue and waits for it (blocking; the
+// loop need not run). Throws FAILED with squeue's message when it fails, and what
+// SlurmLauncher's constructor throws when squeue is not on PATH.
+std::vector<SlurmJobSummary> listSlurmJobs(kj::Duration timeout = 60 * kj::SECONDS);
+
 }  // namespace troupe

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `troupe launch --launcher slurm` end to end, on the one-node Slurm cluster of
 # scripts/slurm-local.sh (SLURM_CONF names it): a registry (troupe registry on loopback), the
-# calculator example as a Slurm job of three tasks, troupe wait and troupe call against them,
-# usage errors, then Ctrl-C (SIGTERM) stopping the job: Slurm cancels it and the registry ends
-# it. Every process started here is stopped by its own pid, and the Slurm job is cancelled,
+# calculator example as a Slurm job of three tasks, troupe wait, troupe jobs and troupe call
+# against them, usage errors, then Ctrl-C (SIGTERM) stopping the job: Slurm cancels it and the
+# registry ends it. Every process started here is stopped by its own pid, and the Slurm job is cancelled,
 # also when the script fails.
 #
 #   troupe_slurm_test.sh TROUPE CALCULATOR_SERVER
@@ -56,6 +56,11 @@ jobid=$(squeue --noheader --name=calc-slurm --format=%i)
 [ "$(squeue --noheader --jobs="$jobid" --format=%D:%C)" = "1:3" ] ||
   fail "job $jobid does not hold 3 cores: $(squeue --jobs="$jobid")"
 
+echo "== troupe jobs shows it as Slurm does"
+expect_status 0 "$troupe" jobs
+grep -Eq "^calc-slurm +$jobid +RUNNING +3 +0 " <<< "$output" || fail "troupe jobs printed: $output"
+grep -Eq "^calc-nowhere " <<< "$output" && fail "an unschedulable job, never submitted, is listed"
+
 echo "== troupe call reaches the replicas"
 expect_status 0 "$troupe" call calc-slurm/calc-2 calc.add '{"a": 1.5, "b": 2}'
 [ "$output" = '{"value":3.5}' ] || fail "call printed: $output"
@@ -71,6 +76,9 @@ exec 4<&-
 [ "$status" -eq 143 ] || fail "troupe launch exited with $status, not 143"
 state=$(scontrol -o show job "$jobid" | sed -n 's/.* JobState=\([A-Z_]*\) .*/\1/p')
 case $state in COMPLETED | CANCELLED) ;; *) fail "Slurm job $jobid is $state" ;; esac
+expect_status 0 "$troupe" jobs
+grep -Eq "^calc-slurm +$jobid +(COMPLETED|CANCELLED) " <<< "$output" ||
+  fail "troupe jobs printed: $output"
 expect_status 1 "$troupe" wait calc-slurm/ --count 1 --timeout 3600
 grep -q "^troupe wait: job 'calc-slurm' ended: stopped" <<< "$output" || fail "$output"
 

@@ -14,5 +14,6 @@ kj::Own<Command> actorsCommand();
 kj::Own<Command> callCommand();
 kj::Own<Command> waitCommand();
 kj::Own<Command> launchCommand();
+kj::Own<Command> jobsCommand();
 
 }  // namespace troupe::cli

@@ -15,6 +15,8 @@ const troupe::cli::Subcommand COMMANDS[] = {
     {"wait", "wait until N endpoints under a prefix are ready", troupe::cli::waitCommand},
     {"launch", "run a job of N replicas, on this machine or on Slurm, in the foreground",
      troupe::cli::launchCommand},
+    {"jobs", "list the jobs launchers submitted to Slurm, as Slurm reports them",
+     troupe::cli::jobsCommand},
 };
 
 constexpr const char* BRIEF =
