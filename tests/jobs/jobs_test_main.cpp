@@ -1,4 +1,4 @@
-// main() of the launcher tests: the test binary is also the program its FUNCTION entrypoints
+// main() of the launcher tests (local and Slurm): the test binary is also the program its FUNCTION entrypoints
 // run. A replica the launcher started takes over in runIfReplica(); otherwise GoogleTest runs.
 //
 // Functions:

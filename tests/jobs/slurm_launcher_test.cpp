@@ -1,7 +1,7 @@
 // SlurmLauncher against the one-node Slurm cluster of scripts/slurm-local.sh (real munged,
 // slurmctld and slurmd; ctest starts it, SLURM_CONF names it): a job of three replicas that
 // publishes in a registry and is called through a pool, troupe's environment and Slurm's task
-// index, a request larger than the node, a second job pending behind the first, a failed task
+// index, a FUNCTION entrypoint with its arguments verbatim, a request larger than the node, a second job pending behind the first, a failed task
 // requeued and then failing the job, terminate with a replica that ignores SIGTERM, a job
 // cancelled behind the launcher's back, and each task's log.
 //
@@ -166,6 +166,25 @@ TEST_F(SlurmLauncherTest, TheReplicasGetTroupesEnvironmentAndSlurmsTaskIndex) {
     EXPECT_TRUE(has("SLURM_PROCID=" + std::to_string(i)));
     EXPECT_TRUE(has("SLURM_NTASKS=2"));
     EXPECT_TRUE(has("EXTRA=from the request"));
+  }
+}
+
+TEST_F(SlurmLauncherTest, AFunctionEntrypointRunsInEachTaskWithItsArgumentsVerbatim) {
+  // This test program is also what the tasks run (jobs_test_main.cpp); no shell reads the
+  // arguments on the way.
+  auto job = launcher->submit(request(
+      "function", Entrypoint::function("print-args", {"two words", "$(echo injected)", ""}), 2));
+  ASSERT_EQ(finalPhase(job), JobPhase::SUCCEEDED) << job.reason();
+  for (std::string task : {"[0] ", "[1] "}) {
+    auto lines = job.logs(100);
+    std::vector<std::string> expected{task + "ARGS 3", task + "[two words]",
+                                      task + "[$(echo injected)]", task + "[]",
+                                      task + "TASK ?", task + "TROUPE_ENTRYPOINT unset"};
+    std::vector<std::string> mine;
+    for (auto& line : lines) {
+      if (line.rfind(task, 0) == 0) mine.push_back(line);
+    }
+    EXPECT_EQ(mine, expected);
   }
 }
 
