@@ -3,7 +3,9 @@
 #   1. a registry (troupe-registry) on a free port (or etcd, or $TROUPE_RESOLVER: demo_lib.sh);
 #   2. ps_demo against it: a job of 2 parameter-server shards and a job of 2 trainers, started
 #      by an embedded launcher, train a logistic-regression model through troupe RPC (ps_demo
-#      itself checks that the loss went down), then the shards are stopped;
+#      itself checks that the loss went down), then the shards are stopped. With
+#      DEMO_LAUNCHER=slurm the jobs are Slurm jobs (sbatch must reach a cluster: SLURM_CONF, or
+#      scripts/slurm-local.sh for one on this machine) and DEMO_PARTITION names the partition;
 #   3. SIGTERM to the registry.
 # Every process started here is stopped by its own pid, also when the script fails.
 #
@@ -27,8 +29,13 @@ shards=2
 trainers=2
 echo "== ps_demo: $shards shards, $trainers trainers, training through troupe RPC"
 status=0
-TMPDIR=$out "$bin/ps_demo" --resolver "$registry" --shards "$shards" --trainers "$trainers" \
-  --steps 60 --dim 32 | tee "$out/ps_demo.log" || status=$?
+launcher=()
+if [ "${DEMO_LAUNCHER:-local}" = slurm ]; then
+  launcher=(--launcher slurm --log-dir "$out/slurm-logs")
+  [ -n "${DEMO_PARTITION:-}" ] && launcher+=(--partition "$DEMO_PARTITION")
+fi
+TMPDIR=$out "$bin/ps_demo" --resolver "$registry" "${launcher[@]}" --shards "$shards" \
+  --trainers "$trainers" --steps 60 --dim 32 | tee "$out/ps_demo.log" || status=$?
 [ "$status" -eq 0 ] || { echo "ps_demo exited with $status" >&2; exit 1; }
 
 log=$out/ps_demo.log

@@ -4,10 +4,12 @@
 // job of trainers (replicas running "trainer") that train the model by asynchronous SGD
 // through the shards, and checks that the loss went down.
 //
-//   ps_demo [--resolver URL] [--shards N] [--trainers M] [--steps K] [--dim D]
+//   ps_demo [--resolver URL] [--launcher local|slurm] [--partition P] [--log-dir DIR]
+//           [--shards N] [--trainers M] [--steps K] [--dim D]
 //
 // With --resolver (e.g. registry://127.0.0.1:7700, a troupe-registry) the jobs publish their
-// actors there; without it the launcher runs a registry of its own. Exits 0 when the final loss
+// actors there; without it the local launcher runs a registry of its own. With --launcher slurm
+// each job is a Slurm job (SlurmLauncher), which needs --resolver. Exits 0 when the final loss
 // is below half of the initial one, 1 otherwise or on failure, 2 for bad arguments.
 
 #include <stdio.h>
@@ -21,6 +23,7 @@
 
 #include <troupe/actor/errors.h>
 #include <troupe/jobs/local_launcher.h>
+#include <troupe/jobs/slurm_launcher.h>
 #include <troupe/pool/actor_pool.h>
 
 #include "model.h"
@@ -38,7 +41,10 @@ constexpr kj::Duration CALL_DEADLINE = 10 * kj::SECONDS;
 constexpr size_t LOG_LINES = 20;
 
 struct Options {
-  std::string resolver;  // "" = the launcher's own registry
+  std::string resolver;  // "" = the local launcher's own registry
+  bool slurm = false;    // --launcher slurm
+  std::string partition;
+  std::string logDirectory;  // "" = the launcher's default
   ps::TrainerConfig trainer;
   uint32_t trainers = 2;
 };
@@ -46,9 +52,14 @@ struct Options {
 [[noreturn]] void usage(const char* program, const char* problem) {
   fprintf(stderr,
           "%s: %s\n"
-          "usage: %s [--resolver URL] [--shards N] [--trainers M] [--steps K] [--dim D]\n"
+          "usage: %s [--resolver URL] [--launcher local|slurm] [--partition P] [--log-dir DIR]\n"
+          "          [--shards N] [--trainers M] [--steps K] [--dim D]\n"
           "  --resolver URL  where the jobs publish their actors, e.g. registry://127.0.0.1:7700\n"
-          "                  (default: a registry run by the launcher itself)\n"
+          "                  (default: a registry run by the local launcher itself)\n"
+          "  --launcher L    local (default: this machine) or slurm (one Slurm job per job;\n"
+          "                  needs --resolver, which the nodes must reach)\n"
+          "  --partition P   Slurm: the partition (default: the cluster's default)\n"
+          "  --log-dir DIR   where the replicas' logs go (on Slurm: a folder every node sees)\n"
           "  --shards N      parameter-server shards, 1..D (default 2)\n"
           "  --trainers M    trainer replicas (default 2)\n"
           "  --steps K       training steps per trainer (default 60)\n"
@@ -65,6 +76,17 @@ Options parseOptions(int argc, char** argv) {
     std::string value = argv[i + 1];
     if (flag == "--resolver") {
       options.resolver = value;
+      continue;
+    }
+    if (flag == "--launcher") {
+      if (value != "local" && value != "slurm") {
+        usage(argv[0], ("--launcher is local or slurm, not '" + value + "'").c_str());
+      }
+      options.slurm = value == "slurm";
+      continue;
+    }
+    if (flag == "--partition" || flag == "--log-dir") {
+      (flag == "--partition" ? options.partition : options.logDirectory) = value;
       continue;
     }
     char* end = nullptr;
@@ -88,6 +110,12 @@ Options parseOptions(int argc, char** argv) {
   if (options.trainer.shards > options.trainer.dim) {
     usage(argv[0], "--shards must not exceed --dim: every shard owns at least one weight");
   }
+  if (options.slurm && options.resolver.empty()) {
+    usage(argv[0], "--launcher slurm needs --resolver: the replicas run on the cluster's nodes");
+  }
+  if (!options.slurm && !options.partition.empty()) {
+    usage(argv[0], "--partition is for --launcher slurm");
+  }
   return options;
 }
 
@@ -95,19 +123,21 @@ void printLogs(const troupe::JobHandle& job) {
   for (auto& line : job.logs(LOG_LINES)) printf("  %s\n", line.c_str());
 }
 
-// Each replica asks for half a core, or an equal share of the machine when more replicas than
-// that run at once, so that both jobs are admitted together (the trainers need the shards
-// running).
-troupe::ResourceConfig replicaResources(const troupe::LocalLauncher& launcher,
-                                        const Options& options) {
+// Locally each replica asks for half a core, or an equal share of the machine when more
+// replicas than that run at once, so that both jobs are admitted together (the trainers need
+// the shards running). On Slurm, which counts whole cores, one core each. `machineCpus` is 0 on
+// Slurm.
+troupe::ResourceConfig replicaResources(double machineCpus, const Options& options) {
+  if (options.slurm) return troupe::ResourceConfig::withCpu(1, "256m");
   double replicas = options.trainer.shards + options.trainers;
-  return troupe::ResourceConfig::withCpu(std::min(0.5, launcher.machine().cpus / replicas),
-                                         "256m");
+  return troupe::ResourceConfig::withCpu(std::min(0.5, machineCpus / replicas), "256m");
 }
 
 // False, having said why, when `job` waits for capacity or can never fit: the demo's jobs must
-// run side by side.
-bool admitted(const troupe::JobHandle& job) {
+// run side by side. (On Slurm every job is pending until Slurm starts it; the waits that follow
+// fail at once if it never can.)
+bool admitted(const troupe::JobHandle& job, const Options& options) {
+  if (options.slurm) return true;
   if (job.status() == troupe::JobPhase::PENDING ||
       job.status() == troupe::JobPhase::UNSCHEDULABLE) {
     printf("job '%s' cannot start on this machine: %s\n", job.id().c_str(),
@@ -118,7 +148,8 @@ bool admitted(const troupe::JobHandle& job) {
 }
 
 // Everything between starting the launcher and stopping it; returns the exit status.
-int train(troupe::EventLoop& loop, troupe::LocalLauncher& launcher, const Options& options) {
+int train(troupe::EventLoop& loop, troupe::Launcher& launcher, double machineCpus,
+          const Options& options) {
   auto& ws = loop.waitScope();
   const auto& config = options.trainer;
   auto data = ps::makeDataset(config.dim);
@@ -129,10 +160,10 @@ int train(troupe::EventLoop& loop, troupe::LocalLauncher& launcher, const Option
       launcher,
       {.name = config.shardsJob,
        .entrypoint = troupe::Entrypoint::function("shard", {std::to_string(config.dim)}),
-       .resources = replicaResources(launcher, options),
+       .resources = replicaResources(machineCpus, options),
        .replicas = config.shards},
       "ps");
-  if (!admitted(KJ_ASSERT_NONNULL(launcher.find(config.shardsJob)))) return 1;
+  if (!admitted(KJ_ASSERT_NONNULL(launcher.find(config.shardsJob)), options)) return 1;
   group->waitReady(config.shards, READY_TIMEOUT).wait(ws);
   troupe::ActorPool<ParameterServer> pool(*group);
   auto initial = ps::pullWeights(pool, config.dim, CALL_DEADLINE).wait(ws);
@@ -151,9 +182,9 @@ int train(troupe::EventLoop& loop, troupe::LocalLauncher& launcher, const Option
   auto trainers = launcher.submit({.name = "trainers",
                                    .entrypoint = troupe::Entrypoint::function(
                                        "trainer", config.toArgs()),
-                                   .resources = replicaResources(launcher, options),
+                                   .resources = replicaResources(machineCpus, options),
                                    .replicas = options.trainers});
-  if (!admitted(trainers)) return 1;
+  if (!admitted(trainers, options)) return 1;
   auto phase = trainers.wait(TRAINING_TIMEOUT).wait(ws);
   printf("trainers job %s; what the trainers printed (last %zu lines each):\n",
          troupe::toString(phase).cStr(), LOG_LINES);
@@ -210,22 +241,35 @@ int main(int argc, char** argv) {
   auto options = parseOptions(argc, argv);
   spdlog::set_level(spdlog::level::warn);
   troupe::EventLoop loop({.logger = spdlog::default_logger()});
-  kj::Maybe<kj::Own<troupe::LocalLauncher>> made;
+  kj::Own<troupe::LocalLauncher> local;
+  kj::Own<troupe::SlurmLauncher> slurm;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                made = kj::heap<troupe::LocalLauncher>(
-                    loop, troupe::LocalLauncherOptions{.resolver = options.resolver});
+                if (options.slurm) {
+                  slurm = kj::heap<troupe::SlurmLauncher>(
+                      loop, troupe::SlurmLauncherOptions{.resolver = options.resolver,
+                                                         .partition = options.partition,
+                                                         .logDirectory = options.logDirectory});
+                } else {
+                  local = kj::heap<troupe::LocalLauncher>(
+                      loop, troupe::LocalLauncherOptions{.resolver = options.resolver,
+                                                         .logDirectory = options.logDirectory});
+                }
               })) {
     fprintf(stderr, "%s: cannot start the launcher: %s\n", argv[0],
             troupe::errorMessage(*e).cStr());
     return troupe::errorCode(*e) == troupe::ErrorCode::INVALID_ARGUMENT ? 2 : 1;
   }
-  auto& launcher = *KJ_ASSERT_NONNULL(made);
-  printf("== launcher ready: replicas publish in %s, log to %s\n",
-         launcher.resolverUrl().c_str(), launcher.logDirectory().c_str());
+  troupe::Launcher& launcher = options.slurm ? static_cast<troupe::Launcher&>(*slurm) : *local;
+  double machineCpus = options.slurm ? 0 : local->machine().cpus;
+  printf("== %s launcher ready: replicas publish in %s, log to %s\n",
+         options.slurm ? "Slurm" : "local", launcher.resolverUrl().c_str(),
+         (options.slurm ? slurm->logDirectory() : local->logDirectory()).c_str());
   fflush(stdout);
 
   int status = 1;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { status = train(loop, launcher, options); })) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                status = train(loop, launcher, machineCpus, options);
+              })) {
     printf("demo failed: %s\n", e->getDescription().cStr());
     KJ_IF_MAYBE(shards, launcher.find(options.trainer.shardsJob)) {
       printf("what the shards printed (last %zu lines each):\n", LOG_LINES);
@@ -239,7 +283,7 @@ int main(int argc, char** argv) {
     shards->terminate().wait(loop.waitScope());
     printf("shards job %s\n", troupe::toString(shards->status()).cStr());
   }
-  launcher.drain().wait(loop.waitScope());
+  (options.slurm ? slurm->drain() : local->drain()).wait(loop.waitScope());
   fflush(stdout);
   return status;
 }
