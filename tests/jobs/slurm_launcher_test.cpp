@@ -1,9 +1,11 @@
 // SlurmLauncher against the one-node Slurm cluster of scripts/slurm-local.sh (real munged,
 // slurmctld and slurmd; ctest starts it, SLURM_CONF names it): a job of three replicas that
 // publishes in a registry and is called through a pool, troupe's environment and Slurm's task
-// index, a FUNCTION entrypoint with its arguments verbatim, a request larger than the node, a second job pending behind the first, a failed task
-// requeued and then failing the job, terminate with a replica that ignores SIGTERM, a job
-// cancelled behind the launcher's back, and each task's log.
+// index, a FUNCTION entrypoint with its arguments verbatim, a request larger than the node or
+// for GPUs it lacks, a second job pending behind the first, a failed task requeued and then
+// failing the job, terminate with a replica that ignores SIGTERM, a job cancelled behind the
+// launcher's back, each task's log, a launcher made again that finds its running job, a restart
+// of slurmctld, and a launcher without sbatch or a resolver.
 //
 // Slurm pushes nothing and its scheduler runs in real time, so these tests use real time: they
 // wait for the phases they expect (or PATIENCE, failing).
@@ -198,6 +200,15 @@ TEST_F(SlurmLauncherTest, ARequestLargerThanTheNodeIsUnschedulableAtOnce) {
   auto status = await(loop, launcher->resolver().jobStatus("huge"));
   EXPECT_EQ(status.state, JobState::ENDED);
   EXPECT_EQ(status.reason.rfind("unschedulable: ", 0), 0u) << status.reason;
+}
+
+TEST_F(SlurmLauncherTest, GpusTheNodeLacksAreUnschedulableAtOnceNamingSlurmsRefusal) {
+  auto req = request("gpus", replica({"exit", "0"}), 2);
+  req.resources = ResourceConfig::withGpu("H100", 8, 1, "64m");
+  auto job = launcher->submit(kj::mv(req));
+  ASSERT_EQ(finalPhase(job), JobPhase::UNSCHEDULABLE);
+  EXPECT_NE(job.reason().find("gres"), std::string::npos) << job.reason();
+  EXPECT_EQ(launcher->slurmJobId("gpus"), 0u);
 }
 
 TEST_F(SlurmLauncherTest, ASecondJobWaitsPendingUntilTheFirstEnds) {
