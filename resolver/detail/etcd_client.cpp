@@ -102,16 +102,20 @@ private:
   Address address;
 };
 
-// What a failure to reach `address` likely means, when its message shows it: a TLS member that
-// refused the client's certificate, or a plain request that a TLS member hung up on.
+// What a failure to reach `address` may mean, when its message fits: a TLS member that turned
+// the client's certificate (or its lack of one) away after the handshake, or a TLS member that
+// hung up on a plain request. Which words the failure has depends on when the member closed
+// (an alert read, a write cut off, a reset), so the hint is offered for each of them.
 kj::StringPtr hintFor(const Address& address, const kj::Exception& e) {
   auto says = [&](const char* part) { return strstr(e.getDescription().cStr(), part) != nullptr; };
-  bool tls = address.kind == Address::Kind::TLS;
-  if (tls && (says("alert bad certificate") || says("certificate required"))) {
-    return "; the member refused this client's certificate, or it has none: set TROUPE_TLS_CERT "
-           "and TROUPE_TLS_KEY to one signed by the CA of etcd's --trusted-ca-file";
+  bool closed = says("disconnected prematurely") || says("reset by peer") ||
+                says("connection ended") || says("bad certificate") ||
+                says("certificate required");
+  if (address.kind == Address::Kind::TLS && closed && !says("TLS handshake with")) {
+    return "; if etcd requires client certificates (--client-cert-auth), set TROUPE_TLS_CERT and "
+           "TROUPE_TLS_KEY to one signed by the CA of its --trusted-ca-file";
   }
-  if (address.kind == Address::Kind::TCP && says("disconnected prematurely")) {
+  if (address.kind == Address::Kind::TCP && closed) {
     return "; if the member serves TLS, use tls:// members (etcds:// URLs)";
   }
   return "";

@@ -388,7 +388,8 @@ TEST_F(EtcdOverTlsTest, AnUntrustedMemberOrAClientWithoutACertificateIsRefusedCl
   auto refused = awaitError(loop, anonymous->resolve("calc/"));
   EXPECT_EQ(refused.code, ErrorCode::UNREACHABLE) << refused.text;
   EXPECT_TRUE(refused.mentions(cluster.tlsAddress(0).c_str())) << refused.text;
-  EXPECT_TRUE(refused.mentions("refused this client's certificate")) << refused.text;
+  EXPECT_TRUE(refused.mentions("requires client certificates (--client-cert-auth)"))
+      << refused.text;
 
   // Plain HTTP to the TLS listener.
   EtcdResolverOptions plainOptions;
