@@ -352,17 +352,7 @@ TEST_F(LocalLauncherTest, CreateActorGroupThenWaitReadyThenCallsEndToEnd) {
   ASSERT_EQ(ready.size(), 3u);
 
   ActorPool<test::Member> pool(*group);
-  auto results = await(loop, pool.broadcast([](test::Member::Client c) {
-                                    return c.whoamiRequest().send();
-                                  }).waitAll(PATIENCE));
-  std::set<std::string> names;
-  for (auto& r : results) {
-    KJ_IF_MAYBE(v, r.value) {
-      names.insert(v->getName().cStr());
-    } else {
-      ADD_FAILURE() << "a member failed";
-    }
-  }
+  auto names = test::memberNames(loop, pool, PATIENCE);
   EXPECT_EQ(names, (std::set<std::string>{"members/member-0", "members/member-1",
                                           "members/member-2"}));
   auto one = await(loop, pool.call([](test::Member::Client c) {

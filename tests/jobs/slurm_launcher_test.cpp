@@ -119,24 +119,14 @@ TEST_F(SlurmLauncherTest, AJobOfThreeReplicasPublishesAndIsCalledThroughAPool) {
       *launcher, request("members", Entrypoint::binary(TROUPE_TEST_HOST_ACTOR_PATH), 3),
       "member");
   auto job = KJ_ASSERT_NONNULL(launcher->find("members"));
-  EXPECT_GT(launcher->slurmJobId("members") + 1, 0u);
   auto ready = await(loop, group->waitReady(3, PATIENCE));
   ASSERT_EQ(ready.size(), 3u);
+  EXPECT_GT(launcher->slurmJobId("members"), 0u);  // submitted, since its replicas run
   awaitPhase(job, JobPhase::RUNNING);  // the launcher sees it at its next look at Slurm
   EXPECT_EQ(job.status(), JobPhase::RUNNING) << job.reason();
 
   ActorPool<test::Member> pool(*group);
-  auto results = await(loop, pool.broadcast([](test::Member::Client c) {
-                                    return c.whoamiRequest().send();
-                                  }).waitAll(PATIENCE));
-  std::set<std::string> names;
-  for (auto& r : results) {
-    KJ_IF_MAYBE(v, r.value) {
-      names.insert(v->getName().cStr());
-    } else {
-      ADD_FAILURE() << "a member failed";
-    }
-  }
+  auto names = test::memberNames(loop, pool, PATIENCE);
   // Each task's index is its SLURM_PROCID.
   EXPECT_EQ(names, (std::set<std::string>{"members/member-0", "members/member-1",
                                           "members/member-2"}));

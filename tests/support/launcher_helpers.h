@@ -12,16 +12,20 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <kj/async-io.h>
 #include <kj/debug.h>
 #include <kj/io.h>
 
 #include "troupe/actor/event_loop.h"
 #include "troupe/jobs/launcher.h"
+#include "troupe/pool/actor_pool.h"
+#include "tests/support/test_actors.h"
 
 namespace troupe::test {
 
@@ -41,6 +45,24 @@ inline std::vector<std::string> grepLogs(const JobHandle& job, const std::string
     if (line.find(text) != std::string::npos) out.push_back(line);
   }
   return out;
+}
+
+// The names the members of `pool` answer whoami with, one broadcast, waiting at most `limit`;
+// a member that fails is a test failure.
+inline std::set<std::string> memberNames(EventLoop& loop, ActorPool<Member>& pool,
+                                         kj::Duration limit) {
+  auto results = pool.broadcast([](Member::Client c) { return c.whoamiRequest().send(); })
+                     .waitAll(limit)
+                     .wait(loop.waitScope());
+  std::set<std::string> names;
+  for (auto& r : results) {
+    KJ_IF_MAYBE(v, r.value) {
+      names.insert(v->getName().cStr());
+    } else {
+      ADD_FAILURE() << "member " << r.endpoint.name << " failed";
+    }
+  }
+  return names;
 }
 
 // A fresh directory under /tmp (short, so a unix socket fits in it), removed with everything in
