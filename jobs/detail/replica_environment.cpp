@@ -1,6 +1,8 @@
 #include "troupe/jobs/detail/replica_environment.h"
 
 #include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
@@ -61,6 +63,26 @@ std::vector<std::string> replicaEnvironment(const JobRequest& request,
   out.reserve(env.size());
   for (auto& [name, value] : env) out.push_back(name + "=" + value);
   return out;
+}
+
+kj::Maybe<std::string> searchPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    auto end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    start = end + 1;
+  }
+  return nullptr;
 }
 
 std::string ownProgramPath() {

@@ -31,6 +31,11 @@ struct ReplicaEnvironment {
 std::vector<std::string> replicaEnvironment(const JobRequest& request,
                                             const ReplicaEnvironment& how);
 
+// Where the shell would find program `name`: `name` itself when it holds a '/', else the first
+// regular, executable file of that name in $PATH (default /usr/local/bin:/usr/bin:/bin); null
+// when there is none.
+kj::Maybe<std::string> searchPath(const std::string& name);
+
 // This program's path (/proc/self/exe resolved; "/proc/self/exe" itself when that fails): what
 // FUNCTION replicas run by default.
 std::string ownProgramPath();

@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "troupe/actor/errors.h"
+#include "troupe/jobs/detail/replica_environment.h"
 
 namespace troupe::jobs_detail {
 
@@ -61,21 +62,12 @@ uint64_t number(JsonValue::Reader object, kj::StringPtr name) {
 }  // namespace
 
 std::string findCommand(const std::string& name) {
-  if (name.find('/') != std::string::npos) return name;
-  const char* path = getenv("PATH");
-  std::string folders = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= folders.size()) {
-    size_t end = folders.find(':', start);
-    if (end == std::string::npos) end = folders.size();
-    std::string folder = folders.substr(start, end - start);
-    if (folder.empty()) folder = ".";
-    std::string candidate = folder + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
+  KJ_IF_MAYBE(found, searchPath(name)) {
+    return *found;
   }
+  const char* path = getenv("PATH");
   throwError(ErrorCode::FAILED, kj::str("the Slurm command '", name, "' is not on PATH (",
-                                        folders, "); is Slurm installed here?"));
+                                        path != nullptr ? path : "", "); is Slurm installed here?"));
 }
 
 kj::Promise<CommandOutput> runCommand(EventLoop& loop, std::vector<std::string> argv,

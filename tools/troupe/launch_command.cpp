@@ -16,6 +16,7 @@
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
 #include "troupe/actor/parse_number.h"
+#include "troupe/jobs/detail/replica_environment.h"
 #include "troupe/jobs/local_launcher.h"
 #include "troupe/jobs/slurm_launcher.h"
 #include "tools/troupe/cli.h"
@@ -27,21 +28,8 @@ namespace {
 
 // BINARY as the shell would find it: a name without '/' is looked up in $PATH.
 std::string findProgram(const std::string& name) {
-  if (name.find('/') != std::string::npos) return name;
-  const char* path = getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    auto end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    std::string dir = dirs.substr(start, end - start);
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    struct stat st;
-    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-    start = end + 1;
+  KJ_IF_MAYBE(found, jobs_detail::searchPath(name)) {
+    return *found;
   }
   return name;
 }
