@@ -159,6 +159,7 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
         .timeLimit = options.timeLimit,
         .sbatchArgs = options.sbatchArgs,
         .terminateGrace = options.terminateGrace,
+        .submitPatience = options.submitPatience,
         .logger = log,
     };
   }

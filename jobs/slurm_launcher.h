@@ -53,6 +53,14 @@ struct SlurmLauncherOptions {
   // 60 s.
   kj::Duration commandTimeout = 60 * kj::SECONDS;
 
+  // How long a submission keeps trying while Slurm's refusal may pass: slurmctld cannot be
+  // reached (sbatch says "Unable to contact slurm controller": nothing was submitted), or the
+  // request fits no node while some nodes have not registered (just after slurmctld started).
+  // It tries again 1 s, 2 s, ... at most 30 s apart, the job PENDING and its reason saying
+  // why; after it the job ends as that refusal says. Any other refusal ends the job at once.
+  // Default 5 min.
+  kj::Duration submitPatience = 5 * kj::MINUTES;
+
   // More sbatch flags for every job (--account=..., --qos=..., --constraint=...), after
   // troupe's own.
   std::vector<std::string> sbatchArgs;
@@ -93,7 +101,9 @@ struct SlurmLauncherOptions {
 // at once: Slurm would hold it two minutes), so every replica starts again as a new
 // incarnation; past that the job FAILS. A job asking for retries, or preemptible, is submitted
 // with --requeue (Slurm then also requeues it after a node failure or a preemption), any other
-// with --no-requeue.
+// with --no-requeue. A preemptible job that ends PREEMPTED is requeued too, without counting
+// against maxRetriesFailure. While slurmctld cannot be reached, submission is tried again (see
+// submitPatience): sbatch said then that it submitted nothing, so no job runs twice.
 //
 // The resolver. The job is created there before it is submitted (its credential goes to the
 // replicas through the token file) and ended when it reaches a final phase, with the same

@@ -9,7 +9,9 @@
 #   scripts/slurm-local.sh stop DIR    stops them by the pids in DIR (SIGTERM, SIGKILL after 10 s)
 #   scripts/slurm-local.sh restart-controller DIR
 #                                      stops slurmctld and starts it again on its saved state, as
-#                                      an administrator's restart does; returns once it answers
+#                                      an administrator's restart does; returns once the node is back
+#   scripts/slurm-local.sh stop-controller DIR / start-controller DIR
+#                                      the two halves of that, for a controller that is down a while
 #
 # The node offers SLURM_LOCAL_CPUS cores (default 8, whatever the machine has) and the memory
 # slurmd finds; one partition, "debug", holds it.
@@ -20,7 +22,7 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 start|stop|restart-controller DIR" >&2
+  echo "usage: $0 start|stop|restart-controller|stop-controller|start-controller DIR" >&2
   exit 2
 }
 [ $# -eq 2 ] || usage
@@ -211,19 +213,33 @@ start() {
   exit 1
 }
 
-restart_controller() {
+stop_controller() {
   running_pid "$dir/slurmctld.pid" > /dev/null || {
     echo "slurm-local: no slurmctld runs in $dir" >&2
     exit 1
   }
   stop_pid_file "$dir/slurmctld.pid" slurmctld
+}
+
+start_controller() {
+  if running_pid "$dir/slurmctld.pid" > /dev/null; then
+    echo "slurm-local: slurmctld runs in $dir already" >&2
+    exit 1
+  fi
+  [ -f "$dir/slurm.conf" ] || {
+    echo "slurm-local: no cluster was started in $dir" >&2
+    exit 1
+  }
   "${as_root[@]}" slurmctld -f "$dir/slurm.conf"
-  local i
+  # Until slurmd registers again the node's state is unknown ("unk") and sbatch refuses jobs.
+  local i state
   for ((i = 0; i < 300; i++)); do
-    SLURM_CONF="$dir/slurm.conf" scontrol ping 2>/dev/null | grep -q "is UP" && return 0
+    state=$(SLURM_CONF="$dir/slurm.conf" sinfo --noheader --format=%t 2>/dev/null || true)
+    case "$state" in idle | mix | alloc | comp) return 0 ;; esac
     sleep 0.1
   done
-  echo "slurm-local: slurmctld did not answer within 30 s of its restart" >&2
+  echo "slurm-local: the node did not register with slurmctld within 30 s of its start" \
+    "(sinfo: '${state:-nothing}')" >&2
   show_logs
   exit 1
 }
@@ -231,6 +247,8 @@ restart_controller() {
 case "$command" in
   start) start ;;
   stop) stop ;;
-  restart-controller) restart_controller ;;
+  stop-controller) stop_controller ;;
+  start-controller) start_controller ;;
+  restart-controller) stop_controller && start_controller ;;
   *) usage ;;
 esac

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
@@ -109,6 +110,9 @@ SlurmJob::SlurmJob(EventLoop& loop, SlurmJobHost& host, JobRequest request,
   auto paf = kj::newPromiseAndFulfiller<void>();
   endReported = paf.promise.fork();
   endFulfiller = kj::mv(paf.fulfiller);
+  auto stop = kj::newPromiseAndFulfiller<void>();
+  stopRequested = stop.promise.fork();
+  stopFulfiller = kj::mv(stop.fulfiller);
 }
 
 SlurmJob::~SlurmJob() noexcept(false) {}
@@ -171,15 +175,15 @@ kj::Promise<void> SlurmJob::createAndSubmit() {
     jobTokenFile = writeJobTokenFile(
         settings.logDirectory.substr(0, settings.logDirectory.rfind('/')), settings.logDirectory,
         jobCredential);
-    return KJ_ASSERT_NONNULL(host).run(testArgs);
+    return sbatch(testArgs, {}, loop.timer().now() + settings.submitPatience, 1 * kj::SECONDS);
   }).then([this, testArgs](CommandOutput tested) -> kj::Promise<void> {
+    if (stopping) {
+      finish(JobPhase::STOPPED, stopReason);
+      return kj::READY_NOW;
+    }
     if (!tested.status.ok()) {
       auto why = describeFailure(testArgs, tested);
       finish(refusalIsFinal(tested.text) ? JobPhase::UNSCHEDULABLE : JobPhase::FAILED, why);
-      return kj::READY_NOW;
-    }
-    if (stopping) {
-      finish(JobPhase::STOPPED, stopReason);
       return kj::READY_NOW;
     }
     ReplicaEnvironment how;
@@ -187,8 +191,8 @@ kj::Promise<void> SlurmJob::createAndSubmit() {
     how.jobTokenFile = jobTokenFile;
     how.numTasks = request_.replicaCount();
     auto args = sbatchArguments(request_, settings, false);
-    return KJ_ASSERT_NONNULL(host)
-        .run(args, replicaEnvironment(request_, how))
+    return sbatch(args, replicaEnvironment(request_, how),
+                  loop.timer().now() + settings.submitPatience, 1 * kj::SECONDS)
         .then([this, args](CommandOutput out) {
           uint64_t id = out.status.ok() ? strtoull(out.text.c_str(), nullptr, 10) : 0;
           if (id == 0) {
@@ -199,6 +203,63 @@ kj::Promise<void> SlurmJob::createAndSubmit() {
           }
           submitted(id);
         });
+  });
+}
+
+kj::Promise<kj::Maybe<std::string>> SlurmJob::passingRefusal(const CommandOutput& out) {
+  if (out.status.ok()) return kj::Maybe<std::string>(nullptr);
+  if (out.text.find("Unable to contact slurm controller") != std::string::npos) {
+    return kj::Maybe<std::string>(std::string("slurmctld cannot be reached"));
+  }
+  if (out.text.find("Requested node configuration is not available") == std::string::npos) {
+    return kj::Maybe<std::string>(nullptr);
+  }
+  // Said also of nodes slurmctld has not heard from yet (just after it started): their
+  // resources are unknown, so the request may fit once they register.
+  std::vector<std::string> sinfo{"sinfo", "--noheader", "--format=%t"};
+  if (!settings.partition.empty()) sinfo.push_back("--partition=" + settings.partition);
+  return KJ_ASSERT_NONNULL(host).run(sinfo).then([](CommandOutput nodes) {
+    std::istringstream lines(nodes.text);
+    std::string state;
+    while (std::getline(lines, state)) {
+      if (state.rfind("unk", 0) == 0 || state.find('*') != std::string::npos) {
+        return kj::Maybe<std::string>(std::string("some nodes have not registered with Slurm"));
+      }
+    }
+    return kj::Maybe<std::string>(nullptr);
+  });
+}
+
+kj::Promise<CommandOutput> SlurmJob::sbatch(std::vector<std::string> args,
+                                            std::vector<std::string> env,
+                                            kj::TimePoint deadline, kj::Duration pause) {
+  auto ran = KJ_ASSERT_NONNULL(host).run(args, env);
+  return ran.then([this](CommandOutput out) {
+    auto judged = passingRefusal(out);
+    return judged.then([out = kj::mv(out)](kj::Maybe<std::string> passing) mutable {
+      return std::make_pair(kj::mv(out), kj::mv(passing));
+    });
+  }).then([this, args = kj::mv(args), env = kj::mv(env), deadline,
+           pause](std::pair<CommandOutput, kj::Maybe<std::string>> result) mutable
+          -> kj::Promise<CommandOutput> {
+    auto& [out, passing] = result;
+    KJ_IF_MAYBE(why, passing) {
+      if (!stopping && host != nullptr && loop.timer().now() + pause <= deadline) {
+        auto seconds = std::to_string(pause / kj::SECONDS);
+        settings.logger->warn("slurm launcher: job {}: {}; submitting again in {} s",
+                              request_.name, *why, seconds);
+        setPhase(JobPhase::PENDING, "submitting: " + *why + " (" + firstLine(out.text) +
+                                        "); trying again in " + seconds + " s");
+        auto next = std::min(pause * 2, 30 * kj::SECONDS);
+        return loop.timer().afterDelay(pause).exclusiveJoin(stopRequested.addBranch()).then(
+            [this, out = kj::mv(out), args = kj::mv(args), env = kj::mv(env), deadline,
+             next]() mutable -> kj::Promise<CommandOutput> {
+              if (stopping || host == nullptr) return kj::mv(out);
+              return sbatch(kj::mv(args), kj::mv(env), deadline, next);
+            });
+      }
+    }
+    return kj::mv(out);
   });
 }
 
@@ -252,6 +313,32 @@ bool SlurmJob::observe(const SlurmJobInfo& info) {
   return before != std::make_pair(phase_, reason_);
 }
 
+void SlurmJob::requeue(std::string why) {
+  setPhase(JobPhase::PENDING, why);
+  // Slurm holds a requeued job for two minutes (its eligible time); it may start at once.
+  auto id = std::to_string(slurmId_);
+  std::vector<std::string> requeue{"scontrol", "requeue", id};
+  std::vector<std::string> now{"scontrol", "update", "JobId=" + id, "StartTime=now"};
+  auto& h = KJ_ASSERT_NONNULL(host);
+  tasks->add(h.run(requeue).then([this, &h, requeue, now, why](CommandOutput out) {
+    // Slurm may have requeued a preempted job itself ("pending" already): that is as asked.
+    if (!out.status.ok() && out.text.find("pending") == std::string::npos) {
+      finish(JobPhase::FAILED,
+             why + "; and it could not be requeued: " + describeFailure(requeue, out));
+      return kj::Promise<void>(kj::READY_NOW);
+    }
+    return h.run(now).then([this, now](CommandOutput out) {
+      if (!out.status.ok()) {
+        settings.logger->warn("slurm launcher: job {}: {}", request_.name,
+                              describeFailure(now, out));
+      }
+      KJ_IF_MAYBE(h, host) {
+        h->wake();
+      }
+    });
+  }));
+}
+
 void SlurmJob::endedInSlurm(const SlurmJobInfo& info) {
   handledEnd = info.restarts;
   kj::StringPtr state = info.state;
@@ -261,6 +348,10 @@ void SlurmJob::endedInSlurm(const SlurmJobInfo& info) {
     finish(JobPhase::SUCCEEDED, "");
   } else if (state == "CANCELLED") {
     finish(JobPhase::STOPPED, "cancelled in Slurm (scancel, or an administrator)");
+  } else if (state == "PREEMPTED" && request_.resources.preemptible) {
+    // Not a failure: a preemptible job is run again, however often it is preempted.
+    settings.logger->info("slurm launcher: job {}: preempted; requeued", request_.name);
+    requeue("preempted; waiting to run again");
   } else {
     std::string why = state == "TIMEOUT" ? std::string("it reached its time limit")
                                          : failedTask();
@@ -272,28 +363,7 @@ void SlurmJob::endedInSlurm(const SlurmJobInfo& info) {
       ++failures;
       settings.logger->warn("slurm launcher: job {}: {}; requeued (restart {} of at most {})",
                             request_.name, why, failures, request_.maxRetriesFailure);
-      setPhase(JobPhase::PENDING, "restarting after: " + why);
-      // Slurm holds a requeued job for two minutes (its eligible time); it may start at once.
-      auto id = std::to_string(slurmId_);
-      std::vector<std::string> requeue{"scontrol", "requeue", id};
-      std::vector<std::string> now{"scontrol", "update", "JobId=" + id, "StartTime=now"};
-      auto& h = KJ_ASSERT_NONNULL(host);
-      tasks->add(h.run(requeue).then([this, &h, requeue, now, why](CommandOutput out) {
-        if (!out.status.ok()) {
-          finish(JobPhase::FAILED, why + "; and it could not be requeued: " +
-                                       describeFailure(requeue, out));
-          return kj::Promise<void>(kj::READY_NOW);
-        }
-        return h.run(now).then([this, now](CommandOutput out) {
-          if (!out.status.ok()) {
-            settings.logger->warn("slurm launcher: job {}: {}", request_.name,
-                                  describeFailure(now, out));
-          }
-          KJ_IF_MAYBE(h, host) {
-            h->wake();
-          }
-        });
-      }));
+      requeue("restarting after: " + why);
       return;
     }
     finish(JobPhase::FAILED, why);
@@ -374,6 +444,7 @@ kj::Promise<void> SlurmJob::terminate(kj::Maybe<kj::Duration> grace) {
   if (isFinal(phase_) || stopping) return whenFinal();
   stopping = true;
   stopReason = "terminated";
+  stopFulfiller->fulfill();
   if (slurmId_ == 0) return whenFinal();  // sbatch has not answered: cancelled once it does
   if (phase_ == JobPhase::PENDING) {
     tasks->add(cancel(false));

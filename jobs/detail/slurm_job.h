@@ -40,6 +40,7 @@ struct SlurmJobSettings {
   kj::Duration timeLimit;
   std::vector<std::string> sbatchArgs;
   kj::Duration terminateGrace;
+  kj::Duration submitPatience;
   std::shared_ptr<spdlog::logger> logger;
 };
 
@@ -93,10 +94,19 @@ public:
 private:
   void taskFailed(kj::Exception&& exception) override;
   kj::Promise<void> createAndSubmit();
+  // Why sbatch's refusal `out` may pass (slurmctld cannot be reached, or nodes it has not
+  // heard from yet), or nullptr when it was no refusal or one that stands.
+  kj::Promise<kj::Maybe<std::string>> passingRefusal(const CommandOutput& out);
+  // Runs sbatch (`args`), again with backoff while its refusal may pass (passingRefusal) and
+  // `deadline` has not passed.
+  kj::Promise<CommandOutput> sbatch(std::vector<std::string> args, std::vector<std::string> env,
+                                    kj::TimePoint deadline, kj::Duration pause);
   std::string writeJobToken(const std::string& credential);
   void submitted(uint64_t id);
   // The job ended in Slurm in `state`; `info` holds scontrol's details.
   void endedInSlurm(const SlurmJobInfo& info);
+  // Has Slurm run the job again (scontrol requeue, eligible at once); PENDING for `why`.
+  void requeue(std::string why);
   // The last line srun wrote about a failing task, if any ("task 1: Exited with exit code 3").
   std::string failedTask() const;
   void setPhase(JobPhase phase, std::string why);
@@ -121,6 +131,8 @@ private:
   std::string jobTokenFile;
   kj::Maybe<kj::ForkedPromise<void>> endReported;
   kj::Own<kj::PromiseFulfiller<void>> endFulfiller;
+  kj::ForkedPromise<void> stopRequested = nullptr;  // resolves when terminate() is called
+  kj::Own<kj::PromiseFulfiller<void>> stopFulfiller;
   ChangeSignal changeSignal;
   kj::Own<kj::TaskSet> tasks;  // last: its tasks use everything above
 };

@@ -47,6 +47,21 @@ std::string shell(const std::string& command) {
   return out;
 }
 
+// What scripts/slurm-local.sh COMMAND printed for the test's cluster, and whether it succeeded.
+std::pair<bool, std::string> slurmLocal(const std::string& command) {
+  std::string conf = getenv("SLURM_CONF");
+  auto out = shell(std::string(TROUPE_SLURM_LOCAL_PATH) + " " + command + " " +
+                   conf.substr(0, conf.rfind('/')) + " 2>&1 && echo ' ok'");
+  bool ok = out.size() >= 3 && out.substr(out.size() - 3) == " ok";
+  return {ok, out};
+}
+
+// FIELD=value in `scontrol -o show job ID`: the value.
+std::string jobField(uint64_t id, const std::string& field) {
+  return shell("scontrol -o show job " + std::to_string(id) + " | tr ' ' '\\n' | sed -n 's/^" +
+               field + "=//p'");
+}
+
 // The cores the cluster's node offers.
 uint32_t nodeCpus() {
   return static_cast<uint32_t>(std::stoul(shell("sinfo --noheader --format=%c")));
@@ -295,16 +310,75 @@ TEST_F(SlurmLauncherTest, AJobRunsOnThroughARestartOfSlurmctld) {
   auto job = launcher->submit(request("steady", replica({"wait"}), 2));
   awaitPhase(job, JobPhase::RUNNING);
   ASSERT_EQ(job.status(), JobPhase::RUNNING) << job.reason();
-  std::string conf = getenv("SLURM_CONF");
-  auto restarted = shell(std::string(TROUPE_SLURM_LOCAL_PATH) + " restart-controller " +
-                         conf.substr(0, conf.rfind('/')) + " 2>&1 && echo restarted");
-  ASSERT_EQ(restarted.substr(restarted.size() - 9), "restarted") << restarted;
-  auto slurmState = shell("scontrol -o show job " + std::to_string(launcher->slurmJobId("steady")) +
-                          " | sed -n 's/.* JobState=\\([A-Z_]*\\) .*/\\1/p'");
-  EXPECT_EQ(slurmState, "RUNNING");
+  auto [restarted, said] = slurmLocal("restart-controller");
+  ASSERT_TRUE(restarted) << said;
+  EXPECT_EQ(jobField(launcher->slurmJobId("steady"), "JobState"), "RUNNING");
   // The launcher goes on following it through the restarted controller.
   EXPECT_EQ(job.status(), JobPhase::RUNNING) << job.reason();
   await(loop, job.terminate());
+  EXPECT_EQ(job.status(), JobPhase::STOPPED) << job.reason();
+}
+
+TEST_F(SlurmLauncherTest, ASubmissionWhileSlurmctldIsDownWaitsForItThenRunsOnce) {
+  auto [stopped, said] = slurmLocal("stop-controller");
+  ASSERT_TRUE(stopped) << said;
+  // Whatever happens below, the next test finds a controller.
+  KJ_DEFER(slurmLocal("start-controller"));
+  auto job = launcher->submit(request("patient", replica({"exit", "0"}), 2));
+  while (job.reason().find("slurmctld cannot be reached") == std::string::npos) {
+    ASSERT_EQ(job.status(), JobPhase::PENDING) << job.reason();
+    await(loop, job.whenChanged());
+  }
+  EXPECT_NE(job.reason().find("Unable to contact slurm controller"), std::string::npos)
+      << job.reason();
+  auto [started, startSaid] = slurmLocal("start-controller");
+  ASSERT_TRUE(started) << startSaid;
+  ASSERT_EQ(finalPhase(job), JobPhase::SUCCEEDED) << job.reason();
+  // Submitted once: Slurm holds one job of that name.
+  EXPECT_EQ(shell("squeue --noheader --states=all --name=patient --format=%i | wc -l"), "1");
+  EXPECT_GE(sink->count("slurmctld cannot be reached; submitting again"), 1u);
+}
+
+TEST_F(SlurmLauncherTest, TerminateEndsASubmissionWaitingForSlurmctldAtOnce) {
+  auto [stopped, said] = slurmLocal("stop-controller");
+  ASSERT_TRUE(stopped) << said;
+  KJ_DEFER(slurmLocal("start-controller"));
+  auto job = launcher->submit(request("abandoned", replica({"exit", "0"})));
+  while (job.reason().find("slurmctld cannot be reached") == std::string::npos) {
+    ASSERT_EQ(job.status(), JobPhase::PENDING) << job.reason();
+    await(loop, job.whenChanged());
+  }
+  await(loop, job.terminate());
+  EXPECT_EQ(job.status(), JobPhase::STOPPED) << job.reason();
+  EXPECT_EQ(launcher->slurmJobId("abandoned"), 0u);
+}
+
+TEST_F(SlurmLauncherTest, APreemptibleJobIsRequeuableAndComesBackAfterAPreemption) {
+  auto req = request("spot", replica({"wait"}), 2);
+  req.resources.preemptible = true;
+  auto job = launcher->submit(kj::mv(req));
+  auto plain = launcher->submit(request("plain", replica({"wait"})));
+  awaitPhase(job, JobPhase::RUNNING);
+  awaitPhase(plain, JobPhase::RUNNING);
+  ASSERT_EQ(job.status(), JobPhase::RUNNING) << job.reason();
+  auto id = launcher->slurmJobId("spot");
+  EXPECT_EQ(jobField(id, "Requeue"), "1");
+  EXPECT_EQ(jobField(launcher->slurmJobId("plain"), "Requeue"), "0");
+
+  // What a preemption with PreemptMode=REQUEUE does, by hand; then made eligible at once
+  // (Slurm holds a requeued job back two minutes).
+  shell("scontrol requeue " + std::to_string(id));
+  while (job.status() == JobPhase::RUNNING) await(loop, job.whenChanged());
+  EXPECT_EQ(job.status(), JobPhase::PENDING) << job.reason();
+  shell("scontrol update JobId=" + std::to_string(id) + " StartTime=now");
+  while (job.status() != JobPhase::RUNNING) {
+    ASSERT_EQ(job.status(), JobPhase::PENDING) << job.reason();
+    await(loop, job.whenChanged());
+  }
+  EXPECT_EQ(job.replicas()[0].starts, 2u);
+  EXPECT_EQ(launcher->slurmJobId("spot"), id);
+  await(loop, job.terminate());
+  await(loop, plain.terminate());
   EXPECT_EQ(job.status(), JobPhase::STOPPED) << job.reason();
 }
 
