@@ -1,6 +1,7 @@
 #include "troupe/jobs/launcher.h"
 
 #include "troupe/actor/errors.h"
+#include "troupe/jobs/detail/replica_environment.h"
 
 namespace troupe {
 
@@ -55,6 +56,10 @@ kj::Promise<JobPhase> JobHandle::wait(kj::Duration timeout) {
                                  toString(job->phase()), " after ", timeout));
       });
   return finalPhase(kj::addRef(*job)).exclusiveJoin(kj::mv(expired));
+}
+
+kj::Maybe<std::string> findProgram(const std::string& name) {
+  return jobs_detail::searchPath(name);
 }
 
 }  // namespace troupe

@@ -149,4 +149,9 @@ kj::Own<ActorGroup<T>> createActorGroup(Launcher& launcher, JobRequest request,
                                  kj::mv(options));
 }
 
+// Where the shell would find program `name`: `name` itself when it holds a '/', else the first
+// regular, executable file of that name in $PATH (default /usr/local/bin:/usr/bin:/bin); null
+// when there is none. What launchers run an entrypoint's program from.
+kj::Maybe<std::string> findProgram(const std::string& name);
+
 }  // namespace troupe

@@ -16,7 +16,6 @@
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
 #include "troupe/actor/parse_number.h"
-#include "troupe/jobs/detail/replica_environment.h"
 #include "troupe/jobs/local_launcher.h"
 #include "troupe/jobs/slurm_launcher.h"
 #include "tools/troupe/cli.h"
@@ -28,7 +27,7 @@ namespace {
 
 // BINARY as the shell would find it: a name without '/' is looked up in $PATH.
 std::string findProgram(const std::string& name) {
-  KJ_IF_MAYBE(found, jobs_detail::searchPath(name)) {
+  KJ_IF_MAYBE(found, troupe::findProgram(name)) {
     return *found;
   }
   return name;
