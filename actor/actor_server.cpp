@@ -8,6 +8,8 @@
 #include <set>
 #include <vector>
 
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
 #include <kj/debug.h>
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
@@ -57,7 +59,7 @@ constexpr kj::Duration FLUSH_ALLOWANCE = 1 * kj::SECONDS;
 
 capnp::Capability::Client newActorHost(ActorServer::Impl& server);
 
-struct ActorServer::Impl final {
+struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
   Impl(EventLoop& loop, JobContext job, ActorServerOptions options)
       : loop(loop),
         job(kj::mv(job)),
@@ -72,9 +74,11 @@ struct ActorServer::Impl final {
     auto paf = kj::newPromiseAndFulfiller<void>();
     drainStarted = paf.promise.fork();
     drainStartedFulfiller = kj::mv(paf.fulfiller);
+    metricsRegistration = loop.metrics().add(*this);
   }
 
   ~Impl() noexcept(false) {
+    http = nullptr;
     // Connections first: they hold the gates, which refer to the actors and the tracker. Then
     // the calls they leave behind, which Cap'n Proto would only cancel on a later turn.
     acceptor = nullptr;
@@ -121,15 +125,87 @@ struct ActorServer::Impl final {
                                            : EndpointState::STARTING;
   }
 
+  std::string advertisedHost(const std::string& host) const {
+    if (!isWildcardHost(host)) return host;
+    return job.advertiseHost.empty() ? machineName() : job.advertiseHost;
+  }
+
   std::string endpointAddress() const {
     if (!options.advertiseAddress.empty()) return options.advertiseAddress;
     auto bound = acceptor->bound();
     if (bound.size() == 0) return "";
     Address a = bound[0];
-    if (a.isInet() && isWildcardHost(a.host)) {
-      a.host = job.advertiseHost.empty() ? machineName() : job.advertiseHost;
-    }
+    if (a.isInet()) a.host = advertisedHost(a.host);
     return a.toString();
+  }
+
+  // --- HTTP
+
+  void startHttp() {
+    auto address = options.httpAddress.empty() ? job.metricsAddress : options.httpAddress;
+    if (address.empty()) return;
+    auto httpOptions = options.http;
+    if (!httpOptions.credentials) {
+      httpOptions.credentials = options.credentials ? options.credentials : loop.credentials();
+    }
+    if (!httpOptions.logger) httpOptions.logger = log;
+    http = kj::heap<HttpEndpoint>(loop, address, kj::mv(httpOptions), *this);
+    // The published URL names a host others can reach, as the endpoint's address does.
+    auto url = http->url();
+    auto scheme = url.substr(0, url.find("://") + 3);
+    auto hostPort = url.substr(scheme.size());
+    auto colon = hostPort.rfind(':');
+    auto host = hostPort.substr(0, colon);
+    if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    auto advertised = advertisedHost(host);
+    if (advertised.find(':') != std::string::npos) advertised = "[" + advertised + "]";
+    httpUrl = scheme + advertised + hostPort.substr(colon);
+    log->info("serving HTTP on {} (/metrics, /healthz, /actors)", http->url());
+  }
+
+  kj::Promise<void> request(kj::HttpMethod, kj::StringPtr url, const kj::HttpHeaders&,
+                            kj::AsyncInputStream&, Response& response) override {
+    auto& table = http->headerTable();
+    auto path = url.slice(0, url.findFirst('?').orDefault(url.size()));
+    if (path == "/healthz"_kj) {
+      bool serving = state == ServerState::SERVING;
+      return sendHttpText(response, table, serving ? 200 : 503, "text/plain; charset=utf-8",
+                          kj::str(state == ServerState::SERVING    ? "ready\n"_kj
+                                  : state == ServerState::DRAINING ? "draining\n"_kj
+                                                                   : "stopped\n"_kj));
+    }
+    if (path == "/actors"_kj) {
+      capnp::MallocMessageBuilder message;
+      auto info = message.initRoot<schema::ServerInfo>();
+      info.setJobId(job.jobId);
+      info.setTaskIndex(job.taskIndex);
+      info.setIncarnation(incarnation);
+      info.setState(toCapnp(endpointState()));
+      info.setAddress(endpointAddress());
+      auto list = info.initActors(actors.size());
+      for (uint i = 0; i < actors.size(); ++i) fillInfo(*actors[i], list[i]);
+      capnp::JsonCodec json;
+      json.setPrettyPrint(true);
+      auto text = json.encode(info.asReader());
+      return sendHttpText(response, table, 200, "application/json", kj::str(text, "\n"));
+    }
+    return sendHttpText(response, table, 404, "text/plain; charset=utf-8",
+                        kj::str("not found: this server serves /metrics, /healthz and /actors\n"));
+  }
+
+  // --- metrics
+
+  void collectMetrics(MetricsSnapshot& out) const override {
+    for (auto& a : actors) a->collectMetrics(out, job.jobId);
+    acceptor->collectMetrics(out, {{"job", job.jobId}, {"server", "actor"}});
+    out.add("troupe_server_info",
+            "One series per actor server: its job, task, incarnation and state (value 1).",
+            MetricType::GAUGE,
+            {{"job", job.jobId},
+             {"task", std::to_string(job.taskIndex)},
+             {"incarnation", std::to_string(incarnation)},
+             {"state", toString(endpointState()).cStr()}},
+            1);
   }
 
   Endpoint endpointOf(const actor_detail::HostedActor& actor) const {
@@ -141,6 +217,7 @@ struct ActorServer::Impl final {
     e.taskIndex = job.taskIndex;
     e.incarnation = incarnation;
     e.state = endpointState();
+    if (!httpUrl.empty()) e.metadata["metrics"] = httpUrl;
     return e;
   }
 
@@ -202,6 +279,7 @@ struct ActorServer::Impl final {
     tracker.abortAll(makeError(ErrorCode::DISCONNECTED,
                                "the server stopped before the call finished; it may have run"));
     state = ServerState::STOPPED;
+    http = nullptr;
     signals = nullptr;  // signals have their default effect again
     tracker.draining = true;
     for (auto* l : endpointListeners) {
@@ -222,6 +300,9 @@ struct ActorServer::Impl final {
   std::vector<EndpointListener*> endpointListeners;
 
   kj::Own<RpcAcceptor> acceptor;
+  kj::Own<HttpEndpoint> http;  // once listening, when an HTTP address is set; null after stop
+  std::string httpUrl;         // as published
+  MetricsSet::Registration metricsRegistration;
   kj::ForkedPromise<void> drainStarted = nullptr;
   kj::Maybe<kj::Promise<void>> signals;  // while serve() runs
   kj::Own<kj::PromiseFulfiller<void>> drainStartedFulfiller;
@@ -318,6 +399,9 @@ capnp::Capability::Client newActorHost(ActorServer::Impl& server) {
 ActorServer::ActorServer(EventLoop& loop, JobContext job, ActorServerOptions options)
     : impl(kj::heap<Impl>(loop, kj::mv(job), kj::mv(options))) {
   validateJobId(impl->job.jobId);
+  auto& http = impl->options.httpAddress.empty() ? impl->job.metricsAddress
+                                                 : impl->options.httpAddress;
+  if (!http.empty()) HttpEndpoint::checkAddress(http);
 }
 
 ActorServer::~ActorServer() noexcept(false) {}
@@ -334,7 +418,8 @@ void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema sche
     }
   }
   impl->actors.add(
-      kj::heap<actor_detail::HostedActor>(name, schema, kj::mv(actor), options, impl->tracker));
+      kj::heap<actor_detail::HostedActor>(name, schema, kj::mv(actor), options, impl->tracker,
+                                          impl->loop.timer()));
   if (impl->state == ServerState::SERVING) {
     auto endpoint = impl->endpointOf(*impl->actors.back());
     for (auto* l : impl->endpointListeners) l->endpointChanged(endpoint);
@@ -344,6 +429,8 @@ void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema sche
 std::string ActorServer::listen(kj::StringPtr text) {
   KJ_REQUIRE(impl->state == ServerState::STARTING || impl->state == ServerState::SERVING,
              "cannot listen on a server that drains or has stopped");
+  // The HTTP endpoint first, so that a taken HTTP port leaves nothing bound.
+  if (impl->state == ServerState::STARTING && !impl->http) impl->startHttp();
   auto bound = impl->acceptor->listen(text).toString();
   impl->log->info("listening on {} (incarnation {})", bound, impl->incarnation);
   if (impl->state == ServerState::STARTING) {
@@ -387,6 +474,14 @@ ServerState ActorServer::state() const { return impl->state; }
 uint64_t ActorServer::incarnation() const { return impl->incarnation; }
 const JobContext& ActorServer::job() const { return impl->job; }
 uint64_t ActorServer::callsInFlight() const { return impl->tracker.inFlight(); }
+
+MetricsSnapshot ActorServer::metrics() const {
+  MetricsSnapshot out;
+  impl->collectMetrics(out);
+  return out;
+}
+
+std::string ActorServer::httpUrl() const { return impl->http ? impl->httpUrl : std::string(); }
 
 size_t ActorServer::connectionCount() const {
   return impl->acceptor.get() == nullptr ? 0 : impl->acceptor->connectionCount();

@@ -13,6 +13,7 @@
 
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/actor/http_endpoint.h"
 #include "troupe/actor/job_context.h"
 #include "troupe/actor/limits.h"
 
@@ -46,6 +47,18 @@ struct ActorServerOptions {
   // arriving, and how long a connection may take to send its first message or finish one
   // (limits.h; defaults 4096, 1 GiB, 10 s and 60 s).
   ConnectionLimits connections;
+
+  // Where the server serves HTTP (http_endpoint.h) once it listens: "HOST:PORT" (port 0 for any
+  // free port). /metrics has the metrics of every component on the server's loop, /healthz
+  // answers 200 while the server serves and 503 while it drains (for load balancers and
+  // Kubernetes probes), /actors lists the hosted actors as JSON (schemas/actor.capnp
+  // ServerInfo). Its URL is published in every endpoint's metadata under "metrics". With a
+  // cluster token, every path but /healthz needs it as a Bearer token; with TLS it is HTTPS.
+  // Default "": JobContext::metricsAddress (TROUPE_METRICS), and no HTTP when that is empty too.
+  std::string httpAddress;
+
+  // Options of that endpoint (the credentials default to the server's).
+  HttpEndpointOptions http;
 };
 
 struct ActorOptions {
@@ -158,6 +171,14 @@ public:
 
   // Calls accepted and not yet finished, across all actors (queued ones included).
   uint64_t callsInFlight() const;
+
+  // This server's metrics now (metrics.h): per actor and method, calls started, finished by
+  // outcome (troupe_calls_total{code}), in flight and their latency; per actor the queue at its
+  // gate; its connections, messages and bytes. A value, for a program to log or assert on.
+  MetricsSnapshot metrics() const;
+
+  // The HTTP endpoint's URL as published ("http://host:port"), or "" when it serves none.
+  std::string httpUrl() const;
 
   // Connections open now (past their TLS handshake), and the bytes the messages still arriving
   // on them hold (see ActorServerOptions::connections).

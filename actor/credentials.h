@@ -132,6 +132,10 @@ public:
                                                      kj::Own<kj::AsyncIoStream> stream,
                                                      const Address& address);
 
+  // The TLS context clients of tls:// (and https://) addresses use: the trusted CAs (the
+  // system's when none are configured) and, under mutual TLS, this process's certificate.
+  kj::TlsContext& clientTlsContext() { return *clientTls; }
+
   // Whether a server with these credentials lets in only clients that prove themselves on
   // `address`: it has a cluster token, or it requires client certificates and `address` is a
   // tls:// one.

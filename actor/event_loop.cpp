@@ -3,12 +3,12 @@
 #include <signal.h>
 
 #include <kj/vector.h>
-#include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/detail/buffer_cache.h"
 #include "troupe/actor/detail/uv_event_port.h"
 #include "troupe/actor/detail/uv_io.h"
+#include "troupe/actor/logging.h"
 
 namespace troupe {
 
@@ -21,10 +21,6 @@ void ignoreSigpipe() {
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     signal(SIGPIPE, SIG_IGN);
   }
-}
-
-std::shared_ptr<spdlog::logger> silentLogger() {
-  return std::make_shared<spdlog::logger>("troupe", std::make_shared<spdlog::sinks::null_sink_mt>());
 }
 
 // The clock of a loop made with EventLoopOptions::manualClock: kj's TimerImpl, moved only by
@@ -76,7 +72,7 @@ kj::Promise<void> trimMessageBuffersEvery(kj::Timer& timer, kj::TimePoint last) 
 
 struct EventLoop::Impl {
   explicit Impl(EventLoopOptions&& options)
-      : log(options.logger ? kj::mv(options.logger) : silentLogger()),
+      : log(options.logger ? kj::mv(options.logger) : newLogger()),
         random(options.randomSeed.orDefault(std::random_device()())),
         credentials(options.credentials ? kj::mv(options.credentials)
                                         : Credentials::fromEnvironment()) {
@@ -112,6 +108,7 @@ struct EventLoop::Impl {
   kj::Own<actor_detail::UvLowLevelIo> lowLevel;
   kj::Own<kj::AsyncIoProvider> provider;
   kj::Promise<void> trim = nullptr;
+  MetricsSet metrics;
 };
 
 EventLoop::EventLoop(EventLoopOptions options) {
@@ -164,6 +161,7 @@ kj::Timer& EventLoop::timer() { return *impl->clock; }
 const kj::Executor& EventLoop::executor() { return impl->kjLoop->getExecutor(); }
 uv_loop_t* EventLoop::uvLoop() { return &impl->uv; }
 const std::shared_ptr<spdlog::logger>& EventLoop::logger() const { return impl->log; }
+MetricsSet& EventLoop::metrics() { return impl->metrics; }
 Random& EventLoop::random() { return impl->random; }
 const std::shared_ptr<Credentials>& EventLoop::credentials() const { return impl->credentials; }
 

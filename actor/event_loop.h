@@ -15,6 +15,7 @@
 #include <kj/timer.h>
 
 #include "troupe/actor/credentials.h"
+#include "troupe/actor/metrics.h"
 #include "troupe/actor/random.h"
 
 namespace spdlog {
@@ -39,8 +40,9 @@ public:
 
 struct EventLoopOptions {
   // Where troupe components built on this loop log unless their own options name a logger.
-  // Default: nullptr, meaning a logger that discards everything (the library never writes to
-  // spdlog's global default logger; main() chooses).
+  // Default: nullptr, meaning newLogger() (logging.h): a logger named "troupe" on stderr at the
+  // level TROUPE_LOG_LEVEL says (info unless told). The library never writes to spdlog's global
+  // default logger.
   std::shared_ptr<spdlog::logger> logger;
 
   // Seed of the loop's random source (random()), which components on the loop draw their
@@ -136,6 +138,10 @@ public:
 
   // The logger components fall back to (never null).
   const std::shared_ptr<spdlog::logger>& logger() const;
+
+  // The metrics sources on this loop (servers, pools, the registry): what server.metrics() and
+  // the HTTP endpoint's /metrics read. Lives as long as the loop; loop thread only.
+  MetricsSet& metrics();
 
   // The credentials of components on this loop (EventLoopOptions::credentials); never null.
   const std::shared_ptr<Credentials>& credentials() const;

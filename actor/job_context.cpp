@@ -81,6 +81,9 @@ JobContext JobContext::fromEnvironment(EnvLookup getenv) {
   KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_ADVERTISE_HOST"})) {
     ctx.advertiseHost = found->value.cStr();
   }
+  KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_METRICS"})) {
+    ctx.metricsAddress = found->value.cStr();
+  }
   return ctx;
 }
 

@@ -16,6 +16,7 @@ struct JobContext {
   uint32_t numTasks = 1;        // how many replicas the job has
   std::string resolver;         // resolver URL (e.g. "registry://host:7700"); "" = none
   std::string advertiseHost;    // host others reach this replica at; "" = derive from listen()
+  std::string metricsAddress;   // where the server serves HTTP (/metrics ...); "" = nowhere
 
   // Reads the environment, troupe's variables first, then what cluster engines set:
   //
@@ -25,6 +26,7 @@ struct JobContext {
   //   numTasks       TROUPE_NUM_TASKS, else SLURM_NTASKS, else 1
   //   resolver       TROUPE_RESOLVER
   //   advertiseHost  TROUPE_ADVERTISE_HOST
+  //   metricsAddress TROUPE_METRICS ("HOST:PORT", port 0 for any; see ActorServerOptions)
   //
   // Throws INVALID_ARGUMENT naming the variable when a value is malformed (a job id that breaks
   // the naming rules, an index that is not a number, an index not below numTasks).

@@ -115,6 +115,8 @@ public:
       : acceptor(acceptor),
         rpc(kj::mv(stream), kj::mv(gate), acceptor.maxMessageBytes, direct, kj::mv(limits)) {
     acceptor.connections.insert(this);
+    ++acceptor.counters.connectionsAccepted;
+    rpc.countInto(acceptor.counters);
   }
   ~Connection() noexcept(false) { acceptor.connections.erase(this); }
 
@@ -246,6 +248,7 @@ kj::Promise<void> RpcAcceptor::acceptTls(kj::Own<kj::AsyncIoStream> stream,
 }
 
 void RpcAcceptor::refuse(kj::AsyncIoStream& stream) {
+  ++counters.connectionsRefused;
   ++refusedSinceLog;
   auto now = loop.timer().now();
   KJ_IF_MAYBE(last, lastRefusalLog) {
@@ -281,6 +284,35 @@ kj::Promise<void> RpcAcceptor::acceptLoop(Listener& l) {
           return acceptLoop(l);
         });
       });
+}
+
+void RpcAcceptor::collectMetrics(MetricsSnapshot& out, const MetricLabels& labels) const {
+  auto add = [&](kj::StringPtr name, kj::StringPtr help, MetricType type, double value) {
+    out.add(name, help, type, labels, value);
+  };
+  auto counter = [&](kj::StringPtr name, kj::StringPtr help, uint64_t value) {
+    add(name, help, MetricType::COUNTER, static_cast<double>(value));
+  };
+  add("troupe_connections_open", "Connections being served now.", MetricType::GAUGE,
+      static_cast<double>(connections.size()));
+  counter("troupe_connections_accepted_total", "Connections served since the server started.",
+          counters.connectionsAccepted);
+  counter("troupe_connections_refused_total",
+          "Connections closed as they came, past ConnectionLimits::maxConnections.",
+          counters.connectionsRefused);
+  counter("troupe_messages_received_total", "Messages read from connections.",
+          counters.messagesReceived);
+  counter("troupe_messages_sent_total", "Messages queued to connections.", counters.messagesSent);
+  counter("troupe_received_bytes_total", "Bytes of messages read, framing included.",
+          counters.bytesReceived);
+  counter("troupe_sent_bytes_total", "Bytes of messages sent, framing included.",
+          counters.bytesSent);
+  counter("troupe_large_messages_received_total", "Messages read of 64 KiB or more.",
+          counters.largeMessagesReceived);
+  counter("troupe_large_messages_sent_total", "Messages sent of 64 KiB or more.",
+          counters.largeMessagesSent);
+  add("troupe_incomplete_message_bytes", "Bytes held by messages still arriving.",
+      MetricType::GAUGE, static_cast<double>(incompleteMessageBytes()));
 }
 
 }  // namespace troupe

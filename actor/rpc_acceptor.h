@@ -17,6 +17,7 @@
 #include "troupe/actor/address.h"
 #include "troupe/actor/event_loop.h"
 #include "troupe/actor/limits.h"
+#include "troupe/actor/metrics.h"
 
 namespace spdlog {
 class logger;
@@ -59,6 +60,12 @@ public:
   // meanwhile counts as done).
   kj::Promise<void> whenWritten();
 
+  // What crossed its connections so far.
+  const TransportCounters& transport() const { return counters; }
+
+  // Adds its connection and message series to `out`, each with `labels`.
+  void collectMetrics(MetricsSnapshot& out, const MetricLabels& labels) const;
+
   // Stops accepting: closes the listeners and removes their socket files.
   void closeListeners();
 
@@ -91,6 +98,7 @@ private:
   const ConnectionLimits limits;
   kj::Own<actor_detail::IncomingBudget> budget;  // outlives the connections, which reserve from it
   size_t open = 0;                               // accepted and not yet closed
+  TransportCounters counters;
   uint64_t refusedSinceLog = 0;
   kj::Maybe<kj::TimePoint> lastRefusalLog;
   kj::Vector<kj::Own<Listener>> listeners;

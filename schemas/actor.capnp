@@ -41,6 +41,16 @@ struct ActorInfo {
   methods @3 :List(Text);   # method names, superclass methods included
 }
 
+# What an ActorServer's HTTP endpoint says at /actors (as JSON).
+struct ServerInfo {
+  jobId @0 :Text;
+  taskIndex @1 :UInt32;
+  incarnation @2 :UInt64;
+  state @3 :EndpointState;
+  address @4 :Text;          # the endpoints' address
+  actors @5 :List(ActorInfo);
+}
+
 interface Authenticator {
   # The bootstrap capability of every connection to a troupe server (an ActorServer, the
   # registry): before it authenticates, a connection can do nothing else (SECURITY.md).

@@ -1,5 +1,7 @@
 #include "troupe/actor/detail/actor_gate.h"
 
+#include <algorithm>
+
 #include <kj/debug.h>
 
 #include "troupe/actor/errors.h"
@@ -26,14 +28,22 @@ kj::Promise<void> CallTracker::whenIdle() {
 
 // One accepted call, owned by the call's promise chain. It holds one of the actor's slots while
 // the call runs, or waits in the actor's queue for one; finishing or dropping it gives the slot
-// back (or leaves the queue) and counts the call out of the tracker.
+// back (or leaves the queue), counts the call out of the tracker and into its method's counters.
 class CallSlot {
 public:
-  CallSlot(HostedActor& actor) : actor(actor) { actor.tracker.begin(); }
-  ~CallSlot() noexcept(false) { finish(); }
+  CallSlot(HostedActor& actor, MethodCounters& counters)
+      : actor(actor), counters(counters), arrived(actor.timer.now()) {
+    actor.tracker.begin();
+    ++counters.started;
+    ++counters.inFlight;
+  }
+  ~CallSlot() noexcept(false) { finish(Outcome::CANCELLED, nullptr); }
   KJ_DISALLOW_COPY(CallSlot);
 
-  void finish() {
+  enum class Outcome : uint8_t { OK, FAILED, CANCELLED };
+
+  // Ends the call's accounting once: `failure` says why when the outcome is FAILED.
+  void finish(Outcome outcome, kj::Maybe<const kj::Exception&> failure) {
     if (finished) return;
     finished = true;
     if (holdsSlot) {
@@ -41,6 +51,15 @@ public:
     } else if (queued) {
       actor.waiting.erase(position);
     }
+    --counters.inFlight;
+    switch (outcome) {
+      case Outcome::OK: ++counters.outcomes.ok; break;
+      case Outcome::CANCELLED: ++counters.outcomes.cancelled; break;
+      case Outcome::FAILED:
+        counters.outcomes.countError(errorCode(KJ_ASSERT_NONNULL(failure)));
+        break;
+    }
+    if (outcome != Outcome::CANCELLED) counters.latency.record(actor.timer.now() - arrived);
     actor.tracker.end();
   }
 
@@ -50,6 +69,7 @@ public:
     if (actor.options.maxConcurrency == 0 || actor.running < actor.options.maxConcurrency) {
       ++actor.running;
       holdsSlot = true;
+      actor.queueWait.record(0 * kj::NANOSECONDS);
       return true;
     }
     auto paf = kj::newPromiseAndFulfiller<void>();
@@ -64,6 +84,7 @@ public:
   void handOver() {
     queued = false;
     holdsSlot = true;
+    actor.queueWait.record(actor.timer.now() - arrived);
     fulfiller->fulfill();
   }
 
@@ -71,6 +92,8 @@ public:
 
 private:
   HostedActor& actor;
+  MethodCounters& counters;
+  kj::TimePoint arrived;
   bool finished = false;
   bool holdsSlot = false;
   bool queued = false;
@@ -88,31 +111,36 @@ CallCompletion::CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracke
   // keeps it until the caller acknowledges the reply).
   this->work = work.then(
                        [this]() {
-                         done();
+                         done(nullptr);
                          this->fulfiller.fulfill();
                        },
                        [this](kj::Exception&& e) {
-                         done();
-                         this->fulfiller.reject(asRaisedByActor(kj::mv(e), this->actorName));
+                         auto sent = asRaisedByActor(kj::mv(e), this->actorName);
+                         done(sent);
+                         this->fulfiller.reject(kj::mv(sent));
                        })
                    .eagerlyEvaluate(nullptr);
 }
 
 CallCompletion::~CallCompletion() noexcept(false) {
   // Dropped before the work completed: the caller cancelled.
-  done();
-}
-
-void CallCompletion::done() {
   KJ_IF_MAYBE(t, tracker) {
     t->calls.remove(*this);
     tracker = nullptr;
-    slot->finish();
+    slot->finish(CallSlot::Outcome::CANCELLED, nullptr);
+  }
+}
+
+void CallCompletion::done(kj::Maybe<const kj::Exception&> failure) {
+  KJ_IF_MAYBE(t, tracker) {
+    t->calls.remove(*this);
+    tracker = nullptr;
+    slot->finish(failure == nullptr ? CallSlot::Outcome::OK : CallSlot::Outcome::FAILED, failure);
   }
 }
 
 void CallCompletion::abort(const kj::Exception& reason) {
-  done();
+  done(reason);
   fulfiller.reject(kj::cp(reason));
   work = nullptr;
 }
@@ -164,13 +192,16 @@ public:
 
   VoidPromiseAndPipeline call(uint64_t interfaceId, uint16_t methodId,
                               kj::Own<capnp::CallContextHook>&& context) override {
+    auto& counters = actor.countersFor(interfaceId, methodId);
     if (actor.tracker.draining) {
+      refused(counters, ErrorCode::DRAINING);
       auto e = makeError(ErrorCode::DRAINING,
                          kj::str("actor '", actor.name,
                                  "' is draining; the call was not run, send it elsewhere"));
       return {kj::Promise<void>(kj::cp(e)), capnp::newBrokenPipeline(kj::mv(e))};
     }
     if (actor.full()) {
+      refused(counters, ErrorCode::QUEUE_FULL);
       auto e = makeError(ErrorCode::QUEUE_FULL,
                          kj::str("actor '", actor.name, "' has ", actor.options.maxConcurrency,
                                  " calls in progress and ", actor.options.maxQueued,
@@ -179,7 +210,7 @@ public:
     }
     if (actor.options.allowCancellation) context->allowCancellation();
 
-    auto slot = kj::heap<CallSlot>(actor);
+    auto slot = kj::heap<CallSlot>(actor, counters);
     if (slot->acquire()) {
       auto r = actor.impl->call(interfaceId, methodId, kj::mv(context));
       return {finishing(actor, actor.tracker, kj::mv(r.promise), kj::mv(slot)),
@@ -211,18 +242,95 @@ public:
   kj::Maybe<int> getFd() override { return nullptr; }
 
 private:
+  // A call turned away before it ran.
+  static void refused(MethodCounters& counters, ErrorCode code) {
+    ++counters.started;
+    counters.outcomes.countError(code);
+  }
+
   HostedActor& actor;
 };
 
+namespace {
+
+// The methods of `schema` and its superclasses, each interface once, the schema's own first in
+// index order.
+void addMethods(capnp::InterfaceSchema schema, std::vector<MethodCounters>& out,
+                std::vector<uint64_t>& seen) {
+  uint64_t id = schema.getProto().getId();
+  if (std::find(seen.begin(), seen.end(), id) != seen.end()) return;
+  seen.push_back(id);
+  for (auto method : schema.getMethods()) {
+    out.push_back(MethodCounters{id, static_cast<uint16_t>(method.getIndex()),
+                                 method.getProto().getName()});
+  }
+  for (auto super : schema.getSuperclasses()) addMethods(super, out, seen);
+}
+
+}  // namespace
+
 HostedActor::HostedActor(kj::StringPtr name, capnp::InterfaceSchema schema,
                          capnp::Capability::Client implClient, ActorOptions options,
-                         CallTracker& tracker)
+                         CallTracker& tracker, kj::Timer& timer)
     : name(name.cStr()),
       schema(schema),
       options(options),
       impl(capnp::ClientHook::from(kj::mv(implClient))),
       tracker(tracker),
-      gate(kj::refcounted<ActorGate>(*this)) {}
+      timer(timer),
+      gate(kj::refcounted<ActorGate>(*this)) {
+  std::vector<uint64_t> seen;
+  addMethods(schema, methods, seen);
+  methods.push_back(MethodCounters{0, 0, "unknown"});
+}
+
+MethodCounters& HostedActor::countersFor(uint64_t interfaceId, uint16_t methodId) {
+  // The schema's own methods come first, in index order.
+  if (interfaceId == schema.getProto().getId() && methodId + 1u < methods.size() &&
+      methods[methodId].interfaceId == interfaceId) {
+    return methods[methodId];
+  }
+  for (size_t i = 0; i + 1 < methods.size(); ++i) {
+    if (methods[i].interfaceId == interfaceId && methods[i].methodId == methodId) {
+      return methods[i];
+    }
+  }
+  return methods.back();
+}
+
+void HostedActor::collectMetrics(MetricsSnapshot& out, kj::StringPtr job) const {
+  for (auto& m : methods) {
+    if (m.interfaceId == 0 && m.started == 0) continue;  // "unknown" stays out until used
+    MetricLabels labels = {{"job", job.cStr()}, {"actor", name}, {"method", m.name.cStr()}};
+    out.add("troupe_calls_started_total",
+            "Calls that reached an actor's gate, including those refused there.",
+            MetricType::COUNTER, labels, static_cast<double>(m.started));
+    out.add("troupe_calls_in_flight", "Calls accepted and not yet finished, queued ones included.",
+            MetricType::GAUGE, labels, static_cast<double>(m.inFlight));
+    out.addHistogram("troupe_call_duration_seconds",
+                     "Server-side call latency, from arrival at the gate to completion.", labels,
+                     m.latency);
+    auto withCode = [&](kj::StringPtr code, uint64_t n) {
+      auto l = labels;
+      l.emplace_back("code", code.cStr());
+      out.add("troupe_calls_total",
+              "Calls finished, by outcome: ok, cancelled (by the caller), or the error code.",
+              MetricType::COUNTER, kj::mv(l), static_cast<double>(n));
+    };
+    withCode("ok", m.outcomes.ok);
+    if (m.outcomes.cancelled != 0) withCode("cancelled", m.outcomes.cancelled);
+    for (size_t c = 0; c < CallOutcomes::CODES; ++c) {
+      if (m.outcomes.errors[c] != 0) {
+        withCode(errorCodeName(static_cast<ErrorCode>(c)), m.outcomes.errors[c]);
+      }
+    }
+  }
+  MetricLabels labels = {{"job", job.cStr()}, {"actor", name}};
+  out.add("troupe_actor_queue_depth", "Calls waiting at an actor's gate for a place to run.",
+          MetricType::GAUGE, labels, static_cast<double>(waiting.size()));
+  out.addHistogram("troupe_actor_queue_wait_seconds",
+                   "How long calls waited at an actor's gate before they ran.", labels, queueWait);
+}
 
 capnp::Capability::Client HostedActor::client() {
   return capnp::Capability::Client(gate->addRef());

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <list>
 #include <string>
+#include <vector>
 
 #include <capnp/capability.h>
 #include <kj/async.h>
@@ -17,6 +18,7 @@
 
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/change_signal.h"
+#include "troupe/actor/metrics.h"
 
 namespace troupe::actor_detail {
 
@@ -39,7 +41,8 @@ public:
   kj::ListLink<CallCompletion> link;
 
 private:
-  void done();
+  // Accounts for the call's end: `failure` null for a success.
+  void done(kj::Maybe<const kj::Exception&> failure);
 
   kj::PromiseFulfiller<void>& fulfiller;
   kj::Maybe<CallTracker&> tracker;  // null once the call ended
@@ -78,15 +81,29 @@ private:
   kj::List<CallCompletion, &CallCompletion::link> calls;
 };
 
-// One hosted actor: its implementation, its info and its admission state.
+// The counters of one method of a hosted actor, kept on the loop as calls pass the gate.
+struct MethodCounters {
+  uint64_t interfaceId;
+  uint16_t methodId;
+  kj::StringPtr name;   // from the compiled schema; "unknown" for calls to no method it has
+  uint64_t started = 0;  // every call that reached the gate, refused ones included
+  uint64_t inFlight = 0;
+  CallOutcomes outcomes;
+  LatencyHistogram latency;  // from arrival at the gate to the method's promise completing
+};
+
+// One hosted actor: its implementation, its info, its admission state and its counters.
 class HostedActor {
 public:
   HostedActor(kj::StringPtr name, capnp::InterfaceSchema schema, capnp::Capability::Client impl,
-              ActorOptions options, CallTracker& tracker);
+              ActorOptions options, CallTracker& tracker, kj::Timer& timer);
   KJ_DISALLOW_COPY(HostedActor);
 
   // The capability handed to callers: the gate.
   capnp::Capability::Client client();
+
+  // Adds this actor's series to `out`, labelled with `job`.
+  void collectMetrics(MetricsSnapshot& out, kj::StringPtr job) const;
 
   const std::string name;
   const capnp::InterfaceSchema schema;
@@ -96,6 +113,9 @@ private:
   friend class ActorGate;
   friend class CallSlot;
 
+  // The counters of the method a call names (the "unknown" entry when it names none).
+  MethodCounters& countersFor(uint64_t interfaceId, uint16_t methodId);
+
   // A finished call gives its slot to the oldest waiting call, or frees it.
   void releaseSlot();
   // Every slot is taken and the queue is at its bound: a new call is refused.
@@ -103,8 +123,11 @@ private:
 
   kj::Own<capnp::ClientHook> impl;
   CallTracker& tracker;
+  kj::Timer& timer;
   uint32_t running = 0;
   std::list<CallSlot*> waiting;
+  std::vector<MethodCounters> methods;  // the schema's methods in order, then "unknown"
+  LatencyHistogram queueWait;           // from arrival to a slot, for every call that ran
   kj::Own<capnp::ClientHook> gate;
 };
 

@@ -285,6 +285,9 @@ kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> BoundedMessageStream::complete(
     capnp::ReaderOptions options) {
   firstMessageRead = true;
   deadline = nullptr;
+  KJ_IF_MAYBE(c, counters) {
+    c->received(words.asBytes().size() + tableBytes(segments.size()));
+  }
   capnp::ReaderOptions generous = options;
   generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
   return kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>(
@@ -351,6 +354,9 @@ kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
   size_t table = tableBytes(segments.size());
   size_t bytes = table;
   for (auto& s : segments) bytes += s.asBytes().size();
+  KJ_IF_MAYBE(c, counters) {
+    c->sent(bytes);
+  }
 
   if (bytes > COALESCE_MAX_MESSAGE_BYTES) {
     // Large: after the batch, from the message's own segments.

@@ -16,6 +16,8 @@
 #include <kj/timer.h>
 #include <kj/vector.h>
 
+#include "troupe/actor/metrics.h"
+
 namespace spdlog {
 class logger;
 }
@@ -117,6 +119,10 @@ public:
 
   kj::Maybe<int> getSendBufferSize();
 
+  // Counts every message read and queued from now on into `counters`, which must outlive the
+  // stream.
+  void countInto(TransportCounters& counters) { this->counters = counters; }
+
   // Writes what is queued, then shuts the stream down for writing.
   kj::Promise<void> end();
 
@@ -159,6 +165,7 @@ private:
   kj::AsyncIoStream& stream;
   const uint64_t maxMessageBytes;
   kj::Maybe<ReadLimits> limits;
+  kj::Maybe<TransportCounters&> counters;
   kj::Maybe<kj::TimePoint> deadline;  // of the message being read, or of the first one
   bool deadlineIsFirst = true;        // the deadline is the first message's
   bool firstMessageRead = false;

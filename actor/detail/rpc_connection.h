@@ -25,6 +25,9 @@ public:
   // The peer's bootstrap capability (client side).
   capnp::Capability::Client bootstrap();
 
+  // Counts this connection's messages into `counters`, which must outlive it.
+  void countInto(TransportCounters& counters) { messages.countInto(counters); }
+
   // Resolves when the peer disconnects or the connection fails.
   kj::Promise<void> onDisconnect() { return network.onDisconnect(); }
 

@@ -146,7 +146,9 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
     deadlines.emplace(deadline, leaseId);
     armTimer();
     notify(WatchEvent::Type::CHANGED, entry.endpoint);
-    return Granted{leaseId, ttl};
+    ++registrations;
+    ++registrations;
+  return Granted{leaseId, ttl};
   }
 
   log->info("registered '{}' at {} (incarnation {}, {}, ttl {} ms)", endpoint.name,
@@ -158,6 +160,7 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
   deadlines.emplace(deadline, leaseId);
   armTimer();
   notify(WatchEvent::Type::ADDED, entry.endpoint);
+  ++registrations;
   return Granted{leaseId, ttl};
 }
 
@@ -252,6 +255,7 @@ void RegistryTable::expire() {
     auto it = entries.find(name->second);
     KJ_ASSERT(it != entries.end());
     auto why = kj::str("expired: no renewal within its ttl of ", millis(it->second.ttl), " ms");
+    ++expiredCount;
     erase(it, why);
   }
 }
@@ -324,6 +328,7 @@ void RegistryTable::push(uint64_t id, Watcher& watcher, WatchEvent event) {
     return;
   }
   size_t bytes = eventBytes(event);
+  ++eventsPushed;
   watcher.queue.push_back(kj::mv(event));
   watcher.queuedBytes += bytes;
   queuedBytes += bytes;
@@ -398,6 +403,7 @@ void RegistryTable::dropWatcher(uint64_t id, kj::StringPtr why, bool expected) {
   log->log(expected ? spdlog::level::info : spdlog::level::warn, "dropped watcher {} on '{}': {}",
            id, it->second.prefix, why.cStr());
   queuedBytes -= it->second.queuedBytes + it->second.sendingBytes;
+  if (!expected) ++watchersDropped;
   watchers.erase(it);
 }
 
@@ -563,6 +569,70 @@ void RegistryTable::shutdown() {
   trimQueued = false;
   jobs.clear();
   endedOrder.clear();
+}
+
+}  // namespace troupe::resolver_detail
+
+namespace troupe::resolver_detail {
+
+kj::Array<JobStatus> RegistryTable::jobList() const {
+  std::map<std::string, JobStatus> all;
+  for (auto& [name, entry] : entries) {
+    auto& id = entry.endpoint.jobId;
+    all.try_emplace(id, JobStatus{id, JobState::RUNNING, ""});
+  }
+  for (auto& [id, job] : jobs) {
+    KJ_IF_MAYBE(status, job.ended) {
+      all[id] = *status;
+    } else {
+      all.try_emplace(id, JobStatus{id, JobState::RUNNING, ""});
+    }
+  }
+  auto out = kj::heapArrayBuilder<JobStatus>(all.size());
+  for (auto& [id, status] : all) out.add(status);
+  return out.finish();
+}
+
+kj::Maybe<const Endpoint&> RegistryTable::find(kj::StringPtr name) const {
+  auto it = entries.find(view(name));
+  if (it == entries.end()) return nullptr;
+  return it->second.endpoint;
+}
+
+void RegistryTable::collectMetrics(MetricsSnapshot& out) const {
+  size_t byState[3] = {0, 0, 0};
+  for (auto& [name, entry] : entries) ++byState[static_cast<size_t>(entry.endpoint.state)];
+  for (auto state : {EndpointState::STARTING, EndpointState::READY, EndpointState::DRAINING}) {
+    out.add("troupe_registry_endpoints", "Endpoints registered now, by state.", MetricType::GAUGE,
+            {{"state", toString(state).cStr()}},
+            static_cast<double>(byState[static_cast<size_t>(state)]));
+  }
+  auto gauge = [&](kj::StringPtr name, kj::StringPtr help, double value) {
+    out.add(name, help, MetricType::GAUGE, {}, value);
+  };
+  auto counter = [&](kj::StringPtr name, kj::StringPtr help, uint64_t value) {
+    out.add(name, help, MetricType::COUNTER, {}, static_cast<double>(value));
+  };
+  gauge("troupe_registry_leases", "Leases held now (one per endpoint).",
+        static_cast<double>(leaseNames.size()));
+  gauge("troupe_registry_watchers", "Watchers subscribed now.", static_cast<double>(watchers.size()));
+  gauge("troupe_registry_queued_event_bytes", "Bytes of events queued for watchers now.",
+        static_cast<double>(queuedBytes));
+  size_t ended = endedOrder.size();
+  gauge("troupe_registry_jobs_ended", "Ended jobs the registry remembers.",
+        static_cast<double>(ended));
+  counter("troupe_registry_registrations_total", "Registrations accepted.", registrations);
+  counter("troupe_registry_leases_expired_total", "Entries removed because no renewal came in time.",
+          expiredCount);
+  counter("troupe_registry_events_pushed_total", "Watch events queued for watchers.", eventsPushed);
+  counter("troupe_registry_watchers_dropped_total",
+          "Watchers cut off for falling behind or failing.", watchersDropped);
+  for (size_t c = 0; c < CallOutcomes::CODES; ++c) {
+    if (refusals.errors[c] == 0) continue;
+    out.add("troupe_registry_registrations_refused_total", "Registrations refused, by error code.",
+            MetricType::COUNTER, {{"code", errorCodeName(static_cast<ErrorCode>(c)).cStr()}},
+            static_cast<double>(refusals.errors[c]));
+  }
 }
 
 }  // namespace troupe::resolver_detail

@@ -79,6 +79,19 @@ public:
   size_t watcherCount() const { return watchers.size(); }
   size_t queuedEventBytes() const { return queuedBytes; }
 
+  // Every job it knows, sorted by id: those with endpoints (running unless they ended) and those
+  // created, claimed or ended.
+  kj::Array<JobStatus> jobList() const;
+
+  // The entry named exactly `name`, or null.
+  kj::Maybe<const Endpoint&> find(kj::StringPtr name) const;
+
+  // Adds its series (endpoints by state, leases, watchers, jobs, events, registrations) to `out`.
+  void collectMetrics(MetricsSnapshot& out) const;
+
+  // A registration refused with `code` (counted by RegistryServer, which sees every refusal).
+  void countRefusal(ErrorCode code) { refusals.countError(code); }
+
 private:
   struct Entry {
     Endpoint endpoint;
@@ -151,6 +164,13 @@ private:
   std::map<uint64_t, Watcher> watchers;
   uint64_t nextWatcherId = 1;
   size_t queuedBytes = 0;  // over every watcher, queued and sending
+
+  // What the registry did, for its metrics.
+  uint64_t registrations = 0;  // accepted
+  CallOutcomes refusals;       // registrations refused, by code
+  uint64_t expiredCount = 0;
+  uint64_t eventsPushed = 0;
+  uint64_t watchersDropped = 0;
 
   uint64_t erasedSinceTrim = 0;
   bool trimQueued = false;

@@ -251,10 +251,16 @@ TEST(JobContextTest, LooksUpOnlyTheDocumentedVariables) {
     EXPECT_TRUE(name == "TROUPE_JOB_ID" || name == "SLURM_JOB_ID" || name == "TROUPE_TASK_INDEX" ||
                 name == "SLURM_PROCID" || name == "JOB_COMPLETION_INDEX" ||
                 name == "TROUPE_NUM_TASKS" || name == "SLURM_NTASKS" ||
-                name == "TROUPE_RESOLVER" || name == "TROUPE_ADVERTISE_HOST")
+                name == "TROUPE_RESOLVER" || name == "TROUPE_ADVERTISE_HOST" ||
+                name == "TROUPE_METRICS")
         << name;
   }
-  EXPECT_EQ(asked.size(), 9u);
+  EXPECT_EQ(asked.size(), 10u);
+}
+
+TEST(JobContextTest, TroupeMetricsSaysWhereTheServerServesHttp) {
+  EXPECT_EQ(fromEnv({{"TROUPE_METRICS", "0.0.0.0:0"}}).metricsAddress, "0.0.0.0:0");
+  EXPECT_EQ(fromEnv({}).metricsAddress, "");
 }
 
 TEST(JobContextTest, EndpointNameUsesJobAndIndex) {
