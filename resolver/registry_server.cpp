@@ -9,6 +9,7 @@
 #include "troupe/actor/address.h"
 #include "troupe/actor/rpc_acceptor.h"
 #include "troupe/actor/errors.h"
+#include "troupe/resolver/detail/registry_http.h"
 #include "troupe/resolver/detail/registry_table.h"
 #include "troupe/resolver/registry_wire.h"
 
@@ -70,7 +71,14 @@ protected:
     auto params = context.getParams();
     auto endpoint = Endpoint::fromCapnp(params.getEndpoint());
     std::string name = endpoint.name;
-    auto granted = table->add(kj::mv(endpoint), params.getTtlMillis(), params.getJobCredential());
+    RegistryTable::Granted granted{0, 0 * kj::SECONDS};
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  granted = table->add(kj::mv(endpoint), params.getTtlMillis(),
+                                       params.getJobCredential());
+                })) {
+      table->countRefusal(errorCode(*e));
+      return kj::mv(*e);
+    }
     auto results = context.getResults();
     results.setLease(kj::heap<LeaseImpl>(kj::addRef(*table), kj::mv(name), granted.leaseId));
     results.setTtlMillis(static_cast<uint32_t>(granted.ttl / kj::MILLISECONDS));
@@ -122,7 +130,7 @@ private:
 
 // ------------------------------------------------------------------------------------------------
 
-struct RegistryServer::Impl final {
+struct RegistryServer::Impl final : public MetricsSource {
   Impl(EventLoop& loop, RegistryServerOptions options)
       : loop(loop),
         options(kj::mv(options)),
@@ -131,13 +139,26 @@ struct RegistryServer::Impl final {
         registry(kj::heap<RegistryImpl>(kj::addRef(*table))),
         acceptor(kj::heap<RpcAcceptor>(loop, registry, this->options.maxMessageBytes, log,
                                        "registry", this->options.credentials,
-                                       this->options.connections)) {}
+                                       this->options.connections)) {
+    metricsRegistration = loop.metrics().add(*this);
+  }
 
   ~Impl() noexcept(false) {
+    http = nullptr;
+    httpRoutes = nullptr;
     // The table first, so that the leases released as connections close remove nothing one by
     // one.
     table->shutdown();
     acceptor = nullptr;
+  }
+
+  void collectMetrics(MetricsSnapshot& out) const override {
+    table->collectMetrics(out);
+    acceptor->collectMetrics(out, {{"server", "registry"}});
+    if (httpRoutes) {
+      out.add("troupe_registry_dashboard_streams", "Dashboard event streams open now.",
+              MetricType::GAUGE, {}, static_cast<double>(httpRoutes->streamCount()));
+    }
   }
 
   EventLoop& loop;
@@ -147,6 +168,9 @@ struct RegistryServer::Impl final {
   schema::Registry::Client registry;
   bool stopped = false;
   kj::Own<RpcAcceptor> acceptor;
+  kj::Own<resolver_detail::RegistryHttp> httpRoutes;
+  kj::Own<HttpEndpoint> http;
+  MetricsSet::Registration metricsRegistration;
   kj::Maybe<kj::ForkedPromise<void>> drained;
   kj::Canceler draining;  // last: the drain refers to the acceptor
 };
@@ -166,6 +190,24 @@ std::string RegistryServer::listen(kj::StringPtr text) {
   return bound;
 }
 
+std::string RegistryServer::listenHttp(kj::StringPtr address) {
+  KJ_REQUIRE(!impl->stopped, "cannot serve HTTP for a registry that has stopped");
+  KJ_REQUIRE(impl->http.get() == nullptr, "the registry serves HTTP on one address only");
+  auto credentials = impl->options.credentials ? impl->options.credentials
+                                               : impl->loop.credentials();
+  auto options = impl->options.http;
+  if (!options.credentials) options.credentials = credentials;
+  if (!options.logger) options.logger = impl->log;
+  options.publicPaths = resolver_detail::RegistryHttp::publicPaths();
+  auto routes = kj::heap<resolver_detail::RegistryHttp>(impl->loop, kj::addRef(*impl->table),
+                                                        options.credentials, impl->log);
+  impl->http = kj::heap<HttpEndpoint>(impl->loop, address, kj::mv(options), *routes);
+  routes->attach(*impl->http);
+  impl->httpRoutes = kj::mv(routes);
+  impl->log->info("registry serving HTTP on {} (the dashboard at /, /metrics)", impl->http->url());
+  return impl->http->url();
+}
+
 schema::Registry::Client RegistryServer::capability() { return impl->registry; }
 
 kj::Promise<void> RegistryServer::drain() {
@@ -174,6 +216,7 @@ kj::Promise<void> RegistryServer::drain() {
   }
   impl->stopped = true;
   impl->table->shutdown();
+  impl->http = nullptr;
   impl->acceptor->closeListeners();
   auto& i = *impl;
   auto done = impl->acceptor->whenWritten()

@@ -11,6 +11,7 @@
 #include <kj/time.h>
 
 #include "troupe/actor/event_loop.h"
+#include "troupe/actor/http_endpoint.h"
 #include "troupe/actor/limits.h"
 #include "troupe/schemas/registry.capnp.h"
 
@@ -82,6 +83,9 @@ struct RegistryServerOptions {
   // (limits.h; defaults 4096, 256 MiB, 10 s and 60 s; `troupe registry --max-connections`,
   // `--max-incomplete-bytes`). A registry's messages are small, hence the smaller budget.
   ConnectionLimits connections{.maxIncompleteMessageBytes = uint64_t{256} << 20};
+
+  // Options of the HTTP endpoint listenHttp() opens (credentials default to the registry's).
+  HttpEndpointOptions http;
 };
 
 // An in-memory registry of endpoints, leases, watchers and job states. Belongs to the loop it
@@ -110,6 +114,19 @@ public:
   // and FAILED once drain() was called. A stale unix socket file (nothing listening behind it) is replaced;
   // the file is removed again on stop.
   std::string listen(kj::StringPtr address);
+
+  // Serves the dashboard and the registry's metrics over HTTP on `address` ("HOST:PORT", port 0
+  // for any free one; see http_endpoint.h) and returns its URL ("http://HOST:PORT"):
+  //
+  //   /                  the dashboard: every job and endpoint, live (resolver/dashboard/)
+  //   /metrics           the metrics of every component on the registry's loop (Prometheus)
+  //   /healthz           200 while the registry serves
+  //   /api/state, /api/events, /api/metrics?endpoint=NAME   what the dashboard reads
+  //                      (resolver/detail/registry_http.h)
+  //
+  // With a cluster token every path but the page, its assets and /healthz needs it as a Bearer
+  // token. At most one HTTP address; throws FAILED for a second, and as HttpEndpoint does.
+  std::string listenHttp(kj::StringPtr address);
 
   // The Registry capability served to every connection, for use in this process (tests, a
   // launcher beside the registry). Valid until drain(); its calls fail with DISCONNECTED after.

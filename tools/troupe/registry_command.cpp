@@ -3,7 +3,7 @@
 //   troupe registry [--listen ADDRESS]... [--default-ttl-ms N] [--max-endpoint-bytes N]
 //                   [--max-connections N] [--max-incomplete-bytes N]
 //                   [--max-queued-event-bytes N] [--max-endpoints N] [--max-watchers N]
-//                   [--max-jobs N] [--log-level LEVEL] [--insecure]
+//                   [--max-jobs N] [--http HOST:PORT] [--log-level LEVEL] [--insecure]
 //                   [TLS and token flags]
 //
 // ADDRESS is "tcp://HOST:PORT", "tls://HOST:PORT" (port 0 picks a free one) or "unix:PATH";
@@ -11,7 +11,7 @@
 // certificate, tcp://127.0.0.1:7700 without. An address other machines may reach needs
 // credentials that authenticate clients (a cluster token, or mutual TLS), or --insecure.
 // Prints "LISTENING <address>" on stdout for each address once it listens (scripts and tests
-// wait for it), logs to stderr, and stops cleanly on SIGTERM or SIGINT (exit status 0). Exits 1
+// wait for it), and "HTTP <url>" once the dashboard serves (--http), logs to stderr, and stops cleanly on SIGTERM or SIGINT (exit status 0). Exits 1
 // when it cannot listen, 2 on bad usage.
 
 #include <signal.h>
@@ -47,6 +47,11 @@ public:
                           "Listen on ADDRESS: tcp://HOST:PORT, tls://HOST:PORT (port 0 picks a "
                           "free one) or unix:PATH; may be given more than once. Default: "
                           "127.0.0.1:7700, over TLS when given a certificate.")
+        .addOptionWithArg({"http"}, KJ_BIND_METHOD(*this, setHttp), "HOST:PORT",
+                          "Serve the dashboard (/) and the registry's metrics (/metrics) over "
+                          "HTTP on HOST:PORT (port 0 picks a free one). Like --listen, an "
+                          "address other machines may reach needs a cluster token or "
+                          "--insecure; with a token, the dashboard asks for it.")
         .addOption({"insecure"}, [this]() { insecure = true; return true; },
                    "Allow listening where other machines may connect without a cluster token "
                    "or client certificates: anyone who reaches the port can then change every "
@@ -115,6 +120,24 @@ public:
       fflush(stdout);
     }
 
+    if (!httpAddress.empty()) {
+      std::string url;
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                    if (!insecure) {
+                      auto hostPort = kj::StringPtr(httpAddress.c_str());
+                      if (hostPort.startsWith("http://")) hostPort = hostPort.slice(7);
+                      if (hostPort.startsWith("https://")) hostPort = hostPort.slice(8);
+                      refuseOpenListener(Address::parse(hostPort), credentials, "--insecure");
+                    }
+                    url = server.listenHttp(httpAddress.c_str());
+                  })) {
+        spdlog::error("cannot serve HTTP on {}: {}", httpAddress, errorMessage(*e).cStr());
+        return 1;
+      }
+      printf("HTTP %s\n", url.c_str());
+      fflush(stdout);
+    }
+
     int signum = loop.onSignal({SIGTERM, SIGINT}).wait(loop.waitScope());
     spdlog::info("received {}; stopping", strsignal(signum));
     server.drain().wait(loop.waitScope());
@@ -122,6 +145,11 @@ public:
   }
 
 private:
+  kj::MainBuilder::Validity setHttp(kj::StringPtr address) {
+    httpAddress = address.cStr();
+    return true;
+  }
+
   kj::MainBuilder::Validity addListen(kj::StringPtr address) {
     addresses.push_back(address.cStr());
     return true;
@@ -183,6 +211,7 @@ private:
   }
 
   std::vector<std::string> addresses;
+  std::string httpAddress;
   bool insecure = false;
   CredentialFlags credentialFlags;
   RegistryServerOptions options;

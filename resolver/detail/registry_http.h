@@ -1,0 +1,70 @@
+#pragma once
+// What a RegistryServer serves over HTTP besides /metrics: the dashboard's page and its API.
+//
+//   GET /                       the dashboard (HTML), /dashboard.js, /dashboard.css
+//   GET /healthz                200 "ok" while the registry serves
+//   GET /api/state              {"jobs": [JobStatus...], "endpoints": [Endpoint...]} (JSON, as
+//                               capnp-json writes schemas/registry.capnp's structs)
+//   GET /api/events             server-sent events, one `data:` line per WatchEvent as JSON
+//                               ({"added": Endpoint}, {"changed": ...}, {"removed": ...},
+//                               {"synced": null}, {"jobEnded": JobStatus}), fed by a watch of
+//                               every endpoint: first the snapshot, then every change; a comment
+//                               line every 15 s keeps it open
+//   GET /api/metrics?endpoint=N the /metrics text of endpoint N, fetched by the registry from the
+//                               URL the endpoint published under "metrics" (only when that URL's
+//                               host is the endpoint address's host), so a browser needs to
+//                               reach only the registry
+
+#include <memory>
+
+#include <kj/compat/http.h>
+
+#include "troupe/actor/http_endpoint.h"
+#include "troupe/resolver/detail/registry_table.h"
+
+namespace troupe::resolver_detail {
+
+class EventSession;
+
+// Belongs to the registry's loop. The HttpEndpoint it serves behind must be set (attach())
+// before the first request and outlive it.
+class RegistryHttp final : public kj::HttpService {
+public:
+  RegistryHttp(EventLoop& loop, kj::Own<RegistryTable> table,
+               std::shared_ptr<Credentials> credentials, std::shared_ptr<spdlog::logger> log);
+  ~RegistryHttp() noexcept(false);
+  KJ_DISALLOW_COPY(RegistryHttp);
+
+  void attach(HttpEndpoint& endpoint) { this->endpoint = endpoint; }
+
+  // Paths any browser may fetch without the cluster token: the page itself and its assets,
+  // which hold no data.
+  static std::vector<std::string> publicPaths();
+
+  kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url,
+                            const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                            Response& response) override;
+
+  // Event streams open now.
+  size_t streamCount() const { return streams; }
+
+private:
+  friend class EventSession;
+
+  kj::Promise<void> state(Response& response);
+  kj::Promise<void> events(Response& response);
+  kj::Promise<void> endpointMetrics(kj::StringPtr url, Response& response);
+  const kj::HttpHeaderTable& table() const;
+
+  EventLoop& loop;
+  kj::Own<RegistryTable> registry;
+  std::shared_ptr<Credentials> credentials;
+  std::shared_ptr<spdlog::logger> log;
+  kj::Maybe<HttpEndpoint&> endpoint;
+  kj::Own<kj::HttpHeaderTable> clientHeaders;
+  kj::Own<kj::Network> tlsNetwork;  // for endpoints that serve HTTPS
+  kj::Own<kj::HttpClient> client;
+  size_t streams = 0;
+};
+
+}  // namespace troupe::resolver_detail
