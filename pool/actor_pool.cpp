@@ -19,7 +19,34 @@ class PoolCall;
 
 }  // namespace
 
-struct ActorPoolBase::Impl {
+// What a pool counts for its metrics. Loop thread only.
+struct PoolCounters {
+  struct Member {
+    uint64_t attempts = 0;
+    uint64_t failures = 0;
+    LatencyHistogram latency;  // of every attempt, answered or failed
+  };
+  // Members beyond this many are counted together under member="other", so a group whose
+  // members come and go for weeks keeps a bounded number of series.
+  static constexpr size_t MAX_MEMBERS = 1024;
+
+  CallOutcomes calls;        // finished call()s, by outcome
+  LatencyHistogram latency;  // of call()s, every attempt and backoff included
+  uint64_t retries = 0;      // attempts after a call's first
+  uint64_t failovers = 0;    // retries that went to another member than the attempt before
+  uint64_t broadcasts = 0;
+  CallOutcomes broadcastMembers;  // the results of broadcast members
+  std::map<std::string, Member, std::less<>> members;
+
+  Member& member(kj::StringPtr name) {
+    auto it = members.find(std::string_view(name.begin(), name.size()));
+    if (it != members.end()) return it->second;
+    if (members.size() >= MAX_MEMBERS) return members["other"];
+    return members[name.cStr()];
+  }
+};
+
+struct ActorPoolBase::Impl final : public MetricsSource {
   Impl(ActorGroupBase& group, ActorPoolOptions&& options)
       : group(group),
         options(kj::mv(options)),
@@ -35,6 +62,18 @@ struct ActorPoolBase::Impl {
     if (o.ejectionTime <= zero || o.maxEjectionTime < o.ejectionTime) {
       throwError(ErrorCode::INVALID_ARGUMENT,
                  "ActorPoolOptions' ejectionTime must be positive and at most maxEjectionTime");
+    }
+    metricsRegistration = group.loop().metrics().add(*this);
+  }
+
+  void collectMetrics(MetricsSnapshot& out) const override;
+
+  // Counts a finished call() or broadcast member: `failure` null for a success.
+  static void countOutcome(CallOutcomes& outcomes, kj::Maybe<const kj::Exception&> failure) {
+    KJ_IF_MAYBE(e, failure) {
+      outcomes.countError(errorCode(*e));
+    } else {
+      ++outcomes.ok;
     }
   }
 
@@ -87,8 +126,59 @@ struct ActorPoolBase::Impl {
   ChangeSignal idle;  // notified when inFlight drops to 0
   bool draining = false;
   kj::Maybe<kj::ForkedPromise<void>> drained;
+  PoolCounters counters;
+  MetricsSet::Registration metricsRegistration;
   kj::Canceler canceler;  // every call and broadcast member call in flight
 };
+
+void ActorPoolBase::Impl::collectMetrics(MetricsSnapshot& out) const {
+  MetricLabels labels = {{"job", group.jobId().cStr()}, {"actor", group.actorName().cStr()}};
+  auto withLabel = [&](const char* key, kj::StringPtr value) {
+    auto l = labels;
+    l.emplace_back(key, value.cStr());
+    return l;
+  };
+  auto& c = counters;
+  auto outcomes = [&](kj::StringPtr name, kj::StringPtr help, const CallOutcomes& o) {
+    out.add(name, help, MetricType::COUNTER, withLabel("code", "ok"), static_cast<double>(o.ok));
+    for (size_t i = 0; i < CallOutcomes::CODES; ++i) {
+      if (o.errors[i] == 0) continue;
+      out.add(name, help, MetricType::COUNTER,
+              withLabel("code", errorCodeName(static_cast<ErrorCode>(i))),
+              static_cast<double>(o.errors[i]));
+    }
+  };
+  outcomes("troupe_client_calls_total",
+           "Pool calls finished, by outcome: ok or the error code the caller got.", c.calls);
+  out.addHistogram("troupe_client_call_duration_seconds",
+                   "Pool call latency as the caller sees it, retries and backoff included.",
+                   labels, c.latency);
+  out.add("troupe_client_calls_in_flight", "Pool calls and broadcast member calls not finished.",
+          MetricType::GAUGE, labels, static_cast<double>(inFlight));
+  out.add("troupe_client_retries_total", "Attempts after a call's first.", MetricType::COUNTER,
+          labels, static_cast<double>(c.retries));
+  out.add("troupe_client_failovers_total",
+          "Retries sent to another member than the attempt before.", MetricType::COUNTER, labels,
+          static_cast<double>(c.failovers));
+  out.add("troupe_client_may_have_run_total",
+          "Calls given up because they may have run and were not marked idempotent.",
+          MetricType::COUNTER, labels, static_cast<double>(c.calls.error(ErrorCode::MAY_HAVE_RUN)));
+  out.add("troupe_client_broadcasts_total", "Broadcasts started.", MetricType::COUNTER, labels,
+          static_cast<double>(c.broadcasts));
+  outcomes("troupe_client_broadcast_members_total",
+           "Broadcast member results, by outcome: ok or the member's error code.",
+           c.broadcastMembers);
+  for (auto& [name, m] : c.members) {
+    auto l = withLabel("member", name);
+    out.add("troupe_client_attempts_total", "Attempts sent to each member.", MetricType::COUNTER,
+            l, static_cast<double>(m.attempts));
+    out.add("troupe_client_attempt_failures_total",
+            "Attempts on each member that failed (the actor's own errors included).",
+            MetricType::COUNTER, l, static_cast<double>(m.failures));
+    out.addHistogram("troupe_client_attempt_duration_seconds",
+                     "Latency of each member's attempts, as this pool saw it.", l, m.latency);
+  }
+}
 
 namespace {
 
@@ -150,7 +240,11 @@ private:
   kj::Promise<void> retryLater(kj::Exception&& e, bool immediately);
   bool tried(const GroupMember& m) const { return failedOn.count(m.endpoint.name) > 0; }
 
+public:
   uint32_t attempts = 0;
+  std::string lastMember;  // of the latest attempt
+
+private:
   std::map<std::string, uint32_t> failedOn;  // members this call failed on
 };
 
@@ -248,19 +342,33 @@ kj::Promise<void> PoolCall::retryLater(kj::Exception&& e, bool immediately) {
 kj::Promise<void> ActorPoolBase::Impl::next(kj::Own<PoolCall> call) {
   KJ_IF_MAYBE(picked, call->pick()) {
     auto member = kj::mv(*picked);
+    auto& name = member->endpoint.name;
+    auto& counted = counters.member(name);
+    ++counted.attempts;
+    if (call->attempts > 1) {
+      ++counters.retries;
+      if (call->lastMember != name) ++counters.failovers;
+    }
+    call->lastMember = name;
+    auto startedAt = group.loop().timer().now();
     ActorRefBase ref = member->ref;
     auto& attempt = call->attempt;
     bool idempotent = call->idempotent;
     auto sent = kj::evalNow([&]() { return attempt(ref.capability()); });
     // `m` lives in the catch_ below, which outlasts this step.
     auto answered = ref.finishCall(kj::mv(sent), CallOptions{.idempotent = idempotent})
-                        .then([this, &m = *member]() { health.succeeded(m); });
+                        .then([this, &m = *member, &counted, startedAt]() {
+                          counted.latency.record(group.loop().timer().now() - startedAt);
+                          health.succeeded(m);
+                        });
     if (health.watches(idempotent)) {
       answered = answered.exclusiveJoin(health.watch(*member, idempotent));
     }
     return answered.attach(kj::heap<Outstanding>(*this, member->endpoint.name))
-        .catch_([this, call = kj::mv(call),
-                 member = kj::mv(member)](kj::Exception&& e) mutable -> kj::Promise<void> {
+        .catch_([this, call = kj::mv(call), member = kj::mv(member), &counted,
+                 startedAt](kj::Exception&& e) mutable -> kj::Promise<void> {
+          ++counted.failures;
+          counted.latency.record(group.loop().timer().now() - startedAt);
           noteFailure(*member, e);
           auto& c = *call;
           return c.afterFailure(kj::mv(e), member->endpoint)
@@ -326,16 +434,51 @@ kj::Promise<void> ActorPoolBase::callWith(Attempt attempt, const CallOptions& op
         return impl->deadlineError(deadline, attempted);
       });
   auto attempts = impl->next(kj::mv(call));
-  return impl->track(attempts.exclusiveJoin(kj::mv(expired)).attach(kj::mv(attempted)));
+  auto& i = *impl;
+  auto startedAt = i.group.loop().timer().now();
+  auto counted = attempts.exclusiveJoin(kj::mv(expired))
+                     .then(
+                         [&i, startedAt]() {
+                           Impl::countOutcome(i.counters.calls, nullptr);
+                           i.counters.latency.record(i.group.loop().timer().now() - startedAt);
+                         },
+                         [&i, startedAt](kj::Exception&& e) {
+                           Impl::countOutcome(i.counters.calls, e);
+                           i.counters.latency.record(i.group.loop().timer().now() - startedAt);
+                           kj::throwFatalException(kj::mv(e));
+                         });
+  return impl->track(counted.attach(kj::mv(attempted)));
 }
 
 kj::Array<kj::Promise<void>> ActorPoolBase::callEach(
     kj::ArrayPtr<const kj::Own<const GroupMember>> members, MemberCall call) {
+  ++impl->counters.broadcasts;
+  auto& pool = *impl;
   return KJ_MAP(m, members) -> kj::Promise<void> {
-    if (impl->draining) return impl->drainingError();
+    if (pool.draining) return pool.drainingError();
     size_t i = &m - members.begin();
-    return impl->track(kj::evalNow([&]() { return call(i, m->ref); }));
+    auto& counted = pool.counters.member(m->endpoint.name);
+    ++counted.attempts;
+    auto startedAt = pool.group.loop().timer().now();
+    auto done = kj::evalNow([&]() { return call(i, m->ref); });
+    return pool.track(done.then(
+        [&pool, &counted, startedAt]() {
+          counted.latency.record(pool.group.loop().timer().now() - startedAt);
+          Impl::countOutcome(pool.counters.broadcastMembers, nullptr);
+        },
+        [&pool, &counted, startedAt](kj::Exception&& e) {
+          ++counted.failures;
+          counted.latency.record(pool.group.loop().timer().now() - startedAt);
+          Impl::countOutcome(pool.counters.broadcastMembers, e);
+          kj::throwFatalException(kj::mv(e));
+        }));
   };
+}
+
+MetricsSnapshot ActorPoolBase::metrics() const {
+  MetricsSnapshot out;
+  impl->collectMetrics(out);
+  return out;
 }
 
 kj::Promise<void> ActorPoolBase::drain() {

@@ -95,6 +95,12 @@ public:
   // Calls and broadcasts of this pool that have not finished.
   size_t callsInFlight() const;
 
+  // This pool's metrics now (metrics.h), labelled with its group's job and actor: calls by
+  // outcome and their latency as the caller sees it, retries, failovers, calls given up as
+  // MAY_HAVE_RUN, broadcasts and their members' outcomes, and per member the attempts sent,
+  // those that failed and their latency. Also in its loop's metrics (EventLoop::metrics()).
+  MetricsSnapshot metrics() const;
+
   // ActorPool<T>::call with the member's untyped capability.
   template <typename Fn>
   auto callCapability(Fn&& fn, CallOptions options = {})
@@ -205,9 +211,14 @@ auto ActorPoolBase::broadcastCapability(Fn&& fn, CallOptions options)
     ActorRefBase ref = member;
     kj::Promise<Value> sent =
         kj::evalNow([&]() -> kj::Promise<Value> { return fn(ref.capability()); });
+    // A failure is passed on too, for the pool's metrics; the catch_ below then finds the
+    // member done.
     return ref.finishCall(kj::mv(sent), options)
         .then([&s, i](Value&& value) { s.succeeded(i, kj::mv(value)); },
-              [&s, i](kj::Exception&& e) { s.failed(i, kj::mv(e)); });
+              [&s, i](kj::Exception&& e) {
+                s.failed(i, kj::cp(e));
+                kj::throwFatalException(kj::mv(e));
+              });
   });
   for (size_t i = 0; i < s.calls.size(); ++i) {
     // A call the pool cancelled (it was destroyed) or refused (it drains) fails its member.

@@ -76,6 +76,12 @@ TEST(PoolFailover, AMemberKilledMidCallFailsThatCallAsMayHaveRunAndThePoolKeepsS
     EXPECT_NE(strstr(e.getDescription().cStr(), "test/blocker-0"), nullptr);
     EXPECT_FALSE(callNeverRan(errorCode(e)));
   }
+  // The pool's metrics say so.
+  MetricLabels labels = {{"job", "test"}, {"actor", "blocker"}};
+  auto counted = pool.metrics();
+  EXPECT_EQ(counted.value("troupe_client_may_have_run_total", labels), 1);
+  labels.emplace_back("code", "may_have_run");
+  EXPECT_EQ(counted.value("troupe_client_calls_total", labels), 1);
 
   // Member 0 is still listed (a fixed table), but calls fail over to member 1: idempotent
   // ones, and others too, because an unreachable member never saw them.
