@@ -419,7 +419,7 @@ void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema sche
   }
   impl->actors.add(
       kj::heap<actor_detail::HostedActor>(name, schema, kj::mv(actor), options, impl->tracker,
-                                          impl->loop.timer()));
+                                          impl->loop.timer(), impl->options.metrics));
   if (impl->state == ServerState::SERVING) {
     auto endpoint = impl->endpointOf(*impl->actors.back());
     for (auto* l : impl->endpointListeners) l->endpointChanged(endpoint);

@@ -3,6 +3,7 @@
 //
 //   bench_echo_server [--impl troupe|capnp] --addr HOST:PORT [--count N] [--actors N]
 //                     [--tls CERTS_DIR]   (troupe over tls://, certificates of scripts/make_certs.sh)
+//                     [--metrics on|off]  (troupe: count and time calls, ActorServerOptions::metrics)
 //                     [--max-message-mib M]
 //
 // Prints "LISTENING host:port" once it accepts connections (the peer harness's contract) and
@@ -41,6 +42,7 @@ struct Settings {
   unsigned actors = 1;
   uint64_t maxMessageMiB = 0;  // 0: the implementation's default
   std::string tlsDir;          // troupe only: serve tls:// with DIR/node.pem and DIR/node.key
+  bool metrics = true;         // troupe only: ActorServerOptions::metrics
 };
 
 // `count` servers in this process, on one loop, each on its own port (task indexes 0..count-1).
@@ -50,6 +52,7 @@ int serveTroupe(const std::string& host, unsigned port, const Settings& settings
   kj::Vector<kj::Own<troupe::ActorServer>> servers;
   troupe::ActorServerOptions options;
   if (settings.maxMessageMiB > 0) options.maxMessageBytes = settings.maxMessageMiB << 20;
+  options.metrics = settings.metrics;
   std::string scheme = "tcp://";
   if (!settings.tlsDir.empty()) {
     troupe::TlsOptions tls;
@@ -145,6 +148,8 @@ int main(int argc, char** argv) {
       settings.actors = static_cast<unsigned>(atoi(argv[i + 1]));
     } else if (strcmp(argv[i], "--tls") == 0) {
       settings.tlsDir = argv[i + 1];
+    } else if (strcmp(argv[i], "--metrics") == 0) {
+      settings.metrics = strcmp(argv[i + 1], "off") != 0;
     } else if (strcmp(argv[i], "--max-message-mib") == 0) {
       settings.maxMessageMiB = strtoull(argv[i + 1], nullptr, 10);
     } else {

@@ -36,7 +36,9 @@ struct Servers {
   std::unique_ptr<troupe::test::ChildProcess> troupe;
   std::unique_ptr<troupe::test::ChildProcess> capnp;
   std::unique_ptr<troupe::test::ChildProcess> troupeTls;
+  std::unique_ptr<troupe::test::ChildProcess> troupeNoMetrics;
   std::string troupeAddress;  // host:port
+  std::string troupeNoMetricsAddress;  // a server that counts nothing (ActorServerOptions::metrics)
   std::string capnpAddress;
   std::string troupeTlsAddress;
   std::shared_ptr<troupe::Credentials> tlsClient;
@@ -105,6 +107,11 @@ void BM_Troupe_ActorRef_PingPong(benchmark::State& state) {
   troupePingPong(state, "tcp://" + servers->troupeAddress, nullptr);
 }
 
+// The same against a server that counts and times nothing: what metrics cost a call.
+void BM_Troupe_ActorRef_PingPong_MetricsOff(benchmark::State& state) {
+  troupePingPong(state, "tcp://" + servers->troupeNoMetricsAddress, nullptr);
+}
+
 // The same over tls://: what TLS costs a small call.
 void BM_Troupe_ActorRef_PingPong_Tls(benchmark::State& state) {
   troupePingPong(state, "tls://" + servers->troupeTlsAddress, servers->tlsClient);
@@ -139,6 +146,7 @@ void BM_PlainCapnp_PingPong(benchmark::State& state) {
 
 BENCHMARK(BM_PlainCapnp_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_Troupe_ActorRef_PingPong_MetricsOff)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_Tls)->Arg(64)->Arg(4096)->UseRealTime();
 
 }  // namespace
@@ -148,6 +156,7 @@ int main(int argc, char** argv) {
   Servers s;
   s.troupeAddress = startServer(s.troupe, "troupe");
   s.capnpAddress = startServer(s.capnp, "capnp");
+  s.troupeNoMetricsAddress = startServer(s.troupeNoMetrics, "troupe", {"--metrics", "off"});
   troupe::bench::BenchCerts certs;
   s.troupeTlsAddress = startServer(s.troupeTls, "troupe", {"--tls", certs.dir});
   s.tlsClient = certs.client();

@@ -28,6 +28,7 @@ constexpr uint64_t CALLS_PER_ROUND = 4096;
 constexpr size_t PAYLOAD_BYTES = 64;
 
 std::string troupeAddress;  // tcp://host:port
+std::string troupeNoMetricsAddress;  // tcp://host:port of a server that counts nothing
 std::string capnpAddress;   // host:port
 
 // What K chains share in one round: calls left to start, and replies that came back wrong.
@@ -78,10 +79,11 @@ void BM_PlainCapnp_InFlight(benchmark::State& state) {
   runRounds(state, io.waitScope, send);
 }
 
-void BM_Troupe_ActorRef_InFlight(benchmark::State& state) {
+// `address`'s echo through an ActorRef, `state.range(0)` calls in flight.
+void troupeRefInFlight(benchmark::State& state, const std::string& address) {
   auto payload = troupe::bench::payloadOf(PAYLOAD_BYTES);
   troupe::EventLoop loop;
-  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, troupeAddress.c_str(), "echo");
+  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo");
   auto send = [&]() {
     return echo.call([&](BenchEcho::Client c) {
       auto q = c.echoRequest(capnp::MessageSize{PAYLOAD_BYTES / 8 + 4, 0});
@@ -92,18 +94,29 @@ void BM_Troupe_ActorRef_InFlight(benchmark::State& state) {
   runRounds(state, loop.waitScope(), send);
 }
 
-void BM_Troupe_Pool_InFlight(benchmark::State& state) {
+void BM_Troupe_ActorRef_InFlight(benchmark::State& state) {
+  troupeRefInFlight(state, troupeAddress);
+}
+
+// Against a server that counts and times nothing (ActorServerOptions::metrics).
+void BM_Troupe_ActorRef_InFlight_MetricsOff(benchmark::State& state) {
+  troupeRefInFlight(state, troupeNoMetricsAddress);
+}
+
+// Through a pool over a one-member group at `address`; `metrics` for the pool
+// (ActorPoolOptions::metrics).
+void troupePoolInFlight(benchmark::State& state, const std::string& address, bool metrics) {
   auto payload = troupe::bench::payloadOf(PAYLOAD_BYTES);
   troupe::EventLoop loop;
   troupe::FixedResolver resolver;
   troupe::Endpoint member;
   member.name = "one/echo-0";
-  member.address = troupeAddress;
+  member.address = address;
   member.state = troupe::EndpointState::READY;
   resolver.add(member);
   troupe::ActorGroup<BenchEcho> group(loop, resolver, "one", "echo");
   group.waitReady(1, 10 * kj::SECONDS).wait(loop.waitScope());
-  troupe::ActorPool<BenchEcho> pool(group);
+  troupe::ActorPool<BenchEcho> pool(group, {.metrics = metrics});
   auto send = [&]() {
     return pool.call([&](BenchEcho::Client c) {
       auto q = c.echoRequest(capnp::MessageSize{PAYLOAD_BYTES / 8 + 4, 0});
@@ -114,16 +127,30 @@ void BM_Troupe_Pool_InFlight(benchmark::State& state) {
   runRounds(state, loop.waitScope(), send);
 }
 
+void BM_Troupe_Pool_InFlight(benchmark::State& state) {
+  troupePoolInFlight(state, troupeAddress, true);
+}
+
+// Pool and server both without metrics: what they cost the whole call.
+void BM_Troupe_Pool_InFlight_MetricsOff(benchmark::State& state) {
+  troupePoolInFlight(state, troupeNoMetricsAddress, false);
+}
+
 BENCHMARK(BM_PlainCapnp_InFlight)->Arg(1)->Arg(32)->Arg(64)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_InFlight)->Arg(1)->Arg(32)->Arg(64)->UseRealTime();
+BENCHMARK(BM_Troupe_ActorRef_InFlight_MetricsOff)->Arg(1)->Arg(32)->Arg(64)->UseRealTime();
 BENCHMARK(BM_Troupe_Pool_InFlight)->Arg(1)->Arg(32)->Arg(64)->UseRealTime();
+BENCHMARK(BM_Troupe_Pool_InFlight_MetricsOff)->Arg(1)->Arg(32)->Arg(64)->UseRealTime();
 
 }  // namespace
 
 int main(int argc, char** argv) {
   troupe::bench::choosePlacement();
-  std::unique_ptr<troupe::test::ChildProcess> troupeServer, capnpServer;
+  std::unique_ptr<troupe::test::ChildProcess> troupeServer, capnpServer, noMetricsServer;
   troupeAddress = "tcp://" + troupe::bench::startEchoServer(troupeServer, {"--impl", "troupe"});
+  troupeNoMetricsAddress =
+      "tcp://" + troupe::bench::startEchoServer(noMetricsServer,
+                                                {"--impl", "troupe", "--metrics", "off"});
   capnpAddress = troupe::bench::startEchoServer(capnpServer, {"--impl", "capnp"});
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

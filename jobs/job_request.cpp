@@ -14,6 +14,7 @@
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/actor/logging.h"
 #include "troupe/actor/parse_number.h"
 
 namespace troupe {
@@ -180,24 +181,23 @@ kj::Maybe<int> Entrypoints::runIfReplica() const {
   if (found == functions.end()) {
     std::string known;
     for (auto& [key, fn] : functions) known += (known.empty() ? "" : ", ") + key;
-    fprintf(stderr,
-            "troupe: this program has no entrypoint function named '%s' (registered: %s)\n",
-            quoted(name).cStr(), known.empty() ? "none" : known.c_str());
+    newLogger()->error("this program has no entrypoint function named '{}' (registered: {})",
+                       quoted(name).cStr(), known.empty() ? "none" : known.c_str());
     return 2;
   }
   if (!followLauncher()) {
-    fprintf(stderr, "troupe: the launcher that started this replica is gone; exiting\n");
+    newLogger()->error("the launcher that started this replica is gone; exiting");
     return 1;
   }
   int status = 1;
+  auto log = newLogger();
   // runCatchingExceptions also turns a std::exception into a kj::Exception.
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                EventLoop loop({.logger = spdlog::default_logger()});
+                EventLoop loop({.logger = log});
                 status = found->second(loop, kj::mv(args));
               })) {
-    fprintf(stderr, "troupe: entrypoint function '%s' failed: %s\n", name.c_str(),
-            e->getDescription().cStr());
-    fflush(stderr);
+    log->error("entrypoint function '{}' failed: {}", name.c_str(), e->getDescription().cStr());
+    log->flush();
     return 1;
   }
   fflush(stdout);

@@ -342,33 +342,42 @@ kj::Promise<void> PoolCall::retryLater(kj::Exception&& e, bool immediately) {
 kj::Promise<void> ActorPoolBase::Impl::next(kj::Own<PoolCall> call) {
   KJ_IF_MAYBE(picked, call->pick()) {
     auto member = kj::mv(*picked);
-    auto& name = member->endpoint.name;
-    auto& counted = counters.member(name);
-    ++counted.attempts;
-    if (call->attempts > 1) {
-      ++counters.retries;
-      if (call->lastMember != name) ++counters.failovers;
+    // The member's counters, and when the attempt started; null when the pool counts nothing.
+    kj::Maybe<PoolCounters::Member&> counted;
+    kj::TimePoint startedAt = kj::origin<kj::TimePoint>();
+    if (options.metrics) {
+      auto& name = member->endpoint.name;
+      counted = counters.member(name);
+      ++KJ_ASSERT_NONNULL(counted).attempts;
+      if (call->attempts > 1) {
+        ++counters.retries;
+        if (call->lastMember != name) ++counters.failovers;
+      }
+      call->lastMember = name;
+      startedAt = group.loop().timer().now();
     }
-    call->lastMember = name;
-    auto startedAt = group.loop().timer().now();
     ActorRefBase ref = member->ref;
     auto& attempt = call->attempt;
     bool idempotent = call->idempotent;
     auto sent = kj::evalNow([&]() { return attempt(ref.capability()); });
     // `m` lives in the catch_ below, which outlasts this step.
     auto answered = ref.finishCall(kj::mv(sent), CallOptions{.idempotent = idempotent})
-                        .then([this, &m = *member, &counted, startedAt]() {
-                          counted.latency.record(group.loop().timer().now() - startedAt);
+                        .then([this, &m = *member, counted, startedAt]() {
+                          KJ_IF_MAYBE(c, counted) {
+                            c->latency.record(group.loop().timer().now() - startedAt);
+                          }
                           health.succeeded(m);
                         });
     if (health.watches(idempotent)) {
       answered = answered.exclusiveJoin(health.watch(*member, idempotent));
     }
     return answered.attach(kj::heap<Outstanding>(*this, member->endpoint.name))
-        .catch_([this, call = kj::mv(call), member = kj::mv(member), &counted,
+        .catch_([this, call = kj::mv(call), member = kj::mv(member), counted,
                  startedAt](kj::Exception&& e) mutable -> kj::Promise<void> {
-          ++counted.failures;
-          counted.latency.record(group.loop().timer().now() - startedAt);
+          KJ_IF_MAYBE(c, counted) {
+            ++c->failures;
+            c->latency.record(group.loop().timer().now() - startedAt);
+          }
           noteFailure(*member, e);
           auto& c = *call;
           return c.afterFailure(kj::mv(e), member->endpoint)
@@ -434,6 +443,9 @@ kj::Promise<void> ActorPoolBase::callWith(Attempt attempt, const CallOptions& op
         return impl->deadlineError(deadline, attempted);
       });
   auto attempts = impl->next(kj::mv(call));
+  if (!impl->options.metrics) {
+    return impl->track(attempts.exclusiveJoin(kj::mv(expired)).attach(kj::mv(attempted)));
+  }
   auto& i = *impl;
   auto startedAt = i.group.loop().timer().now();
   auto counted = attempts.exclusiveJoin(kj::mv(expired))
@@ -457,6 +469,7 @@ kj::Array<kj::Promise<void>> ActorPoolBase::callEach(
   return KJ_MAP(m, members) -> kj::Promise<void> {
     if (pool.draining) return pool.drainingError();
     size_t i = &m - members.begin();
+    if (!pool.options.metrics) return pool.track(kj::evalNow([&]() { return call(i, m->ref); }));
     auto& counted = pool.counters.member(m->endpoint.name);
     ++counted.attempts;
     auto startedAt = pool.group.loop().timer().now();

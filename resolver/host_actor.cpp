@@ -60,10 +60,7 @@ int hostCapability(EventLoop& loop, kj::StringPtr name, capnp::InterfaceSchema s
                 if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
                 serveReplica(loop, server);
               })) {
-    // main()'s caller sees this even when the loop's logger is silent.
     log->error("replica hosting '{}' stopped: {}", name.cStr(), e->getDescription().cStr());
-    fprintf(stderr, "troupe: replica hosting '%s' stopped: %s\n", name.cStr(),
-            e->getDescription().cStr());
     return 1;
   }
   return 0;

@@ -31,11 +31,15 @@ kj::Promise<void> CallTracker::whenIdle() {
 // back (or leaves the queue), counts the call out of the tracker and into its method's counters.
 class CallSlot {
 public:
-  CallSlot(HostedActor& actor, MethodCounters& counters)
-      : actor(actor), counters(counters), arrived(actor.timer.now()) {
+  // `counters` null: the server does not count calls.
+  CallSlot(HostedActor& actor, kj::Maybe<MethodCounters&> counters)
+      : actor(actor), counters(counters) {
     actor.tracker.begin();
-    ++counters.started;
-    ++counters.inFlight;
+    KJ_IF_MAYBE(c, counters) {
+      arrived = actor.timer.now();
+      ++c->started;
+      ++c->inFlight;
+    }
   }
   ~CallSlot() noexcept(false) { finish(Outcome::CANCELLED, nullptr); }
   KJ_DISALLOW_COPY(CallSlot);
@@ -51,15 +55,17 @@ public:
     } else if (queued) {
       actor.waiting.erase(position);
     }
-    --counters.inFlight;
-    switch (outcome) {
-      case Outcome::OK: ++counters.outcomes.ok; break;
-      case Outcome::CANCELLED: ++counters.outcomes.cancelled; break;
-      case Outcome::FAILED:
-        counters.outcomes.countError(errorCode(KJ_ASSERT_NONNULL(failure)));
-        break;
+    KJ_IF_MAYBE(c, counters) {
+      --c->inFlight;
+      switch (outcome) {
+        case Outcome::OK: ++c->outcomes.ok; break;
+        case Outcome::CANCELLED: ++c->outcomes.cancelled; break;
+        case Outcome::FAILED:
+          c->outcomes.countError(errorCode(KJ_ASSERT_NONNULL(failure)));
+          break;
+      }
+      if (outcome != Outcome::CANCELLED) c->latency.record(actor.timer.now() - arrived);
     }
-    if (outcome != Outcome::CANCELLED) counters.latency.record(actor.timer.now() - arrived);
     actor.tracker.end();
   }
 
@@ -69,7 +75,7 @@ public:
     if (actor.options.maxConcurrency == 0 || actor.running < actor.options.maxConcurrency) {
       ++actor.running;
       holdsSlot = true;
-      actor.queueWait.record(0 * kj::NANOSECONDS);
+      if (counters != nullptr) actor.queueWait.record(0 * kj::NANOSECONDS);
       return true;
     }
     auto paf = kj::newPromiseAndFulfiller<void>();
@@ -84,7 +90,7 @@ public:
   void handOver() {
     queued = false;
     holdsSlot = true;
-    actor.queueWait.record(actor.timer.now() - arrived);
+    if (counters != nullptr) actor.queueWait.record(actor.timer.now() - arrived);
     fulfiller->fulfill();
   }
 
@@ -92,8 +98,8 @@ public:
 
 private:
   HostedActor& actor;
-  MethodCounters& counters;
-  kj::TimePoint arrived;
+  kj::Maybe<MethodCounters&> counters;
+  kj::TimePoint arrived = kj::origin<kj::TimePoint>();
   bool finished = false;
   bool holdsSlot = false;
   bool queued = false;
@@ -192,7 +198,8 @@ public:
 
   VoidPromiseAndPipeline call(uint64_t interfaceId, uint16_t methodId,
                               kj::Own<capnp::CallContextHook>&& context) override {
-    auto& counters = actor.countersFor(interfaceId, methodId);
+    kj::Maybe<MethodCounters&> counters;
+    if (actor.counting) counters = actor.countersFor(interfaceId, methodId);
     if (actor.tracker.draining) {
       refused(counters, ErrorCode::DRAINING);
       auto e = makeError(ErrorCode::DRAINING,
@@ -243,9 +250,11 @@ public:
 
 private:
   // A call turned away before it ran.
-  static void refused(MethodCounters& counters, ErrorCode code) {
-    ++counters.started;
-    counters.outcomes.countError(code);
+  static void refused(kj::Maybe<MethodCounters&> counters, ErrorCode code) {
+    KJ_IF_MAYBE(c, counters) {
+      ++c->started;
+      c->outcomes.countError(code);
+    }
   }
 
   HostedActor& actor;
@@ -271,13 +280,14 @@ void addMethods(capnp::InterfaceSchema schema, std::vector<MethodCounters>& out,
 
 HostedActor::HostedActor(kj::StringPtr name, capnp::InterfaceSchema schema,
                          capnp::Capability::Client implClient, ActorOptions options,
-                         CallTracker& tracker, kj::Timer& timer)
+                         CallTracker& tracker, kj::Timer& timer, bool counting)
     : name(name.cStr()),
       schema(schema),
       options(options),
       impl(capnp::ClientHook::from(kj::mv(implClient))),
       tracker(tracker),
       timer(timer),
+      counting(counting),
       gate(kj::refcounted<ActorGate>(*this)) {
   std::vector<uint64_t> seen;
   addMethods(schema, methods, seen);

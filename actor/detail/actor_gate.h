@@ -95,8 +95,9 @@ struct MethodCounters {
 // One hosted actor: its implementation, its info, its admission state and its counters.
 class HostedActor {
 public:
+  // `counting`: whether calls are counted and timed (ActorServerOptions::metrics).
   HostedActor(kj::StringPtr name, capnp::InterfaceSchema schema, capnp::Capability::Client impl,
-              ActorOptions options, CallTracker& tracker, kj::Timer& timer);
+              ActorOptions options, CallTracker& tracker, kj::Timer& timer, bool counting);
   KJ_DISALLOW_COPY(HostedActor);
 
   // The capability handed to callers: the gate.
@@ -124,6 +125,7 @@ private:
   kj::Own<capnp::ClientHook> impl;
   CallTracker& tracker;
   kj::Timer& timer;
+  const bool counting;
   uint32_t running = 0;
   std::list<CallSlot*> waiting;
   std::vector<MethodCounters> methods;  // the schema's methods in order, then "unknown"

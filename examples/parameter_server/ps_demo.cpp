@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
   troupe::Entrypoints entrypoints;
   entrypoints.add("shard", ps::runShard);
   entrypoints.add("trainer", [](troupe::EventLoop& loop, std::vector<std::string> args) {
-    spdlog::set_level(spdlog::level::warn);  // keep the trainers' logs to their loss lines
+    loop.logger()->set_level(spdlog::level::warn);  // keep the trainers' logs to their loss lines
     return ps::runTrainer(loop, kj::mv(args));
   });
   KJ_IF_MAYBE(status, entrypoints.runIfReplica()) {
