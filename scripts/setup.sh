@@ -16,8 +16,34 @@ packages=(
   etcd-server
   # The Slurm tests run on a one-node cluster of real daemons (scripts/slurm-local.sh).
   munge slurm-wlm
+  # The dashboard's test drives a real headless browser (tests/dashboard/dashboard_test.py).
+  chromium chromium-driver python3 python3-selenium
   "$@"
 )
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+# promtool, Prometheus' own checker of the metrics format (the metrics tests run it), comes out
+# of Debian's prometheus package unpacked under .cache/, not installed: installing the package
+# would also start and enable a Prometheus server listening on every interface.
+fetch_promtool() {
+  local dir="$root/.cache/prometheus"
+  [ -x "$dir/usr/bin/promtool" ] && return 0
+  mkdir -p "$root/.cache/debs"
+  if ! (cd "$root/.cache/debs" && apt-get download -q prometheus 2>/dev/null); then
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    (cd "$root/.cache/debs" && apt-get download -q prometheus)
+  fi
+  rm -rf "$dir"
+  dpkg-deb -x "$root"/.cache/debs/prometheus_*.deb "$dir"
+  rm -f "$root"/.cache/debs/prometheus_*.deb
+}
+
+if [ "$(id -u)" -eq 0 ]; then
+  as_root=()
+else
+  as_root=(sudo)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -26,16 +52,10 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    "${missing[@]}"
 fi
-
-if [ "$(id -u)" -eq 0 ]; then
-  as_root=()
-else
-  as_root=(sudo)
-fi
-echo "setup: installing ${missing[*]}" >&2
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-  "${missing[@]}"
+fetch_promtool

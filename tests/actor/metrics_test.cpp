@@ -290,7 +290,7 @@ TEST_F(HttpMetricsTest, MetricsAreServedInThePrometheusFormatAndPromtoolAcceptsT
   // Prometheus' own parser.
   auto path = std::string(testing::TempDir()) + "troupe-metrics-" + std::to_string(getpid());
   std::ofstream(path) << r.body;
-  auto [status, out] = runShell("promtool check metrics < " + path);
+  auto [status, out] = runShell(std::string(TROUPE_PROMTOOL_PATH) + " check metrics < " + path);
   std::remove(path.c_str());
   EXPECT_EQ(status, 0) << out;
 }

@@ -113,7 +113,8 @@ TEST_F(RegistryHttpTest, TheRegistrysMetricsPassPromtoolAndCountRefusals) {
   auto path = std::string(testing::TempDir()) + "troupe-registry-metrics-" +
               std::to_string(getpid());
   std::ofstream(path) << r.body;
-  ChildProcess promtool("/bin/sh", {"-c", "promtool check metrics < " + path + " 2>&1"});
+  ChildProcess promtool(
+      "/bin/sh", {"-c", std::string(TROUPE_PROMTOOL_PATH) + " check metrics < " + path + " 2>&1"});
   std::string out;
   for (std::string line; !(line = promtool.readLine()).empty();) out += line + "\n";
   int status = promtool.wait();
@@ -162,7 +163,9 @@ TEST_F(RegistryHttpTest, WithAClusterTokenThePageIsOpenButTheDataNeedsTheToken) 
   EXPECT_EQ(page.contentType, "text/html; charset=utf-8");
   bool policy = false;
   for (auto& [name, value] : page.headers) {
-    if (name == "Content-Security-Policy") policy = value.find("script-src 'self'") != std::string::npos;
+    if (name == "Content-Security-Policy") {
+      policy = value.find("script-src 'self'") != std::string::npos;
+    }
   }
   EXPECT_TRUE(policy);
   EXPECT_EQ(httpGet(loop, url + "/dashboard.js").contentType, "text/javascript; charset=utf-8");
