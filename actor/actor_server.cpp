@@ -117,6 +117,14 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     for (auto super : schema.getSuperclasses()) collectMethods(super, out, seen);
   }
 
+  // "job 'ps' task 3 (ps, grad)": what the server's log lines are about.
+  std::string who() const {
+    std::string names;
+    for (auto& a : actors) names += (names.empty() ? "" : ", ") + a->name;
+    return "job '" + job.jobId + "' task " + std::to_string(job.taskIndex) + " (" +
+           (names.empty() ? std::string("no actors") : names) + ")";
+  }
+
   // --- endpoints
 
   EndpointState endpointState() const {
@@ -160,7 +168,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     auto advertised = advertisedHost(host);
     if (advertised.find(':') != std::string::npos) advertised = "[" + advertised + "]";
     httpUrl = scheme + advertised + hostPort.substr(colon);
-    log->info("serving HTTP on {} (/metrics, /healthz, /actors)", http->url());
+    log->info("{}: serving HTTP on {} (/metrics, /healthz, /actors)", who(), http->url());
   }
 
   kj::Promise<void> request(kj::HttpMethod, kj::StringPtr url, const kj::HttpHeaders&,
@@ -240,14 +248,14 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     }
     state = ServerState::DRAINING;
     tracker.draining = true;
-    log->info("draining {} (grace {} ms, {} calls in flight)", endpointAddress(),
+    log->info("{}: draining {} (grace {} ms, {} calls in flight)", who(), endpointAddress(),
               grace / kj::MILLISECONDS, tracker.inFlight());
     announceAll();
 
     auto deadline = loop.timer().now() + grace;
     auto graceOver = loop.timer().atTime(deadline).then([this]() {
-      log->warn("grace period over with {} calls in flight; closing their connections",
-                tracker.inFlight());
+      log->warn("{}: grace period over with {} calls in flight; closing their connections",
+                who(), tracker.inFlight());
     });
     // Calls first, within the grace period; then the replies already produced get a little
     // longer to reach the wire.
@@ -285,7 +293,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     for (auto* l : endpointListeners) {
       for (auto& e : gone) l->endpointRemoved(e);
     }
-    log->info("stopped {}", address);
+    log->info("{}: stopped {}", who(), address);
   }
 
   EventLoop& loop;
@@ -365,7 +373,7 @@ protected:
                                                    : *server.loop.credentials();
     if (!credentials.jobTokenMatches(params.getJobCredential())) {
       bool none = !credentials.hasJobToken();
-      server.log->warn("refused a drain request: {}",
+      server.log->warn("{}: refused a drain request: {}", server.who(),
                        none ? "this server has no job credential" : "a wrong job credential");
       return makeError(
           ErrorCode::PERMISSION_DENIED,
@@ -378,7 +386,7 @@ protected:
                                                                : "a wrong one was presented"));
     }
     auto millis = params.getGraceMillis();
-    server.log->info("drain requested by a peer");
+    server.log->info("{}: drain requested by a peer", server.who());
     server.startDrain(millis == 0 ? server.options.drainGracePeriod
                                   : millis * kj::MILLISECONDS);
     return kj::READY_NOW;
@@ -432,7 +440,7 @@ std::string ActorServer::listen(kj::StringPtr text) {
   // The HTTP endpoint first, so that a taken HTTP port leaves nothing bound.
   if (impl->state == ServerState::STARTING && !impl->http) impl->startHttp();
   auto bound = impl->acceptor->listen(text).toString();
-  impl->log->info("listening on {} (incarnation {})", bound, impl->incarnation);
+  impl->log->info("{}: listening on {} (incarnation {})", impl->who(), bound, impl->incarnation);
   if (impl->state == ServerState::STARTING) {
     impl->state = ServerState::SERVING;
     impl->announceAll();
@@ -456,7 +464,8 @@ kj::Promise<void> ActorServer::serve() {
   // after ActorGroup::drainMembers(), say) joins that drain instead of killing the process.
   impl->signals = impl->loop.onSignal({SIGTERM, SIGINT})
                       .then([this](int signum) {
-                        impl->log->info("received {}; draining", strsignal(signum));
+                        impl->log->info("{}: received {}; draining", impl->who(),
+                                        strsignal(signum));
                         impl->startDrain(impl->options.drainGracePeriod);
                       })
                       .eagerlyEvaluate(nullptr);
