@@ -73,12 +73,21 @@ void CallOutcomes::add(const CallOutcomes& other) {
 
 namespace {
 
-bool sameLabels(const MetricLabels& a, const MetricLabels& b) {
-  if (a.size() != b.size()) return false;
-  for (auto& l : a) {
-    if (std::find(b.begin(), b.end(), l) == b.end()) return false;
+// `labels` in one string that does not depend on their order: sorted by name, each name and
+// value followed by a byte no label holds unescaped.
+std::string labelKey(const MetricLabels& labels) {
+  std::vector<const std::pair<std::string, std::string>*> sorted;
+  sorted.reserve(labels.size());
+  for (auto& l : labels) sorted.push_back(&l);
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return *a < *b; });
+  std::string key;
+  for (auto* l : sorted) {
+    key += l->first;
+    key += '\x01';
+    key += l->second;
+    key += '\x02';
   }
-  return true;
+  return key;
 }
 
 bool includesLabels(const MetricLabels& labels, const MetricLabels& wanted) {
@@ -164,10 +173,8 @@ std::string boundText(int64_t nanos) {
 }  // namespace
 
 const MetricSample* MetricFamily::find(const MetricLabels& labels) const {
-  for (auto& s : samples) {
-    if (sameLabels(s.labels, labels)) return &s;
-  }
-  return nullptr;
+  auto it = index.find(labelKey(labels));
+  return it == index.end() ? nullptr : &samples[it->second];
 }
 
 MetricSample& MetricsSnapshot::series(kj::StringPtr name, kj::StringPtr help, MetricType type,
@@ -180,9 +187,8 @@ MetricSample& MetricsSnapshot::series(kj::StringPtr name, kj::StringPtr help, Me
     family.type = type;
   }
   KJ_REQUIRE(family.type == type, "a metric family added with two types", name);
-  for (auto& s : family.samples) {
-    if (sameLabels(s.labels, labels)) return s;
-  }
+  auto [at, added] = family.index.try_emplace(labelKey(labels), family.samples.size());
+  if (!added) return family.samples[at->second];
   family.samples.push_back(MetricSample{kj::mv(labels), 0, {}});
   return family.samples.back();
 }

@@ -120,6 +120,8 @@ struct MetricFamily {
   std::string help;
   MetricType type = MetricType::COUNTER;
   std::vector<MetricSample> samples;  // in the order first added
+  // Each sample's labels, sorted and joined, to its index in `samples`.
+  std::map<std::string, size_t> index;
 
   // The sample with exactly these labels (in any order), or null.
   const MetricSample* find(const MetricLabels& labels) const;

@@ -5,12 +5,14 @@
 // The server targets' seeds are what troupe's own clients (ActorRef, Channel, RegistryResolver)
 // sent a real server, recorded by a proxy between them; the frame reader's are the same bytes
 // behind a read size; the registry wire target's are the registry's values serialized; the
-// text targets' are written out below.
+// metrics text target's are what that server's metrics printed, and texts; the other text
+// targets' are written out below.
 
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 
@@ -247,6 +249,24 @@ void actorServerSeeds(Corpus& corpus) {
   framed[0] = 7;
   memcpy(framed.begin() + 1, large.begin(), large.size());
   corpus.write("frame_reader", "echo_large_step7", framed);
+
+  // What the server's /metrics says of member's calls after these sessions, for metrics_text.
+  auto metrics = server.metrics();
+  MetricsSnapshot member;
+  for (auto& [name, family] : metrics.families()) {
+    for (auto& s : family.samples) {
+      if (std::find(s.labels.begin(), s.labels.end(),
+                    std::pair<std::string, std::string>("actor", "member")) == s.labels.end()) {
+        continue;
+      }
+      if (family.type == MetricType::HISTOGRAM) {
+        member.addHistogram(name, family.help, s.labels, s.histogram);
+      } else {
+        member.add(name, family.help, family.type, s.labels, s.value);
+      }
+    }
+  }
+  corpus.write("metrics_text", "server_member", member.toPrometheusText());
 }
 
 Endpoint sampleEndpoint() {
@@ -430,6 +450,38 @@ void callJsonSeeds(Corpus& corpus) {
   for (auto& seed : seeds) corpus.write("call_json", seed[0], seed[1]);
 }
 
+// Texts for metrics_text_fuzz.cpp: the Prometheus text format as troupe and other exporters
+// write it, and some it refuses.
+void metricsTextSeeds(Corpus& corpus) {
+  kj::StringPtr seeds[][2] = {
+      {"counter_and_gauge",
+       "# HELP troupe_calls_total Calls finished.\n# TYPE troupe_calls_total counter\n"
+       "troupe_calls_total{job=\"j\",actor=\"a\",method=\"m\",code=\"ok\"} 3\n"
+       "# HELP troupe_calls_in_flight Calls running.\n# TYPE troupe_calls_in_flight gauge\n"
+       "troupe_calls_in_flight{job=\"j\",actor=\"a\",method=\"m\"} 0\n"},
+      {"histogram",
+       "# HELP t_seconds Latency.\n# TYPE t_seconds histogram\n"
+       "t_seconds_bucket{le=\"5e-06\"} 1\nt_seconds_bucket{le=\"0.001\"} 2\n"
+       "t_seconds_bucket{le=\"2.5\"} 4\nt_seconds_bucket{le=\"+Inf\"} 5\n"
+       "t_seconds_sum 90.25\nt_seconds_count 5\n"},
+      {"foreign_histogram",
+       "# TYPE http_seconds histogram\nhttp_seconds_bucket{path=\"/\",le=\"0.3\"} 7\n"
+       "http_seconds_bucket{path=\"/\",le=\"120\"} 9\nhttp_seconds_count{path=\"/\"} 10\n"},
+      {"escapes",
+       "# HELP z back\\\\slash and\\nnewline\n# TYPE z gauge\n"
+       "z{member=\"a\\\"b\\\\c\\nd\",empty=\"\"} -1.5e-3\n"},
+      {"others",
+       "# a comment\n# UNIT x seconds\n\ngo_goroutines 12\r\n"
+       "  spaced { a = \"1\" , b=\"2\", } 3 1700000000000\n"
+       "# TYPE rpc summary\nrpc{quantile=\"0.5\"} 0.25\nrpc_sum 17\nrpc_count 40\n"
+       "# TYPE up untyped\nup NaN\nbig -Inf -5\nlast +Inf"},
+      {"malformed", "x{a=\"1\" 2\n"},
+      {"decreasing",
+       "# TYPE h histogram\nh_bucket{le=\"1\"} 3\nh_bucket{le=\"2\"} 2\nh_count 3\n"},
+  };
+  for (auto& seed : seeds) corpus.write("metrics_text", seed[0], seed[1]);
+}
+
 }  // namespace
 }  // namespace troupe::fuzz
 
@@ -444,5 +496,6 @@ int main(int argc, char** argv) {
   troupe::fuzz::registryWireSeeds(corpus);
   troupe::fuzz::parseSeeds(corpus);
   troupe::fuzz::callJsonSeeds(corpus);
+  troupe::fuzz::metricsTextSeeds(corpus);
   return 0;
 }

@@ -15,5 +15,6 @@ kj::Own<Command> callCommand();
 kj::Own<Command> waitCommand();
 kj::Own<Command> launchCommand();
 kj::Own<Command> jobsCommand();
+kj::Own<Command> topCommand();
 
 }  // namespace troupe::cli

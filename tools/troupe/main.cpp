@@ -17,6 +17,8 @@ const troupe::cli::Subcommand COMMANDS[] = {
      troupe::cli::launchCommand},
     {"jobs", "list the jobs launchers submitted to Slurm, as Slurm reports them",
      troupe::cli::jobsCommand},
+    {"top", "show the endpoints under a prefix live: calls/s, latency, errors from /metrics",
+     troupe::cli::topCommand},
 };
 
 constexpr const char* BRIEF =
