@@ -218,7 +218,7 @@ RegistryHttp::RegistryHttp(EventLoop& loop, kj::Own<RegistryTable> table,
 RegistryHttp::~RegistryHttp() noexcept(false) {}
 
 std::vector<std::string> RegistryHttp::publicPaths() {
-  return {"/", "/index.html", "/dashboard.js", "/dashboard.css", "/healthz"};
+  return {"/", "/index.html", "/dashboard.js", "/dashboard.css", "/favicon.ico", "/healthz"};
 }
 
 const kj::HttpHeaderTable& RegistryHttp::table() const {
@@ -245,6 +245,12 @@ kj::Promise<void> RegistryHttp::request(kj::HttpMethod, kj::StringPtr url,
     }
   }
   if (path == "/healthz"_kj) return sendHttpText(response, table(), 200, TEXT, kj::str("ok\n"));
+  if (path == "/favicon.ico"_kj) {
+    // No icon, said so without an error in the browser's console.
+    kj::HttpHeaders headers(table());
+    response.send(204, "No Content", headers, uint64_t{0});
+    return kj::READY_NOW;
+  }
   if (path == "/api/state"_kj) return state(response);
   if (path == "/api/events"_kj) return events(response);
   if (path == "/api/metrics"_kj) return endpointMetrics(url, response);

@@ -6,10 +6,12 @@
 //
 //   troupe_test_registrant REGISTRY NAME [--address ADDR] [--incarnation N] [--ttl-ms N]
 //                                        [--renew-ms N] [--state starting|ready|draining]
+//                                        [--metadata KEY=VALUE]...
 //
 // REGISTRY is a RegistryResolver address (registry://HOST:PORT, registry+unix:PATH, ...), or an
 // etcd resolver URL (etcd://..., etcd+unix:...; --ttl-ms then sets its lease TTL, and
-// --renew-ms does not apply). It logs to stderr. Freezing it (SIGSTOP) stops its renewals; the
+// --renew-ms does not apply). Each --metadata puts KEY (up to the first '=') and VALUE into the
+// endpoint's metadata. It logs to stderr. Freezing it (SIGSTOP) stops its renewals; the
 // resolver then expires its lease.
 
 #include <signal.h>
@@ -31,7 +33,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr,
             "usage: %s REGISTRY NAME [--address A] [--incarnation N] [--ttl-ms N] "
-            "[--state S]\n",
+            "[--state S] [--metadata KEY=VALUE]...\n",
             argv[0]);
     return 2;
   }
@@ -57,6 +59,14 @@ int main(int argc, char** argv) {
       endpoint.state = s == "starting"   ? troupe::EndpointState::STARTING
                        : s == "draining" ? troupe::EndpointState::DRAINING
                                          : troupe::EndpointState::READY;
+    } else if (flag == "--metadata") {
+      std::string pair = value;
+      auto eq = pair.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        fprintf(stderr, "--metadata wants KEY=VALUE, got %s\n", value);
+        return 2;
+      }
+      endpoint.metadata[pair.substr(0, eq)] = pair.substr(eq + 1);
     } else {
       fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
