@@ -31,7 +31,32 @@ Channel::Channel(EventLoop& loop, Address address, ChannelOptions options)
       options(options),
       credentials_(options.credentials ? options.credentials : loop.credentials()),
       errorHandler(kj::heap<ErrorHandler>(*this)),
-      tasks(kj::heap<kj::TaskSet>(*errorHandler)) {}
+      tasks(kj::heap<kj::TaskSet>(*errorHandler)) {
+  metricsRegistration = loop.metrics().add(*this);
+}
+
+void Channel::collectMetrics(MetricsSnapshot& out) const {
+  MetricLabels labels = {{"peer", addressText}};
+  auto counter = [&](kj::StringPtr name, kj::StringPtr help, uint64_t value) {
+    out.add(name, help, MetricType::COUNTER, labels, static_cast<double>(value));
+  };
+  counter("troupe_client_connections_total", "Connections made to each server.",
+          connectionsMade_);
+  out.add("troupe_client_connected", "Connections open to each server now.", MetricType::GAUGE,
+          labels, connection == nullptr ? 0 : 1);
+  counter("troupe_client_messages_sent_total", "Messages sent to each server.",
+          counters.messagesSent);
+  counter("troupe_client_messages_received_total", "Messages received from each server.",
+          counters.messagesReceived);
+  counter("troupe_client_sent_bytes_total", "Bytes of messages sent to each server.",
+          counters.bytesSent);
+  counter("troupe_client_received_bytes_total", "Bytes of messages received from each server.",
+          counters.bytesReceived);
+  counter("troupe_client_large_messages_sent_total",
+          "Messages of 64 KiB or more sent to each server.", counters.largeMessagesSent);
+  counter("troupe_client_large_messages_received_total",
+          "Messages of 64 KiB or more received from each server.", counters.largeMessagesReceived);
+}
 
 Channel::~Channel() noexcept(false) {
   // A connection attempt refers to this channel; capabilities obtained from host() may outlive
@@ -86,6 +111,8 @@ void Channel::startConnecting() {
             }
             auto conn = kj::heap<actor_detail::RpcConnection>(
                 kj::mv(stream), options.maxMessageBytes, address_.kind != Address::Kind::TLS);
+            conn->countInto(counters);
+            ++connectionsMade_;
             // Every troupe server's bootstrap is an Authenticator; the service behind it is
             // asked for at once, and calls on it are pipelined behind the authentication.
             auto request = conn->bootstrap().castAs<schema::Authenticator>().authenticateRequest();

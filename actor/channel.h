@@ -12,6 +12,7 @@
 #include "troupe/actor/credentials.h"
 #include "troupe/actor/event_loop.h"
 #include "troupe/actor/limits.h"
+#include "troupe/actor/metrics.h"
 #include "troupe/schemas/actor.capnp.h"
 
 namespace troupe {
@@ -35,7 +36,12 @@ struct ChannelOptions {
 
 // Belongs to the loop it was opened on. Shared by reference counting (addRef()); the last
 // reference closes the connection, failing calls still in flight with DISCONNECTED.
-class Channel final : public kj::Refcounted {
+//
+// It counts what crosses its connections (metrics.h), in its loop's metrics labelled with the
+// server's address as `peer`: troupe_client_connections_total, troupe_client_connected,
+// troupe_client_messages_{sent,received}_total, troupe_client_{sent,received}_bytes_total and
+// troupe_client_large_messages_{sent,received}_total (64 KiB or more).
+class Channel final : public kj::Refcounted, public MetricsSource {
 public:
   // Throws INVALID_ARGUMENT for a malformed address. Does not connect yet.
   static kj::Own<Channel> open(EventLoop& loop, kj::StringPtr address, ChannelOptions options = {});
@@ -81,6 +87,12 @@ public:
   const Address& address() const { return address_; }
   EventLoop& loop() { return loop_; }
 
+  // What crossed its connections so far, and how many it made.
+  const TransportCounters& transport() const { return counters; }
+  uint64_t connectionsMade() const { return connectionsMade_; }
+
+  void collectMetrics(MetricsSnapshot& out) const override;
+
 private:
   class ErrorHandler;
   capnp::Capability::Client bootstrapCapability();
@@ -99,6 +111,9 @@ private:
   kj::Own<ErrorHandler> errorHandler;
   kj::Own<kj::TaskSet> tasks;
   kj::Canceler connecting;  // the connection attempt, which refers to this channel
+  TransportCounters counters;
+  uint64_t connectionsMade_ = 0;
+  MetricsSet::Registration metricsRegistration;  // last: goes first
 };
 
 }  // namespace troupe

@@ -137,6 +137,15 @@ TEST_F(MetricsTest, LargeMessagesAreCountedApart) {
   EXPECT_EQ(m.value("troupe_large_messages_received_total", transport), 1);
   EXPECT_EQ(m.value("troupe_large_messages_sent_total", transport), 1);
   EXPECT_GT(m.value("troupe_sent_bytes_total", transport), 100 * 1024);
+
+  // The client's side of the same connection.
+  auto client = loop.metrics().collect();
+  MetricLabels peer = {{"peer", address}};
+  EXPECT_EQ(client.value("troupe_client_connections_total", peer), 1);
+  EXPECT_EQ(client.value("troupe_client_connected", peer), 1);
+  EXPECT_EQ(client.value("troupe_client_large_messages_sent_total", peer), 1);
+  EXPECT_EQ(client.value("troupe_client_large_messages_received_total", peer), 1);
+  EXPECT_GT(client.value("troupe_client_sent_bytes_total", peer), 100 * 1024);
 }
 
 // ---------------------------------------------------------------------------------------------
