@@ -56,6 +56,23 @@ kj::StringPtr pathOf(kj::StringPtr url, kj::String& storage) {
 
 }  // namespace
 
+kj::Maybe<std::string> httpUrlHost(kj::StringPtr url) {
+  kj::StringPtr rest;
+  if (url.startsWith("http://")) {
+    rest = url.slice(7);
+  } else if (url.startsWith("https://")) {
+    rest = url.slice(8);
+  } else {
+    return nullptr;
+  }
+  Address parsed;
+  if (kj::runCatchingExceptions([&]() { parsed = Address::parse(rest); }) != nullptr ||
+      parsed.kind != Address::Kind::TCP) {
+    return nullptr;
+  }
+  return parsed.host;
+}
+
 kj::Promise<void> sendHttpText(kj::HttpService::Response& response,
                                const kj::HttpHeaderTable& table, uint status,
                                kj::StringPtr contentType, kj::String body) {

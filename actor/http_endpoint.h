@@ -97,6 +97,11 @@ private:
   kj::Promise<void> accepting = nullptr;
 };
 
+// The host of "http://HOST:PORT" or "https://HOST:PORT" (an IPv6 literal without brackets), as
+// servers publish their HTTP URL; null for anything else. For clients that must fetch only from
+// the host an endpoint's own address names.
+kj::Maybe<std::string> httpUrlHost(kj::StringPtr url);
+
 // Writes `body` as the whole response with `status` and `contentType` (and "Cache-Control:
 // no-store"), for routes. The promise owns `body` until it is written.
 kj::Promise<void> sendHttpText(kj::HttpService::Response& response,

@@ -68,27 +68,6 @@ kj::Maybe<kj::String> queryValue(kj::StringPtr url, kj::StringPtr key) {
   return nullptr;
 }
 
-// The host of "http://HOST:PORT" or "https://HOST:PORT" (IPv6 without brackets); null for
-// anything else.
-kj::Maybe<std::string> urlHost(kj::StringPtr url) {
-  kj::StringPtr rest;
-  if (url.startsWith("http://")) {
-    rest = url.slice(7);
-  } else if (url.startsWith("https://")) {
-    rest = url.slice(8);
-  } else {
-    return nullptr;
-  }
-  Address parsed;
-  bool ok = true;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { parsed = Address::parse(rest); })) {
-    (void)e;
-    ok = false;
-  }
-  if (!ok || parsed.kind != Address::Kind::TCP) return nullptr;
-  return parsed.host;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -316,7 +295,7 @@ kj::Promise<void> RegistryHttp::endpointMetrics(kj::StringPtr url, Response& res
               })) {
     (void)ignored;
   }
-  auto host = urlHost(metricsUrl);
+  auto host = httpUrlHost(metricsUrl);
   if (!inet || host == nullptr || KJ_ASSERT_NONNULL(host) != endpointAddress.host) {
     return fail(502, kj::str("endpoint '", name, "' publishes its metrics at ",
                              printable(metricsUrl),

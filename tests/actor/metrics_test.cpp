@@ -11,6 +11,7 @@
 #include "troupe/actor/metrics.h"
 #include "tests/support/http_get.h"
 #include "tests/support/registry_helpers.h"
+#include "tests/support/calculator_calls.h"
 #include "tests/support/server_fixture.h"
 
 namespace troupe::test {
@@ -25,25 +26,6 @@ MetricLabels withCode(MetricLabels labels, const char* code) {
   return labels;
 }
 
-kj::Promise<int64_t> add(ActorRef<Calculator>& calc, int64_t a, int64_t b) {
-  return calc.call([a, b](Calculator::Client c) {
-               auto r = c.addRequest();
-               r.setA(a);
-               r.setB(b);
-               return r.send();
-             })
-      .then([](capnp::Response<Calculator::AddResults>&& r) { return r.getSum(); });
-}
-
-kj::Promise<int64_t> divide(ActorRef<Calculator>& calc, int64_t a, int64_t b) {
-  return calc.call([a, b](Calculator::Client c) {
-               auto r = c.divideRequest();
-               r.setA(a);
-               r.setB(b);
-               return r.send();
-             })
-      .then([](capnp::Response<Calculator::DivideResults>&& r) { return r.getQuotient(); });
-}
 
 using MetricsTest = ServerFixture;
 

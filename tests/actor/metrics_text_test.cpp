@@ -8,6 +8,7 @@
 
 #include "troupe/actor/metrics_text.h"
 #include "tests/support/registry_helpers.h"
+#include "tests/support/calculator_calls.h"
 #include "tests/support/server_fixture.h"
 
 namespace troupe::test {
@@ -38,25 +39,6 @@ Failure refusalOf(kj::StringPtr text, const PrometheusTextLimits& limits = {}) {
   return thrownBy([&]() { parsePrometheusText(text, limits); });
 }
 
-kj::Promise<int64_t> add(ActorRef<Calculator>& calc, int64_t a, int64_t b) {
-  return calc.call([a, b](Calculator::Client c) {
-               auto r = c.addRequest();
-               r.setA(a);
-               r.setB(b);
-               return r.send();
-             })
-      .then([](capnp::Response<Calculator::AddResults>&& r) { return r.getSum(); });
-}
-
-kj::Promise<int64_t> divide(ActorRef<Calculator>& calc, int64_t a, int64_t b) {
-  return calc.call([a, b](Calculator::Client c) {
-               auto r = c.divideRequest();
-               r.setA(a);
-               r.setB(b);
-               return r.send();
-             })
-      .then([](capnp::Response<Calculator::DivideResults>&& r) { return r.getQuotient(); });
-}
 
 using MetricsTextServerTest = ServerFixture;
 

@@ -16,6 +16,7 @@
 #include "troupe/actor/credentials.h"
 #include "troupe/actor/errors.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/actor/http_endpoint.h"
 #include "troupe/actor/metrics.h"
 #include "troupe/actor/metrics_text.h"
 #include "troupe/resolver/open_resolver.h"
@@ -72,25 +73,6 @@ Totals totalsOf(const MetricsSnapshot& m, const Endpoint& e) {
   return t;
 }
 
-// The host of an "http://HOST:PORT" or "https://HOST:PORT" URL; null for anything else.
-kj::Maybe<std::string> urlHost(const std::string& url) {
-  kj::StringPtr text = url.c_str();
-  kj::StringPtr rest;
-  if (text.startsWith("http://")) {
-    rest = text.slice(7);
-  } else if (text.startsWith("https://")) {
-    rest = text.slice(8);
-  } else {
-    return nullptr;
-  }
-  Address parsed;
-  if (kj::runCatchingExceptions([&]() { parsed = Address::parse(rest); }) != nullptr ||
-      parsed.kind != Address::Kind::TCP) {
-    return nullptr;
-  }
-  return parsed.host;
-}
-
 // Why a member's metrics are not fetched from `url`, or null when they may be: only from the
 // member's own host, as the registry's dashboard does, so that a registrant cannot have the
 // cluster token sent elsewhere.
@@ -103,7 +85,7 @@ kj::Maybe<std::string> refusedUrl(const Endpoint& e, const std::string& url) {
       }) != nullptr) {
     inet = false;
   }
-  auto host = urlHost(url);
+  auto host = httpUrlHost(url.c_str());
   if (host == nullptr) return std::string("error: bad metrics URL '") + printable(url).cStr() + "'";
   if (!inet || KJ_ASSERT_NONNULL(host) != address.host) {
     return std::string("error: metrics URL not on the endpoint's host: ") + printable(url).cStr();
