@@ -179,11 +179,13 @@ const MetricSample* MetricFamily::find(const MetricLabels& labels) const {
 
 MetricSample& MetricsSnapshot::series(kj::StringPtr name, kj::StringPtr help, MetricType type,
                                       MetricLabels labels) {
-  auto [it, made] = families_.try_emplace(name.cStr());
+  // Sized copies: text from the network may hold NUL bytes, which cStr() would cut at.
+  std::string key(name.begin(), name.size());
+  auto [it, made] = families_.try_emplace(key);
   auto& family = it->second;
   if (made) {
-    family.name = name.cStr();
-    family.help = help.cStr();
+    family.name = kj::mv(key);
+    family.help = std::string(help.begin(), help.size());
     family.type = type;
   }
   KJ_REQUIRE(family.type == type, "a metric family added with two types", name);
@@ -215,7 +217,7 @@ void MetricsSnapshot::merge(const MetricsSnapshot& other) {
 }
 
 const MetricFamily* MetricsSnapshot::family(kj::StringPtr name) const {
-  auto it = families_.find(name.cStr());
+  auto it = families_.find(std::string(name.begin(), name.size()));
   return it == families_.end() ? nullptr : &it->second;
 }
 

@@ -530,7 +530,9 @@ private:
   MetricsSnapshot finish() {
     MetricsSnapshot out;
     for (auto& f : families) {
-      auto help = helpOf(f);
+      auto helpText = helpOf(f);
+      // Sized: a HELP text may hold NUL bytes, where a conversion through c_str() would stop.
+      kj::StringPtr help(helpText.c_str(), helpText.size());
       for (auto& s : f.series) {
         if (f.type == MetricType::HISTOGRAM) {
           out.addHistogram(f.name, help, kj::mv(s.labels), histogramOf(s));

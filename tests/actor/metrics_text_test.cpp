@@ -126,6 +126,20 @@ TEST(MetricsTextTest, EscapesAreUndone) {
   EXPECT_EQ(parsed.toPrometheusText(), text);
 }
 
+TEST(MetricsTextTest, NulBytesAndCarriageReturnsInHelpTextSurviveARoundTrip) {
+  // Found by the fuzzer: a HELP text cut at its first NUL kept a '\r' that the next parse
+  // dropped as part of a "\r\n" line end.
+  std::string text = "# HELP troupe_x_total refused th\r";
+  text.push_back('\0');
+  text += "\n# TYPE troupe_x_total counter\ntroupe_x_total 1\n";
+  auto once = parsePrometheusText(kj::StringPtr(text.c_str(), text.size())).toPrometheusText();
+  auto twice = parsePrometheusText(kj::StringPtr(once.c_str(), once.size())).toPrometheusText();
+  EXPECT_EQ(once, twice);
+  auto parsed = parsePrometheusText(kj::StringPtr(once.c_str(), once.size()));
+  ASSERT_NE(parsed.family("troupe_x_total"), nullptr);
+  EXPECT_EQ(parsed.family("troupe_x_total")->help.size(), strlen("refused th\r") + 1);
+}
+
 TEST(MetricsTextTest, OtherExportersTextReadsAsGauges) {
   auto parsed = parsePrometheusText(
       "# A comment, and an unknown keyword:\n"
