@@ -1,6 +1,7 @@
 #include "troupe/actor/actor_server.h"
 
 #include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -159,15 +160,12 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     if (!httpOptions.logger) httpOptions.logger = log;
     http = kj::heap<HttpEndpoint>(loop, address, kj::mv(httpOptions), *this);
     // The published URL names a host others can reach, as the endpoint's address does.
+    // Address does the host's brackets both ways.
     auto url = http->url();
     auto scheme = url.substr(0, url.find("://") + 3);
-    auto hostPort = url.substr(scheme.size());
-    auto colon = hostPort.rfind(':');
-    auto host = hostPort.substr(0, colon);
-    if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    auto advertised = advertisedHost(host);
-    if (advertised.find(':') != std::string::npos) advertised = "[" + advertised + "]";
-    httpUrl = scheme + advertised + hostPort.substr(colon);
+    auto bound = Address::parse(url.substr(scheme.size()));
+    bound.host = advertisedHost(bound.host);
+    httpUrl = scheme + bound.toString().substr(strlen("tcp://"));
     log->info("{}: serving HTTP on {} (/metrics, /healthz, /actors)", who(), http->url());
   }
 

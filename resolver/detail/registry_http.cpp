@@ -287,16 +287,11 @@ kj::Promise<void> RegistryHttp::endpointMetrics(kj::StringPtr url, Response& res
                              "ActorServerOptions::httpAddress or TROUPE_METRICS)"));
   }
   // Only the endpoint's own machine: a registrant cannot point the registry elsewhere.
-  Address endpointAddress;
-  bool inet = false;
-  KJ_IF_MAYBE(ignored, kj::runCatchingExceptions([&]() {
-                endpointAddress = Address::parse(address);
-                inet = endpointAddress.isInet();
-              })) {
-    (void)ignored;
-  }
+  // The table keeps addresses in canonical form, so this parses.
+  auto endpointAddress = Address::parse(address);
   auto host = httpUrlHost(metricsUrl);
-  if (!inet || host == nullptr || KJ_ASSERT_NONNULL(host) != endpointAddress.host) {
+  if (!endpointAddress.isInet() || host == nullptr ||
+      KJ_ASSERT_NONNULL(host) != endpointAddress.host) {
     return fail(502, kj::str("endpoint '", name, "' publishes its metrics at ",
                              printable(metricsUrl),
                              ", not on the host of its address; the registry fetches only from "
