@@ -11,10 +11,39 @@ namespace troupe {
 namespace actor_detail {
 
 // What copies of one ActorRef share. Loop thread only.
-class ActorRefState final : public kj::Refcounted, private kj::TaskSet::ErrorHandler {
+class ActorRefState final : public kj::Refcounted,
+                            public MetricsSource,
+                            private kj::TaskSet::ErrorHandler {
 public:
   ActorRefState(kj::Own<Channel> channel, kj::StringPtr actorName, ActorRefOptions options)
-      : channel(kj::mv(channel)), actorName(actorName), options(kj::mv(options)), tasks(*this) {}
+      : channel(kj::mv(channel)), actorName(actorName), options(kj::mv(options)), tasks(*this) {
+    if (this->options.metrics) metricsRegistration = this->channel->loop().metrics().add(*this);
+  }
+
+  void collectMetrics(MetricsSnapshot& out) const override {
+    MetricLabels labels = {{"peer", channel->address().toString()}, {"actor", actorName}};
+    auto withCode = [&](const char* code, uint64_t value) {
+      auto l = labels;
+      l.emplace_back("code", code);
+      out.add("troupe_ref_calls_total",
+              "Calls through ActorRefs finished, by outcome: ok, cancelled (by the caller), or "
+              "the error code the caller got.",
+              MetricType::COUNTER, kj::mv(l), static_cast<double>(value));
+    };
+    withCode("ok", outcomes.ok);
+    if (outcomes.cancelled != 0) withCode("cancelled", outcomes.cancelled);
+    for (size_t i = 0; i < CallOutcomes::CODES; ++i) {
+      if (outcomes.errors[i] != 0) {
+        withCode(errorCodeName(static_cast<ErrorCode>(i)).cStr(), outcomes.errors[i]);
+      }
+    }
+    out.add("troupe_ref_calls_in_flight", "Calls through ActorRefs not finished.",
+            MetricType::GAUGE, labels, static_cast<double>(inFlight));
+    out.addHistogram("troupe_ref_call_duration_seconds",
+                     "Latency of calls through ActorRefs as the caller sees it, the connection "
+                     "attempt included.",
+                     labels, latency);
+  }
 
   kj::Exception deadlineError(kj::Duration deadline) const {
     return makeError(ErrorCode::DEADLINE_EXCEEDED,
@@ -41,12 +70,43 @@ public:
   kj::Maybe<uint64_t> incarnation;
   kj::TaskSet tasks;  // the lookups of the actor
 
+  // Calls counted, when options.metrics is true.
+  CallOutcomes outcomes;
+  LatencyHistogram latency;
+  uint64_t inFlight = 0;
+
 private:
   void taskFailed(kj::Exception&& exception) override {
     channel->loop().logger()->debug("looking up actor '{}': {}", actorName,
                                     exception.getDescription().cStr());
   }
+
+  MetricsSet::Registration metricsRegistration;  // last: goes first
 };
+
+CallRecord::CallRecord(ActorRefState& state)
+    : state(kj::addRef(state)), startedAt(state.channel->loop().timer().now()) {
+  ++state.inFlight;
+}
+
+CallRecord::~CallRecord() noexcept(false) {
+  --state->inFlight;
+  if (!done) {
+    ++state->outcomes.cancelled;
+    state->latency.record(state->channel->loop().timer().now() - startedAt);
+  }
+}
+
+void CallRecord::finished(kj::Maybe<const kj::Exception&> failure) {
+  if (done) return;
+  done = true;
+  KJ_IF_MAYBE(e, failure) {
+    state->outcomes.countError(errorCode(*e));
+  } else {
+    ++state->outcomes.ok;
+  }
+  state->latency.record(state->channel->loop().timer().now() - startedAt);
+}
 
 }  // namespace actor_detail
 
@@ -76,6 +136,17 @@ ActorRefBase::FailureWatch::FailureWatch(FailureWatch&& other) noexcept = defaul
 ActorRefBase::FailureWatch::~FailureWatch() noexcept(false) {}
 
 void ActorRefBase::FailureWatch::failed(const kj::Exception& e) { state->callFailed(e, epoch); }
+
+kj::Maybe<kj::Own<actor_detail::CallRecord>> ActorRefBase::startRecord() {
+  if (!state->options.metrics) return nullptr;
+  return kj::heap<actor_detail::CallRecord>(*state);
+}
+
+MetricsSnapshot ActorRefBase::metrics() const {
+  MetricsSnapshot out;
+  if (state->options.metrics) state->collectMetrics(out);
+  return out;
+}
 
 kj::Maybe<kj::Duration> ActorRefBase::deadlineOf(const CallOptions& options) const {
   KJ_IF_MAYBE(d, options.deadline) {
@@ -128,7 +199,8 @@ kj::Promise<uint64_t> ActorRefBase::ping(CallOptions options) {
         s->incarnation = r.getIncarnation();
         return r.getIncarnation();
       });
-  return finishCall(kj::mv(promise), options);
+  // A ping asks the host, not the actor: not one of the actor's calls.
+  return finishCall(kj::mv(promise), options, false);
 }
 
 kj::StringPtr ActorRefBase::actorName() const { return state->actorName; }

@@ -17,6 +17,7 @@
 
 #include "troupe/actor/channel.h"
 #include "troupe/actor/event_loop.h"
+#include "troupe/actor/metrics.h"
 
 namespace troupe {
 
@@ -37,12 +38,58 @@ struct ActorRefOptions {
 
   // Deadline for calls whose CallOptions name none. Default: none.
   kj::Maybe<kj::Duration> defaultDeadline;
+
+  // Whether calls are counted and timed (metrics()). Default true. An ActorGroup's members
+  // count nothing here: their pool counts every attempt by member.
+  bool metrics = true;
 };
 
 namespace actor_detail {
 
 // What copies of one ActorRef share (actor_ref.cpp).
 class ActorRefState;
+
+// One call through an ActorRef, for its metrics: in flight from construction, then counted by
+// outcome and timed once finished() says how it ended, or as cancelled if dropped before.
+class CallRecord {
+public:
+  explicit CallRecord(ActorRefState& state);
+  ~CallRecord() noexcept(false);
+  KJ_DISALLOW_COPY(CallRecord);
+
+  void finished(kj::Maybe<const kj::Exception&> failure);
+
+private:
+  kj::Own<ActorRefState> state;
+  kj::TimePoint startedAt;
+  bool done = false;
+};
+
+// `promise`, with its outcome counted in `record`.
+template <typename V>
+kj::Promise<V> counted(kj::Promise<V> promise, kj::Own<CallRecord> record) {
+  auto& r = *record;
+  return promise
+      .then([&r](V&& v) -> V {
+              r.finished(nullptr);
+              return kj::mv(v);
+            },
+            [&r](kj::Exception&& e) -> V {
+              r.finished(e);
+              kj::throwFatalException(kj::mv(e));
+            })
+      .attach(kj::mv(record));
+}
+template <>
+inline kj::Promise<void> counted(kj::Promise<void> promise, kj::Own<CallRecord> record) {
+  auto& r = *record;
+  return promise.then([&r]() { r.finished(nullptr); },
+                      [&r](kj::Exception&& e) {
+                        r.finished(e);
+                        kj::throwFatalException(kj::mv(e));
+                      })
+      .attach(kj::mv(record));
+}
 
 template <typename P>
 struct PromiseValue {
@@ -81,10 +128,18 @@ public:
   // connection breaks; ask again afterwards.
   capnp::Capability::Client capability();
 
-  // Applies the call's deadline (or the default one) to `promise`, and drops the connection when
-  // the call fails because it broke, so that the next call connects again.
+  // Applies the call's deadline (or the default one) to `promise`, drops the connection when
+  // the call fails because it broke, so that the next call connects again, and counts the call
+  // in metrics() (unless the options say not to).
   template <typename V>
   kj::Promise<V> finishCall(kj::Promise<V> promise, const CallOptions& options);
+
+  // Calls made through this handle and its copies (unless ActorRefOptions::metrics is false),
+  // labelled with `peer` (the address) and `actor`: troupe_ref_calls_total by `code` (ok,
+  // cancelled, or the errors.h code the caller got, deadline_exceeded included),
+  // troupe_ref_calls_in_flight and troupe_ref_call_duration_seconds. Also in its loop's metrics
+  // (EventLoop::metrics()), where handles to the same actor at the same address add up.
+  MetricsSnapshot metrics() const;
 
   // The hosting process's incarnation as last reported by the server; null before the first
   // successful lookup of the actor.
@@ -112,6 +167,12 @@ private:
     kj::Own<actor_detail::ActorRefState> state;
     uint64_t epoch;
   };
+
+  // finishCall(), counting the call in metrics() when `count` is true and metrics are on.
+  template <typename V>
+  kj::Promise<V> finishCall(kj::Promise<V> promise, const CallOptions& options, bool count);
+  // A record of a call starting now; null when this handle counts nothing.
+  kj::Maybe<kj::Own<actor_detail::CallRecord>> startRecord();
 
   // The deadline `options` ask for, else the default one; null for none.
   kj::Maybe<kj::Duration> deadlineOf(const CallOptions& options) const;
@@ -161,6 +222,14 @@ public:
 
 template <typename V>
 kj::Promise<V> ActorRefBase::finishCall(kj::Promise<V> promise, const CallOptions& options) {
+  return finishCall(kj::mv(promise), options, true);
+}
+
+template <typename V>
+kj::Promise<V> ActorRefBase::finishCall(kj::Promise<V> promise, const CallOptions& options,
+                                        bool count) {
+  kj::Maybe<kj::Own<actor_detail::CallRecord>> record;
+  if (count) record = startRecord();
   promise = promise.catch_([watch = FailureWatch(*this)](kj::Exception&& e) mutable
                            -> kj::Promise<V> {
     watch.failed(e);
@@ -168,7 +237,10 @@ kj::Promise<V> ActorRefBase::finishCall(kj::Promise<V> promise, const CallOption
   });
   KJ_IF_MAYBE(d, deadlineOf(options)) {
     // expiry() only ever rejects.
-    return promise.exclusiveJoin(expiry(*d).then([]() -> kj::Promise<V> { KJ_UNREACHABLE; }));
+    promise = promise.exclusiveJoin(expiry(*d).then([]() -> kj::Promise<V> { KJ_UNREACHABLE; }));
+  }
+  KJ_IF_MAYBE(r, record) {
+    return actor_detail::counted(kj::mv(promise), kj::mv(*r));
   }
   return promise;
 }

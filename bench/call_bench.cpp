@@ -80,11 +80,12 @@ kj::Array<kj::byte> payloadOf(size_t size) {
 
 // `address` with `credentials` (null: the loop's), one call at a time.
 void troupePingPong(benchmark::State& state, const std::string& address,
-                    std::shared_ptr<troupe::Credentials> credentials) {
+                    std::shared_ptr<troupe::Credentials> credentials, bool metrics = true) {
   auto payload = payloadOf(state.range(0));
   troupe::EventLoop loop;
   troupe::ActorRefOptions options;
   options.channel.credentials = kj::mv(credentials);
+  options.metrics = metrics;
   auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo", options);
   auto call = [&]() {
     return echo.call([&](BenchEcho::Client c) {
@@ -107,9 +108,9 @@ void BM_Troupe_ActorRef_PingPong(benchmark::State& state) {
   troupePingPong(state, "tcp://" + servers->troupeAddress, nullptr);
 }
 
-// The same against a server that counts and times nothing: what metrics cost a call.
+// The same with a handle and a server that count and time nothing: what metrics cost a call.
 void BM_Troupe_ActorRef_PingPong_MetricsOff(benchmark::State& state) {
-  troupePingPong(state, "tcp://" + servers->troupeNoMetricsAddress, nullptr);
+  troupePingPong(state, "tcp://" + servers->troupeNoMetricsAddress, nullptr, false);
 }
 
 // The same over tls://: what TLS costs a small call.

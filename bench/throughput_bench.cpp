@@ -80,10 +80,11 @@ void BM_PlainCapnp_InFlight(benchmark::State& state) {
 }
 
 // `address`'s echo through an ActorRef, `state.range(0)` calls in flight.
-void troupeRefInFlight(benchmark::State& state, const std::string& address) {
+void troupeRefInFlight(benchmark::State& state, const std::string& address, bool metrics = true) {
   auto payload = troupe::bench::payloadOf(PAYLOAD_BYTES);
   troupe::EventLoop loop;
-  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo");
+  auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo",
+                                                   {.metrics = metrics});
   auto send = [&]() {
     return echo.call([&](BenchEcho::Client c) {
       auto q = c.echoRequest(capnp::MessageSize{PAYLOAD_BYTES / 8 + 4, 0});
@@ -98,9 +99,10 @@ void BM_Troupe_ActorRef_InFlight(benchmark::State& state) {
   troupeRefInFlight(state, troupeAddress);
 }
 
-// Against a server that counts and times nothing (ActorServerOptions::metrics).
+// A handle and a server that count and time nothing (ActorRefOptions and
+// ActorServerOptions::metrics).
 void BM_Troupe_ActorRef_InFlight_MetricsOff(benchmark::State& state) {
-  troupeRefInFlight(state, troupeNoMetricsAddress);
+  troupeRefInFlight(state, troupeNoMetricsAddress, false);
 }
 
 // Through a pool over a one-member group at `address`; `metrics` for the pool

@@ -11,6 +11,17 @@
 
 namespace troupe {
 
+namespace {
+
+// Members' handles count nothing themselves: the pool calling them counts each attempt by member.
+ActorRefOptions memberRefOptions() {
+  ActorRefOptions options;
+  options.metrics = false;
+  return options;
+}
+
+}  // namespace
+
 struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   Impl(EventLoop& loop, Resolver& resolver, kj::StringPtr jobId, kj::StringPtr actor,
        ActorGroupOptions options)
@@ -97,7 +108,7 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
     if (it == members.end()) {
       log->debug("group {}: {} joined at {} ({})", prefix, endpoint.name, endpoint.address,
                  toString(endpoint.state).cStr());
-      auto ref = ActorRefBase(channelFor(endpoint.address), actor);
+      auto ref = ActorRefBase(channelFor(endpoint.address), actor, memberRefOptions());
       auto name = endpoint.name;
       members.emplace(name, kj::refcounted<GroupMember>(kj::mv(endpoint), kj::mv(ref)));
       return;
@@ -106,7 +117,7 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
     auto& old = it->second;
     auto ref = old->endpoint.address == endpoint.address
                    ? old->ref
-                   : ActorRefBase(channelFor(endpoint.address), actor);
+                   : ActorRefBase(channelFor(endpoint.address), actor, memberRefOptions());
     old = kj::refcounted<GroupMember>(kj::mv(endpoint), kj::mv(ref));
     dropUnusedChannels();
   }

@@ -130,6 +130,44 @@ TEST_F(MetricsTest, LargeMessagesAreCountedApart) {
   EXPECT_GT(client.value("troupe_client_sent_bytes_total", peer), 100 * 1024);
 }
 
+TEST_F(MetricsTest, CallsThroughAnActorRefAreCountedByOutcomeOnTheCallersSide) {
+  auto calc = ref<Calculator>("calc");
+  EXPECT_EQ(await(loop, add(calc, 1, 2)), 3);
+  EXPECT_EQ(await(loop, add(calc, 3, 4)), 7);
+  EXPECT_EQ(awaitError(loop, divide(calc, 1, 0)).code, ErrorCode::FAILED);
+  await(loop, calc.ping());  // asks the host, not the actor: not counted
+  auto b = ref<Blocker>("blocker");
+  EXPECT_EQ(awaitError(loop, hold(b, "late", {.deadline = 1 * kj::MILLISECONDS})).code,
+            ErrorCode::DEADLINE_EXCEEDED);
+  auto dropped = hold(b, "dropped");
+  EXPECT_EQ(b.metrics().value("troupe_ref_calls_in_flight", {{"peer", address}, {"actor", "blocker"}}), 1);
+  dropped = nullptr;
+
+  MetricLabels labels = {{"peer", address}, {"actor", "calc"}};
+  auto m = calc.metrics();
+  EXPECT_EQ(m.value("troupe_ref_calls_total", withCode(labels, "ok")), 2);
+  EXPECT_EQ(m.value("troupe_ref_calls_total", withCode(labels, "failed")), 1);
+  EXPECT_EQ(m.sum("troupe_ref_calls_total"), 3);
+  EXPECT_EQ(m.value("troupe_ref_calls_in_flight", labels), 0);
+  EXPECT_EQ(m.histogram("troupe_ref_call_duration_seconds", labels).count, 3u);
+  // A copy shares the counts; the loop's metrics hold every handle's.
+  auto copy = calc;
+  EXPECT_EQ(copy.metrics().sum("troupe_ref_calls_total"), 3);
+  auto all = loop.metrics().collect();
+  MetricLabels blockerLabels = {{"peer", address}, {"actor", "blocker"}};
+  EXPECT_EQ(all.value("troupe_ref_calls_total", withCode(blockerLabels, "deadline_exceeded")), 1);
+  EXPECT_EQ(all.value("troupe_ref_calls_total", withCode(blockerLabels, "cancelled")), 1);
+  EXPECT_EQ(all.value("troupe_ref_calls_in_flight", blockerLabels), 0);
+  EXPECT_EQ(all.sum("troupe_ref_calls_total", {{"actor", "calc"}}), 3);
+}
+
+TEST_F(MetricsTest, AnActorRefCanBeToldToCountNothing) {
+  auto calc = ActorRef<Calculator>::connect(loop, address.c_str(), "calc", {.metrics = false});
+  EXPECT_EQ(await(loop, add(calc, 1, 2)), 3);
+  EXPECT_EQ(calc.metrics().families().size(), 0u);
+  EXPECT_EQ(loop.metrics().collect().family("troupe_ref_calls_total"), nullptr);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Latency, on the loop's clock.
 
@@ -164,6 +202,13 @@ TEST_F(ManualClockMetricsTest, LatencyLandsInTheBucketOfTheTimeTheCallTook) {
   auto wait = m.histogram("troupe_actor_queue_wait_seconds", {{"job", "job-1"}, {"actor", "serial"}});
   ASSERT_EQ(wait.count, 2u);
   EXPECT_EQ(wait.sumNanos, 30 * 1'000'000);
+  // The caller saw both calls from the start: 30 ms and 2.03 s.
+  auto seen = b.metrics().histogram("troupe_ref_call_duration_seconds",
+                                    {{"peer", address}, {"actor", "serial"}});
+  ASSERT_EQ(seen.count, 2u);
+  EXPECT_EQ(seen.counts[12], 1u);
+  EXPECT_EQ(seen.counts[17], 1u);
+  EXPECT_EQ(seen.sumNanos, (30 + 2030) * 1'000'000);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -73,6 +73,8 @@ TEST_F(PoolMetricsTest, CallsErrorsAndEachMembersAttemptsAreCountedExactly) {
   auto all = loop.metrics().collect();
   EXPECT_EQ(all.value("troupe_client_calls_total", labels({{"code", "ok"}})), 3);
   EXPECT_EQ(all.sum("troupe_calls_total", {{"actor", "member"}, {"code", "ok"}}), 3);
+  // The members' own handles count nothing: the pool counted each attempt above.
+  EXPECT_EQ(all.family("troupe_ref_calls_total"), nullptr);
 }
 
 TEST_F(PoolMetricsTest, AFailoverIsCountedAsARetryOnAnotherMember) {
