@@ -18,6 +18,7 @@ packages=(
   munge slurm-wlm
   # The dashboard's test drives a real headless browser (tests/dashboard/dashboard_test.py).
   chromium chromium-driver python3 python3-selenium
+  python3-dev pybind11-dev python3-pytest
   "$@"
 )
 

@@ -12,7 +12,7 @@ scripts/setup.sh
 flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WERROR=ON)
 if [ "${TROUPE_SANITIZE:-0}" = 1 ]; then
   dir=${BUILD_DIR:-build-sanitize}
-  flags+=(-DTROUPE_SANITIZE=ON -DTROUPE_BUILD_BENCH=OFF)
+  flags+=(-DTROUPE_SANITIZE=ON -DTROUPE_BUILD_BENCH=OFF -DTROUPE_BUILD_PYTHON=OFF)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 else

@@ -268,7 +268,7 @@ kj::Maybe<kj::String> jsonSyntaxError(kj::ArrayPtr<const char> text) {
 kj::String describeType(capnp::Type type) {
   if (type.isText()) return kj::str("Text, a string");
   if (type.isData()) return kj::str("Data, a base64 string");
-  auto name = typeName(type);
+  auto name = capnpTypeName(type);
   // "an Int64", but "a UInt64": the article goes by the sound.
   bool vowel = !name.empty() && kj::StringPtr("AEIO").findFirst(name[0]) != nullptr;
   return kj::str(vowel ? "an " : "a ", name.c_str());

@@ -12,27 +12,10 @@
 #include <kj/async.h>
 
 #include "troupe/actor/channel.h"
+#include "troupe/actor/dynamic_actor.h"
 #include "tools/troupe/call_json.h"
 
 namespace troupe::cli {
-
-// One actor at one server, with its interface loaded.
-struct DynamicActor {
-  std::string name;  // as the server hosts it ("calc")
-  capnp::InterfaceSchema schema;
-  capnp::Capability::Client capability;
-};
-
-// Connects nothing itself: asks `channel`'s server for actor `name`'s capability and schema,
-// loading the schema into `loader` (which must outlive the result).
-kj::Promise<DynamicActor> openDynamicActor(Channel& channel, kj::StringPtr name,
-                                           capnp::SchemaLoader& loader);
-
-// "Calculator", "List(Float32)", "Text"...: a type as a schema file spells it.
-std::string typeName(capnp::Type type);
-
-// "add (a :Float64, b :Float64) -> (value :Float64)".
-std::string describeMethod(capnp::InterfaceSchema::Method method);
 
 // One method called with parameters given as JSON, ready to be sent to any actor with the
 // interface; its results read back as JSON (see CallJson: Data as base64). Loop thread only.

@@ -1,0 +1,327 @@
+#include "python/src/client.h"
+
+#include <cmath>
+
+#include <kj/debug.h>
+
+#include "python/src/errors.h"
+#include "python/src/values.h"
+#include "troupe/actor/dynamic_actor.h"
+#include "troupe/actor/errors.h"
+#include "troupe/resolver/open_resolver.h"
+
+namespace py = pybind11;
+
+namespace troupe::python {
+
+namespace {
+
+std::string stateName(EndpointState state) { return toString(state).cStr(); }
+
+// Runs `fn` on the loop, waits for `completion` and raises what it failed with. Quick work
+// waits without interruption and may borrow the caller's objects; `interruptible` work (it
+// may wait for long) must own what it uses, since Ctrl-C lets the caller go on without it.
+template <typename C>
+void runOn(kj::Own<C>& completion, kj::Function<kj::Promise<void>(EventLoop&, C&)> fn,
+           bool interruptible = false) {
+  start(*completion,
+        [fn = kj::mv(fn)](EventLoop& loop, Completion& c) mutable {
+          return fn(loop, static_cast<C&>(c));
+        });
+  completion->wait(interruptible);
+  KJ_IF_MAYBE(e, completion->error()) {
+    raise(*e);
+  }
+}
+
+// The response `r`, copied into a message of its own that any thread may read.
+kj::Own<capnp::MallocMessageBuilder> copyOf(capnp::DynamicStruct::Reader r) {
+  auto message = kj::heap<capnp::MallocMessageBuilder>(r.totalSize().wordCount + 8);
+  message->setRoot(r);
+  return message;
+}
+
+// Sends `call` on `capability`: a request of its method with its parameters.
+capnp::RemotePromise<capnp::DynamicStruct> send(const PreparedCall& call,
+                                                capnp::Capability::Client capability) {
+  auto request = capability.castAs<capnp::DynamicCapability>(call.method.schema)
+                     .newRequest(call.method.method);
+  auto params = const_cast<capnp::MallocMessageBuilder&>(call.params)
+                    .getRoot<capnp::DynamicStruct>(call.method.method.getParamType());
+  copyStruct(params.asReader(), request);
+  return request.send();
+}
+
+}  // namespace
+
+kj::Duration durationOf(double seconds, const char* what) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) {
+    raiseInvalidArgument(std::string(what) + " must be a finite number of seconds, at least 0");
+  }
+  return static_cast<int64_t>(seconds * 1e9) * kj::NANOSECONDS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PyResolver, PyGroup
+
+PyResolver::PyResolver(const std::string& url) : url(url) {
+  auto done = kj::atomicRefcounted<Completion>();
+  runOn<Completion>(done, [this](EventLoop& loop, Completion&) {
+    resolver.set(openResolver(loop, this->url.c_str()));
+    return kj::READY_NOW;
+  });
+}
+
+PyGroup::PyGroup(std::shared_ptr<PyResolver> r, const std::string& job, const std::string& actor)
+    : resolver(kj::mv(r)), job(job), actor(actor) {
+  auto done = kj::atomicRefcounted<Completion>();
+  runOn<Completion>(done, [this](EventLoop& loop, Completion&) {
+    group.set(kj::heap<ActorGroupBase>(loop, resolver->resolver.get(), this->job.c_str(),
+                                       this->actor.c_str()));
+    return kj::READY_NOW;
+  });
+}
+
+namespace {
+
+struct EndpointsCompletion final : public Completion {
+  kj::Array<Endpoint> endpoints;
+};
+
+py::list endpointList(kj::ArrayPtr<const Endpoint> endpoints, bool namesOnly) {
+  py::list out;
+  for (auto& e : endpoints) {
+    if (namesOnly) {
+      out.append(py::str(e.name));
+      continue;
+    }
+    py::dict d;
+    d["name"] = e.name;
+    d["address"] = e.address;
+    d["state"] = stateName(e.state);
+    d["incarnation"] = e.incarnation;
+    py::dict metadata;
+    for (auto& [k, v] : e.metadata) metadata[py::str(k)] = py::str(v);
+    d["metadata"] = metadata;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+py::list PyGroup::waitReady(size_t count, double timeout) {
+  auto limit = durationOf(timeout, "timeout");
+  auto done = kj::atomicRefcounted<EndpointsCompletion>();
+  runOn<EndpointsCompletion>(
+      done,
+      [self = shared_from_this(), count, limit](EventLoop&, EndpointsCompletion& c) {
+        return self->group.get()
+            .waitReady(count, limit)
+            .then([&c](kj::Array<Endpoint> ready) { c.endpoints = kj::mv(ready); })
+            .attach(kj::mv(self));
+      },
+      true);
+  return endpointList(done->endpoints, true);
+}
+
+py::list PyGroup::members() {
+  auto done = kj::atomicRefcounted<EndpointsCompletion>();
+  runOn<EndpointsCompletion>(done, [this](EventLoop&, EndpointsCompletion& c) {
+    c.endpoints = group.get().members();
+    return kj::READY_NOW;
+  });
+  return endpointList(done->endpoints, false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// PyPool
+
+PyPool::PyPool(std::shared_ptr<PyGroup> g, ActorPoolOptions options) : group(kj::mv(g)) {
+  auto done = kj::atomicRefcounted<Completion>();
+  runOn<Completion>(done, [this, options](EventLoop&, Completion&) mutable {
+    pool.set(kj::heap<ActorPoolBase>(group->group.get(), kj::mv(options)));
+    return kj::READY_NOW;
+  });
+}
+
+capnp::InterfaceSchema PyPool::interface() {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (schema) return *schema;
+  }
+  // The interface, from a ready member: the same for every member of a group.
+  struct SchemaCompletion final : public Completion {
+    kj::Maybe<capnp::InterfaceSchema> schema;
+  };
+  auto limit = pool.get().options().defaultDeadline;  // read-only after construction
+  auto done = kj::atomicRefcounted<SchemaCompletion>();
+  runOn<SchemaCompletion>(
+      done,
+      [self = shared_from_this(), limit](EventLoop&, SchemaCompletion& c) {
+        auto& g = self->group->group.get();
+        return g.waitReady(1, limit)
+            .then([&g, &c, &self = *self](kj::Array<Endpoint>) {
+              auto member = g.readyMember(0);
+              auto opened =
+                  openDynamicActor(member->ref.channel(), self.group->actor.c_str(), *self.loader);
+              return opened.then([&c](DynamicActor actor) { c.schema = actor.schema; })
+                  .attach(kj::mv(member));
+            })
+            .attach(kj::mv(self));
+      },
+      true);
+  std::lock_guard<std::mutex> lock(mutex);
+  schema = KJ_ASSERT_NONNULL(done->schema);
+  return *schema;
+}
+
+MethodRef PyPool::findMethod(const std::string& name) {
+  std::string method = name;
+  auto dot = name.rfind('.');
+  if (dot != std::string::npos) {
+    auto actor = name.substr(0, dot);
+    method = name.substr(dot + 1);
+    if (actor != group->actor) {
+      raiseInvalidArgument("'" + name + "': this pool calls actor '" + group->actor +
+                           "' (name its methods '" + group->actor + ".METHOD' or 'METHOD')");
+    }
+  }
+  auto s = interface();
+  kj::Maybe<capnp::InterfaceSchema::Method> found;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { found = troupe::findMethod(s, method); })) {
+    raise(*e);
+  }
+  auto m = KJ_ASSERT_NONNULL(found);
+  return {s, m, group->actor + "." + describeMethod(m)};
+}
+
+std::shared_ptr<PreparedCall> PyPool::prepare(const std::string& method, py::handle params,
+                                      py::dict fields, bool idempotent,
+                                      std::optional<double> timeout) {
+  auto call = std::make_shared<PreparedCall>(findMethod(method));
+  auto root = call->params.initRoot<capnp::DynamicStruct>(call->method.method.getParamType());
+  if (!params.is_none() && PyDict_Check(params.ptr()) && fields.size() > 0) {
+    for (auto item : fields) {
+      if (PyDict_Contains(params.ptr(), item.first.ptr()) == 1) {
+        raiseInvalidArgument(call->method.signature + ": '" + item.first.cast<std::string>() +
+                             "' given both in the parameters' dict and as a keyword");
+      }
+    }
+  }
+  fillStruct(root, params, call->method.signature);
+  fillStruct(root, fields, call->method.signature);
+  call->options.idempotent = idempotent;
+  if (timeout) call->options.deadline = durationOf(*timeout, "timeout");
+  return call;
+}
+
+kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle params,
+                                      py::dict fields, bool idempotent,
+                                      std::optional<double> timeout) {
+  auto prepared = prepare(method, params, fields, idempotent, timeout);
+  auto completion = kj::atomicRefcounted<CallCompletion>();
+  completion->resultType = prepared->method.method.getResultType();
+  python::start(*completion,
+                [self = shared_from_this(), prepared = kj::mv(prepared)](
+                    EventLoop&, Completion& c) mutable -> kj::Promise<void> {
+                  auto& done = static_cast<CallCompletion&>(c);
+                  auto& call = *prepared;
+                  auto options = call.options;
+                  return self->pool.get()
+                      .callCapability(
+                          [&call](capnp::Capability::Client cap) { return send(call, cap); },
+                          options)
+                      .then([&done](capnp::Response<capnp::DynamicStruct>&& r) {
+                        done.results = copyOf(r);
+                      })
+                      .attach(kj::mv(prepared), kj::mv(self));
+                });
+  return completion;
+}
+
+py::object PyPool::resultOf(CallCompletion& c) {
+  KJ_IF_MAYBE(e, c.error()) {
+    raise(*e, c.endpoint);
+  }
+  auto root = c.results->getRoot<capnp::DynamicStruct>(c.resultType);
+  return toPython(root.asReader());
+}
+
+py::object PyPool::call(const std::string& method, py::handle params, py::dict fields,
+                        bool idempotent, std::optional<double> timeout) {
+  auto completion = start(method, params, fields, idempotent, timeout);
+  completion->wait();
+  return resultOf(*completion);
+}
+
+std::shared_ptr<PyBroadcast> PyPool::broadcast(const std::string& method, py::handle params,
+                                               py::dict fields, std::optional<double> timeout) {
+  return std::make_shared<PyBroadcast>(shared_from_this(),
+                                       prepare(method, params, fields, false, timeout));
+}
+
+// ---------------------------------------------------------------------------------------------
+// PyBroadcast
+
+PyBroadcast::PyBroadcast(std::shared_ptr<PyPool> p, std::shared_ptr<PreparedCall> prepared)
+    : pool(kj::mv(p)), call(kj::mv(prepared)) {
+  // The prepared call is shared by every member's request and kept by the broadcast.
+  auto done = kj::atomicRefcounted<Completion>();
+  runOn<Completion>(done, [this](EventLoop&, Completion&) {
+    auto shared = call;
+    auto options = shared->options;
+    future.set(kj::heap(pool->pool.get().broadcastCapability(
+        [shared](capnp::Capability::Client cap) { return send(*shared, cap); }, options)));
+    return kj::READY_NOW;
+  });
+}
+
+namespace {
+
+struct MemberResult {
+  std::string endpoint;
+  kj::Own<capnp::MallocMessageBuilder> results;
+  kj::Maybe<kj::Exception> error;
+};
+
+struct BroadcastCompletion final : public Completion {
+  std::vector<MemberResult> results;
+};
+
+}  // namespace
+
+py::list PyBroadcast::waitAll(double timeout) {
+  auto limit = durationOf(timeout, "timeout");
+  auto done = kj::atomicRefcounted<BroadcastCompletion>();
+  runOn<BroadcastCompletion>(
+      done,
+      [self = shared_from_this(), limit](EventLoop&, BroadcastCompletion& c) {
+    auto& future = self->future;
+    return future.get().waitAll(limit).then(
+        [&c](kj::Array<CallResult<capnp::Response<capnp::DynamicStruct>>> all) {
+          for (auto& r : all) {
+            MemberResult m{r.endpoint.name, {}, kj::mv(r.error)};
+            KJ_IF_MAYBE(v, r.value) {
+              m.results = copyOf(*v);
+            }
+            c.results.push_back(kj::mv(m));
+          }
+        }).attach(kj::mv(self));
+      },
+      true);
+  py::list out;
+  auto resultType = call->method.method.getResultType();
+  for (auto& m : done->results) {
+    KJ_IF_MAYBE(e, m.error) {
+      out.append(py::make_tuple(m.endpoint, py::none(),
+                                errorObject(*e, m.endpoint)));
+    } else {
+      auto root = m.results->getRoot<capnp::DynamicStruct>(resultType);
+      out.append(py::make_tuple(m.endpoint, toPython(root.asReader()), py::none()));
+    }
+  }
+  return out;
+}
+
+}  // namespace troupe::python

@@ -1,0 +1,141 @@
+#pragma once
+// What Python holds of troupe's client side: a resolver, groups over it, pools over a group and
+// broadcasts of a pool. Each wraps objects that live on the module's loop (runtime.h); Python
+// threads only post work to them. A pool keeps its group, and a group its resolver, alive.
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <capnp/dynamic.h>
+#include <capnp/message.h>
+#include <capnp/schema-loader.h>
+#include <pybind11/pybind11.h>
+
+#include "python/src/runtime.h"
+#include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/resolver.h"
+
+namespace troupe::python {
+
+// A loop object held from Python: made on the loop thread, dropped there when the holder goes
+// (or when the loop stops, if the holder outlives it).
+template <typename T>
+class LoopOwned {
+public:
+  LoopOwned() = default;
+  ~LoopOwned() {
+    if (id != 0) dropHeld(id);
+  }
+  KJ_DISALLOW_COPY(LoopOwned);
+  // Loop thread, once.
+  void set(kj::Own<T> o) {
+    ptr = o.get();
+    id = keepHeld(kj::heap<Held>(kj::mv(o)));
+  }
+  T& get() { return *ptr; }  // loop thread only
+
+private:
+  struct Held final : public LoopHeld {
+    explicit Held(kj::Own<T> o) : object(kj::mv(o)) {}
+    kj::Own<T> object;
+  };
+  T* ptr = nullptr;
+  uint64_t id = 0;
+};
+
+class PyResolver : public std::enable_shared_from_this<PyResolver> {
+public:
+  explicit PyResolver(const std::string& url);
+  LoopOwned<Resolver> resolver;
+  std::string url;
+};
+
+class PyGroup : public std::enable_shared_from_this<PyGroup> {
+public:
+  PyGroup(std::shared_ptr<PyResolver> resolver, const std::string& job, const std::string& actor);
+
+  // The READY members' names once `count` are; raises JobEnded, DeadlineExceeded.
+  pybind11::list waitReady(size_t count, double timeout);
+  // Every member the resolver lists: dicts of name, address, state, incarnation.
+  pybind11::list members();
+
+  std::shared_ptr<PyResolver> resolver;
+  LoopOwned<ActorGroupBase> group;
+  std::string job;
+  std::string actor;
+};
+
+// One call's result as it crosses to Python: its response copied into a message of its own.
+class CallCompletion final : public Completion {
+public:
+  kj::Own<capnp::MallocMessageBuilder> results;
+  capnp::StructSchema resultType;
+  std::string endpoint;  // for errors, when known
+};
+
+// The interface of a pool's members and one method of it, found by name.
+struct MethodRef {
+  capnp::InterfaceSchema schema;
+  capnp::InterfaceSchema::Method method;
+  std::string signature;  // "calc.add (a :Float64, b :Float64) -> (value :Float64)"
+};
+
+// A call ready to go: parameters built from Python, copied into each attempt's request.
+struct PreparedCall {
+  explicit PreparedCall(MethodRef method) : method(kj::mv(method)) {}
+  MethodRef method;
+  capnp::MallocMessageBuilder params;
+  CallOptions options;
+};
+
+class PyPool;
+
+class PyBroadcast : public std::enable_shared_from_this<PyBroadcast> {
+public:
+  PyBroadcast(std::shared_ptr<PyPool> pool, std::shared_ptr<PreparedCall> call);
+  // Per member (endpoint name order): (endpoint, value dict or None, error or None).
+  pybind11::list waitAll(double timeout);
+
+  std::shared_ptr<PyPool> pool;
+  std::shared_ptr<PreparedCall> call;
+  LoopOwned<BroadcastFuture<capnp::Response<capnp::DynamicStruct>>> future;
+};
+
+class PyPool : public std::enable_shared_from_this<PyPool> {
+public:
+  PyPool(std::shared_ptr<PyGroup> group, ActorPoolOptions options);
+
+  // Starts a call of `method` ("add" or "<actor>.add") with `params` (a dict or None) and
+  // keyword `fields`; raises InvalidArgument before sending for a bad method or parameters.
+  kj::Own<CallCompletion> start(const std::string& method, pybind11::handle params,
+                                pybind11::dict fields, bool idempotent,
+                                std::optional<double> timeout);
+  pybind11::object call(const std::string& method, pybind11::handle params,
+                        pybind11::dict fields, bool idempotent, std::optional<double> timeout);
+  std::shared_ptr<PyBroadcast> broadcast(const std::string& method, pybind11::handle params,
+                                         pybind11::dict fields, std::optional<double> timeout);
+
+  // The result of a finished call as a dict, or its error raised.
+  static pybind11::object resultOf(CallCompletion& c);
+
+  std::shared_ptr<PyGroup> group;
+  LoopOwned<ActorPoolBase> pool;
+
+private:
+  std::shared_ptr<PreparedCall> prepare(const std::string& method, pybind11::handle params,
+                                pybind11::dict fields, bool idempotent,
+                                std::optional<double> timeout);
+  MethodRef findMethod(const std::string& method);
+  capnp::InterfaceSchema interface();
+
+  std::mutex mutex;
+  std::shared_ptr<capnp::SchemaLoader> loader = std::make_shared<capnp::SchemaLoader>();
+  std::optional<capnp::InterfaceSchema> schema;
+};
+
+// Seconds (Python) to a kj::Duration; raises InvalidArgument for a negative or NaN value.
+kj::Duration durationOf(double seconds, const char* what);
+
+}  // namespace troupe::python

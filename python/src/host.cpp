@@ -1,0 +1,153 @@
+#include "python/src/host.h"
+
+#include <capnp/dynamic.h>
+#include <capnp/schema-parser.h>
+#include <kj/debug.h>
+#include <kj/filesystem.h>
+
+#include "python/src/errors.h"
+#include "python/src/values.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/errors.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/job_context.h"
+#include "troupe/resolver/host_actor.h"
+
+namespace py = pybind11;
+
+namespace troupe::python {
+
+namespace {
+
+// "TypeError: add() missing 1 required positional argument: 'b'".
+kj::String describePythonError(py::error_already_set& e) {
+  std::string type = py::str(e.type().attr("__name__"));
+  std::string message = py::str(e.value());
+  return kj::str(type.c_str(), ": ", message.c_str());
+}
+
+// An actor whose methods are a Python object's: each call runs on the serving thread with the
+// GIL, its parameters as keyword arguments, its return value (a dict, or None) as the results.
+class PythonActor final : public capnp::DynamicCapability::Server {
+public:
+  PythonActor(capnp::InterfaceSchema schema, py::object impl)
+      : capnp::DynamicCapability::Server(schema),
+        impl(new py::object(kj::mv(impl))),
+        interfaceName(kj::str(schema.getShortDisplayName())) {}
+
+  ~PythonActor() noexcept(false) {
+    py::gil_scoped_acquire gil;
+    delete impl;
+  }
+
+  kj::Promise<void> call(capnp::InterfaceSchema::Method method,
+                         capnp::CallContext<capnp::DynamicStruct, capnp::DynamicStruct> context)
+      override {
+    auto name = method.getProto().getName();
+    py::gil_scoped_acquire gil;
+    try {
+      py::object fn = py::getattr(*impl, name.cStr(), py::none());
+      if (fn.is_none()) {
+        return KJ_EXCEPTION(UNIMPLEMENTED,
+                            kj::str(std::string(py::str(py::type::of(*impl).attr("__name__")))
+                                        .c_str(),
+                                    " has no method '", name, "'"));
+      }
+      py::dict params = toPython(context.getParams());
+      context.releaseParams();
+      py::object result = fn(**params);
+      if (PyCoro_CheckExact(result.ptr())) {
+        result.attr("close")();
+        return KJ_EXCEPTION(FAILED, kj::str(interfaceName, ".", name,
+                                            " is a coroutine: serve() runs plain methods only"));
+      }
+      if (!result.is_none()) {
+        fillStruct(context.getResults(), result, kj::str(interfaceName, ".", name, " results").cStr());
+      }
+    } catch (py::error_already_set& e) {
+      return KJ_EXCEPTION(FAILED, describePythonError(e));
+    }
+    return kj::READY_NOW;
+  }
+
+private:
+  py::object* impl;  // deleted with the GIL held
+  kj::String interfaceName;
+};
+
+capnp::InterfaceSchema parseInterface(const capnp::SchemaParser& parser,
+                                      const std::string& schemaPath,
+                                      const std::string& interfaceName,
+                                      const std::vector<std::string>& importPath) {
+  auto fs = kj::newDiskFilesystem();
+  auto& root = fs->getRoot();
+  auto absolute = fs->getCurrentPath().evalNative(schemaPath);
+  std::vector<kj::Own<const kj::ReadableDirectory>> dirs;
+  auto addDir = [&](kj::StringPtr dir) {
+    KJ_IF_MAYBE(d, root.tryOpenSubdir(fs->getCurrentPath().evalNative(dir))) {
+      dirs.push_back(kj::mv(*d));
+    }
+  };
+  for (auto& dir : importPath) addDir(dir.c_str());
+  addDir("/usr/local/include");
+  addDir("/usr/include");
+  std::vector<const kj::ReadableDirectory*> imports;
+  for (auto& d : dirs) imports.push_back(d.get());
+
+  kj::Maybe<capnp::ParsedSchema> file;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                file = parser.parseFromDirectory(root, kj::mv(absolute),
+                                                 kj::arrayPtr(imports.data(), imports.size()));
+              })) {
+    raiseInvalidArgument("cannot read schema '" + schemaPath +
+                         "': " + e->getDescription().cStr());
+  }
+  auto& parsed = KJ_ASSERT_NONNULL(file);
+  KJ_IF_MAYBE(nested, parsed.findNested(interfaceName.c_str())) {
+    if (nested->getProto().isInterface()) return nested->asInterface();
+  }
+  std::string names;
+  for (auto node : parsed.getProto().getNestedNodes()) {
+    names += (names.empty() ? "" : ", ") + std::string(node.getName().cStr());
+  }
+  raiseInvalidArgument("'" + schemaPath + "' declares no interface '" + interfaceName +
+                       "' (it declares: " + (names.empty() ? "nothing" : names) + ")");
+}
+
+}  // namespace
+
+void serve(const std::string& schemaPath, const std::string& interfaceName, py::object impl,
+           const ServeOptions& options) {
+  validateActorNameOrRaise(options.name);
+  // The parser owns the schemas: it outlives the server.
+  capnp::SchemaParser parser;
+  auto schema = parseInterface(parser, schemaPath, interfaceName, options.importPath);
+  kj::Maybe<kj::Exception> failure;
+  {
+    py::gil_scoped_release released;
+    failure = kj::runCatchingExceptions([&]() {
+      EventLoop loop;
+      ActorServer server(loop, JobContext::fromEnvironment());
+      ActorOptions actor;
+      actor.maxConcurrency = options.maxConcurrency;
+      {
+        py::gil_scoped_acquire gil;  // the actor holds the object
+        server.hostCapability(options.name.c_str(), schema,
+                              kj::heap<PythonActor>(schema, kj::mv(impl)), actor);
+      }
+      if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
+      serveReplica(loop, server);
+    });
+  }
+  KJ_IF_MAYBE(e, failure) {
+    raise(*e);
+  }
+}
+
+void validateActorNameOrRaise(const std::string& name) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { validateActorName(name.c_str()); })) {
+    raise(*e);
+  }
+}
+
+}  // namespace troupe::python

@@ -1,0 +1,141 @@
+#include "python/src/jobs.h"
+
+#include "python/src/errors.h"
+
+namespace py = pybind11;
+
+namespace troupe::python {
+
+namespace {
+
+// Runs `fn` on the loop and waits; raises what it failed with.
+// Quick work (not `interruptible`) may borrow the caller's objects; other work must own them.
+template <typename C>
+void runHere(kj::Own<C>& done, kj::Function<kj::Promise<void>(EventLoop&, C&)> fn,
+             bool interruptible = false) {
+  start(*done, [fn = kj::mv(fn)](EventLoop& loop, Completion& c) mutable {
+    return fn(loop, static_cast<C&>(c));
+  });
+  done->wait(interruptible);
+  KJ_IF_MAYBE(e, done->error()) {
+    raise(*e);
+  }
+}
+
+template <typename T>
+struct ValueCompletion final : public Completion {
+  T value{};
+};
+
+// `fn(loop)`'s value, computed on the loop.
+template <typename T, typename Fn>
+T onLoop(Fn&& fn) {
+  auto done = kj::atomicRefcounted<ValueCompletion<T>>();
+  runHere<ValueCompletion<T>>(done,
+                              [&fn](EventLoop& loop, ValueCompletion<T>& c) -> kj::Promise<void> {
+                                c.value = fn(loop);
+                                return kj::READY_NOW;
+                              });
+  return kj::mv(done->value);
+}
+
+kj::Maybe<kj::Duration> graceOf(std::optional<double> grace) {
+  if (!grace) return nullptr;
+  return durationOf(*grace, "grace");
+}
+
+}  // namespace
+
+PyLauncher::PyLauncher(LocalLauncherOptions options) {
+  // Python handles its signals itself: the launcher's jobs stop with drain() or with it.
+  options.stopJobsOnSignal = false;
+  auto info = onLoop<std::pair<std::string, std::string>>([&](EventLoop& loop) {
+    launcher.set(kj::heap<LocalLauncher>(loop, kj::mv(options)));
+    return std::make_pair(launcher.get().resolverUrl(), launcher.get().logDirectory());
+  });
+  resolverUrl = info.first;
+  logDirectory = info.second;
+}
+
+std::shared_ptr<PyJob> PyLauncher::submit(const std::string& name, std::vector<std::string> argv,
+                                          uint32_t replicas,
+                                          std::optional<ResourceConfig> resources,
+                                          std::map<std::string, std::string> environment,
+                                          uint32_t maxRetriesFailure) {
+  if (argv.empty()) raiseInvalidArgument("submit: argv must name the program to run");
+  JobRequest request;
+  request.name = name;
+  request.entrypoint =
+      Entrypoint::binary(argv[0], std::vector<std::string>(argv.begin() + 1, argv.end()));
+  if (resources) request.resources = *resources;
+  request.environment = kj::mv(environment);
+  request.replicas = replicas;
+  request.maxRetriesFailure = maxRetriesFailure;
+  auto job = std::make_shared<PyJob>(shared_from_this(), name);
+  onLoop<bool>([&](EventLoop&) {
+    job->handle.set(kj::heap<JobHandle>(launcher.get().submit(kj::mv(request))));
+    return true;
+  });
+  return job;
+}
+
+void PyLauncher::drain(std::optional<double> grace) {
+  auto g = graceOf(grace);
+  auto done = kj::atomicRefcounted<Completion>();
+  runHere<Completion>(
+      done,
+      [self = shared_from_this(), g](EventLoop&, Completion&) {
+        return self->launcher.get().drain(g).attach(kj::mv(self));
+      },
+      true);
+}
+
+PyJob::PyJob(std::shared_ptr<PyLauncher> l, std::string id)
+    : launcher(kj::mv(l)), id(kj::mv(id)) {}
+
+std::string PyJob::status() {
+  return onLoop<std::string>([&](EventLoop&) { return toString(handle.get().status()).cStr(); });
+}
+
+std::string PyJob::reason() {
+  return onLoop<std::string>([&](EventLoop&) { return handle.get().reason(); });
+}
+
+std::string PyJob::wait(double timeout) {
+  auto limit = durationOf(timeout, "timeout");
+  auto done = kj::atomicRefcounted<ValueCompletion<std::string>>();
+  runHere<ValueCompletion<std::string>>(
+      done,
+      [self = shared_from_this(), limit](EventLoop&, ValueCompletion<std::string>& c) {
+        return self->handle.get()
+            .wait(limit)
+            .then([&c](JobPhase phase) { c.value = toString(phase).cStr(); })
+            .attach(kj::mv(self));
+      },
+      true);
+  return done->value;
+}
+
+std::vector<std::string> PyJob::logs(size_t lines) {
+  return onLoop<std::vector<std::string>>([&](EventLoop&) { return handle.get().logs(lines); });
+}
+
+void PyJob::terminate(std::optional<double> grace) {
+  auto g = graceOf(grace);
+  auto done = kj::atomicRefcounted<Completion>();
+  runHere<Completion>(
+      done,
+      [self = shared_from_this(), g](EventLoop&, Completion&) {
+        return self->handle.get().terminate(g).attach(kj::mv(self));
+      },
+      true);
+}
+
+py::list PyJob::replicas() {
+  auto all = onLoop<std::vector<ReplicaInfo>>([&](EventLoop&) { return handle.get().replicas(); });
+  py::list out;
+  for (auto& r : all) out.append(py::make_tuple(r.index, r.pid, r.starts, r.logPath));
+  return out;
+}
+
+}  // namespace troupe::python

@@ -1,0 +1,172 @@
+// The extension module troupe._troupe; troupe/__init__.py is its public face.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <kj/exception.h>
+
+#include "python/src/client.h"
+#include "python/src/errors.h"
+#include "python/src/host.h"
+#include "python/src/jobs.h"
+#include "python/src/runtime.h"
+
+namespace py = pybind11;
+using namespace troupe::python;
+
+namespace {
+
+// What Python holds of a Notifier.
+struct PyNotifier {
+  kj::Own<Notifier> notifier = kj::atomicRefcounted<Notifier>();
+  int fd() const { return notifier->fd(); }
+  std::vector<uint64_t> take() { return notifier->take(); }
+};
+
+// A call started for asyncio: its Completion, read once the Notifier says it finished.
+struct Pending {
+  kj::Own<CallCompletion> completion;
+  void notifyWith(const PyNotifier& n, uint64_t token) {
+    completion->notifyWith(kj::atomicAddRef(*n.notifier), token);
+  }
+  py::object result() { return PyPool::resultOf(*completion); }
+  void cancel() { completion->cancel(); }
+};
+
+troupe::ActorPoolOptions poolOptions(const std::string& balancing, uint32_t maxAttempts,
+                                     std::optional<double> timeout, bool metrics) {
+  troupe::ActorPoolOptions o;
+  if (balancing == "least_outstanding") {
+    o.balancing = troupe::Balancing::LEAST_OUTSTANDING;
+  } else if (balancing != "round_robin") {
+    raiseInvalidArgument("balancing must be 'round_robin' or 'least_outstanding', not '" +
+                         balancing + "'");
+  }
+  if (maxAttempts == 0) raiseInvalidArgument("max_attempts must be at least 1");
+  o.maxAttempts = maxAttempts;
+  if (timeout) o.defaultDeadline = durationOf(*timeout, "timeout");
+  o.metrics = metrics;
+  return o;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_troupe, m) {
+  m.doc() = "troupe's client, on an event loop of its own (see the troupe package)";
+  m.def("_set_error_classes", &setErrorClasses);
+  // What troupe throws (a bad name, size or URL) arrives as its troupe.Error class.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const kj::Exception& e) {
+      setError(e);
+    }
+  });
+  m.def("_shutdown", []() { Runtime::get().shutdown(); });
+
+  py::class_<PyNotifier>(m, "Notifier")
+      .def(py::init<>())
+      .def("fd", &PyNotifier::fd)
+      .def("take", &PyNotifier::take);
+
+  py::class_<Pending>(m, "Pending")
+      .def("notify_with", &Pending::notifyWith)
+      .def("result", &Pending::result)
+      .def("cancel", &Pending::cancel);
+
+  py::class_<PyResolver, std::shared_ptr<PyResolver>>(m, "Resolver")
+      .def(py::init<std::string>())
+      .def_readonly("url", &PyResolver::url)
+      .def("group", [](std::shared_ptr<PyResolver> self, const std::string& job,
+                       const std::string& actor) {
+        return std::make_shared<PyGroup>(kj::mv(self), job, actor);
+      });
+
+  py::class_<PyGroup, std::shared_ptr<PyGroup>>(m, "Group")
+      .def_readonly("job", &PyGroup::job)
+      .def_readonly("actor", &PyGroup::actor)
+      .def("wait_ready", &PyGroup::waitReady)
+      .def("members", &PyGroup::members)
+      .def("pool", [](std::shared_ptr<PyGroup> self, const std::string& balancing,
+                      uint32_t maxAttempts, std::optional<double> timeout, bool metrics) {
+        return std::make_shared<PyPool>(kj::mv(self),
+                                        poolOptions(balancing, maxAttempts, timeout, metrics));
+      });
+
+  py::class_<PyPool, std::shared_ptr<PyPool>>(m, "Pool")
+      .def("call", &PyPool::call)
+      .def("start", [](PyPool& self, const std::string& method, py::handle params,
+                       py::dict fields, bool idempotent, std::optional<double> timeout) {
+        return Pending{self.start(method, params, fields, idempotent, timeout)};
+      })
+      .def("broadcast", &PyPool::broadcast);
+
+  py::class_<PyBroadcast, std::shared_ptr<PyBroadcast>>(m, "Broadcast").def("wait_all", &PyBroadcast::waitAll);
+
+  py::class_<troupe::ResourceConfig>(m, "ResourceConfig")
+      .def(py::init<>())
+      .def_static(
+          "with_cpu",
+          [](double cpus, const std::string& ram) {
+            return troupe::ResourceConfig::withCpu(cpus, ram.c_str());
+          },
+          py::arg("cpus"), py::arg("ram") = "1g")
+      .def_static(
+          "with_gpu",
+          [](const std::string& variant, uint32_t count, double cpus, const std::string& ram) {
+            return troupe::ResourceConfig::withGpu(variant.c_str(), count, cpus, ram.c_str());
+          },
+          py::arg("variant"), py::arg("count"), py::arg("cpus") = 8.0, py::arg("ram") = "64g")
+      .def_static(
+          "with_tpu",
+          [](py::object types, uint32_t slices) {
+            std::vector<std::string> list;
+            if (py::isinstance<py::str>(types)) {
+              list.push_back(types.cast<std::string>());
+            } else {
+              list = types.cast<std::vector<std::string>>();
+            }
+            return troupe::ResourceConfig::withTpu(list, slices);
+          },
+          py::arg("types"), py::arg("slice_count") = 1)
+      .def_readwrite("cpu", &troupe::ResourceConfig::cpu)
+      .def_readwrite("ram_bytes", &troupe::ResourceConfig::ramBytes)
+      .def_readwrite("replicas", &troupe::ResourceConfig::replicas)
+      .def_property_readonly("device",
+                             [](const troupe::ResourceConfig& r) { return toString(r.device); })
+      .def_property_readonly("chip_count", &troupe::ResourceConfig::chipCount);
+
+  py::class_<PyLauncher, std::shared_ptr<PyLauncher>>(m, "LocalLauncher")
+      .def(py::init([](const std::string& resolver, const std::string& logDirectory,
+                       std::optional<double> grace, double cpus, uint64_t ramBytes,
+                       int32_t gpus) {
+        troupe::LocalLauncherOptions o;
+        o.resolver = resolver;
+        o.logDirectory = logDirectory;
+        if (grace) o.terminateGrace = durationOf(*grace, "terminate_grace");
+        o.cpus = cpus;
+        o.ramBytes = ramBytes;
+        o.gpus = gpus;
+        return std::make_shared<PyLauncher>(kj::mv(o));
+      }))
+      .def_readonly("resolver_url", &PyLauncher::resolverUrl)
+      .def_readonly("log_directory", &PyLauncher::logDirectory)
+      .def("submit", &PyLauncher::submit)
+      .def("drain", &PyLauncher::drain);
+
+  py::class_<PyJob, std::shared_ptr<PyJob>>(m, "Job")
+      .def_readonly("id", &PyJob::id)
+      .def("status", &PyJob::status)
+      .def("reason", &PyJob::reason)
+      .def("wait", &PyJob::wait)
+      .def("logs", &PyJob::logs)
+      .def("terminate", &PyJob::terminate)
+      .def("replicas", &PyJob::replicas);
+
+  m.def("serve", [](const std::string& schema, const std::string& interface, py::object impl,
+                    const std::string& name, const std::string& listen, uint32_t maxConcurrency,
+                    std::vector<std::string> importPath) {
+    serve(schema, interface, kj::mv(impl),
+          ServeOptions{name, listen, maxConcurrency, kj::mv(importPath)});
+  });
+}

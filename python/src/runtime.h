@@ -1,0 +1,133 @@
+#pragma once
+// The Python module's event loop: one troupe EventLoop on a thread of its own, the way Python
+// threads hand it work, and the way its results come back.
+//
+// Python threads never touch loop objects. They post() functions that run on the loop thread,
+// and wait for a Completion the loop fills: with the GIL released, waking every 50 ms to let
+// Ctrl-C through (which cancels the work on the loop). asyncio waits differently: a Completion
+// made with a Notifier tells it, through a file descriptor the asyncio loop reads, without the
+// loop thread ever taking the GIL.
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <kj/async.h>
+#include <kj/function.h>
+#include <kj/refcount.h>
+
+#include "troupe/actor/event_loop.h"
+
+namespace troupe::python {
+
+// Tells an asyncio loop which Completions finished: their tokens, and an eventfd that becomes
+// readable while there are any. Thread-safe.
+class Notifier final : public kj::AtomicRefcounted {
+public:
+  Notifier();
+  ~Notifier() noexcept;
+  KJ_DISALLOW_COPY(Notifier);
+
+  int fd() const { return fd_; }
+  // The tokens of the Completions finished since the last call; clears the fd.
+  std::vector<uint64_t> take();
+  // Loop thread: `token` finished.
+  void finished(uint64_t token) const;
+
+private:
+  int fd_;
+  mutable std::mutex mutex;
+  mutable std::vector<uint64_t> tokens;
+};
+
+// One piece of work on the loop, as the thread that asked for it waits: done once the loop has
+// called succeed() or fail(). What succeeded leaves its result in the subclass. Thread-safe.
+class Completion : public kj::AtomicRefcounted {
+public:
+  Completion() = default;
+  virtual ~Completion() noexcept(false) = default;
+  KJ_DISALLOW_COPY(Completion);
+
+  // Python thread, with the GIL held: waits until done, with the GIL released. When
+  // `interruptible`, raises KeyboardInterrupt (cancelling the work) if a signal handler raised;
+  // the work must then own what it uses, since the caller goes on. Returns at once if done.
+  void wait(bool interruptible = true);
+  bool done() const;
+  // After done(): what failed, or null.
+  kj::Maybe<const kj::Exception&> error() const;
+
+  // Tells `notifier` (with `token`) when done, instead of (or as well as) a waiting thread.
+  void notifyWith(kj::Own<const Notifier> notifier, uint64_t token);
+
+  // Loop thread.
+  void succeed();
+  void fail(kj::Exception&& e);
+  // `promise`, run on the loop: succeed() or fail() when it settles; cancel() drops it.
+  void track(kj::Promise<void> promise);
+
+  // Any thread: cancels the work (on the loop thread, soon) if it has not finished.
+  void cancel();
+
+private:
+  void finish(kj::Maybe<kj::Exception> e);
+
+  mutable std::mutex mutex;
+  std::condition_variable cv;
+  bool done_ = false;
+  kj::Maybe<kj::Exception> error_;
+  kj::Maybe<kj::Own<const Notifier>> notifier;
+  uint64_t token = 0;
+  // Loop thread only.
+  kj::Canceler canceler;
+};
+
+// The process's loop thread, started on first use and stopped at exit (shutdown()).
+class Runtime {
+public:
+  static Runtime& get();
+
+  // Runs `fn` on the loop thread soon, in the order posted. Any thread. Returns false once the
+  // loop has stopped (then `fn` is never run; whatever it holds is leaked, since loop objects
+  // cannot be dropped anywhere else).
+  bool post(kj::Function<void(EventLoop&)> fn);
+
+  // Stops the loop thread and joins it: work not finished is dropped. Idempotent.
+  void shutdown();
+
+  // Whether the calling thread is the loop thread.
+  bool onLoopThread() const;
+
+private:
+  Runtime();
+  void run();
+  void runPosted();
+
+  std::thread thread;
+  std::thread::id loopThreadId;
+  std::mutex mutex;
+  std::condition_variable started;
+  bool running = false;
+  bool stopped = false;
+  std::vector<kj::Function<void(EventLoop&)>> posted;
+  void* wake = nullptr;  // the loop's uv_async_t, while running
+  EventLoop* loop = nullptr;
+};
+
+// Something kept alive on the loop for Python (LoopOwned, client.h): dropped there, when Python
+// lets it go or, for what Python still holds at exit, when the loop stops (newest first).
+class LoopHeld {
+public:
+  virtual ~LoopHeld() noexcept(false) = default;
+};
+
+// Loop thread: keeps `held` until dropHeld(the id returned), or until the loop stops.
+uint64_t keepHeld(kj::Own<LoopHeld> held);
+// Any thread: drops what keepHeld() returned `id` for, on the loop thread, soon.
+void dropHeld(uint64_t id);
+
+// Posts `fn(loop)` and has `completion` track the promise it returns. Any thread.
+void start(Completion& completion,
+           kj::Function<kj::Promise<void>(EventLoop&, Completion&)> fn);
+
+}  // namespace troupe::python

@@ -1,0 +1,394 @@
+"""troupe from Python: find actors through a resolver, call them through pools with failover,
+broadcast to every member, with values as dicts and troupe's errors as exceptions.
+
+    import troupe
+    resolver = troupe.open_resolver("registry://127.0.0.1:7700")
+    group = resolver.group("calc", "calc")
+    group.wait_ready(3, timeout=30)
+    pool = group.pool()
+    pool.call("calc.add", a=1, b=2)            # {'value': 3.0}
+
+Calls run on an event loop of the module's own, on a thread of its own; a waiting call releases
+the GIL, and Ctrl-C interrupts it (cancelling the call). The environment is read as C++
+programs read it: TROUPE_RESOLVER, TROUPE_TLS_*, TROUPE_TOKEN_FILE.
+"""
+
+import asyncio
+import atexit
+import os
+import weakref
+
+from . import _troupe
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+class Error(Exception):
+    """A troupe error. `code` is the name of its code in troupe's errors.h ("may_have_run"),
+    `endpoint` the member it concerns when known, `may_have_run` whether the call may have
+    run (False only when troupe knows it never reached the actor)."""
+
+    def __init__(self, message, code="failed", endpoint=None, may_have_run=True):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.endpoint = endpoint
+        self.may_have_run = may_have_run
+
+    def __str__(self):
+        if self.endpoint:
+            return f"{self.endpoint}: {self.message}"
+        return self.message
+
+
+class ActorError(Error):
+    """What the actor's own code raised, with its message. Never retried."""
+
+
+class InvalidArgument(Error, ValueError):
+    """A bad name, address, option, method or parameter; nothing was sent."""
+
+
+class MayHaveRun(Error):
+    """A pool gave up on a call not marked idempotent after it may have reached an actor."""
+
+
+class DeadlineExceeded(Error, TimeoutError):
+    """The call's deadline passed; it may have run."""
+
+
+class Unreachable(Error):
+    """No connection could be made; the call never ran."""
+
+
+class Disconnected(Error):
+    """The connection broke; the call may have run."""
+
+
+class NoEndpoints(Error):
+    """The pool had no READY member within the call's deadline."""
+
+
+class JobEnded(Error):
+    """The job has ended: its endpoints are gone."""
+
+
+class Overloaded(Error):
+    """Temporarily unable: back off and retry."""
+
+
+class Draining(Overloaded):
+    """The server drains and takes no new calls; the call never ran."""
+
+
+class QueueFull(Overloaded):
+    """The actor's queue of waiting calls was full; the call never ran."""
+
+
+class ActorNotFound(Error):
+    """No actor is hosted under that name there."""
+
+
+class Unimplemented(Error):
+    """The actor has no such method."""
+
+
+class MessageTooLarge(Error):
+    """A message over the size limit."""
+
+
+class Unauthenticated(Error):
+    """The connection presented no cluster credential, or a wrong one."""
+
+
+class PermissionDenied(Error):
+    """The caller lacks the job credential the call needs."""
+
+
+class JobAlreadyExists(Error):
+    """A job of that name is still live."""
+
+
+_CLASSES = {
+    "failed": Error,
+    "overloaded": Overloaded,
+    "disconnected": Disconnected,
+    "unimplemented": Unimplemented,
+    "actor_not_found": ActorNotFound,
+    "draining": Draining,
+    "unreachable": Unreachable,
+    "deadline_exceeded": DeadlineExceeded,
+    "invalid_argument": InvalidArgument,
+    "message_too_large": MessageTooLarge,
+    "job_ended": JobEnded,
+    "no_endpoints": NoEndpoints,
+    "may_have_run": MayHaveRun,
+    "unauthenticated": Unauthenticated,
+    "permission_denied": PermissionDenied,
+    "queue_full": QueueFull,
+    "job_already_exists": JobAlreadyExists,
+    "actor_error": ActorError,
+}
+_troupe._set_error_classes(_CLASSES)
+atexit.register(_troupe._shutdown)
+
+
+# --- resolvers, groups, pools --------------------------------------------------------------------
+
+def open_resolver(url=None):
+    """A resolver from a URL (registry://HOST:PORT, registry+tls://, etcd://HOST:PORT,
+    fixed:NAME=ADDR,..., file:PATH); default $TROUPE_RESOLVER."""
+    if url is None:
+        url = os.environ.get("TROUPE_RESOLVER")
+        if not url:
+            raise InvalidArgument("open_resolver: no URL given and TROUPE_RESOLVER is not set",
+                                  code="invalid_argument", may_have_run=False)
+    return Resolver(_troupe.Resolver(url))
+
+
+class Resolver:
+    def __init__(self, impl):
+        self._impl = impl
+
+    @property
+    def url(self):
+        return self._impl.url
+
+    def group(self, job, actor):
+        """The ActorGroup of job `job`'s members for `actor` (endpoints job/actor-N)."""
+        return Group(self._impl.group(job, actor))
+
+
+class Group:
+    def __init__(self, impl):
+        self._impl = impl
+
+    @property
+    def job(self):
+        return self._impl.job
+
+    @property
+    def actor(self):
+        return self._impl.actor
+
+    def wait_ready(self, count=1, timeout=60.0):
+        """Waits until `count` members are READY and returns their endpoint names. Raises
+        JobEnded at once if the job has ended, DeadlineExceeded after `timeout` seconds."""
+        return self._impl.wait_ready(count, timeout)
+
+    def members(self):
+        """Every member the resolver lists, in any state: dicts of name, address, state
+        ("starting", "ready", "draining"), incarnation and metadata."""
+        return self._impl.members()
+
+    def pool(self, *, balancing="round_robin", max_attempts=5, timeout=None, metrics=True):
+        """A pool over this group's READY members. `timeout`: the default deadline of its calls
+        in seconds (60)."""
+        return Pool(self._impl.pool(balancing, max_attempts, timeout, metrics), self)
+
+
+class Result:
+    """One member's answer to a broadcast."""
+
+    __slots__ = ("endpoint", "value", "error")
+
+    def __init__(self, endpoint, value, error):
+        self.endpoint = endpoint
+        self.value = value
+        self.error = error
+
+    @property
+    def ok(self):
+        return self.error is None
+
+    def __repr__(self):
+        if self.ok:
+            return f"Result({self.endpoint!r}, value={self.value!r})"
+        return f"Result({self.endpoint!r}, error={self.error!r})"
+
+
+class Broadcast:
+    def __init__(self, impl):
+        self._impl = impl
+
+    def wait_all(self, timeout=60.0):
+        """One Result per member called, in name order, once all answered or `timeout`
+        seconds passed (those that did not answer by then fail with DeadlineExceeded)."""
+        return [Result(*r) for r in self._impl.wait_all(timeout)]
+
+
+class Pool:
+    """Calls into a group's READY members, round-robin with failover: a call that never ran
+    goes to another member; one that may have run is sent again only if idempotent."""
+
+    def __init__(self, impl, group):
+        self._impl = impl
+        self.group = group
+
+    def call(self, method, params=None, /, *, idempotent=False, timeout=None, **fields):
+        """Calls `method` ("add" or "calc.add") with `params` (a dict) or keyword arguments and
+        returns its results as a dict."""
+        return self._impl.call(method, params, fields, idempotent, timeout)
+
+    async def call_async(self, method, params=None, /, *, idempotent=False, timeout=None,
+                         **fields):
+        """call() for asyncio: the calling thread is free while the call is in flight."""
+        pending = self._impl.start(method, params, fields, idempotent, timeout)
+        return await _bridge().wait(pending)
+
+    def broadcast(self, method, params=None, /, *, timeout=None, **fields):
+        """Calls `method` on every READY member at once; wait_all() on the result collects one
+        Result per member."""
+        return Broadcast(self._impl.broadcast(method, params, fields, timeout))
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+ResourceConfig = _troupe.ResourceConfig
+"""What each replica of a job needs: ResourceConfig.with_cpu(cpus, ram="1g"),
+with_gpu(variant, count, cpus=8, ram="64g"), with_tpu(types, slice_count=1)."""
+
+
+class Job:
+    """A submitted job: status() ("pending", "running", "succeeded", "failed", "stopped",
+    "unschedulable"), reason(), wait(timeout) for its final phase, logs(lines), terminate()."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    @property
+    def id(self):
+        return self._impl.id
+
+    def status(self):
+        return self._impl.status()
+
+    def reason(self):
+        return self._impl.reason()
+
+    def wait(self, timeout=3600.0):
+        """The job's final phase once it reaches one; DeadlineExceeded (the job goes on) after
+        `timeout` seconds."""
+        return self._impl.wait(timeout)
+
+    def logs(self, lines=100):
+        """The last `lines` lines each replica wrote, each "[<index>] ...", in index order."""
+        return self._impl.logs(lines)
+
+    def terminate(self, grace=None):
+        """SIGTERM to every replica (a troupe replica drains), SIGKILL after `grace` seconds;
+        returns once none is left."""
+        self._impl.terminate(grace)
+
+    def replicas(self):
+        """Per replica: (index, pid, starts, log path)."""
+        return self._impl.replicas()
+
+
+class LocalLauncher:
+    """Runs jobs as child processes of this one, each replica with TROUPE_JOB_ID,
+    TROUPE_TASK_INDEX, TROUPE_NUM_TASKS and TROUPE_RESOLVER set. Without `resolver` it runs a
+    registry of its own (its URL: resolver_url). close() (or leaving a `with` block) stops every
+    job; so does the end of the program."""
+
+    def __init__(self, resolver="", *, log_directory="", terminate_grace=None, cpus=0.0,
+                 ram_bytes=0, gpus=-1):
+        self._impl = _troupe.LocalLauncher(resolver, log_directory, terminate_grace, cpus,
+                                           ram_bytes, gpus)
+
+    @property
+    def resolver_url(self):
+        return self._impl.resolver_url
+
+    @property
+    def log_directory(self):
+        return self._impl.log_directory
+
+    def resolver(self):
+        """A resolver on the launcher's registry."""
+        return open_resolver(self.resolver_url)
+
+    def submit(self, name, argv, *, replicas=0, resources=None, env=None,
+               max_retries_failure=0):
+        """Starts job `name` running `argv` (the program and its arguments) as `replicas`
+        replicas (0: resources.replicas). Raises InvalidArgument for a bad request and an Error
+        with code "job_already_exists" for the name of a live job."""
+        return Job(self._impl.submit(name, [os.fspath(a) for a in argv], replicas, resources,
+                                     dict(env or {}), max_retries_failure))
+
+    def close(self, grace=None):
+        """Stops every job (SIGTERM, SIGKILL after `grace` seconds) and waits until none is
+        left."""
+        self._impl.drain(grace)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# --- serving -----------------------------------------------------------------------------------
+
+def serve(schema, interface, obj, *, name, listen="", max_concurrency=1, import_path=()):
+    """Serves `obj` as actor `name` implementing `interface` of the schema file `schema`, in a
+    replica of the job the environment names (TROUPE_JOB_ID, TROUPE_TASK_INDEX,
+    TROUPE_RESOLVER), exactly as a C++ replica's hostActor() does: published as
+    <job>/<name>-<task>, listed with its schema, drained on SIGTERM or Ctrl-C. Each call runs
+    obj.<method>(**params) and its return value (a dict, or None) becomes the results; what it
+    raises becomes a FAILED error with its message. Calls run one at a time unless
+    `max_concurrency` says otherwise (0: no limit). Blocks until the replica stops."""
+    import signal
+    import threading
+    main = threading.current_thread() is threading.main_thread()
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        _troupe.serve(os.fspath(schema), interface, obj, name, listen, max_concurrency,
+                      [os.fspath(p) for p in import_path])
+    finally:
+        # The replica's own handlers (which drain) are gone: Python's come back.
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+# --- asyncio -----------------------------------------------------------------------------------
+
+class _Bridge:
+    """Finished calls reach an asyncio loop through a file descriptor it watches."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.notifier = _troupe.Notifier()
+        self.waiting = {}
+        self.next_token = 0
+        loop.add_reader(self.notifier.fd(), self._ready)
+
+    def wait(self, pending):
+        self.next_token += 1
+        token = self.next_token
+        future = self.loop.create_future()
+        self.waiting[token] = (future, pending)
+        future.add_done_callback(lambda f: pending.cancel() if f.cancelled() else None)
+        pending.notify_with(self.notifier, token)
+        return future
+
+    def _ready(self):
+        for token in self.notifier.take():
+            future, pending = self.waiting.pop(token)
+            if future.done():
+                continue
+            try:
+                future.set_result(pending.result())
+            except Error as e:
+                future.set_exception(e)
+
+
+_bridges = weakref.WeakKeyDictionary()
+
+
+def _bridge():
+    loop = asyncio.get_running_loop()
+    bridge = _bridges.get(loop)
+    if bridge is None:
+        bridge = _bridges[loop] = _Bridge(loop)
+    return bridge
