@@ -7,6 +7,7 @@
 #      DEMO_LAUNCHER=slurm the jobs are Slurm jobs (sbatch must reach a cluster: SLURM_CONF, or
 #      scripts/slurm-local.sh for one on this machine) and DEMO_PARTITION names the partition;
 #   3. SIGTERM to the registry.
+# With DEMO_TRAINER=python the trainers are trainer.py (the troupe Python module on PYTHONPATH).
 # Every process started here is stopped by its own pid, also when the script fails.
 #
 #   demo.sh BIN_DIR
@@ -34,6 +35,9 @@ if [ "${DEMO_LAUNCHER:-local}" = slurm ]; then
   launcher=(--launcher slurm --log-dir "$out/slurm-logs")
   [ -n "${DEMO_PARTITION:-}" ] && launcher+=(--partition "$DEMO_PARTITION")
 fi
+if [ "${DEMO_TRAINER:-cpp}" = python ]; then
+  launcher+=(--python-trainer "$(cd "$(dirname "$0")" && pwd)/trainer.py")
+fi
 TMPDIR=$out "$bin/ps_demo" --resolver "$registry" "${launcher[@]}" --shards "$shards" \
   --trainers "$trainers" --steps 60 --dim 32 | tee "$out/ps_demo.log" || status=$?
 [ "$status" -eq 0 ] || { echo "ps_demo exited with $status" >&2; exit 1; }
@@ -45,6 +49,10 @@ expect "one stats line per shard" \
 for t in $(seq 0 $((trainers - 1))); do
   expect "trainer $t's loss lines" grep -q "^  \[$t\] trainer $t step 60 loss [0-9.]*$" "$log"
 done
+if [ "${DEMO_TRAINER:-cpp}" = python ]; then
+  expect "the trainers to be Python's" \
+    [ "$(grep -c 'shards ready (Python)$' "$log")" -eq "$trainers" ]
+fi
 expect "the shards job to stop" grep -q '^shards job stopped$' "$log"
 
 echo "== stopping the resolver"

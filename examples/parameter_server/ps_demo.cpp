@@ -47,13 +47,14 @@ struct Options {
   std::string logDirectory;  // "" = the launcher's default
   ps::TrainerConfig trainer;
   uint32_t trainers = 2;
+  std::string pythonTrainer;  // --python-trainer: trainer.py, run by /usr/bin/python3
 };
 
 [[noreturn]] void usage(const char* program, const char* problem) {
   fprintf(stderr,
           "%s: %s\n"
           "usage: %s [--resolver URL] [--launcher local|slurm] [--partition P] [--log-dir DIR]\n"
-          "          [--shards N] [--trainers M] [--steps K] [--dim D]\n"
+          "          [--shards N] [--trainers M] [--steps K] [--dim D] [--python-trainer PATH]\n"
           "  --resolver URL  where the jobs publish their actors, e.g. registry://127.0.0.1:7700\n"
           "                  (default: a registry run by the local launcher itself)\n"
           "  --launcher L    local (default: this machine) or slurm (one Slurm job per job;\n"
@@ -63,7 +64,10 @@ struct Options {
           "  --shards N      parameter-server shards, 1..D (default 2)\n"
           "  --trainers M    trainer replicas (default 2)\n"
           "  --steps K       training steps per trainer (default 60)\n"
-          "  --dim D         the model's dimension (default 32)\n",
+          "  --dim D         the model's dimension (default 32)\n"
+          "  --python-trainer PATH\n"
+          "                  run the trainers in Python: PATH is trainer.py (the troupe module\n"
+          "                  must be importable: PYTHONPATH)\n",
           program, problem, program);
   exit(2);
 }
@@ -83,6 +87,10 @@ Options parseOptions(int argc, char** argv) {
         usage(argv[0], ("--launcher is local or slurm, not '" + value + "'").c_str());
       }
       options.slurm = value == "slurm";
+      continue;
+    }
+    if (flag == "--python-trainer") {
+      options.pythonTrainer = value;
       continue;
     }
     if (flag == "--partition" || flag == "--log-dir") {
@@ -179,9 +187,15 @@ int train(troupe::EventLoop& loop, troupe::Launcher& launcher, double machineCpu
          "compute a gradient, push each shard its slice)\n",
          options.trainers, config.steps);
   fflush(stdout);
+  // The C++ trainer (this program's "trainer" function), or the same trainer in Python.
+  auto entrypoint = troupe::Entrypoint::function("trainer", config.toArgs());
+  if (!options.pythonTrainer.empty()) {
+    auto args = config.toArgs();
+    args.insert(args.begin(), options.pythonTrainer);
+    entrypoint = troupe::Entrypoint::binary("/usr/bin/python3", kj::mv(args));
+  }
   auto trainers = launcher.submit({.name = "trainers",
-                                   .entrypoint = troupe::Entrypoint::function(
-                                       "trainer", config.toArgs()),
+                                   .entrypoint = kj::mv(entrypoint),
                                    .resources = replicaResources(machineCpus, options),
                                    .replicas = options.trainers});
   if (!admitted(trainers, options)) return 1;

@@ -135,40 +135,23 @@ py::list PyGroup::members() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// PyPool
+// Methods, and calls
 
-PyPool::PyPool(std::shared_ptr<PyGroup> g, ActorPoolOptions options) : group(kj::mv(g)) {
-  auto done = kj::atomicRefcounted<Completion>();
-  runOn<Completion>(done, [this, options](EventLoop&, Completion&) mutable {
-    pool.set(kj::heap<ActorPoolBase>(group->group.get(), kj::mv(options)));
-    return kj::READY_NOW;
-  });
-}
-
-capnp::InterfaceSchema PyPool::interface() {
+capnp::InterfaceSchema Methods::interface(kj::Function<Fetch()>& fetch) {
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (schema) return *schema;
   }
-  // The interface, from a ready member: the same for every member of a group.
   struct SchemaCompletion final : public Completion {
     kj::Maybe<capnp::InterfaceSchema> schema;
   };
-  auto limit = pool.get().options().defaultDeadline;  // read-only after construction
   auto done = kj::atomicRefcounted<SchemaCompletion>();
   runOn<SchemaCompletion>(
       done,
-      [self = shared_from_this(), limit](EventLoop&, SchemaCompletion& c) {
-        auto& g = self->group->group.get();
-        return g.waitReady(1, limit)
-            .then([&g, &c, &self = *self](kj::Array<Endpoint>) {
-              auto member = g.readyMember(0);
-              auto opened =
-                  openDynamicActor(member->ref.channel(), self.group->actor.c_str(), *self.loader);
-              return opened.then([&c](DynamicActor actor) { c.schema = actor.schema; })
-                  .attach(kj::mv(member));
-            })
-            .attach(kj::mv(self));
+      [fetched = fetch(), loaded = loader](EventLoop&, SchemaCompletion& c) mutable {
+        return fetched(*loaded)
+            .then([&c](capnp::InterfaceSchema s) { c.schema = s; })
+            .attach(kj::mv(fetched), kj::mv(loaded));
       },
       true);
   std::lock_guard<std::mutex> lock(mutex);
@@ -176,30 +159,30 @@ capnp::InterfaceSchema PyPool::interface() {
   return *schema;
 }
 
-MethodRef PyPool::findMethod(const std::string& name) {
+MethodRef Methods::find(const std::string& name, kj::Function<Fetch()>& fetch) {
   std::string method = name;
   auto dot = name.rfind('.');
   if (dot != std::string::npos) {
-    auto actor = name.substr(0, dot);
     method = name.substr(dot + 1);
-    if (actor != group->actor) {
-      raiseInvalidArgument("'" + name + "': this pool calls actor '" + group->actor +
-                           "' (name its methods '" + group->actor + ".METHOD' or 'METHOD')");
+    if (name.substr(0, dot) != actor) {
+      raiseInvalidArgument("'" + name + "': this calls actor '" + actor + "' (name its methods '" +
+                           actor + ".METHOD' or 'METHOD')");
     }
   }
-  auto s = interface();
+  auto s = interface(fetch);
   kj::Maybe<capnp::InterfaceSchema::Method> found;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { found = troupe::findMethod(s, method); })) {
     raise(*e);
   }
   auto m = KJ_ASSERT_NONNULL(found);
-  return {s, m, group->actor + "." + describeMethod(m)};
+  return {s, m, actor + "." + describeMethod(m)};
 }
 
-std::shared_ptr<PreparedCall> PyPool::prepare(const std::string& method, py::handle params,
-                                      py::dict fields, bool idempotent,
-                                      std::optional<double> timeout) {
-  auto call = std::make_shared<PreparedCall>(findMethod(method));
+std::shared_ptr<PreparedCall> Methods::prepare(const std::string& method, py::handle params,
+                                               py::dict fields, bool idempotent,
+                                               std::optional<double> timeout,
+                                               kj::Function<Fetch()> fetch) {
+  auto call = std::make_shared<PreparedCall>(find(method, fetch));
   auto root = call->params.initRoot<capnp::DynamicStruct>(call->method.method.getParamType());
   if (!params.is_none() && PyDict_Check(params.ptr()) && fields.size() > 0) {
     for (auto item : fields) {
@@ -216,36 +199,65 @@ std::shared_ptr<PreparedCall> PyPool::prepare(const std::string& method, py::han
   return call;
 }
 
-kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle params,
-                                      py::dict fields, bool idempotent,
-                                      std::optional<double> timeout) {
-  auto prepared = prepare(method, params, fields, idempotent, timeout);
+kj::Own<CallCompletion> startCall(std::shared_ptr<PreparedCall> prepared, Send send) {
   auto completion = kj::atomicRefcounted<CallCompletion>();
   completion->resultType = prepared->method.method.getResultType();
-  python::start(*completion,
-                [self = shared_from_this(), prepared = kj::mv(prepared)](
-                    EventLoop&, Completion& c) mutable -> kj::Promise<void> {
-                  auto& done = static_cast<CallCompletion&>(c);
-                  auto& call = *prepared;
-                  auto options = call.options;
-                  return self->pool.get()
-                      .callCapability(
-                          [&call](capnp::Capability::Client cap) { return send(call, cap); },
-                          options)
-                      .then([&done](capnp::Response<capnp::DynamicStruct>&& r) {
-                        done.results = copyOf(r);
-                      })
-                      .attach(kj::mv(prepared), kj::mv(self));
-                });
+  python::start(*completion, [prepared = kj::mv(prepared), send = kj::mv(send)](
+                                 EventLoop&, Completion& c) mutable -> kj::Promise<void> {
+    auto& done = static_cast<CallCompletion&>(c);
+    auto& call = *prepared;
+    return send(call)
+        .then([&done](capnp::Response<capnp::DynamicStruct>&& r) { done.results = copyOf(r); })
+        .attach(kj::mv(prepared), kj::mv(send));
+  });
   return completion;
 }
 
-py::object PyPool::resultOf(CallCompletion& c) {
+py::object resultOf(CallCompletion& c) {
   KJ_IF_MAYBE(e, c.error()) {
     raise(*e, c.endpoint);
   }
   auto root = c.results->getRoot<capnp::DynamicStruct>(c.resultType);
   return toPython(root.asReader());
+}
+
+// ---------------------------------------------------------------------------------------------
+// PyPool
+
+PyPool::PyPool(std::shared_ptr<PyGroup> g, ActorPoolOptions options)
+    : group(kj::mv(g)), methods(group->actor) {
+  auto done = kj::atomicRefcounted<Completion>();
+  runOn<Completion>(done, [this, options](EventLoop&, Completion&) mutable {
+    pool.set(kj::heap<ActorPoolBase>(group->group.get(), kj::mv(options)));
+    return kj::READY_NOW;
+  });
+}
+
+kj::Function<Methods::Fetch()> PyPool::fetchFromAMember() {
+  // From a ready member: the interface is the same for every member of a group.
+  return [self = shared_from_this()]() -> Methods::Fetch {
+    return [self](capnp::SchemaLoader& loader) {
+      auto& g = self->group->group.get();
+      auto limit = self->pool.get().options().defaultDeadline;
+      return g.waitReady(1, limit).then([&g, &loader, self](kj::Array<Endpoint>) {
+        auto member = g.readyMember(0);
+        return openDynamicActor(member->ref.channel(), self->group->actor.c_str(), loader)
+            .then([](DynamicActor actor) { return actor.schema; })
+            .attach(kj::mv(member));
+      });
+    };
+  };
+}
+
+kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle params,
+                                      py::dict fields, bool idempotent,
+                                      std::optional<double> timeout) {
+  auto prepared =
+      methods.prepare(method, params, fields, idempotent, timeout, fetchFromAMember());
+  return startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
+    return self->pool.get().callCapability(
+        [&call](capnp::Capability::Client cap) { return send(call, cap); }, call.options);
+  });
 }
 
 py::object PyPool::call(const std::string& method, py::handle params, py::dict fields,
@@ -257,8 +269,48 @@ py::object PyPool::call(const std::string& method, py::handle params, py::dict f
 
 std::shared_ptr<PyBroadcast> PyPool::broadcast(const std::string& method, py::handle params,
                                                py::dict fields, std::optional<double> timeout) {
-  return std::make_shared<PyBroadcast>(shared_from_this(),
-                                       prepare(method, params, fields, false, timeout));
+  return std::make_shared<PyBroadcast>(
+      shared_from_this(),
+      methods.prepare(method, params, fields, false, timeout, fetchFromAMember()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// PyRef
+
+PyRef::PyRef(const std::string& address, const std::string& actor)
+    : address(address), methods(actor) {
+  auto done = kj::atomicRefcounted<Completion>();
+  runOn<Completion>(done, [this](EventLoop& loop, Completion&) {
+    ref.set(kj::heap<ActorRefBase>(Channel::open(loop, this->address.c_str()),
+                                   methods.actor.c_str()));
+    return kj::READY_NOW;
+  });
+}
+
+kj::Own<CallCompletion> PyRef::start(const std::string& method, py::handle params,
+                                     py::dict fields, bool idempotent,
+                                     std::optional<double> timeout) {
+  auto fetch = [self = shared_from_this()]() -> Methods::Fetch {
+    return [self](capnp::SchemaLoader& loader) {
+      return openDynamicActor(self->ref.get().channel(), self->methods.actor.c_str(), loader)
+          .then([](DynamicActor actor) { return actor.schema; });
+    };
+  };
+  auto prepared = methods.prepare(method, params, fields, idempotent, timeout, kj::mv(fetch));
+  return startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
+    auto& ref = self->ref.get();
+    auto sent = kj::evalNow([&]() -> kj::Promise<capnp::Response<capnp::DynamicStruct>> {
+      return send(call, ref.capability());
+    });
+    return ref.finishCall(kj::mv(sent), call.options);
+  });
+}
+
+py::object PyRef::call(const std::string& method, py::handle params, py::dict fields,
+                       bool idempotent, std::optional<double> timeout) {
+  auto completion = start(method, params, fields, idempotent, timeout);
+  completion->wait();
+  return resultOf(*completion);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -90,6 +90,42 @@ struct PreparedCall {
   CallOptions options;
 };
 
+// The interface of one actor (a pool's members', or one ActorRef's) and its methods by name,
+// for calls from Python. The schema is fetched on first use. Thread-safe.
+class Methods {
+public:
+  // Loop thread: fetches the interface into the loader; must own what it uses.
+  using Fetch = kj::Function<kj::Promise<capnp::InterfaceSchema>(capnp::SchemaLoader&)>;
+
+  explicit Methods(std::string actor) : actor(kj::mv(actor)) {}
+
+  // Python thread, GIL held: `method` ("add" or "<actor>.add") with `params` (a dict or None)
+  // and keyword `fields`, checked and built; raises InvalidArgument before anything is sent.
+  // `fetch` is called (on the loop) only while the interface is not known yet.
+  std::shared_ptr<PreparedCall> prepare(const std::string& method, pybind11::handle params,
+                                        pybind11::dict fields, bool idempotent,
+                                        std::optional<double> timeout,
+                                        kj::Function<Fetch()> fetch);
+
+  const std::string actor;
+
+private:
+  capnp::InterfaceSchema interface(kj::Function<Fetch()>& fetch);
+  MethodRef find(const std::string& method, kj::Function<Fetch()>& fetch);
+
+  std::mutex mutex;
+  std::shared_ptr<capnp::SchemaLoader> loader = std::make_shared<capnp::SchemaLoader>();
+  std::optional<capnp::InterfaceSchema> schema;
+};
+
+// Starts `call` on the loop through `send` (which must own what it uses) and returns its
+// completion; its results are copied out for Python.
+using Send = kj::Function<kj::Promise<capnp::Response<capnp::DynamicStruct>>(PreparedCall&)>;
+kj::Own<CallCompletion> startCall(std::shared_ptr<PreparedCall> call, Send send);
+
+// The result of a finished call as a dict, or its error raised. GIL held.
+pybind11::object resultOf(CallCompletion& c);
+
 class PyPool;
 
 class PyBroadcast : public std::enable_shared_from_this<PyBroadcast> {
@@ -107,8 +143,7 @@ class PyPool : public std::enable_shared_from_this<PyPool> {
 public:
   PyPool(std::shared_ptr<PyGroup> group, ActorPoolOptions options);
 
-  // Starts a call of `method` ("add" or "<actor>.add") with `params` (a dict or None) and
-  // keyword `fields`; raises InvalidArgument before sending for a bad method or parameters.
+  // A call of `method` (see Methods::prepare), started.
   kj::Own<CallCompletion> start(const std::string& method, pybind11::handle params,
                                 pybind11::dict fields, bool idempotent,
                                 std::optional<double> timeout);
@@ -117,22 +152,30 @@ public:
   std::shared_ptr<PyBroadcast> broadcast(const std::string& method, pybind11::handle params,
                                          pybind11::dict fields, std::optional<double> timeout);
 
-  // The result of a finished call as a dict, or its error raised.
-  static pybind11::object resultOf(CallCompletion& c);
-
   std::shared_ptr<PyGroup> group;
   LoopOwned<ActorPoolBase> pool;
 
 private:
-  std::shared_ptr<PreparedCall> prepare(const std::string& method, pybind11::handle params,
+  kj::Function<Methods::Fetch()> fetchFromAMember();
+  Methods methods;
+};
+
+// One actor at one address (ActorRef): calls straight to it, never retried.
+class PyRef : public std::enable_shared_from_this<PyRef> {
+public:
+  PyRef(const std::string& address, const std::string& actor);
+
+  kj::Own<CallCompletion> start(const std::string& method, pybind11::handle params,
                                 pybind11::dict fields, bool idempotent,
                                 std::optional<double> timeout);
-  MethodRef findMethod(const std::string& method);
-  capnp::InterfaceSchema interface();
+  pybind11::object call(const std::string& method, pybind11::handle params,
+                        pybind11::dict fields, bool idempotent, std::optional<double> timeout);
 
-  std::mutex mutex;
-  std::shared_ptr<capnp::SchemaLoader> loader = std::make_shared<capnp::SchemaLoader>();
-  std::optional<capnp::InterfaceSchema> schema;
+  const std::string address;
+  LoopOwned<ActorRefBase> ref;
+
+private:
+  Methods methods;
 };
 
 // Seconds (Python) to a kj::Duration; raises InvalidArgument for a negative or NaN value.

@@ -29,7 +29,7 @@ struct Pending {
   void notifyWith(const PyNotifier& n, uint64_t token) {
     completion->notifyWith(kj::atomicAddRef(*n.notifier), token);
   }
-  py::object result() { return PyPool::resultOf(*completion); }
+  py::object result() { return resultOf(*completion); }
   void cancel() { completion->cancel(); }
 };
 
@@ -100,6 +100,15 @@ PYBIND11_MODULE(_troupe, m) {
         return Pending{self.start(method, params, fields, idempotent, timeout)};
       })
       .def("broadcast", &PyPool::broadcast);
+
+  py::class_<PyRef, std::shared_ptr<PyRef>>(m, "Ref")
+      .def(py::init<std::string, std::string>())
+      .def_readonly("address", &PyRef::address)
+      .def("call", &PyRef::call)
+      .def("start", [](PyRef& self, const std::string& method, py::handle params,
+                       py::dict fields, bool idempotent, std::optional<double> timeout) {
+        return Pending{self.start(method, params, fields, idempotent, timeout)};
+      });
 
   py::class_<PyBroadcast, std::shared_ptr<PyBroadcast>>(m, "Broadcast").def("wait_all", &PyBroadcast::waitAll);
 

@@ -351,6 +351,32 @@ def serve(schema, interface, obj, *, name, listen="", max_concurrency=1, import_
             signal.signal(s, handler)
 
 
+# --- one actor -------------------------------------------------------------------------------
+
+def connect(address, actor):
+    """A handle to the actor named `actor` at `address` ("tcp://host:port", "unix:/path"): calls
+    go straight to it and are never retried (connecting happens on the first call)."""
+    return Ref(_troupe.Ref(address, actor))
+
+
+class Ref:
+    def __init__(self, impl):
+        self._impl = impl
+
+    @property
+    def address(self):
+        return self._impl.address
+
+    def call(self, method, params=None, /, *, idempotent=False, timeout=None, **fields):
+        """Calls `method` ("add" or "calc.add") and returns its results as a dict."""
+        return self._impl.call(method, params, fields, idempotent, timeout)
+
+    async def call_async(self, method, params=None, /, *, idempotent=False, timeout=None,
+                         **fields):
+        pending = self._impl.start(method, params, fields, idempotent, timeout)
+        return await _bridge().wait(pending)
+
+
 # --- asyncio -----------------------------------------------------------------------------------
 
 class _Bridge:

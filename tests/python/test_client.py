@@ -145,3 +145,25 @@ def test_calls_go_on_after_a_member_is_killed(registry):
             assert isinstance(results["victim/calc-0"].error, troupe.Error)
     finally:
         job.stop()
+
+
+def test_connect_calls_one_actor_at_its_address(registry, calc):
+    group = troupe.open_resolver(registry).group("calc", "calc")
+    group.wait_ready(3, timeout=30)
+    member = group.members()[1]
+    ref = troupe.connect(member["address"], "calc")
+    assert ref.address == member["address"]
+    assert ref.call("calc.add", a=2, b=2) == {"value": 4.0}
+    with pytest.raises(troupe.ActorError):
+        ref.call("divide", a=1, b=0)
+    assert asyncio.run(ref.call_async("calc.add", a=1, b=1)) == {"value": 2.0}
+
+
+def test_connect_to_nothing_is_unreachable_and_a_bad_address_invalid():
+    with pytest.raises(troupe.InvalidArgument):
+        troupe.connect("nowhere", "calc")
+    # A unix socket path nobody listens on: the connection is refused at once.
+    ref = troupe.connect("unix:/nonexistent/troupe.sock", "calc")
+    with pytest.raises(troupe.Unreachable) as raised:
+        ref.call("calc.add", a=1, b=1, timeout=5)
+    assert raised.value.may_have_run is False
