@@ -17,6 +17,7 @@
 #include "bench_echo.capnp.h"
 #include "bench/bench_peers.h"
 #include "bench/bench_support.h"
+#include "bench/in_flight.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/fixed_resolver.h"
 
@@ -24,48 +25,11 @@ namespace {
 
 using troupe::bench::BenchEcho;
 
-constexpr uint64_t CALLS_PER_ROUND = 4096;
 constexpr size_t PAYLOAD_BYTES = 64;
 
 std::string troupeAddress;  // tcp://host:port
 std::string troupeNoMetricsAddress;  // tcp://host:port of a server that counts nothing
 std::string capnpAddress;   // host:port
-
-// What K chains share in one round: calls left to start, and replies that came back wrong.
-struct Round {
-  uint64_t left = CALLS_PER_ROUND;
-  uint64_t bad = 0;
-};
-
-// One chain: `send()` makes a call and returns its promise; the chain sends the next call when
-// a reply arrives, while the round has calls left.
-template <typename Send>
-kj::Promise<void> chain(Send& send, Round& round) {
-  if (round.left == 0) return kj::READY_NOW;
-  --round.left;
-  return send().then([&send, &round](auto&& response) {
-    if (response.getPayload().size() != PAYLOAD_BYTES) ++round.bad;
-    return chain(send, round);
-  });
-}
-
-// Runs rounds of CALLS_PER_ROUND calls with `inFlight` chains, after a warm-up round.
-template <typename Send>
-void runRounds(benchmark::State& state, kj::WaitScope& ws, Send& send) {
-  auto inFlight = static_cast<unsigned>(state.range(0));
-  auto round = [&]() {
-    Round r;
-    auto chains = kj::heapArrayBuilder<kj::Promise<void>>(inFlight);
-    for (unsigned i = 0; i < inFlight; ++i) chains.add(chain(send, r));
-    kj::joinPromises(chains.finish()).wait(ws);
-    return r.bad;
-  };
-  round();
-  for (auto _ : state) {
-    if (round() != 0) state.SkipWithError("echo size mismatch");
-  }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * CALLS_PER_ROUND));
-}
 
 void BM_PlainCapnp_InFlight(benchmark::State& state) {
   auto payload = troupe::bench::payloadOf(PAYLOAD_BYTES);
@@ -76,7 +40,7 @@ void BM_PlainCapnp_InFlight(benchmark::State& state) {
     q.setPayload(payload);
     return q.send();
   };
-  runRounds(state, io.waitScope, send);
+  troupe::bench::runRounds(state, io.waitScope, send, PAYLOAD_BYTES);
 }
 
 // `address`'s echo through an ActorRef, `state.range(0)` calls in flight.
@@ -92,7 +56,7 @@ void troupeRefInFlight(benchmark::State& state, const std::string& address, bool
       return q.send();
     });
   };
-  runRounds(state, loop.waitScope(), send);
+  troupe::bench::runRounds(state, loop.waitScope(), send, PAYLOAD_BYTES);
 }
 
 void BM_Troupe_ActorRef_InFlight(benchmark::State& state) {
@@ -126,7 +90,7 @@ void troupePoolInFlight(benchmark::State& state, const std::string& address, boo
       return q.send();
     });
   };
-  runRounds(state, loop.waitScope(), send);
+  troupe::bench::runRounds(state, loop.waitScope(), send, PAYLOAD_BYTES);
 }
 
 void BM_Troupe_Pool_InFlight(benchmark::State& state) {

@@ -59,4 +59,10 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
     "libcapnp-dev (>= 0.9.2), capnproto (>= 0.9.2), libuv1-dev (>= 1.44), libssl-dev (>= 3), openssl, libspdlog-dev (>= 1:1.10), pkg-config")
+if(TARGET troupe_python)
+  # The Python module is built for one minor version of Debian's python3.
+  math(EXPR next_minor "${TROUPE_PYTHON_MINOR} + 1")
+  string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS
+         ", python3 (>= 3.${TROUPE_PYTHON_MINOR}), python3 (<< 3.${next_minor})")
+endif()
 include(CPack)

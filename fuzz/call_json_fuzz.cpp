@@ -24,7 +24,7 @@ struct Target {
   kj::EventLoop loop;  // for the null capability DynamicActor holds
   kj::WaitScope ws{loop};
   capnp::SchemaLoader loader;
-  cli::DynamicActor actor;
+  DynamicActor actor;
   cli::CallJson codec;
 
   Target()

@@ -68,6 +68,18 @@ g++ -std=c++20 "$scratch/version.cpp" -o "$scratch/version" \
   $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs troupe)
 "$scratch/version" | grep -qx "troupe $(sed -n 's/^project(troupe VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)"
 
+# The Python module, when built: where Debian's python3 looks under such a prefix, and working.
+if [ -f "$build/python/troupe/__init__.py" ]; then
+  site=$(cd "$prefix" && echo lib/python3.*/dist-packages)
+  /usr/bin/python3 -c 'import site, sys
+sys.exit(0 if "/usr/local/" + sys.argv[1] in site.getsitepackages() else
+         "test_install: " + sys.argv[1] + " is not where python3 looks")' "$site"
+  PYTHONPATH=$prefix/$site /usr/bin/python3 -c 'import troupe
+assert troupe.ResourceConfig.with_gpu("H100", 8).chip_count == 8' ||
+    { echo "test_install: the installed Python module does not work" >&2; exit 1; }
+  echo "the Python module installs into $site and imports"
+fi
+
 echo "== 2. add_subdirectory(troupe), shared libraries"
 configure -S tests/install/subdirectory -B "$scratch/calc-subdirectory" -DTROUPE_SOURCE_DIR="$src"
 build "$scratch/calc-subdirectory"
@@ -95,6 +107,11 @@ if [ "$deb" = 1 ]; then
   quietly in_fresh cmake --build /build
   quietly in_fresh env TROUPE_REGISTRY=/usr/bin/troupe-registry \
     /src/examples/calculator/demo.sh /build
+  if dpkg-deb --contents "$package" | grep -q '/dist-packages/troupe/__init__.py'; then
+    # Debian's python3 finds the module from the package, with no PYTHONPATH.
+    quietly in_fresh python3 -c 'import troupe; troupe.ResourceConfig.with_cpu(1)'
+    echo "python3 imports troupe from the package"
+  fi
   echo "the package installs on a fresh Debian 12 and the calculator builds and runs against it"
 fi
 echo "install checks passed"

@@ -160,6 +160,11 @@ capnp::InterfaceSchema Methods::interface(kj::Function<Fetch()>& fetch) {
 }
 
 MethodRef Methods::find(const std::string& name, kj::Function<Fetch()>& fetch) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = found.find(name);
+    if (it != found.end()) return it->second;
+  }
   std::string method = name;
   auto dot = name.rfind('.');
   if (dot != std::string::npos) {
@@ -170,12 +175,15 @@ MethodRef Methods::find(const std::string& name, kj::Function<Fetch()>& fetch) {
     }
   }
   auto s = interface(fetch);
-  kj::Maybe<capnp::InterfaceSchema::Method> found;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { found = troupe::findMethod(s, method); })) {
+  kj::Maybe<capnp::InterfaceSchema::Method> lookedUp;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { lookedUp = troupe::findMethod(s, method); })) {
     raise(*e);
   }
-  auto m = KJ_ASSERT_NONNULL(found);
-  return {s, m, actor + "." + describeMethod(m)};
+  auto m = KJ_ASSERT_NONNULL(lookedUp);
+  MethodRef ref{s, m, actor + "." + describeMethod(m)};
+  std::lock_guard<std::mutex> lock(mutex);
+  found.emplace(name, ref);
+  return ref;
 }
 
 std::shared_ptr<PreparedCall> Methods::prepare(const std::string& method, py::handle params,

@@ -3,6 +3,7 @@
 // broadcasts of a pool. Each wraps objects that live on the module's loop (runtime.h); Python
 // threads only post work to them. A pool keeps its group, and a group its resolver, alive.
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -86,7 +87,7 @@ struct MethodRef {
 struct PreparedCall {
   explicit PreparedCall(MethodRef method) : method(kj::mv(method)) {}
   MethodRef method;
-  capnp::MallocMessageBuilder params;
+  capnp::MallocMessageBuilder params{64};  // small calls need no more; large ones grow
   CallOptions options;
 };
 
@@ -116,6 +117,7 @@ private:
   std::mutex mutex;
   std::shared_ptr<capnp::SchemaLoader> loader = std::make_shared<capnp::SchemaLoader>();
   std::optional<capnp::InterfaceSchema> schema;
+  std::map<std::string, MethodRef, std::less<>> found;  // by the name Python used
 };
 
 // Starts `call` on the loop through `send` (which must own what it uses) and returns its
