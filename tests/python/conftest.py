@@ -1,6 +1,7 @@
 """Fixtures for the Python module's tests: a registry and jobs of C++ replicas, started on port 0
 and stopped by pid. TROUPE_BIN_DIR names the build's bin folder."""
 
+import contextlib
 import os
 import queue
 import signal
@@ -8,6 +9,8 @@ import subprocess
 import threading
 
 import pytest
+
+import troupe
 
 BIN_DIR = os.environ.get("TROUPE_BIN_DIR", "")
 START_TIMEOUT = 30
@@ -57,6 +60,19 @@ class Job:
     def stop(self):
         for p in self.replicas:
             p.kill()
+
+
+@contextlib.contextmanager
+def job_pool(registry, job_id, program, count, ready_prefix, actor):
+    """A Job of `count` replicas and a pool over their `actor`s once all are ready; the job is
+    stopped on leaving."""
+    job = Job(registry, job_id, program, count, ready_prefix)
+    try:
+        group = troupe.open_resolver(registry).group(job_id, actor)
+        group.wait_ready(count, timeout=START_TIMEOUT)
+        yield job, group.pool()
+    finally:
+        job.stop()
 
 
 @pytest.fixture(scope="module")

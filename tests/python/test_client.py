@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 import troupe
+from conftest import job_pool
 
 
 @pytest.fixture(scope="module")
@@ -127,12 +128,8 @@ def test_members_lists_every_endpoint_with_its_state(registry, calc):
 
 
 def test_calls_go_on_after_a_member_is_killed(registry):
-    from conftest import Job
-    job = Job(registry, "victim", "calculator_server", 2, "calculator serving at ")
-    try:
-        group = troupe.open_resolver(registry).group("victim", "calc")
-        group.wait_ready(2, timeout=30)
-        pool = group.pool()
+    with job_pool(registry, "victim", "calculator_server", 2, "calculator serving at ",
+                  "calc") as (job, pool):
         assert pool.call("calc.add", a=1, b=1) == {"value": 2.0}
         job.replicas[0].kill()
         # Calls that reach the dead member never ran there: they go to the other one.
@@ -143,8 +140,6 @@ def test_calls_go_on_after_a_member_is_killed(registry):
         assert results["victim/calc-1"].ok
         if "victim/calc-0" in results:
             assert isinstance(results["victim/calc-0"].error, troupe.Error)
-    finally:
-        job.stop()
 
 
 def test_connect_calls_one_actor_at_its_address(registry, calc):

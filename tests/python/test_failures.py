@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import troupe
-from conftest import Job
+from conftest import job_pool
 
 
 def holding_member(pool, replicas):
@@ -40,14 +40,9 @@ _jobs = iter(range(1000))
 def blockers(registry):
     """Two troupe_test_server replicas of a job of the test's own, and a pool over their
     blockers (which take any number of calls at once)."""
-    job_id = f"hold-{next(_jobs)}"
-    job = Job(registry, job_id, "troupe_test_server", 2, "PUBLISHED")
-    group = troupe.open_resolver(registry).group(job_id, "blocker")
-    group.wait_ready(2, timeout=30)
-    try:
-        yield group.pool(), job
-    finally:
-        job.stop()
+    with job_pool(registry, f"hold-{next(_jobs)}", "troupe_test_server", 2, "PUBLISHED",
+                  "blocker") as (job, pool):
+        yield pool, job
 
 
 def test_a_call_not_marked_idempotent_raises_may_have_run_when_its_member_dies(blockers):
@@ -76,11 +71,7 @@ def test_an_idempotent_call_goes_to_another_member_when_its_member_dies(blockers
 
 
 def test_big_data_goes_both_ways_from_any_buffer(registry):
-    job = Job(registry, "bigdata", "troupe_test_server", 1, "PUBLISHED")
-    try:
-        group = troupe.open_resolver(registry).group("bigdata", "echo")
-        group.wait_ready(1, timeout=30)
-        pool = group.pool()
+    with job_pool(registry, "bigdata", "troupe_test_server", 1, "PUBLISHED", "echo") as (_, pool):
         payload = os.urandom(64 * 1024 * 1024)
         assert pool.call("echo.echo", payload=payload)["payload"] == payload
         assert pool.call("echo.echo", payload=bytearray(b"abc"))["payload"] == b"abc"
@@ -88,8 +79,6 @@ def test_big_data_goes_both_ways_from_any_buffer(registry):
         with pytest.raises(troupe.InvalidArgument) as raised:
             pool.call("echo.echo", payload="text is not data")
         assert "'payload' must be Data, got str" in str(raised.value)
-    finally:
-        job.stop()
 
 
 CTRL_C_CALLER = r"""
