@@ -2,6 +2,11 @@
 // What Python holds of troupe's client side: a resolver, groups over it, pools over a group and
 // broadcasts of a pool. Each wraps objects that live on the module's loop (runtime.h); Python
 // threads only post work to them. A pool keeps its group, and a group its resolver, alive.
+//
+// These are held by std::shared_ptr: by Python (pybind11's holder), by what is built on them
+// (a pool holds its group), and by work in flight on the loop, so that an object Python drops,
+// or a wait Ctrl-C interrupts, never leaves the loop with a dangling reference. The last owner
+// may be the loop thread; nothing here touches Python objects when it goes.
 
 #include <map>
 #include <memory>

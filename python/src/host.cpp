@@ -1,5 +1,7 @@
 #include "python/src/host.h"
 
+#include <optional>
+
 #include <capnp/dynamic.h>
 #include <capnp/schema-parser.h>
 #include <kj/debug.h>
@@ -32,12 +34,12 @@ class PythonActor final : public capnp::DynamicCapability::Server {
 public:
   PythonActor(capnp::InterfaceSchema schema, py::object impl)
       : capnp::DynamicCapability::Server(schema),
-        impl(new py::object(kj::mv(impl))),
+        impl(kj::mv(impl)),
         interfaceName(kj::str(schema.getShortDisplayName())) {}
 
   ~PythonActor() noexcept(false) {
     py::gil_scoped_acquire gil;
-    delete impl;
+    impl.reset();
   }
 
   kj::Promise<void> call(capnp::InterfaceSchema::Method method,
@@ -71,7 +73,7 @@ public:
   }
 
 private:
-  py::object* impl;  // deleted with the GIL held
+  std::optional<py::object> impl;  // dropped with the GIL held
   kj::String interfaceName;
 };
 

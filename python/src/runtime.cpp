@@ -273,16 +273,15 @@ bool Runtime::onLoopThread() const { return std::this_thread::get_id() == loopTh
 
 void Runtime::shutdown() {
   if (onLoopThread()) return;
+  bool wasRunning;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (!running) {
-      if (thread.joinable()) thread.detach();
-      return;
-    }
+    wasRunning = running;
   }
-  post([](EventLoop&) { KJ_ASSERT_NONNULL(loopState).stop->fulfill(); });
+  // Once it stopped (or never started), the loop thread has ended or is ending by itself.
+  if (wasRunning) post([](EventLoop&) { KJ_ASSERT_NONNULL(loopState).stop->fulfill(); });
   py::gil_scoped_release released;
-  thread.join();
+  if (thread.joinable()) thread.join();
 }
 
 void start(Completion& completion,
