@@ -1,6 +1,7 @@
 #include "troupe/actor/metrics.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -130,10 +131,13 @@ void appendNumber(std::string& out, double value) {
   }
   if (value == std::floor(value) && std::fabs(value) < 1e15) {
     snprintf(text, sizeof(text), "%" PRId64, static_cast<int64_t>(value));
-  } else {
-    snprintf(text, sizeof(text), "%.9g", value);
+    out += text;
+    return;
   }
-  out += text;
+  // The shortest text that reads back as the same double, so a scrape loses nothing and a
+  // parsed snapshot prints as it was printed.
+  auto written = std::to_chars(text, text + sizeof(text), value);
+  out.append(text, written.ptr);
 }
 
 void appendSeries(std::string& out, const std::string& name, const MetricLabels& labels,

@@ -140,6 +140,19 @@ TEST(MetricsTextTest, NulBytesAndCarriageReturnsInHelpTextSurviveARoundTrip) {
   EXPECT_EQ(parsed.family("troupe_x_total")->help.size(), strlen("refused th\r") + 1);
 }
 
+TEST(MetricsTextTest, ValuesReadBackExactlyAsTheyWerePrinted) {
+  // Found by the fuzzer: nine significant digits turned 666666666666.666... into 6.66666667e+11,
+  // which read back as another number and printed differently.
+  std::string text = "troupe_x 666666666666.666666666666666666666666660\ntroupe_y 0.1\n";
+  auto once = parsePrometheusText(kj::StringPtr(text.c_str(), text.size()));
+  EXPECT_EQ(once.value("troupe_x"), 666666666666.6666);
+  auto printed = once.toPrometheusText();
+  auto twice = parsePrometheusText(kj::StringPtr(printed.c_str(), printed.size()));
+  EXPECT_EQ(twice.value("troupe_x"), once.value("troupe_x"));
+  EXPECT_EQ(twice.toPrometheusText(), printed);
+  EXPECT_NE(printed.find("troupe_y 0.1\n"), std::string::npos) << printed;
+}
+
 TEST(MetricsTextTest, OtherExportersTextReadsAsGauges) {
   auto parsed = parsePrometheusText(
       "# A comment, and an unknown keyword:\n"
