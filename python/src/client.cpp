@@ -353,6 +353,9 @@ struct BroadcastCompletion final : public Completion {
 
 py::list PyBroadcast::waitAll(double timeout) {
   auto limit = durationOf(timeout, "timeout");
+  // The results move out of the broadcast when collected: once only.
+  if (collected) raiseInvalidArgument("wait_all() was called on this broadcast already");
+  collected = true;
   auto done = kj::atomicRefcounted<BroadcastCompletion>();
   runOn<BroadcastCompletion>(
       done,

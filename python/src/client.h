@@ -138,12 +138,14 @@ class PyPool;
 class PyBroadcast : public std::enable_shared_from_this<PyBroadcast> {
 public:
   PyBroadcast(std::shared_ptr<PyPool> pool, std::shared_ptr<PreparedCall> call);
-  // Per member (endpoint name order): (endpoint, value dict or None, error or None).
+  // Per member (endpoint name order): (endpoint, value dict or None, error or None). Once per
+  // broadcast: a second call raises InvalidArgument.
   pybind11::list waitAll(double timeout);
 
   std::shared_ptr<PyPool> pool;
   std::shared_ptr<PreparedCall> call;
   LoopOwned<BroadcastFuture<capnp::Response<capnp::DynamicStruct>>> future;
+  bool collected = false;  // wait_all() was called (Python thread, GIL held)
 };
 
 class PyPool : public std::enable_shared_from_this<PyPool> {

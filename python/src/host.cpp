@@ -77,14 +77,21 @@ private:
   kj::String interfaceName;
 };
 
-capnp::InterfaceSchema parseInterface(const capnp::SchemaParser& parser,
+// What a SchemaParser reads files through: it must outlive the parser (schema-parser.h).
+struct SchemaFiles {
+  kj::Own<kj::Filesystem> fs = kj::newDiskFilesystem();
+  std::vector<kj::Own<const kj::ReadableDirectory>> dirs;
+  std::vector<const kj::ReadableDirectory*> imports;
+};
+
+capnp::InterfaceSchema parseInterface(const capnp::SchemaParser& parser, SchemaFiles& files,
                                       const std::string& schemaPath,
                                       const std::string& interfaceName,
                                       const std::vector<std::string>& importPath) {
-  auto fs = kj::newDiskFilesystem();
+  auto& fs = files.fs;
   auto& root = fs->getRoot();
   auto absolute = fs->getCurrentPath().evalNative(schemaPath);
-  std::vector<kj::Own<const kj::ReadableDirectory>> dirs;
+  auto& dirs = files.dirs;
   auto addDir = [&](kj::StringPtr dir) {
     KJ_IF_MAYBE(d, root.tryOpenSubdir(fs->getCurrentPath().evalNative(dir))) {
       dirs.push_back(kj::mv(*d));
@@ -93,7 +100,7 @@ capnp::InterfaceSchema parseInterface(const capnp::SchemaParser& parser,
   for (auto& dir : importPath) addDir(dir.c_str());
   addDir("/usr/local/include");
   addDir("/usr/include");
-  std::vector<const kj::ReadableDirectory*> imports;
+  auto& imports = files.imports;
   for (auto& d : dirs) imports.push_back(d.get());
 
   kj::Maybe<capnp::ParsedSchema> file;
@@ -122,8 +129,9 @@ void serve(const std::string& schemaPath, const std::string& interfaceName, py::
            const ServeOptions& options) {
   validateActorNameOrRaise(options.name);
   // The parser owns the schemas: it outlives the server.
+  SchemaFiles files;  // declared first: goes after the parser
   capnp::SchemaParser parser;
-  auto schema = parseInterface(parser, schemaPath, interfaceName, options.importPath);
+  auto schema = parseInterface(parser, files, schemaPath, interfaceName, options.importPath);
   kj::Maybe<kj::Exception> failure;
   {
     py::gil_scoped_release released;

@@ -213,7 +213,8 @@ class Broadcast:
 
     def wait_all(self, timeout=60.0):
         """One Result per member called, in name order, once all answered or `timeout`
-        seconds passed (those that did not answer by then fail with DeadlineExceeded)."""
+        seconds passed (those that did not answer by then fail with DeadlineExceeded). Once
+        per broadcast."""
         return [Result(*r) for r in self._impl.wait_all(timeout)]
 
 

@@ -162,3 +162,10 @@ def test_connect_to_nothing_is_unreachable_and_a_bad_address_invalid():
     with pytest.raises(troupe.Unreachable) as raised:
         ref.call("calc.add", a=1, b=1, timeout=5)
     assert raised.value.may_have_run is False
+
+
+def test_a_broadcast_is_collected_once(pool):
+    broadcast = pool.broadcast("calc.calls")
+    assert len(broadcast.wait_all(timeout=5)) == 3
+    with pytest.raises(troupe.InvalidArgument):
+        broadcast.wait_all(timeout=5)
