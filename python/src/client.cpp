@@ -18,22 +18,6 @@ namespace {
 
 std::string stateName(EndpointState state) { return toString(state).cStr(); }
 
-// Runs `fn` on the loop, waits for `completion` and raises what it failed with. Quick work
-// waits without interruption and may borrow the caller's objects; `interruptible` work (it
-// may wait for long) must own what it uses, since Ctrl-C lets the caller go on without it.
-template <typename C>
-void runOn(kj::Own<C>& completion, kj::Function<kj::Promise<void>(EventLoop&, C&)> fn,
-           bool interruptible = false) {
-  start(*completion,
-        [fn = kj::mv(fn)](EventLoop& loop, Completion& c) mutable {
-          return fn(loop, static_cast<C&>(c));
-        });
-  completion->wait(interruptible);
-  KJ_IF_MAYBE(e, completion->error()) {
-    raise(*e);
-  }
-}
-
 // The response `r`, copied into a message of its own that any thread may read.
 kj::Own<capnp::MallocMessageBuilder> copyOf(capnp::DynamicStruct::Reader r) {
   auto message = kj::heap<capnp::MallocMessageBuilder>(r.totalSize().wordCount + 8);

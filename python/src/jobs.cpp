@@ -9,19 +9,6 @@ namespace troupe::python {
 namespace {
 
 // Runs `fn` on the loop and waits; raises what it failed with.
-// Quick work (not `interruptible`) may borrow the caller's objects; other work must own them.
-template <typename C>
-void runHere(kj::Own<C>& done, kj::Function<kj::Promise<void>(EventLoop&, C&)> fn,
-             bool interruptible = false) {
-  start(*done, [fn = kj::mv(fn)](EventLoop& loop, Completion& c) mutable {
-    return fn(loop, static_cast<C&>(c));
-  });
-  done->wait(interruptible);
-  KJ_IF_MAYBE(e, done->error()) {
-    raise(*e);
-  }
-}
-
 template <typename T>
 struct ValueCompletion final : public Completion {
   T value{};
@@ -31,7 +18,7 @@ struct ValueCompletion final : public Completion {
 template <typename T, typename Fn>
 T onLoop(Fn&& fn) {
   auto done = kj::atomicRefcounted<ValueCompletion<T>>();
-  runHere<ValueCompletion<T>>(done,
+  runOn<ValueCompletion<T>>(done,
                               [&fn](EventLoop& loop, ValueCompletion<T>& c) -> kj::Promise<void> {
                                 c.value = fn(loop);
                                 return kj::READY_NOW;
@@ -82,7 +69,7 @@ std::shared_ptr<PyJob> PyLauncher::submit(const std::string& name, std::vector<s
 void PyLauncher::drain(std::optional<double> grace) {
   auto g = graceOf(grace);
   auto done = kj::atomicRefcounted<Completion>();
-  runHere<Completion>(
+  runOn<Completion>(
       done,
       [self = shared_from_this(), g](EventLoop&, Completion&) {
         return self->launcher.get().drain(g).attach(kj::mv(self));
@@ -104,7 +91,7 @@ std::string PyJob::reason() {
 std::string PyJob::wait(double timeout) {
   auto limit = durationOf(timeout, "timeout");
   auto done = kj::atomicRefcounted<ValueCompletion<std::string>>();
-  runHere<ValueCompletion<std::string>>(
+  runOn<ValueCompletion<std::string>>(
       done,
       [self = shared_from_this(), limit](EventLoop&, ValueCompletion<std::string>& c) {
         return self->handle.get()
@@ -123,7 +110,7 @@ std::vector<std::string> PyJob::logs(size_t lines) {
 void PyJob::terminate(std::optional<double> grace) {
   auto g = graceOf(grace);
   auto done = kj::atomicRefcounted<Completion>();
-  runHere<Completion>(
+  runOn<Completion>(
       done,
       [self = shared_from_this(), g](EventLoop&, Completion&) {
         return self->handle.get().terminate(g).attach(kj::mv(self));

@@ -17,6 +17,7 @@
 #include <kj/function.h>
 #include <kj/refcount.h>
 
+#include "python/src/errors.h"
 #include "troupe/actor/event_loop.h"
 
 namespace troupe::python {
@@ -129,5 +130,21 @@ void dropHeld(uint64_t id);
 // Posts `fn(loop)` and has `completion` track the promise it returns. Any thread.
 void start(Completion& completion,
            kj::Function<kj::Promise<void>(EventLoop&, Completion&)> fn);
+
+// Runs `fn` on the loop, waits for `completion` and raises what it failed with (Python thread,
+// GIL held). Quick work waits without interruption and may borrow the caller's objects;
+// `interruptible` work (it may wait for long) must own what it uses, since Ctrl-C lets the
+// caller go on without it.
+template <typename C>
+void runOn(kj::Own<C>& completion, kj::Function<kj::Promise<void>(EventLoop&, C&)> fn,
+           bool interruptible = false) {
+  start(*completion, [fn = kj::mv(fn)](EventLoop& loop, Completion& c) mutable {
+    return fn(loop, static_cast<C&>(c));
+  });
+  completion->wait(interruptible);
+  KJ_IF_MAYBE(e, completion->error()) {
+    raise(*e);
+  }
+}
 
 }  // namespace troupe::python
