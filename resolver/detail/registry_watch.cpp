@@ -126,8 +126,12 @@ void RegistryWatch::lost(uint64_t id, kj::Exception&& why) {
   held.clear();
   missingSince.clear();  // the next snapshot decides about them afresh
   auto code = errorCode(why);
-  if (code == ErrorCode::INVALID_ARGUMENT) {
-    // The registry refuses this prefix: no point in asking again.
+  // The registry refuses this prefix, or a watch that never got going is refused our
+  // credentials: no point in asking again. (Refused after it ran, the registry's credentials
+  // may be rotating: that one retries.)
+  bool refusedCredentials =
+      code == ErrorCode::UNAUTHENTICATED || code == ErrorCode::PERMISSION_DENIED;
+  if (code == ErrorCode::INVALID_ARGUMENT || (refusedCredentials && !everSynced)) {
     link->log->warn("the registry at {} refused the watch on '{}': {}", link->addressText, prefix,
                     why.getDescription().cStr());
     phase = Phase::ENDED;

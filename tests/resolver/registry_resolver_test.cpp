@@ -280,6 +280,23 @@ TEST_F(RegistryResolverTest, CallsToAnUnreachableRegistryFailWithUnreachable) {
   EXPECT_EQ(e.code, ErrorCode::INVALID_ARGUMENT) << e.text;
 }
 
+TEST_F(RegistryResolverTest, AWatchWithoutTheClusterTokenEndsUnauthenticatedAtOnce) {
+  auto token = std::make_shared<Credentials>(CredentialsOptions{.token = "the-cluster-token"});
+  RegistryServer guarded(loop, RegistryServerOptions{.credentials = token});
+  auto at = guarded.listen("tcp://127.0.0.1:0");
+  RegistryResolver stranger(loop, registryUrl(at).c_str(),
+                            RegistryResolverOptions{.credentials = Credentials::none()});
+  auto watch = stranger.watch("job-1/");
+  // Refused, not retried: no time passes on the manual clock.
+  auto e = awaitError(loop, watch->next());
+  EXPECT_EQ(e.code, ErrorCode::UNAUTHENTICATED) << e.text;
+
+  RegistryResolver member(loop, registryUrl(at).c_str(),
+                          RegistryResolverOptions{.credentials = token});
+  auto admitted = member.watch("job-1/");
+  EXPECT_EQ(next(loop, *admitted), "SYNCED");
+}
+
 TEST_F(RegistryResolverTest, JobStatesRoundTrip) {
   EXPECT_EQ(await(loop, resolver->jobStatus("job-7")), (JobStatus{"job-7", JobState::RUNNING, ""}));
   await(loop, resolver->setJobStatus({"job-7", JobState::ENDED, "failed: replica 3 exited 1"}));
