@@ -1,5 +1,6 @@
 #include "python/src/client.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <kj/debug.h>
@@ -32,7 +33,7 @@ capnp::RemotePromise<capnp::DynamicStruct> send(const PreparedCall& call,
                      .newRequest(call.method.method);
   auto params = const_cast<capnp::MallocMessageBuilder&>(call.params)
                     .getRoot<capnp::DynamicStruct>(call.method.method.getParamType());
-  copyStruct(params.asReader(), request);
+  copyStruct(params.asReader(), request, &call.borrowed);
   return request.send();
 }
 
@@ -42,7 +43,9 @@ kj::Duration durationOf(double seconds, const char* what) {
   if (!(seconds >= 0) || !std::isfinite(seconds)) {
     raiseInvalidArgument(std::string(what) + " must be a finite number of seconds, at least 0");
   }
-  return static_cast<int64_t>(seconds * 1e9) * kj::NANOSECONDS;
+  // Past a century is as good as forever, and keeps the nanoseconds within int64.
+  constexpr double CENTURY = 100.0 * 365 * 24 * 3600;
+  return static_cast<int64_t>(std::min(seconds, CENTURY) * 1e9) * kj::NANOSECONDS;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -121,25 +124,48 @@ py::list PyGroup::members() {
 // ---------------------------------------------------------------------------------------------
 // Methods, and calls
 
+namespace {
+
+struct SchemaCompletion final : public Completion {
+  kj::Maybe<capnp::InterfaceSchema> schema;
+};
+
+}  // namespace
+
+bool Methods::known() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return schema.has_value();
+}
+
+kj::Own<Completion> Methods::startFetch(kj::Function<Fetch()> fetch) {
+  auto done = kj::atomicRefcounted<SchemaCompletion>();
+  start(*done, [fetched = fetch(), loaded = loader](EventLoop&, Completion& c) mutable {
+    auto& mine = static_cast<SchemaCompletion&>(c);
+    return fetched(*loaded)
+        .then([&mine](capnp::InterfaceSchema s) { mine.schema = s; })
+        .attach(kj::mv(fetched), kj::mv(loaded));
+  });
+  return done;
+}
+
+void Methods::learn(Completion& fetched) {
+  KJ_IF_MAYBE(e, fetched.error()) {
+    raise(*e);
+  }
+  auto& done = static_cast<SchemaCompletion&>(fetched);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!schema) schema = KJ_ASSERT_NONNULL(done.schema);
+}
+
 capnp::InterfaceSchema Methods::interface(kj::Function<Fetch()>& fetch) {
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (schema) return *schema;
   }
-  struct SchemaCompletion final : public Completion {
-    kj::Maybe<capnp::InterfaceSchema> schema;
-  };
-  auto done = kj::atomicRefcounted<SchemaCompletion>();
-  runOn<SchemaCompletion>(
-      done,
-      [fetched = fetch(), loaded = loader](EventLoop&, SchemaCompletion& c) mutable {
-        return fetched(*loaded)
-            .then([&c](capnp::InterfaceSchema s) { c.schema = s; })
-            .attach(kj::mv(fetched), kj::mv(loaded));
-      },
-      true);
+  auto done = startFetch(kj::mv(fetch));
+  done->wait(true);
+  learn(*done);
   std::lock_guard<std::mutex> lock(mutex);
-  schema = KJ_ASSERT_NONNULL(done->schema);
   return *schema;
 }
 
@@ -184,8 +210,8 @@ std::shared_ptr<PreparedCall> Methods::prepare(const std::string& method, py::ha
       }
     }
   }
-  fillStruct(root, params, call->method.signature);
-  fillStruct(root, fields, call->method.signature);
+  fillStruct(root, params, call->method.signature, &call->borrowed);
+  fillStruct(root, fields, call->method.signature, &call->borrowed);
   call->options.idempotent = idempotent;
   if (timeout) call->options.deadline = durationOf(*timeout, "timeout");
   return call;
@@ -225,19 +251,30 @@ PyPool::PyPool(std::shared_ptr<PyGroup> g, ActorPoolOptions options)
   });
 }
 
-kj::Function<Methods::Fetch()> PyPool::fetchFromAMember() {
-  // From a ready member: the interface is the same for every member of a group.
-  return [self = shared_from_this()]() -> Methods::Fetch {
-    return [self](capnp::SchemaLoader& loader) {
-      auto& g = self->group->group.get();
-      auto limit = self->pool.get().options().defaultDeadline;
-      return g.waitReady(1, limit).then([&g, &loader, self](kj::Array<Endpoint>) {
-        auto member = g.readyMember(0);
-        return openDynamicActor(member->ref.channel(), self->group->actor.c_str(), loader)
+namespace {
+
+// The interface of a READY member of `pool`'s group (the same for every member), once one is.
+kj::Promise<capnp::InterfaceSchema> schemaOfAMember(std::shared_ptr<PyPool> pool,
+                                                    capnp::SchemaLoader& loader) {
+  auto& group = pool->group->group.get();
+  auto limit = pool->pool.get().options().defaultDeadline;
+  return group.waitReady(1, limit).then(
+      [&group, &loader, pool](kj::Array<Endpoint>) mutable -> kj::Promise<capnp::InterfaceSchema> {
+        auto ready = group.readyMembers();
+        // It left again before this turn: wait for one anew.
+        if (ready.size() == 0) return schemaOfAMember(kj::mv(pool), loader);
+        auto member = kj::mv(ready[0]);
+        return openDynamicActor(member->ref.channel(), pool->group->actor.c_str(), loader)
             .then([](DynamicActor actor) { return actor.schema; })
             .attach(kj::mv(member));
       });
-    };
+}
+
+}  // namespace
+
+kj::Function<Methods::Fetch()> PyPool::fetchFromAMember() {
+  return [self = shared_from_this()]() -> Methods::Fetch {
+    return [self](capnp::SchemaLoader& loader) { return schemaOfAMember(self, loader); };
   };
 }
 
@@ -279,23 +316,28 @@ PyRef::PyRef(const std::string& address, const std::string& actor)
   });
 }
 
-kj::Own<CallCompletion> PyRef::start(const std::string& method, py::handle params,
-                                     py::dict fields, bool idempotent,
-                                     std::optional<double> timeout) {
-  auto fetch = [self = shared_from_this()]() -> Methods::Fetch {
+kj::Function<Methods::Fetch()> PyRef::fetchFromIt() {
+  return [self = shared_from_this()]() -> Methods::Fetch {
     return [self](capnp::SchemaLoader& loader) {
       return openDynamicActor(self->ref.get().channel(), self->methods.actor.c_str(), loader)
           .then([](DynamicActor actor) { return actor.schema; });
     };
   };
-  auto prepared = methods.prepare(method, params, fields, idempotent, timeout, kj::mv(fetch));
-  return startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
+}
+
+kj::Own<CallCompletion> PyRef::start(const std::string& method, py::handle params,
+                                     py::dict fields, bool idempotent,
+                                     std::optional<double> timeout) {
+  auto prepared = methods.prepare(method, params, fields, idempotent, timeout, fetchFromIt());
+  auto completion = startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
     auto& ref = self->ref.get();
     auto sent = kj::evalNow([&]() -> kj::Promise<capnp::Response<capnp::DynamicStruct>> {
       return send(call, ref.capability());
     });
     return ref.finishCall(kj::mv(sent), call.options);
   });
+  completion->endpoint = address;
+  return completion;
 }
 
 py::object PyRef::call(const std::string& method, py::handle params, py::dict fields,

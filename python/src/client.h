@@ -20,6 +20,7 @@
 #include <pybind11/pybind11.h>
 
 #include "python/src/runtime.h"
+#include "python/src/values.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/resolver.h"
 
@@ -78,7 +79,9 @@ class CallCompletion final : public Completion {
 public:
   kj::Own<capnp::MallocMessageBuilder> results;
   capnp::StructSchema resultType;
-  std::string endpoint;  // for errors, when known
+  // What its errors name as their endpoint: the address of a Ref's call. A pool's call names
+  // the member in the error's message, since a call may try several.
+  std::string endpoint;
 };
 
 // The interface of a pool's members and one method of it, found by name.
@@ -92,6 +95,7 @@ struct MethodRef {
 struct PreparedCall {
   explicit PreparedCall(MethodRef method) : method(kj::mv(method)) {}
   MethodRef method;
+  Borrowed borrowed;  // the buffers `params` refers to: it goes first
   capnp::MallocMessageBuilder params{64};  // small calls need no more; large ones grow
   CallOptions options;
 };
@@ -112,6 +116,15 @@ public:
                                         pybind11::dict fields, bool idempotent,
                                         std::optional<double> timeout,
                                         kj::Function<Fetch()> fetch);
+
+  // Whether the interface is known (prepare() then never waits). Any thread.
+  bool known();
+  // Starts fetching the interface through `fetch`, for asyncio (which must not wait for it in
+  // prepare()); learn() takes what it fetched.
+  kj::Own<Completion> startFetch(kj::Function<Fetch()> fetch);
+  // Python thread, GIL held: the interface `fetched` (from startFetch()) found, or its error
+  // raised.
+  void learn(Completion& fetched);
 
   const std::string actor;
 
@@ -163,10 +176,9 @@ public:
 
   std::shared_ptr<PyGroup> group;
   LoopOwned<ActorPoolBase> pool;
-
-private:
-  kj::Function<Methods::Fetch()> fetchFromAMember();
+  // The interface of the members; asyncio fetches it (Methods::startFetch) before a first call.
   Methods methods;
+  kj::Function<Methods::Fetch()> fetchFromAMember();
 };
 
 // One actor at one address (ActorRef): calls straight to it, never retried.
@@ -182,12 +194,12 @@ public:
 
   const std::string address;
   LoopOwned<ActorRefBase> ref;
-
-private:
-  Methods methods;
+  Methods methods;  // as PyPool's
+  kj::Function<Methods::Fetch()> fetchFromIt();
 };
 
-// Seconds (Python) to a kj::Duration; raises InvalidArgument for a negative or NaN value.
+// Seconds (Python) to a kj::Duration, at most a century; raises InvalidArgument for a negative
+// or NaN value.
 kj::Duration durationOf(double seconds, const char* what);
 
 }  // namespace troupe::python

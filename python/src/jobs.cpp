@@ -36,12 +36,29 @@ kj::Maybe<kj::Duration> graceOf(std::optional<double> grace) {
 PyLauncher::PyLauncher(LocalLauncherOptions options) {
   // Python handles its signals itself: the launcher's jobs stop with drain() or with it.
   options.stopJobsOnSignal = false;
-  auto info = onLoop<std::pair<std::string, std::string>>([&](EventLoop& loop) {
-    launcher.set(kj::heap<LocalLauncher>(loop, kj::mv(options)));
-    return std::make_pair(launcher.get().resolverUrl(), launcher.get().logDirectory());
+  onLoop<bool>([&](EventLoop& loop) {
+    auto local = kj::heap<LocalLauncher>(loop, kj::mv(options));
+    auto& l = *local;
+    resolverUrl = l.resolverUrl();
+    logDirectory = l.logDirectory();
+    drainJobs = [&l](kj::Maybe<kj::Duration> grace) { return l.drain(grace); };
+    slurmId = [](kj::StringPtr) -> uint64_t { return 0; };
+    launcher.set(kj::mv(local));
+    return true;
   });
-  resolverUrl = info.first;
-  logDirectory = info.second;
+}
+
+PyLauncher::PyLauncher(SlurmLauncherOptions options) {
+  onLoop<bool>([&](EventLoop& loop) {
+    auto slurm = kj::heap<SlurmLauncher>(loop, kj::mv(options));
+    auto& l = *slurm;
+    resolverUrl = l.resolverUrl();
+    logDirectory = l.logDirectory();
+    drainJobs = [&l](kj::Maybe<kj::Duration> grace) { return l.drain(grace); };
+    slurmId = [&l](kj::StringPtr name) { return l.slurmJobId(name); };
+    launcher.set(kj::mv(slurm));
+    return true;
+  });
 }
 
 std::shared_ptr<PyJob> PyLauncher::submit(const std::string& name, std::vector<std::string> argv,
@@ -72,9 +89,13 @@ void PyLauncher::drain(std::optional<double> grace) {
   runOn<Completion>(
       done,
       [self = shared_from_this(), g](EventLoop&, Completion&) {
-        return self->launcher.get().drain(g).attach(kj::mv(self));
+        return self->drainJobs(g).attach(kj::mv(self));
       },
       true);
+}
+
+uint64_t PyLauncher::slurmJobId(const std::string& name) {
+  return onLoop<uint64_t>([&](EventLoop&) { return slurmId(name); });
 }
 
 PyJob::PyJob(std::shared_ptr<PyLauncher> l, std::string id)

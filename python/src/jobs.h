@@ -1,6 +1,6 @@
 #pragma once
-// Jobs from Python: troupe.LocalLauncher and the handles of the jobs it starts, on the module's
-// loop (runtime.h), and troupe.ResourceConfig.
+// Jobs from Python: troupe.LocalLauncher and troupe.SlurmLauncher and the handles of the jobs
+// they start, on the module's loop (runtime.h).
 
 #include <map>
 #include <memory>
@@ -12,6 +12,7 @@
 
 #include "python/src/client.h"
 #include "troupe/jobs/local_launcher.h"
+#include "troupe/jobs/slurm_launcher.h"
 
 namespace troupe::python {
 
@@ -33,9 +34,11 @@ public:
   std::string id;
 };
 
+// Either launcher, as Python holds it.
 class PyLauncher : public std::enable_shared_from_this<PyLauncher> {
 public:
   explicit PyLauncher(LocalLauncherOptions options);
+  explicit PyLauncher(SlurmLauncherOptions options);
 
   std::shared_ptr<PyJob> submit(const std::string& name, std::vector<std::string> argv,
                                 uint32_t replicas, std::optional<ResourceConfig> resources,
@@ -43,10 +46,17 @@ public:
                                 uint32_t maxRetriesFailure);
   // Stops every job (SIGTERM, SIGKILL after `grace`) and waits until they are gone.
   void drain(std::optional<double> grace);
+  // The Slurm job id of job `name` (0 until sbatch answered); 0 for a local launcher.
+  uint64_t slurmJobId(const std::string& name);
 
-  LoopOwned<LocalLauncher> launcher;
+  LoopOwned<Launcher> launcher;
   std::string resolverUrl;
   std::string logDirectory;
+
+private:
+  // Loop thread: what the launcher's own class has beyond Launcher's interface.
+  kj::Function<kj::Promise<void>(kj::Maybe<kj::Duration>)> drainJobs;
+  kj::Function<uint64_t(kj::StringPtr)> slurmId;
 };
 
 }  // namespace troupe::python

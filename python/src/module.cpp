@@ -3,6 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <functional>
+#include <optional>
+
 #include <kj/exception.h>
 
 #include "python/src/client.h"
@@ -23,15 +26,36 @@ struct PyNotifier {
   std::vector<uint64_t> take() { return notifier->take(); }
 };
 
-// A call started for asyncio: its Completion, read once the Notifier says it finished.
+// Work started for asyncio (a call, or fetching the interface before a first call): its
+// Completion, and what it gives Python once the Notifier says it finished.
 struct Pending {
-  kj::Own<CallCompletion> completion;
+  kj::Own<Completion> completion;
+  std::function<py::object(Completion&)> outcome;  // GIL held
+
   void notifyWith(const PyNotifier& n, uint64_t token) {
     completion->notifyWith(kj::atomicAddRef(*n.notifier), token);
   }
-  py::object result() { return resultOf(*completion); }
+  py::object result() {
+    runGilQueue();
+    return outcome(*completion);
+  }
   void cancel() { completion->cancel(); }
 };
+
+Pending pendingCall(kj::Own<CallCompletion> call) {
+  return Pending{kj::mv(call),
+                 [](Completion& c) { return resultOf(static_cast<CallCompletion&>(c)); }};
+}
+
+// For asyncio: null when calls of `self` know the interface, else fetching it.
+template <typename Caller>
+std::optional<Pending> pendingSchema(std::shared_ptr<Caller> self, kj::Function<Methods::Fetch()> fetch) {
+  if (self->methods.known()) return std::nullopt;
+  return Pending{self->methods.startFetch(kj::mv(fetch)), [self](Completion& c) {
+                   self->methods.learn(c);
+                   return py::object(py::none());
+                 }};
+}
 
 troupe::ActorPoolOptions poolOptions(const std::string& balancing, uint32_t maxAttempts,
                                      std::optional<double> timeout, bool metrics) {
@@ -97,7 +121,11 @@ PYBIND11_MODULE(_troupe, m) {
       .def("call", &PyPool::call)
       .def("start", [](PyPool& self, const std::string& method, py::handle params,
                        py::dict fields, bool idempotent, std::optional<double> timeout) {
-        return Pending{self.start(method, params, fields, idempotent, timeout)};
+        return pendingCall(self.start(method, params, fields, idempotent, timeout));
+      })
+      .def("fetch_schema", [](std::shared_ptr<PyPool> self) {
+        auto fetch = self->fetchFromAMember();
+        return pendingSchema(kj::mv(self), kj::mv(fetch));
       })
       .def("broadcast", &PyPool::broadcast);
 
@@ -107,7 +135,11 @@ PYBIND11_MODULE(_troupe, m) {
       .def("call", &PyRef::call)
       .def("start", [](PyRef& self, const std::string& method, py::handle params,
                        py::dict fields, bool idempotent, std::optional<double> timeout) {
-        return Pending{self.start(method, params, fields, idempotent, timeout)};
+        return pendingCall(self.start(method, params, fields, idempotent, timeout));
+      })
+      .def("fetch_schema", [](std::shared_ptr<PyRef> self) {
+        auto fetch = self->fetchFromIt();
+        return pendingSchema(kj::mv(self), kj::mv(fetch));
       });
 
   py::class_<PyBroadcast, std::shared_ptr<PyBroadcast>>(m, "Broadcast").def("wait_all", &PyBroadcast::waitAll);
@@ -145,10 +177,10 @@ PYBIND11_MODULE(_troupe, m) {
                              [](const troupe::ResourceConfig& r) { return toString(r.device); })
       .def_property_readonly("chip_count", &troupe::ResourceConfig::chipCount);
 
-  py::class_<PyLauncher, std::shared_ptr<PyLauncher>>(m, "LocalLauncher")
-      .def(py::init([](const std::string& resolver, const std::string& logDirectory,
-                       std::optional<double> grace, double cpus, uint64_t ramBytes,
-                       int32_t gpus) {
+  py::class_<PyLauncher, std::shared_ptr<PyLauncher>>(m, "Launcher")
+      .def_static("local", [](const std::string& resolver, const std::string& logDirectory,
+                              std::optional<double> grace, double cpus, uint64_t ramBytes,
+                              int32_t gpus) {
         troupe::LocalLauncherOptions o;
         o.resolver = resolver;
         o.logDirectory = logDirectory;
@@ -157,11 +189,29 @@ PYBIND11_MODULE(_troupe, m) {
         o.ramBytes = ramBytes;
         o.gpus = gpus;
         return std::make_shared<PyLauncher>(kj::mv(o));
-      }))
+      })
+      .def_static("slurm", [](const std::string& resolver, const std::string& partition,
+                              std::optional<double> timeLimit, const std::string& logDirectory,
+                              std::optional<double> grace, std::optional<double> pollInitial,
+                              std::optional<double> pollMax, std::vector<std::string> sbatchArgs,
+                              const std::string& program) {
+        troupe::SlurmLauncherOptions o;
+        o.resolver = resolver;
+        o.partition = partition;
+        if (timeLimit) o.timeLimit = durationOf(*timeLimit, "time_limit");
+        o.logDirectory = logDirectory;
+        if (grace) o.terminateGrace = durationOf(*grace, "terminate_grace");
+        if (pollInitial) o.pollInitial = durationOf(*pollInitial, "poll_initial");
+        if (pollMax) o.pollMax = durationOf(*pollMax, "poll_max");
+        o.sbatchArgs = kj::mv(sbatchArgs);
+        o.program = program;
+        return std::make_shared<PyLauncher>(kj::mv(o));
+      })
       .def_readonly("resolver_url", &PyLauncher::resolverUrl)
       .def_readonly("log_directory", &PyLauncher::logDirectory)
       .def("submit", &PyLauncher::submit)
-      .def("drain", &PyLauncher::drain);
+      .def("drain", &PyLauncher::drain)
+      .def("slurm_job_id", &PyLauncher::slurmJobId);
 
   py::class_<PyJob, std::shared_ptr<PyJob>>(m, "Job")
       .def_readonly("id", &PyJob::id)

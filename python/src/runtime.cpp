@@ -1,6 +1,7 @@
 #include "python/src/runtime.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -54,7 +55,37 @@ void Notifier::finished(uint64_t token) const {
 // ---------------------------------------------------------------------------------------------
 // Completion
 
+namespace {
+
+std::mutex gilQueueMutex;
+std::vector<kj::Function<void()>> gilQueue;
+
+}  // namespace
+
+void withGilSoon(kj::Function<void()> fn) {
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(gilQueueMutex);
+    first = gilQueue.empty();
+    gilQueue.push_back(kj::mv(fn));
+  }
+  // Needs neither the GIL nor a thread state. If Python's queue is full, the next wait() runs
+  // it.
+  if (first) Py_AddPendingCall([](void*) { runGilQueue(); return 0; }, nullptr);
+}
+
+void runGilQueue() {
+  std::vector<kj::Function<void()>> batch;
+  {
+    std::lock_guard<std::mutex> lock(gilQueueMutex);
+    if (gilQueue.empty()) return;
+    batch.swap(gilQueue);
+  }
+  for (auto& fn : batch) fn();
+}
+
 void Completion::wait(bool interruptible) {
+  KJ_DEFER(runGilQueue());
   if (done()) return;
   for (;;) {
     bool finished;
@@ -183,6 +214,8 @@ Runtime& Runtime::get() {
 }
 
 Runtime::Runtime() {
+  // The mutex is held across fork(), so that the child finds it in a known state.
+  pthread_atfork(&Runtime::beforeFork, &Runtime::afterForkInParent, &Runtime::afterForkInChild);
   thread = std::thread([this]() { run(); });
   std::unique_lock<std::mutex> lock(mutex);
   started.wait(lock, [this]() { return running || stopped; });
@@ -271,8 +304,36 @@ bool Runtime::post(kj::Function<void(EventLoop&)> fn) {
 
 bool Runtime::onLoopThread() const { return std::this_thread::get_id() == loopThreadId; }
 
+void Runtime::beforeFork() { get().mutex.lock(); }
+
+void Runtime::afterForkInParent() { get().mutex.unlock(); }
+
+void Runtime::afterForkInChild() {
+  auto& self = get();
+  self.running = false;
+  self.stopped = true;
+  self.forked = true;
+  self.wake = nullptr;
+  self.loop = nullptr;
+  self.mutex.unlock();
+}
+
+const char* Runtime::stoppedReason() const {
+  if (forked) {
+    return "troupe cannot be used in a child made by fork() after it started in the parent "
+           "(use multiprocessing's 'spawn' or 'forkserver' start method, or start troupe in "
+           "the child only)";
+  }
+  return "troupe's event loop has stopped";
+}
+
 void Runtime::shutdown() {
   if (onLoopThread()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    // The loop thread is the parent's: there is nothing to stop or join.
+    if (forked) return;
+  }
   bool wasRunning;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -291,9 +352,7 @@ void start(Completion& completion,
         auto& mine = *c;
         mine.track(kj::evalNow([&]() { return fn(loop, mine); }));
       });
-  if (!posted) {
-    completion.fail(makeError(ErrorCode::FAILED, "troupe's event loop has stopped"));
-  }
+  if (!posted) completion.fail(makeError(ErrorCode::FAILED, Runtime::get().stoppedReason()));
 }
 
 }  // namespace troupe::python

@@ -99,10 +99,18 @@ public:
   // Whether the calling thread is the loop thread.
   bool onLoopThread() const;
 
+  // Why post() refuses work: the loop stopped, or this process is a child fork() made after
+  // the loop started (it has no loop thread, and cannot have one: the parent's objects are
+  // the parent's).
+  const char* stoppedReason() const;
+
 private:
   Runtime();
   void run();
   void runPosted();
+  static void beforeFork();
+  static void afterForkInParent();
+  static void afterForkInChild();
 
   std::thread thread;
   std::thread::id loopThreadId;
@@ -110,6 +118,7 @@ private:
   std::condition_variable started;
   bool running = false;
   bool stopped = false;
+  bool forked = false;  // this is a child of fork(); the loop thread is the parent's
   std::vector<kj::Function<void(EventLoop&)>> posted;
   void* wake = nullptr;  // the loop's uv_async_t, while running
   EventLoop* loop = nullptr;
@@ -126,6 +135,14 @@ public:
 uint64_t keepHeld(kj::Own<LoopHeld> held);
 // Any thread: drops what keepHeld() returned `id` for, on the loop thread, soon.
 void dropHeld(uint64_t id);
+
+// Any thread: runs `fn` soon on a Python thread with the GIL held (the loop thread never takes
+// it): after the next wait() of a Completion, or from Python's pending calls on the main
+// thread, whichever comes first. For what must be let go of under the GIL (a Python buffer a
+// message referred to).
+void withGilSoon(kj::Function<void()> fn);
+// GIL held: runs what withGilSoon() queued.
+void runGilQueue();
 
 // Posts `fn(loop)` and has `completion` track the promise it returns. Any thread.
 void start(Completion& completion,

@@ -1,11 +1,14 @@
 #include "python/src/values.h"
 
+#include <cmath>
 #include <limits>
 
 #include <capnp/schema.h>
 #include <kj/debug.h>
 
 #include "python/src/errors.h"
+#include "python/src/runtime.h"
+#include "troupe/actor/bytes.h"
 #include "troupe/actor/dynamic_actor.h"
 
 namespace py = pybind11;
@@ -18,14 +21,19 @@ using capnp::schema::Type;
 
 // Where a value goes, for errors: the method, and the path to the field ("point.x",
 // "values[3]").
+// And what keeps the buffers the message refers to, if it may.
 struct Where {
   const std::string& context;
   std::string path;
+  Borrowed* borrowed;
 
   Where field(kj::StringPtr name) const {
-    return {context, path.empty() ? std::string(name.cStr()) : path + "." + name.cStr()};
+    return {context, path.empty() ? std::string(name.cStr()) : path + "." + name.cStr(),
+            borrowed};
   }
-  Where element(size_t i) const { return {context, path + "[" + std::to_string(i) + "]"}; }
+  Where element(size_t i) const {
+    return {context, path + "[" + std::to_string(i) + "]", borrowed};
+  }
 
   [[noreturn]] void fail(const std::string& what) const {
     raiseInvalidArgument(context + ": '" + path + "' " + what);
@@ -60,7 +68,7 @@ uint64_t unsignedIn(py::handle v, uint64_t max, const Where& where, capnp::Type 
   return x;
 }
 
-// A buffer's bytes, held while set.
+// A buffer's bytes, exported while this lives (GIL held).
 class Bytes {
 public:
   Bytes(py::handle v, const Where& where, capnp::Type type) {
@@ -70,15 +78,31 @@ public:
       where.fail("must be a contiguous buffer (bytes, bytearray, memoryview, array)");
     }
   }
-  ~Bytes() { PyBuffer_Release(&view); }
+  ~Bytes() {
+    if (exported) PyBuffer_Release(&view);
+  }
   KJ_DISALLOW_COPY(Bytes);
   capnp::Data::Reader data() const {
     return {static_cast<const kj::byte*>(view.buf), static_cast<size_t>(view.len)};
   }
+  // The export, from now on the caller's to release.
+  Py_buffer release() {
+    exported = false;
+    return view;
+  }
 
 private:
   Py_buffer view;
+  bool exported = true;
 };
+
+// Buffers this small are copied: referring to one costs more than copying it.
+constexpr size_t MIN_BORROWED_BYTES = 1024;
+
+bool borrowable(capnp::Data::Reader data) {
+  return data.size() >= MIN_BORROWED_BYTES && data.size() % sizeof(capnp::word) == 0 &&
+         reinterpret_cast<uintptr_t>(data.begin()) % sizeof(capnp::word) == 0;
+}
 
 capnp::Text::Reader textOf(py::handle v, const Where& where, capnp::Type type) {
   if (!PyUnicode_Check(v.ptr())) wrongType(where, type, v);
@@ -127,9 +151,20 @@ void withScalar(capnp::Type type, py::handle v, const Where& where, Set&& set) {
     case Type::UINT32: return set(unsignedIn(v, UINT32_MAX, where, type));
     case Type::UINT64: return set(unsignedIn(v, UINT64_MAX, where, type));
     case Type::FLOAT32:
-    case Type::FLOAT64:
+    case Type::FLOAT64: {
       if (!PyFloat_Check(v.ptr()) && !isInt(v)) wrongType(where, type, v);
-      return set(PyFloat_AsDouble(v.ptr()));
+      double x = PyFloat_AsDouble(v.ptr());
+      bool tooLarge = x == -1.0 && PyErr_Occurred() != nullptr;  // an int past any double
+      PyErr_Clear();
+      if (type.which() == Type::FLOAT32 && std::isfinite(x)) {
+        tooLarge = tooLarge || std::fabs(x) > std::numeric_limits<float>::max();
+      }
+      if (tooLarge) {
+        where.fail("is out of range for " + capnpTypeName(type) + ": " +
+                   py::str(v).cast<std::string>());
+      }
+      return set(x);
+    }
     case Type::TEXT: return set(textOf(v, where, type));
     case Type::DATA: {
       Bytes bytes(v, where, type);
@@ -147,6 +182,22 @@ void withScalar(capnp::Type type, py::handle v, const Where& where, Set&& set) {
 }
 
 void fillList(capnp::DynamicList::Builder list, py::handle items, const Where& where);
+
+// Sets Data field `f` of `s` (or element `i` of `list`) to `data`. DynamicStruct's own adopt()
+// reads what it adopts through a Builder, which data from referenceExternalData() refuses to
+// give (it is const): these adopt through the pointer itself.
+void adoptData(capnp::DynamicStruct::Builder s, capnp::StructSchema::Field f,
+               capnp::Orphan<capnp::Data>&& data) {
+  s.set(f, capnp::Data::Reader());  // selects `f` when it is a union's member
+  auto slot = f.getProto().getSlot().getOffset();
+  capnp::AnyStruct::Builder(s).getPointerSection()[slot].adopt(kj::mv(data));
+}
+void adoptData(capnp::DynamicList::Builder list, uint i, capnp::Orphan<capnp::Data>&& data) {
+  list.as<capnp::List<capnp::Data>>().adopt(i, kj::mv(data));
+}
+
+capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes,
+                                      const Where& where);
 
 bool isSequence(py::handle v) {
   return (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr()) ||
@@ -171,6 +222,10 @@ void setField(capnp::DynamicStruct::Builder s, capnp::StructSchema::Field f, py:
       auto size = py::len(v);
       return fillList(s.init(f, size).as<capnp::DynamicList>(), v, where);
     }
+    case Type::DATA: {
+      Bytes bytes(v, where, type);
+      return adoptData(s, f, dataOrphan(capnp::Orphanage::getForMessageContaining(s), bytes, where));
+    }
     default:
       return withScalar(type, v, where, [&](capnp::DynamicValue::Reader r) { s.set(f, r); });
   }
@@ -190,6 +245,11 @@ void fillList(capnp::DynamicList::Builder list, py::handle items, const Where& w
         if (!isSequence(item)) wrongType(at, type, item);
         auto size = py::len(item);
         fillList(list.init(i, size).as<capnp::DynamicList>(), item, at);
+        break;
+      }
+      case Type::DATA: {
+        Bytes bytes(item, at, type);
+        adoptData(list, i, dataOrphan(capnp::Orphanage::getForMessageContaining(list), bytes, at));
         break;
       }
       default:
@@ -242,9 +302,59 @@ void fillFields(capnp::DynamicStruct::Builder target, py::handle fields, const W
 
 }  // namespace
 
+// One exported buffer. Released where it is let go of if that is a Python thread (which holds
+// the GIL), soon on one otherwise.
+class Borrowed::Buffer {
+public:
+  explicit Buffer(Py_buffer exported) : view(kj::heap<Py_buffer>(exported)) {}
+  ~Buffer() noexcept {
+    if (!Runtime::get().onLoopThread()) {
+      PyBuffer_Release(view.get());
+      return;
+    }
+    withGilSoon([view = kj::mv(view)]() mutable { PyBuffer_Release(view.get()); });
+  }
+  KJ_DISALLOW_COPY(Buffer);
+  capnp::Data::Reader data() const {
+    return {static_cast<const kj::byte*>(view->buf), static_cast<size_t>(view->len)};
+  }
+
+private:
+  kj::Own<Py_buffer> view;
+};
+
+kj::Maybe<kj::Array<const kj::byte>> Borrowed::find(capnp::Data::Reader data) const {
+  for (auto& b : buffers) {
+    auto bytes = b->data();
+    if (bytes.begin() == data.begin() && bytes.size() == data.size()) {
+      return kj::ArrayPtr<const kj::byte>(bytes).attach(std::shared_ptr<Buffer>(b));
+    }
+  }
+  return nullptr;
+}
+
+namespace {
+
+// `bytes` for a Data value in the message of `orphanage`: referred to when it may be
+// (borrowable(), and `where` lets it), copied otherwise.
+capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes,
+                                      const Where& where) {
+  auto data = bytes.data();
+  if (where.borrowed != nullptr && borrowable(data)) {
+    auto orphan = orphanage.referenceExternalData(data);
+    where.borrowed->add(std::make_shared<Borrowed::Buffer>(bytes.release()));
+    return orphan;
+  }
+  auto copy = orphanage.newOrphan<capnp::Data>(data.size());
+  if (data.size() > 0) memcpy(copy.get().begin(), data.begin(), data.size());
+  return copy;
+}
+
+}  // namespace
+
 void fillStruct(capnp::DynamicStruct::Builder target, py::handle fields,
-                const std::string& context) {
-  fillFields(target, fields, Where{context, ""});
+                const std::string& context, Borrowed* borrowed) {
+  fillFields(target, fields, Where{context, "", borrowed});
 }
 
 py::object toPython(capnp::DynamicValue::Reader value) {
@@ -300,12 +410,63 @@ py::object toPython(capnp::DynamicValue::Reader value) {
   return py::none();
 }
 
-void copyStruct(capnp::DynamicStruct::Reader from, capnp::DynamicStruct::Builder to) {
+namespace {
+
+// `data`, one of `borrowed`'s buffers, referred to by `to`'s message, which owns it from then
+// on; null where adoptBytes() would copy (`to` is not about to go over an RPC connection).
+kj::Maybe<capnp::Orphan<capnp::Data>> adopted(const Borrowed& borrowed, capnp::Data::Reader data,
+                                              capnp::DynamicStruct::Builder to) {
+  KJ_IF_MAYBE(owner, borrowed.find(data)) {
+    // The struct's own location tells which message it is in (as in adoptBytes()).
+    const void* at = capnp::AnyStruct::Builder(to).getDataSection().begin();
+    if (actor_detail::attachToOutgoingMessage(at, *owner)) {
+      return capnp::Orphanage::getForMessageContaining(to).referenceExternalData(data);
+    }
+  }
+  return nullptr;
+}
+
+// Copies field `f` of `from` into `to`, adopting what it can of `borrowed`'s buffers.
+void copyField(capnp::DynamicStruct::Reader from, capnp::DynamicStruct::Builder to,
+               capnp::StructSchema::Field f, const Borrowed& borrowed) {
+  auto type = f.getType();
+  if (type.isData()) {
+    KJ_IF_MAYBE(orphan, adopted(borrowed, from.get(f).as<capnp::Data>(), to)) {
+      return adoptData(to, f, kj::mv(*orphan));
+    }
+  } else if (type.isStruct()) {
+    return copyStruct(from.get(f).as<capnp::DynamicStruct>(),
+                      to.init(f).as<capnp::DynamicStruct>(), &borrowed);
+  } else if (type.isList() && type.asList().getElementType().isData()) {
+    auto items = from.get(f).as<capnp::DynamicList>();
+    auto list = to.init(f, items.size()).as<capnp::DynamicList>();
+    for (uint i = 0; i < items.size(); ++i) {
+      auto item = items[i].as<capnp::Data>();
+      KJ_IF_MAYBE(orphan, adopted(borrowed, item, to)) {
+        adoptData(list, i, kj::mv(*orphan));
+      } else {
+        list.set(i, item);
+      }
+    }
+    return;
+  }
+  to.set(f, from.get(f));
+}
+
+}  // namespace
+
+void copyStruct(capnp::DynamicStruct::Reader from, capnp::DynamicStruct::Builder to,
+                const Borrowed* borrowed) {
   auto copy = [&](capnp::StructSchema::Field f) {
     if (f.getProto().isGroup()) {
-      copyStruct(from.get(f).as<capnp::DynamicStruct>(), to.init(f).as<capnp::DynamicStruct>());
+      copyStruct(from.get(f).as<capnp::DynamicStruct>(), to.init(f).as<capnp::DynamicStruct>(),
+                 borrowed);
     } else if (from.has(f)) {
-      to.set(f, from.get(f));
+      if (borrowed != nullptr) {
+        copyField(from, to, f, *borrowed);
+      } else {
+        to.set(f, from.get(f));
+      }
     }
   };
   for (auto f : from.getSchema().getNonUnionFields()) copy(f);

@@ -233,9 +233,9 @@ class Pool:
 
     async def call_async(self, method, params=None, /, *, idempotent=False, timeout=None,
                          **fields):
-        """call() for asyncio: the calling thread is free while the call is in flight."""
-        pending = self._impl.start(method, params, fields, idempotent, timeout)
-        return await _bridge().wait(pending)
+        """call() for asyncio: the calling thread is free while the call is in flight (and
+        while the first call learns the members' interface)."""
+        return await _call_async(self._impl, method, params, fields, idempotent, timeout)
 
     def broadcast(self, method, params=None, /, *, timeout=None, **fields):
         """Calls `method` on every READY member at once; wait_all() on the result collects one
@@ -286,16 +286,10 @@ class Job:
         return self._impl.replicas()
 
 
-class LocalLauncher:
-    """Runs jobs as child processes of this one, each replica with TROUPE_JOB_ID,
-    TROUPE_TASK_INDEX, TROUPE_NUM_TASKS and TROUPE_RESOLVER set. Without `resolver` it runs a
-    registry of its own (its URL: resolver_url). close() (or leaving a `with` block) stops every
-    job; so does the end of the program."""
+class _Launcher:
+    """What both launchers share: submit(), close(), the resolver their replicas publish in."""
 
-    def __init__(self, resolver="", *, log_directory="", terminate_grace=None, cpus=0.0,
-                 ram_bytes=0, gpus=-1):
-        self._impl = _troupe.LocalLauncher(resolver, log_directory, terminate_grace, cpus,
-                                           ram_bytes, gpus)
+    _impl = None
 
     @property
     def resolver_url(self):
@@ -306,20 +300,20 @@ class LocalLauncher:
         return self._impl.log_directory
 
     def resolver(self):
-        """A resolver on the launcher's registry."""
+        """A resolver on the launcher's resolver URL."""
         return open_resolver(self.resolver_url)
 
     def submit(self, name, argv, *, replicas=0, resources=None, env=None,
                max_retries_failure=0):
         """Starts job `name` running `argv` (the program and its arguments) as `replicas`
-        replicas (0: resources.replicas). Raises InvalidArgument for a bad request and an Error
-        with code "job_already_exists" for the name of a live job."""
+        replicas (0: resources.replicas). Raises InvalidArgument for a bad request and
+        JobAlreadyExists for the name of a live job."""
         return Job(self._impl.submit(name, [os.fspath(a) for a in argv], replicas, resources,
                                      dict(env or {}), max_retries_failure))
 
     def close(self, grace=None):
-        """Stops every job (SIGTERM, SIGKILL after `grace` seconds) and waits until none is
-        left."""
+        """Stops every job (SIGTERM, then SIGKILL or scancel after `grace` seconds) and waits
+        until none is left."""
         self._impl.drain(grace)
 
     def __enter__(self):
@@ -327,6 +321,38 @@ class LocalLauncher:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class LocalLauncher(_Launcher):
+    """Runs jobs as child processes of this one, each replica with TROUPE_JOB_ID,
+    TROUPE_TASK_INDEX, TROUPE_NUM_TASKS and TROUPE_RESOLVER set. Without `resolver` it runs a
+    registry of its own (its URL: resolver_url). close() (or leaving a `with` block) stops every
+    job; so does the end of the program."""
+
+    def __init__(self, resolver="", *, log_directory="", terminate_grace=None, cpus=0.0,
+                 ram_bytes=0, gpus=-1):
+        self._impl = _troupe.Launcher.local(resolver, log_directory, terminate_grace, cpus,
+                                            ram_bytes, gpus)
+
+
+class SlurmLauncher(_Launcher):
+    """Runs each job as one Slurm job (sbatch) whose tasks are its replicas, with troupe's
+    environment and TROUPE_TASK_INDEX from SLURM_PROCID. `resolver` (required) must be
+    reachable from the cluster's nodes, and `log_directory` (default ~/.troupe/slurm) seen by
+    them at the same path. Jobs outlive the launcher: close() (or leaving a `with` block)
+    cancels them. `time_limit`, `terminate_grace`, `poll_initial` and `poll_max` are seconds;
+    `sbatch_args` more flags for every job ("--account=ml")."""
+
+    def __init__(self, resolver, *, partition="", time_limit=None, log_directory="",
+                 terminate_grace=None, poll_initial=None, poll_max=None, sbatch_args=(),
+                 program=""):
+        self._impl = _troupe.Launcher.slurm(resolver, partition, time_limit, log_directory,
+                                            terminate_grace, poll_initial, poll_max,
+                                            list(sbatch_args), os.fspath(program))
+
+    def slurm_job_id(self, name):
+        """The Slurm job id of job `name`, for scontrol and squeue; 0 until sbatch answered."""
+        return self._impl.slurm_job_id(name)
 
 
 # --- serving -----------------------------------------------------------------------------------
@@ -374,17 +400,17 @@ class Ref:
 
     async def call_async(self, method, params=None, /, *, idempotent=False, timeout=None,
                          **fields):
-        pending = self._impl.start(method, params, fields, idempotent, timeout)
-        return await _bridge().wait(pending)
+        return await _call_async(self._impl, method, params, fields, idempotent, timeout)
 
 
 # --- asyncio -----------------------------------------------------------------------------------
 
 class _Bridge:
-    """Finished calls reach an asyncio loop through a file descriptor it watches."""
+    """Finished work reaches an asyncio loop through a file descriptor it watches. Holds its
+    loop weakly, so that a loop's bridge goes with it."""
 
     def __init__(self, loop):
-        self.loop = loop
+        self.loop = weakref.ref(loop)
         self.notifier = _troupe.Notifier()
         self.waiting = {}
         self.next_token = 0
@@ -393,7 +419,7 @@ class _Bridge:
     def wait(self, pending):
         self.next_token += 1
         token = self.next_token
-        future = self.loop.create_future()
+        future = self.loop().create_future()
         self.waiting[token] = (future, pending)
         future.add_done_callback(lambda f: pending.cancel() if f.cancelled() else None)
         pending.notify_with(self.notifier, token)
@@ -406,7 +432,7 @@ class _Bridge:
                 continue
             try:
                 future.set_result(pending.result())
-            except Error as e:
+            except Exception as e:  # troupe's errors, and what converting the results raised
                 future.set_exception(e)
 
 
@@ -419,3 +445,11 @@ def _bridge():
     if bridge is None:
         bridge = _bridges[loop] = _Bridge(loop)
     return bridge
+
+
+async def _call_async(impl, method, params, fields, idempotent, timeout):
+    # The first call learns the interface without blocking the loop, then builds its request.
+    fetching = impl.fetch_schema()
+    if fetching is not None:
+        await _bridge().wait(fetching)
+    return await _bridge().wait(impl.start(method, params, fields, idempotent, timeout))

@@ -45,12 +45,14 @@ class Process:
 
 
 class Job:
-    """Replicas of one program, as job `job_id` in the registry `resolver`."""
+    """Replicas of one program, as job `job_id` in the registry `resolver`, with the
+    environment `env` (default: this process's) besides."""
 
-    def __init__(self, resolver, job_id, program, count, ready_prefix):
+    def __init__(self, resolver, job_id, program, count, ready_prefix, env=None):
         self.replicas = []
+        base = os.environ if env is None else env
         for i in range(count):
-            env = dict(os.environ, TROUPE_RESOLVER=resolver, TROUPE_JOB_ID=job_id,
+            env = dict(base, TROUPE_RESOLVER=resolver, TROUPE_JOB_ID=job_id,
                        TROUPE_TASK_INDEX=str(i), TROUPE_NUM_TASKS=str(count))
             p = Process([os.path.join(BIN_DIR, program)], env)
             self.replicas.append(p)

@@ -169,3 +169,72 @@ def test_a_broadcast_is_collected_once(pool):
     assert len(broadcast.wait_all(timeout=5)) == 3
     with pytest.raises(troupe.InvalidArgument):
         broadcast.wait_all(timeout=5)
+
+
+def test_a_first_asyncio_call_learns_the_interface_without_blocking_the_loop(registry):
+    # No member ever comes: the first call waits for one to learn the interface from, and the
+    # loop goes on meanwhile (the other task runs before the call gives up).
+    pool = troupe.open_resolver(registry).group("nobody-async", "calc").pool(timeout=0.3)
+
+    async def main():
+        order = []
+
+        async def other():
+            order.append("other")
+
+        task = asyncio.create_task(other())
+        with pytest.raises(troupe.Error) as raised:
+            await pool.call_async("calc.add", a=1, b=2)
+        order.append("call")
+        await task
+        return order, raised.value.code
+
+    order, code = asyncio.run(main())
+    assert order == ["other", "call"]
+    assert code in ("no_endpoints", "deadline_exceeded")
+
+
+def test_asyncio_loops_come_and_go(pool):
+    # Each asyncio.run() is a loop of its own; each gets its answers.
+    for i in range(5):
+        assert asyncio.run(pool.call_async("calc.add", a=i, b=i)) == {"value": 2.0 * i}
+
+
+def test_numbers_past_their_type_are_invalid_arguments(pool):
+    with pytest.raises(troupe.InvalidArgument) as raised:
+        pool.call("calc.add", a=10**400, b=1)
+    assert "'a' is out of range for Float64" in str(raised.value)
+    # A timeout past any deadline is as good as none.
+    assert pool.call("calc.add", a=1, b=2, timeout=1e300) == {"value": 3.0}
+
+
+FORKED_CHILD = """
+import os, sys, troupe
+pool = troupe.open_resolver(sys.argv[1]).group("calc", "calc").pool()
+assert pool.call("calc.add", a=1, b=1) == {"value": 2.0}
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        pool.call("calc.add", a=1, b=1)
+        message = "the call went through"
+    except troupe.Error as e:
+        message = str(e)
+    os.write(write, message.encode())
+    os._exit(0)
+os.close(write)
+print(os.read(read, 4096).decode(), flush=True)
+os.waitpid(pid, 0)
+print(pool.call("calc.add", a=2, b=2)["value"], flush=True)
+"""
+
+
+def test_a_forked_child_is_told_it_cannot_use_the_parents_troupe(registry, calc):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", FORKED_CHILD, registry], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    child, parent = out.stdout.splitlines()
+    assert "cannot be used in a child made by fork()" in child
+    assert parent == "4.0"  # the parent goes on

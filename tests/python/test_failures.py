@@ -79,6 +79,25 @@ def test_big_data_goes_both_ways_from_any_buffer(registry):
         with pytest.raises(troupe.InvalidArgument) as raised:
             pool.call("echo.echo", payload="text is not data")
         assert "'payload' must be Data, got str" in str(raised.value)
+        # A buffer on no 8-byte boundary is copied, and arrives the same.
+        assert pool.call("echo.echo", payload=memoryview(payload)[3:4099])["payload"] == \
+            payload[3:4099]
+
+
+def test_a_buffer_sent_without_a_copy_is_released_when_the_call_returns(registry):
+    with job_pool(registry, "borrowed", "troupe_test_server", 2, "PUBLISHED", "echo") as (_, pool):
+        buffer = bytearray(os.urandom(1 << 20))
+        sent = bytes(buffer)
+        assert pool.call("echo.echo", payload=buffer)["payload"] == sent
+        # Exported while a message referred to it (a bytearray cannot be resized then), and
+        # let go of by the time the call returned.
+        buffer.extend(b"12345678")
+        # Every member of a broadcast gets the same buffer, let go of with the broadcast (on
+        # the loop, which any later call waits behind).
+        results = pool.broadcast("echo.echo", payload=memoryview(buffer)).wait_all(timeout=30)
+        assert [r.value["payload"] == bytes(buffer) for r in results] == [True, True]
+        assert pool.call("echo.echo", payload=b"")["payload"] == b""
+        buffer.extend(b"12345678")
 
 
 CTRL_C_CALLER = r"""
