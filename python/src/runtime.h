@@ -3,11 +3,14 @@
 // threads hand it work, and the way its results come back.
 //
 // Python threads never touch loop objects. They post() functions that run on the loop thread,
-// and wait for a Completion the loop fills: with the GIL released, waking every 50 ms to let
+// and wait for a Completion the loop fills: with the GIL released, looking for the answer for up
+// to 100 µs before sleeping (when it has more than one CPU), then waking every 50 ms to let
 // Ctrl-C through (which cancels the work on the loop). asyncio waits differently: a Completion
 // made with a Notifier tells it, through a file descriptor the asyncio loop reads, without the
 // loop thread ever taking the GIL.
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -73,9 +76,13 @@ public:
 private:
   void finish(kj::Maybe<kj::Exception> e);
 
+  // Waits up to `limit` for done_ without sleeping. GIL released.
+  bool spinUntilDone(std::chrono::microseconds limit) const;
+
   mutable std::mutex mutex;
   std::condition_variable cv;
   bool done_ = false;
+  std::atomic<bool> finished{false};  // done_, readable without the mutex
   kj::Maybe<kj::Exception> error_;
   kj::Maybe<kj::Own<const Notifier>> notifier;
   uint64_t token = 0;
