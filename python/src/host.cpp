@@ -28,12 +28,31 @@ kj::String describePythonError(py::error_already_set& e) {
   return kj::str(type.c_str(), ": ", message.c_str());
 }
 
-// An actor whose methods are a Python object's: each call runs on the serving thread with the
-// GIL, its parameters as keyword arguments, its return value (a dict, or None) as the results.
+// Python objects that must be let go of with the GIL held, on whatever thread drops them.
+struct Held {
+  std::optional<py::object> fn;
+  std::optional<py::dict> params;
+  Held() = default;
+  Held(Held&&) = default;
+  ~Held() {
+    if (!fn && !params) return;
+    py::gil_scoped_acquire gil;
+    fn.reset();
+    params.reset();
+  }
+};
+
+// An actor whose methods are a Python object's: each call runs with the GIL, its parameters as
+// keyword arguments, its return value (a dict, or None) as the results. With `onWorkers`, calls
+// run on the loop's worker threads (EventLoop::offload), so that as many as the actor allows run
+// at once, interleaving wherever Python lets go of the GIL (I/O, sleeps, NumPy); otherwise on
+// the serving thread, one after another.
 class PythonActor final : public capnp::DynamicCapability::Server {
 public:
-  PythonActor(capnp::InterfaceSchema schema, py::object impl)
+  PythonActor(EventLoop& loop, capnp::InterfaceSchema schema, py::object impl, bool onWorkers)
       : capnp::DynamicCapability::Server(schema),
+        loop(loop),
+        onWorkers(onWorkers),
         impl(kj::mv(impl)),
         interfaceName(kj::str(schema.getShortDisplayName())) {}
 
@@ -46,33 +65,76 @@ public:
                          capnp::CallContext<capnp::DynamicStruct, capnp::DynamicStruct> context)
       override {
     auto name = method.getProto().getName();
-    py::gil_scoped_acquire gil;
-    try {
-      py::object fn = py::getattr(*impl, name.cStr(), py::none());
-      if (fn.is_none()) {
-        return KJ_EXCEPTION(UNIMPLEMENTED,
-                            kj::str(std::string(py::str(py::type::of(*impl).attr("__name__")))
-                                        .c_str(),
-                                    " has no method '", name, "'"));
+    auto where = std::string(interfaceName.cStr()) + "." + name.cStr();
+    Held held;
+    {
+      py::gil_scoped_acquire gil;
+      try {
+        py::object fn = py::getattr(*impl, name.cStr(), py::none());
+        if (fn.is_none()) {
+          return KJ_EXCEPTION(UNIMPLEMENTED,
+                              kj::str(std::string(py::str(py::type::of(*impl).attr("__name__")))
+                                          .c_str(),
+                                      " has no method '", name, "'"));
+        }
+        held.fn = kj::mv(fn);
+        held.params = toPython(context.getParams());
+        context.releaseParams();
+        if (!onWorkers) {
+          KJ_IF_MAYBE(failure, runMethod(held, context.getResults(), where)) {
+            return kj::mv(*failure);
+          }
+          return kj::READY_NOW;
+        }
+      } catch (py::error_already_set& e) {
+        return KJ_EXCEPTION(FAILED, describePythonError(e));
       }
-      py::dict params = toPython(context.getParams());
-      context.releaseParams();
-      py::object result = fn(**params);
-      if (PyCoro_CheckExact(result.ptr())) {
-        result.attr("close")();
-        return KJ_EXCEPTION(FAILED, kj::str(interfaceName, ".", name,
-                                            " is a coroutine: serve() runs plain methods only"));
-      }
-      if (!result.is_none()) {
-        fillStruct(context.getResults(), result, kj::str(interfaceName, ".", name, " results").cStr());
-      }
-    } catch (py::error_already_set& e) {
-      return KJ_EXCEPTION(FAILED, describePythonError(e));
     }
-    return kj::READY_NOW;
+    // On a worker: the results go into a message of the call's own, copied in on the loop.
+    struct Outcome {
+      kj::Own<capnp::MallocMessageBuilder> results = kj::heap<capnp::MallocMessageBuilder>();
+      kj::Maybe<kj::Exception> failure;
+    };
+    auto type = method.getResultType();
+    return loop
+        .offload([held = kj::mv(held), type, where]() mutable {
+          Outcome out;
+          auto root = out.results->initRoot<capnp::DynamicStruct>(type);
+          py::gil_scoped_acquire gil;
+          out.failure = runMethod(held, root, where);
+          return out;
+        })
+        .then([context, type](Outcome out) mutable -> kj::Promise<void> {
+          KJ_IF_MAYBE(failure, out.failure) {
+            return kj::mv(*failure);
+          }
+          copyStruct(out.results->getRoot<capnp::DynamicStruct>(type).asReader(),
+                     context.getResults());
+          return kj::READY_NOW;
+        });
   }
 
 private:
+  // Calls the method `held` names (`where`: "Calculator.add"), GIL held: its results go into
+  // `results`; returns what it raised, or that it is a coroutine.
+  static kj::Maybe<kj::Exception> runMethod(Held& held, capnp::DynamicStruct::Builder results,
+                                            const std::string& where) {
+    try {
+      py::object result = (*held.fn)(**(*held.params));
+      if (PyCoro_CheckExact(result.ptr())) {
+        result.attr("close")();
+        return KJ_EXCEPTION(FAILED, kj::str(where.c_str(),
+                                            " is a coroutine: serve() runs plain methods only"));
+      }
+      if (!result.is_none()) fillStruct(results, result, where + " results");
+    } catch (py::error_already_set& e) {
+      return KJ_EXCEPTION(FAILED, describePythonError(e));
+    }
+    return nullptr;
+  }
+
+  EventLoop& loop;
+  const bool onWorkers;
   std::optional<py::object> impl;  // dropped with the GIL held
   kj::String interfaceName;
 };
@@ -143,7 +205,9 @@ void serve(const std::string& schemaPath, const std::string& interfaceName, py::
       {
         py::gil_scoped_acquire gil;  // the actor holds the object
         server.hostCapability(options.name.c_str(), schema,
-                              kj::heap<PythonActor>(schema, kj::mv(impl)), actor);
+                              kj::heap<PythonActor>(loop, schema, kj::mv(impl),
+                                                     options.maxConcurrency != 1),
+                              actor);
       }
       if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
       serveReplica(loop, server);

@@ -11,7 +11,7 @@ namespace troupe::python {
 struct ServeOptions {
   std::string name;                     // the actor's name ("calc"): endpoint <job>/<name>-<i>
   std::string listen;                   // "" for the server's default address
-  uint32_t maxConcurrency = 1;          // calls at once (0: no limit); each holds the GIL
+  uint32_t maxConcurrency = 1;          // calls at once (0: no limit); other than 1: on workers
   std::vector<std::string> importPath;  // for the schema's imports, before /usr/include
 };
 

@@ -377,10 +377,29 @@ void Runtime::shutdown() {
   if (thread.joinable()) thread.join();
 }
 
+namespace {
+
+// A Completion whose work has not started: failed if dropped so (the loop stopped with the work
+// still posted), so that its waiter does not wait for ever.
+struct Unstarted {
+  explicit Unstarted(Completion& c) : completion(kj::atomicAddRef(c)) {}
+  Unstarted(Unstarted&&) = default;
+  ~Unstarted() noexcept(false) {
+    if (completion.get() != nullptr) {
+      completion->fail(makeError(ErrorCode::FAILED, Runtime::get().stoppedReason()));
+    }
+  }
+  kj::Own<Completion> take() { return kj::mv(completion); }
+  kj::Own<Completion> completion;
+};
+
+}  // namespace
+
 void start(Completion& completion,
            kj::Function<kj::Promise<void>(EventLoop&, Completion&)> fn) {
   auto posted = Runtime::get().post(
-      [c = kj::atomicAddRef(completion), fn = kj::mv(fn)](EventLoop& loop) mutable {
+      [unstarted = Unstarted(completion), fn = kj::mv(fn)](EventLoop& loop) mutable {
+        auto c = unstarted.take();
         auto& mine = *c;
         mine.track(kj::evalNow([&]() { return fn(loop, mine); }));
       });

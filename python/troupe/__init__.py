@@ -363,8 +363,9 @@ def serve(schema, interface, obj, *, name, listen="", max_concurrency=1, import_
     TROUPE_RESOLVER), exactly as a C++ replica's hostActor() does: published as
     <job>/<name>-<task>, listed with its schema, drained on SIGTERM or Ctrl-C. Each call runs
     obj.<method>(**params) and its return value (a dict, or None) becomes the results; what it
-    raises becomes a FAILED error with its message. Calls run one at a time unless
-    `max_concurrency` says otherwise (0: no limit). Blocks until the replica stops."""
+    raises becomes a FAILED error with its message. Calls run one at a time on this thread;
+    with `max_concurrency` N other than 1 (0: no limit) they run on worker threads, up to N at
+    once, overlapping wherever Python lets go of the GIL. Blocks until the replica stops."""
     import signal
     import threading
     main = threading.current_thread() is threading.main_thread()

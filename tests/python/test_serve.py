@@ -1,6 +1,7 @@
 """A Python object served as an actor: called from Python pools, from a C++ ActorPool (the
 calculator example's calculator_pool) and from `troupe call`, and drained by SIGTERM."""
 
+import asyncio
 import json
 import os
 import signal
@@ -16,13 +17,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMA = os.path.join(HERE, "..", "..", "examples", "calculator", "calculator.capnp")
 
 
-def serve_python(registry, job_id, count):
+def serve_python(registry, job_id, count, *flags):
     replicas = []
     for i in range(count):
         env = dict(os.environ, TROUPE_RESOLVER=registry, TROUPE_JOB_ID=job_id,
                    TROUPE_TASK_INDEX=str(i), TROUPE_NUM_TASKS=str(count))
-        replicas.append(Process([sys.executable, os.path.join(HERE, "py_calculator.py"), SCHEMA],
-                                env))
+        replicas.append(Process([sys.executable, os.path.join(HERE, "py_calculator.py"), SCHEMA,
+                                 *flags], env))
     return replicas
 
 
@@ -95,3 +96,25 @@ def test_a_bad_schema_or_interface_is_refused_clearly(tmp_path):
         troupe.serve(str(tmp_path / "missing.capnp"), "Calculator", object(), name="calc")
     with pytest.raises(troupe.InvalidArgument):
         troupe.serve(SCHEMA, "Calculator", object(), name="bad name")
+
+
+def test_max_concurrency_runs_python_methods_at_once(registry):
+    # add() waits until 3 calls of it are in progress: only calls that really overlap answer.
+    (replica,) = serve_python(registry, "pyconc", 1, "--rendezvous", "3")
+    try:
+        group = troupe.open_resolver(registry).group("pyconc", "calc")
+        group.wait_ready(1, timeout=30)
+        pool = group.pool()
+
+        async def three():
+            return await asyncio.gather(*(pool.call_async("calc.add", a=i, b=1)
+                                          for i in range(3)))
+
+        assert asyncio.run(three()) == [{"value": 1.0}, {"value": 2.0}, {"value": 3.0}]
+        # Alone, a call never meets the other two: the barrier breaks, and the error is the
+        # method's own.
+        with pytest.raises(troupe.ActorError) as raised:
+            pool.call("calc.add", a=1, b=1, timeout=30)
+        assert "BrokenBarrierError" in str(raised.value)
+    finally:
+        replica.kill()
