@@ -17,6 +17,7 @@
 
 #include "troupe/actor/address.h"
 #include "troupe/actor/detail/actor_gate.h"
+#include "troupe/actor/detail/blob_receiver.h"
 #include "troupe/actor/detail/schema_nodes.h"
 #include "troupe/actor/rpc_acceptor.h"
 #include "troupe/actor/errors.h"
@@ -76,6 +77,11 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     drainStarted = paf.promise.fork();
     drainStartedFulfiller = kj::mv(paf.fulfiller);
     metricsRegistration = loop.metrics().add(*this);
+    ChannelOptions forwarding;
+    forwarding.maxMessageBytes = this->options.maxMessageBytes;
+    forwarding.credentials = this->options.credentials;
+    blobs = kj::heap<actor_detail::BlobReceiver>(loop, kj::mv(forwarding), log,
+                                                  [this]() { return kj::str(who()); });
   }
 
   ~Impl() noexcept(false) {
@@ -304,6 +310,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
   actor_detail::CallTracker tracker;
   kj::Vector<kj::Own<actor_detail::HostedActor>> actors;
   std::vector<EndpointListener*> endpointListeners;
+  kj::Own<actor_detail::BlobReceiver> blobs;  // goes after the connections that write into it
 
   kj::Own<RpcAcceptor> acceptor;
   kj::Own<HttpEndpoint> http;  // once listening, when an HTTP address is set; null after stop
@@ -355,6 +362,15 @@ protected:
     results.setInterfaceId(actor.schema.getProto().getId());
     auto list = results.initNodes(nodes.size());
     for (uint i = 0; i < nodes.size(); ++i) list.setWithCaveats(i, nodes[i].getProto());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> receiveBlob(ReceiveBlobContext context) override {
+    if (server.tracker.draining) {
+      throwError(ErrorCode::DRAINING,
+                 kj::str("server at ", server.endpointAddress(), " is draining; it takes no blob"));
+    }
+    server.blobs->receive(context);
     return kj::READY_NOW;
   }
 
@@ -411,6 +427,13 @@ ActorServer::ActorServer(EventLoop& loop, JobContext job, ActorServerOptions opt
 }
 
 ActorServer::~ActorServer() noexcept(false) {}
+
+void ActorServer::acceptBlobs(kj::StringPtr name, BlobAllocator allocate, BlobHandler handle,
+                              BlobAcceptOptions options) {
+  impl->blobs->accept(name, kj::mv(allocate), kj::mv(handle), kj::mv(options));
+}
+
+size_t ActorServer::blobTransferCount() const { return impl->blobs->transferCount(); }
 
 void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema schema,
                                  capnp::Capability::Client actor, ActorOptions options) {

@@ -11,6 +11,7 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
+#include "troupe/actor/blob.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/event_loop.h"
 #include "troupe/actor/http_endpoint.h"
@@ -128,6 +129,18 @@ public:
   // The untyped form of host(): `actor` is any capability implementing `schema`.
   void hostCapability(kj::StringPtr name, capnp::InterfaceSchema schema,
                       capnp::Capability::Client actor, ActorOptions options = {});
+
+  // Receives blobs named `name` (blob.h) sent to this server: `allocate` gives the memory for
+  // each (or throws to refuse it before any byte moves), `handle` takes it once it is whole and
+  // checked. Senders' broadcasts may also have this server forward what it receives to other
+  // members. Throws INVALID_ARGUMENT for a bad name (the rules of actor names) or one accepted
+  // already. The callbacks run on the loop and are kept until the server is destroyed.
+  void acceptBlobs(kj::StringPtr name, BlobAllocator allocate, BlobHandler handle,
+                   BlobAcceptOptions options = BlobAcceptOptions());
+
+  // Blob transfers in progress, or finished and still remembered (for a sender that resumes
+  // them), across every acceptBlobs() name.
+  size_t blobTransferCount() const;
 
   // Starts listening on `address` ("tcp://host:port" with port 0 for any free port, or
   // "unix:/path") and returns the address bound, with the port filled in. May be called more

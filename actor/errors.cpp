@@ -40,6 +40,8 @@ constexpr CodeInfo CODES[] = {
     {ErrorCode::UNAUTHENTICATED, "unauthenticated"_kj, kj::Exception::Type::FAILED, true, false},
     {ErrorCode::PERMISSION_DENIED, "permission_denied"_kj, kj::Exception::Type::FAILED, true, false},
     {ErrorCode::QUEUE_FULL, "queue_full"_kj, kj::Exception::Type::OVERLOADED, true, true},
+    {ErrorCode::BLOB_REFUSED, "blob_refused"_kj, kj::Exception::Type::FAILED, true, false},
+    {ErrorCode::BLOB_ABORTED, "blob_aborted"_kj, kj::Exception::Type::DISCONNECTED, false, true},
 };
 
 const CodeInfo& info(ErrorCode code) {

@@ -56,6 +56,16 @@
 //                                                                    waiting to run was full
 //                                                                    (ActorOptions::maxQueued):
 //                                                                    go elsewhere or later
+//   BLOB_REFUSED       FAILED         no             no              a receiver refused a blob
+//                                                                    before any byte moved (blob.h):
+//                                                                    no receiver of that name,
+//                                                                    too big, a version it has
+//   BLOB_ABORTED       DISCONNECTED   yes            yes             a blob transfer was given up
+//                                                                    part-way: aborted by its
+//                                                                    sender, superseded by a newer
+//                                                                    version, a chunk failed its
+//                                                                    checksum, or no progress
+//                                                                    within its timeout
 //
 // An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
 // DISCONNECTED, UNIMPLEMENTED), for which callNeverRan() is false: even UNIMPLEMENTED may come
@@ -100,6 +110,8 @@ enum class ErrorCode {
   UNAUTHENTICATED,
   PERMISSION_DENIED,
   QUEUE_FULL,
+  BLOB_REFUSED,
+  BLOB_ABORTED,
 };
 
 // The code of any exception: troupe's own when its description carries one (also after it

@@ -62,7 +62,7 @@ LatencyHistogram since(const LatencyHistogram& histogram, const LatencyHistogram
 // Calls counted by error code (ErrorCode's values in order), plus those that finished well and
 // those their callers cancelled.
 struct CallOutcomes {
-  static constexpr size_t CODES = static_cast<size_t>(ErrorCode::QUEUE_FULL) + 1;
+  static constexpr size_t CODES = static_cast<size_t>(ErrorCode::BLOB_ABORTED) + 1;
 
   uint64_t ok = 0;
   uint64_t cancelled = 0;

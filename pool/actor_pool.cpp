@@ -504,4 +504,17 @@ kj::Promise<void> ActorPoolBase::drain() {
   return fork.addBranch();
 }
 
+BlobTransfer ActorPoolBase::broadcastBlob(kj::StringPtr name, uint64_t version,
+                                          kj::Array<const kj::byte> bytes,
+                                          BlobSendOptions options) {
+  auto members = group().readyMembers();
+  if (members.size() == 0) {
+    throwError(ErrorCode::NO_ENDPOINTS,
+               kj::str("no READY member of ", group().jobId(), "/", group().actorName(),
+                       "- to send blob '", name, "' to"));
+  }
+  auto targets = KJ_MAP(m, members) { return BlobTarget{m->endpoint.name, m->endpoint.address}; };
+  return sendBlob(group().loop(), targets, name, version, kj::mv(bytes), kj::mv(options));
+}
+
 }  // namespace troupe

@@ -12,6 +12,7 @@
 #include <kj/function.h>
 
 #include "troupe/actor/actor_ref.h"
+#include "troupe/actor/blob.h"
 #include "troupe/pool/actor_group.h"
 #include "troupe/pool/broadcast.h"
 
@@ -114,6 +115,17 @@ public:
   template <typename Fn>
   auto broadcastCapability(Fn&& fn, CallOptions options = {})
       -> BroadcastFuture<CallValue<Fn, capnp::Capability::Client>>;
+
+  // Sends `bytes` as blob `name` at `version` to every READY member's server (blob.h: the
+  // members accept it with ActorServer::acceptBlobs), laid out as options.fanout says over the
+  // members in name order, so that with CHAIN or TREE each member forwards to the next. The
+  // result holds one BlobResult per member, in name order; a member that dies or refuses is
+  // routed around. The connections are the transfer's own, made with options.channel (default:
+  // the loop's credentials). Throws INVALID_ARGUMENT for a bad name or options and NO_ENDPOINTS
+  // when no member is READY. The bytes must not change until the transfer ends; the transfer is
+  // not one of the pool's calls (drain() does not wait for it).
+  BlobTransfer broadcastBlob(kj::StringPtr name, uint64_t version, kj::Array<const kj::byte> bytes,
+                             BlobSendOptions options = {});
 
   // Refuses new calls and broadcasts (they reject with DRAINING: they never ran) and resolves
   // once every call and broadcast member call in flight has finished. Calling it again joins

@@ -4,6 +4,7 @@
 
 using Cxx = import "/capnp/c++.capnp";
 using Schema = import "/capnp/schema.capnp";
+using Blob = import "/troupe/schemas/blob.capnp";
 $Cxx.namespace("troupe::schema");
 
 enum EndpointState {
@@ -84,4 +85,13 @@ interface ActorHost {
   # (superclasses, methods' parameter and result structs, the structs, enums and interfaces
   # their fields use), so that a client without generated code can load them into a
   # capnp::SchemaLoader and call the actor dynamically. Fails like getActor for an unknown name.
+
+  receiveBlob @5 (header :Blob.BlobHeader, hops :List(Blob.BlobHop))
+      -> (sink :Blob.BlobSink, resumeAt :UInt64);
+  # Starts receiving a blob (what ActorServer::acceptBlobs accepts under header.name), or resumes
+  # the transfer header.transfer from byte `resumeAt` when this server has part of it already (its
+  # sender died and another took over). The receiver forwards what it receives to the
+  # `hops` whose parent is -1, and tells each of them whom to forward to in turn.
+  # Refused before any byte moves with "troupe.blob_refused" (no receiver of that name, too big,
+  # a version it has or is receiving a newer one of), and like getActor while draining.
 }

@@ -8,6 +8,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config file
   capnproto libcapnp-dev libuv1-dev libspdlog-dev libssl-dev openssl
+  # Blob chunks carry XXH3 checksums (header only: xxhash is compiled into troupe).
+  libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # scripts/fuzz.sh: clang with its sanitizer and libFuzzer runtimes (which clang only
   # recommends, and recommendations are not installed), and llvm-symbolizer for the reports.

@@ -109,6 +109,16 @@ class JobAlreadyExists(Error):
     """A job of that name is still live."""
 
 
+class BlobRefused(Error):
+    """A receiver refused a blob before any byte moved (no receiver of that name, too big, or a
+    version it has)."""
+
+
+class BlobAborted(Error):
+    """A blob transfer was given up part-way (aborted by its sender, superseded by a newer
+    version, a chunk failed its checksum, or no progress within its timeout)."""
+
+
 _CLASSES = {
     "failed": Error,
     "overloaded": Overloaded,
@@ -127,6 +137,8 @@ _CLASSES = {
     "permission_denied": PermissionDenied,
     "queue_full": QueueFull,
     "job_already_exists": JobAlreadyExists,
+    "blob_refused": BlobRefused,
+    "blob_aborted": BlobAborted,
     "actor_error": ActorError,
 }
 _troupe._set_error_classes(_CLASSES)

@@ -51,6 +51,8 @@ constexpr Row TABLE[] = {
     {ErrorCode::UNAUTHENTICATED, "unauthenticated", Type::FAILED},
     {ErrorCode::PERMISSION_DENIED, "permission_denied", Type::FAILED},
     {ErrorCode::QUEUE_FULL, "queue_full", Type::OVERLOADED},
+    {ErrorCode::BLOB_REFUSED, "blob_refused", Type::FAILED},
+    {ErrorCode::BLOB_ABORTED, "blob_aborted", Type::DISCONNECTED},
 };
 
 TEST(ErrorsTest, EveryCodeHasTheDocumentedNameAndType) {
@@ -74,6 +76,8 @@ TEST(ErrorsTest, CallNeverRanFollowsTheTable) {
   EXPECT_TRUE(callNeverRan(ErrorCode::UNAUTHENTICATED));
   EXPECT_TRUE(callNeverRan(ErrorCode::PERMISSION_DENIED));
   EXPECT_TRUE(callNeverRan(ErrorCode::QUEUE_FULL));
+  EXPECT_TRUE(callNeverRan(ErrorCode::BLOB_REFUSED));
+  EXPECT_FALSE(callNeverRan(ErrorCode::BLOB_ABORTED));
   // "yes": the deadline may pass while the actor runs the call.
   EXPECT_FALSE(callNeverRan(ErrorCode::DEADLINE_EXCEEDED));
   // Unclassified kinds promise nothing: DISCONNECTED "may or may not have run", FAILED may be the
@@ -90,12 +94,13 @@ TEST(ErrorsTest, MayRetryFollowsTheTable) {
                     ErrorCode::MESSAGE_TOO_LARGE, ErrorCode::ADDRESS_IN_USE, ErrorCode::JOB_ENDED,
                     ErrorCode::NAME_TAKEN, ErrorCode::MAY_HAVE_RUN,
                     ErrorCode::JOB_ALREADY_EXISTS, ErrorCode::UNAUTHENTICATED,
-                    ErrorCode::PERMISSION_DENIED}) {
+                    ErrorCode::PERMISSION_DENIED, ErrorCode::BLOB_REFUSED}) {
     EXPECT_FALSE(mayRetry(code)) << str(errorCodeName(code));
   }
   for (auto code : {ErrorCode::OVERLOADED, ErrorCode::DISCONNECTED, ErrorCode::ACTOR_NOT_FOUND,
                     ErrorCode::DRAINING, ErrorCode::UNREACHABLE, ErrorCode::DEADLINE_EXCEEDED,
-                    ErrorCode::LEASE_LOST, ErrorCode::NO_ENDPOINTS, ErrorCode::QUEUE_FULL}) {
+                    ErrorCode::LEASE_LOST, ErrorCode::NO_ENDPOINTS, ErrorCode::QUEUE_FULL,
+                    ErrorCode::BLOB_ABORTED}) {
     EXPECT_TRUE(mayRetry(code)) << str(errorCodeName(code));
   }
 }

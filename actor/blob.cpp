@@ -1,0 +1,115 @@
+#include "troupe/actor/blob.h"
+
+#include <sys/random.h>
+
+#include <set>
+
+#include <kj/debug.h>
+
+#include "troupe/actor/detail/blob_fanout.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/errors.h"
+
+namespace troupe {
+
+namespace {
+
+// Unique among every sender's transfers (it names one to the receivers, which resume a transfer
+// by it): from the kernel, not from the loop's seeded generator.
+uint64_t newTransferId() {
+  uint64_t id = 0;
+  while (id == 0) {
+    KJ_SYSCALL(getrandom(&id, sizeof(id), 0));
+  }
+  return id;
+}
+
+void checkOptions(const BlobSendOptions& o) {
+  auto invalid = [](kj::StringPtr why) { throwError(ErrorCode::INVALID_ARGUMENT, why); };
+  if (o.chunkBytes < 4096 || o.chunkBytes > (64u << 20) || o.chunkBytes % 8 != 0) {
+    invalid(kj::str("BlobSendOptions::chunkBytes must be a multiple of 8 from 4096 to 64 MiB, not ",
+                    o.chunkBytes));
+  }
+  if (o.windowBytes == 0) invalid("BlobSendOptions::windowBytes must be above 0");
+  if (o.stallTimeout < 1 * kj::MILLISECONDS) {
+    invalid("BlobSendOptions::stallTimeout must be at least 1 ms");
+  }
+  if (o.fanout == Fanout::TREE && o.treeFanout == 0) {
+    invalid("BlobSendOptions::treeFanout must be at least 1");
+  }
+}
+
+BlobResult copyOf(const BlobResult& r) {
+  BlobResult c;
+  c.endpoint = r.endpoint;
+  c.address = r.address;
+  c.error = r.error.map([](const kj::Exception& e) { return kj::cp(e); });
+  c.bytes = r.bytes;
+  c.latency = r.latency;
+  return c;
+}
+
+}  // namespace
+
+BlobTransfer::BlobTransfer(kj::Own<actor_detail::BlobFanout> fanout,
+                           std::vector<std::string> members)
+    : fanout(kj::mv(fanout)), members(kj::mv(members)) {}
+BlobTransfer::BlobTransfer(BlobTransfer&&) = default;
+BlobTransfer& BlobTransfer::operator=(BlobTransfer&&) = default;
+BlobTransfer::~BlobTransfer() noexcept(false) {}
+
+size_t BlobTransfer::size() const { return members.size(); }
+
+kj::Promise<kj::Array<BlobResult>> BlobTransfer::waitAll(kj::Duration deadline) {
+  auto& f = *fanout;
+  auto expired = f.loop().timer().afterDelay(deadline).then([&f, deadline]() {
+    f.abort(makeError(ErrorCode::DEADLINE_EXCEEDED,
+                      kj::str("the blob transfer did not finish within ",
+                              deadline / kj::MILLISECONDS, " ms")));
+  });
+  return f.whenDone()
+      .exclusiveJoin(kj::mv(expired))
+      .then([&f, members = members]() {
+        auto& outcomes = f.outcomes();
+        return KJ_MAP(name, members) {
+          auto at = outcomes.find(name);
+          KJ_ASSERT(at != outcomes.end(), "a member of a finished blob transfer has no outcome",
+                    name);
+          return copyOf(at->second);
+        };
+      })
+      .attach(kj::addRef(f));
+}
+
+BlobTransfer sendBlob(EventLoop& loop, kj::ArrayPtr<const BlobTarget> targets, kj::StringPtr name,
+                      uint64_t version, kj::Array<const kj::byte> bytes, BlobSendOptions options) {
+  validateActorName(name);
+  checkOptions(options);
+  if (targets.size() == 0) throwError(ErrorCode::INVALID_ARGUMENT, "a blob needs a member to go to");
+  std::set<std::string> names;
+  std::vector<std::string> members;
+  for (auto& t : targets) {
+    members.push_back(t.endpoint);
+    if (!names.insert(t.endpoint).second) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("member '", printable(t.endpoint), "' is named twice"));
+    }
+  }
+  actor_detail::BlobParams params;
+  params.name = name;
+  params.version = version;
+  params.transfer = newTransferId();
+  params.chunkBytes = options.chunkBytes;
+  params.windowBytes = options.windowBytes;
+  params.stallTimeout = options.stallTimeout;
+  params.channel = kj::mv(options.channel);
+  uint64_t size = bytes.size();
+  auto source = kj::refcounted<actor_detail::BlobSource>(kj::mv(bytes), size, options.chunkBytes,
+                                                         size);
+  auto roots = actor_detail::layOut(targets, options.fanout, options.treeFanout);
+  return BlobTransfer(kj::refcounted<actor_detail::BlobFanout>(
+                          loop, kj::mv(source), kj::mv(params), kj::mv(roots), loop.logger()),
+                      kj::mv(members));
+}
+
+}  // namespace troupe

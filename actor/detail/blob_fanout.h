@@ -1,0 +1,159 @@
+#pragma once
+// The moving parts of blobs (blob.h): the bytes of one blob as they arrive (BlobSource), and
+// their sending to a forest of members, each told whom to forward to (BlobFanout). A sender runs
+// one BlobFanout over the whole blob; a receiver runs one over what it has received so far, for
+// the members it forwards to.
+
+#include <stdint.h>
+
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kj/array.h>
+#include <kj/async.h>
+#include <spdlog/logger.h>
+
+#include "troupe/actor/blob.h"
+#include "troupe/actor/change_signal.h"
+#include "troupe/actor/channel.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/schemas/blob.capnp.h"
+
+namespace troupe::actor_detail {
+
+// The XXH3-64 checksum chunks carry.
+uint64_t blobChecksum(kj::ArrayPtr<const kj::byte> bytes);
+
+// Bytes [0, available()) of a blob, in order, of which more may arrive. Refcounted: chunks on
+// their way to a member hold it, so its memory lives until the last one is written. Loop thread
+// only.
+class BlobSource final : public kj::Refcounted {
+public:
+  // `memory` holds at least `size` bytes, the first `available` of them in place already (all
+  // of them for a sender). `chunkBytes` divides the blob into chunks.
+  BlobSource(kj::Array<const kj::byte> memory, uint64_t size, uint32_t chunkBytes,
+             uint64_t available);
+
+  uint64_t size() const { return size_; }
+  uint64_t available() const { return available_; }
+  uint32_t chunkBytes() const { return chunkBytes_; }
+  uint64_t chunkCount() const { return (size_ + chunkBytes_ - 1) / chunkBytes_; }
+  // Bytes in chunk `index`.
+  uint64_t chunkSize(uint64_t index) const;
+
+  // For a receiver, which allocated the memory writable: where chunks are copied to.
+  kj::byte* writable() { return const_cast<kj::byte*>(memory.begin()); }
+
+  // The next chunk is in place and checked (its checksum given); waiters wake.
+  void append(uint64_t checksum);
+
+  // The checksum of chunk `index`, which is in place: the one append() was given, or computed
+  // now (once) for a source that came whole.
+  uint64_t checksum(uint64_t index);
+
+  // Gives the blob up: waits reject with `reason`, now and later.
+  void fail(kj::Exception reason);
+  kj::Maybe<const kj::Exception&> failure() const { return failure_; }
+
+  // Resolves once `bytes` bytes are in place; rejects once the source failed.
+  kj::Promise<void> whenAvailable(uint64_t bytes);
+
+  // Bytes [offset, offset + length), which are in place, holding this source.
+  kj::Array<const kj::byte> slice(uint64_t offset, uint64_t length);
+
+private:
+  kj::Array<const kj::byte> memory;
+  uint64_t size_;
+  uint32_t chunkBytes_;
+  uint64_t available_;
+  std::vector<uint64_t> checksums;  // per chunk in place; 0 with `known` false: not computed
+  std::vector<bool> known;
+  kj::Maybe<kj::Exception> failure_;
+  ChangeSignal grew;
+};
+
+// A member to send to, and the members it forwards to in turn.
+struct BlobHop {
+  std::string endpoint;
+  std::string address;
+  std::vector<BlobHop> children;
+};
+
+// What a fanout sends and how.
+struct BlobParams {
+  std::string name;
+  uint64_t version = 0;
+  uint64_t transfer = 0;  // random, the same at every hop
+  uint32_t chunkBytes = 0;
+  uint64_t windowBytes = 0;
+  kj::Duration stallTimeout = 0 * kj::SECONDS;
+  ChannelOptions channel;
+};
+
+// Most members one receiveBlob request may name.
+constexpr uint32_t MAX_BLOB_HOPS = 65536;
+
+// The forest a receiveBlob request's flat list of hops describes. Throws INVALID_ARGUMENT for a
+// list that is not one (a parent after its child), or longer than MAX_BLOB_HOPS.
+std::vector<BlobHop> parseHops(capnp::List<schema::BlobHop>::Reader hops);
+
+// `targets` laid out as a BlobSendOptions fanout says, in the order given.
+std::vector<BlobHop> layOut(kj::ArrayPtr<const BlobTarget> targets, Fanout fanout,
+                            uint32_t treeFanout);
+
+// Sends `source` to every member of a forest of hops: to each root, telling it to forward to its
+// children. A member that fails (cannot be reached, refuses, dies, stalls) gets an error outcome
+// and its children are sent to directly instead, each from where it got to. Ends with an outcome
+// for every member of the forest. Loop thread only. Refcounted (a transfer and the promises of
+// its results hold it); destroying it cancels what runs and tells the members still receiving to
+// give up (best effort).
+class BlobFanout final : public kj::Refcounted, private kj::TaskSet::ErrorHandler {
+public:
+  BlobFanout(EventLoop& loop, kj::Own<BlobSource> source, BlobParams params,
+             std::vector<BlobHop> roots, std::shared_ptr<spdlog::logger> log);
+  ~BlobFanout() noexcept(false);
+  KJ_DISALLOW_COPY(BlobFanout);
+
+  // Resolves once every member has an outcome.
+  kj::Promise<void> whenDone();
+  bool done() const { return running.empty() && started; }
+
+  // Every member's outcome so far, by endpoint name.
+  const std::map<std::string, BlobResult>& outcomes() const { return outcomes_; }
+
+  // Gives up everything still running: each member being sent to is told to give up (which it
+  // passes on to those it forwards to), and every member without an outcome gets `reason`.
+  void abort(const kj::Exception& reason);
+
+  // The endpoints of the forest, in the order given.
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
+  EventLoop& loop() { return loop_; }
+
+private:
+  class Hop;
+  friend class Hop;
+
+  void start(BlobHop hop);
+  // `hop` ended: with the outcomes its member reported, or with `error` (then its children are
+  // sent to directly).
+  void ended(Hop& hop, kj::Maybe<kj::Exception> error, std::vector<BlobResult> reported);
+  void record(BlobResult outcome);
+  void taskFailed(kj::Exception&& exception) override;
+
+  EventLoop& loop_;
+  kj::Own<BlobSource> source;
+  BlobParams params;
+  std::shared_ptr<spdlog::logger> log;
+  std::vector<std::string> endpoints_;
+  std::map<std::string, std::string> addresses;  // by endpoint
+  std::map<std::string, BlobResult> outcomes_;
+  std::list<kj::Own<Hop>> running;
+  bool started = false;
+  ChangeSignal changed;
+  kj::Own<kj::TaskSet> tasks;  // last: cancelled first
+};
+
+}  // namespace troupe::actor_detail

@@ -1,0 +1,455 @@
+#include "troupe/actor/detail/blob_receiver.h"
+
+#include <string.h>
+
+#include <algorithm>
+
+#include <kj/debug.h>
+
+#include "troupe/actor/detail/blob_fanout.h"
+#include "troupe/actor/endpoint.h"
+#include "troupe/actor/errors.h"
+
+namespace troupe::actor_detail {
+
+namespace {
+
+constexpr uint32_t MIN_CHUNK_BYTES = 4096;
+constexpr uint32_t MAX_CHUNK_BYTES = 64u << 20;
+
+kj::String describe(const BlobHeader& h) {
+  return kj::str("blob '", printable(h.name), "' v", h.version, " (", h.size, " bytes)");
+}
+
+}  // namespace
+
+struct BlobReceiver::Acceptor {
+  std::string name;
+  BlobAllocator allocate;
+  BlobHandler handle;
+  BlobAcceptOptions options;
+  kj::Maybe<uint64_t> delivered;                    // the newest version handed over
+  std::map<uint64_t, kj::Own<Transfer>> transfers;  // by transfer id
+};
+
+// One blob being received (or received and remembered for a while, for a sender that resumes
+// it to ask how it went). Refcounted: its sinks hold it.
+class BlobReceiver::Transfer final : public kj::Refcounted {
+public:
+  Transfer(BlobReceiver& receiver, Acceptor& acceptor, BlobHeader header, BlobParams params,
+           kj::Own<BlobSource> source, std::vector<BlobHop> children)
+      : receiver(receiver),
+        acceptor(acceptor),
+        header(kj::mv(header)),
+        id(params.transfer),
+        params(params),
+        openedAt(receiver.loop.timer().now()),
+        lastActivity(openedAt),
+        source(kj::mv(source)),
+        idle(nullptr) {
+    if (!children.empty()) {
+      forward = kj::refcounted<BlobFanout>(receiver.loop, kj::addRef(*this->source), kj::mv(params),
+                                     kj::mv(children), receiver.log);
+    }
+    idle = watchIdle().eagerlyEvaluate(nullptr);
+    if (this->header.size == 0) deliver();
+  }
+
+  uint64_t generation = 0;  // of the sink that may write now
+
+  // Whether a request to resume this transfer describes the same blob.
+  bool sameBlob(const BlobHeader& h, uint32_t chunkBytes) const {
+    return h.version == header.version && h.size == header.size &&
+           chunkBytes == params.chunkBytes;
+  }
+
+  bool inProgress() const { return failure == nullptr && !delivered; }
+  uint64_t version() const { return header.version; }
+  uint64_t received() const { return delivered ? header.size : source->available(); }
+  kj::Maybe<const kj::Exception&> failed() const { return failure; }
+  void touch() { lastActivity = receiver.loop.timer().now(); }
+
+  void write(uint64_t offset, capnp::Data::Reader data, uint64_t checksum) {
+    KJ_IF_MAYBE(e, failure) {
+      kj::throwFatalException(kj::cp(*e));
+    }
+    if (delivered) {
+      giveUp(kj::str("a chunk at byte ", offset, " after the whole blob arrived"));
+    }
+    auto& s = *source;
+    if (offset != s.available()) {
+      giveUp(kj::str("the chunk at byte ", offset, " came when byte ", s.available(),
+                     " was due"));
+    }
+    uint64_t index = offset / s.chunkBytes();
+    if (data.size() != s.chunkSize(index)) {
+      giveUp(kj::str("the chunk at byte ", offset, " holds ", data.size(), " bytes, not ",
+                     s.chunkSize(index)));
+    }
+    if (blobChecksum(data) != checksum) {
+      giveUp(kj::str("the chunk at byte ", offset, " failed its checksum"));
+    }
+    memcpy(s.writable() + offset, data.begin(), data.size());
+    s.append(checksum);
+    touch();
+    KJ_IF_MAYBE(progress, acceptor.options.onProgress) {
+      (*progress)(header, s.available());
+    }
+    if (s.available() == s.size()) deliver();
+  }
+
+  // Resolves, once this member handed the blob over and every member it forwards to finished,
+  // with this member's outcome (unnamed) and theirs.
+  kj::Promise<std::vector<BlobResult>> finish() {
+    KJ_IF_MAYBE(e, failure) {
+      return kj::cp(*e);
+    }
+    if (!delivered) {
+      giveUp(kj::str("the sender finished after ", source->available(), " of ", header.size,
+                     " bytes"));
+    }
+    touch();
+    kj::Promise<void> forwarded = kj::READY_NOW;
+    KJ_IF_MAYBE(f, forward) {
+      forwarded = (*f)->whenDone();
+    }
+    return forwarded.then([this]() {
+      touch();
+      releaseIfDone();
+      std::vector<BlobResult> outcomes;
+      BlobResult own;
+      own.bytes = header.size;
+      own.latency = took;
+      own.error = handlerFailure.map([](const kj::Exception& e) { return kj::cp(e); });
+      outcomes.push_back(kj::mv(own));
+      KJ_IF_MAYBE(f, forward) {
+        for (auto& name : (*f)->endpoints()) {
+          auto at = (*f)->outcomes().find(name);
+          if (at != (*f)->outcomes().end()) outcomes.push_back(copyOf(at->second));
+        }
+      }
+      return outcomes;
+    });
+  }
+
+  // Gives the transfer up here and at the members it forwards to, and frees the memory (once
+  // chunks on their way out let go of it).
+  void abort(kj::Exception reason) {
+    if (failure != nullptr) return;
+    KJ_IF_MAYBE(f, forward) {
+      (*f)->abort(reason);
+    }
+    if (!delivered) {
+      receiver.log->warn("{}: {} given up after {} bytes: {}", receiver.who().cStr(),
+                         describe(header).cStr(), received(), reason.getDescription().cStr());
+      source->fail(kj::cp(reason));
+    }
+    failure = kj::cp(reason);
+    source = nullptr;
+    forget();
+    if (!delivered) {
+      KJ_IF_MAYBE(gaveUp, acceptor.options.onGiveUp) {
+        (*gaveUp)(header, reason);
+      }
+    }
+  }
+
+private:
+  // Aborts with BLOB_ABORTED (`why`) and throws it.
+  [[noreturn]] void giveUp(kj::String why) {
+    auto e = makeError(ErrorCode::BLOB_ABORTED, kj::str(describe(header), ": ", why));
+    abort(kj::cp(e));
+    kj::throwFatalException(kj::mv(e));
+  }
+
+  static BlobResult copyOf(const BlobResult& r) {
+    BlobResult c;
+    c.endpoint = r.endpoint;
+    c.address = r.address;
+    c.error = r.error.map([](const kj::Exception& e) { return kj::cp(e); });
+    c.bytes = r.bytes;
+    c.latency = r.latency;
+    return c;
+  }
+
+  // Once the blob is handed over and forwarded, the transfer lets go of its memory (the handler
+  // may still hold it).
+  void releaseIfDone() {
+    if (!delivered) return;
+    KJ_IF_MAYBE(f, forward) {
+      if (!(*f)->done()) return;
+    }
+    source = nullptr;
+  }
+
+  void deliver() {
+    delivered = true;
+    took = receiver.loop.timer().now() - openedAt;
+    KJ_IF_MAYBE(v, acceptor.delivered) {
+      if (header.version > *v) *v = header.version;
+    } else {
+      acceptor.delivered = header.version;
+    }
+    receiver.log->debug("{}: received {} in {} ms", receiver.who().cStr(), describe(header).cStr(),
+                        took / kj::MILLISECONDS);
+    Blob blob{header.name, header.version, source->slice(0, header.size)};
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { acceptor.handle(kj::mv(blob)); })) {
+      receiver.log->error("{}: the handler of {} failed: {}", receiver.who().cStr(), describe(header).cStr(),
+                          e->getDescription().cStr());
+      handlerFailure = makeError(ErrorCode::FAILED, kj::str("the receiver's handler of ",
+                                                           describe(header), " failed: ",
+                                                           e->getDescription()));
+    }
+    releaseIfDone();
+  }
+
+  // Resolves when the transfer has been idle for the acceptor's idle timeout: then an unfinished
+  // transfer is given up, and a finished one forgotten (unless it still forwards).
+  kj::Promise<void> watchIdle() {
+    auto timeout = acceptor.options.idleTimeout;
+    return receiver.loop.timer().atTime(lastActivity + timeout).then([this, timeout]() {
+      auto now = receiver.loop.timer().now();
+      bool forwarding = false;
+      KJ_IF_MAYBE(f, forward) {
+        forwarding = !(*f)->done();
+      }
+      if (now < lastActivity + timeout || (delivered && forwarding)) {
+        if (forwarding) touch();
+        return watchIdle();
+      }
+      releaseIfDone();
+      if (inProgress()) {
+        abort(makeError(ErrorCode::BLOB_ABORTED,
+                        kj::str(describe(header), ": no chunk for ", timeout / kj::MILLISECONDS,
+                                " ms (the sender is gone or stalls)")));
+      } else {
+        forget();
+      }
+      return kj::Promise<void>(kj::READY_NOW);
+    });
+  }
+
+  // Drops the acceptor's record of this transfer, on a later turn (this may run inside one of
+  // its own promises).
+  void forget() {
+    auto at = acceptor.transfers.find(id);
+    if (at == acceptor.transfers.end() || at->second.get() != this) return;
+    receiver.tasks->add(kj::evalLater([gone = kj::mv(at->second)]() {}));
+    acceptor.transfers.erase(at);
+  }
+
+  BlobReceiver& receiver;
+  Acceptor& acceptor;
+  const BlobHeader header;
+  const uint64_t id;
+  const BlobParams params;
+  const kj::TimePoint openedAt;
+  kj::TimePoint lastActivity;
+  kj::Duration took = 0 * kj::SECONDS;
+  kj::Own<BlobSource> source;  // null once given up
+  kj::Maybe<kj::Own<BlobFanout>> forward;
+  bool delivered = false;
+  kj::Maybe<kj::Exception> failure;         // given up
+  kj::Maybe<kj::Exception> handlerFailure;  // handed over, and the handler threw
+  kj::Promise<void> idle;
+};
+
+namespace {
+
+// What a sender writes into. Holds its transfer; only the sink handed out last writes.
+class BlobSinkImpl final : public schema::BlobSink::Server {
+public:
+  using Transfer = BlobReceiver::Transfer;
+  BlobSinkImpl(kj::Own<Transfer> transfer, uint64_t generation)
+      : transfer(kj::mv(transfer)), generation(generation) {}
+
+protected:
+  kj::Promise<void> write(WriteContext context) override {
+    if (superseded()) {
+      context.getResults().setSuperseded(true);
+      return kj::READY_NOW;
+    }
+    auto params = context.getParams();
+    transfer->write(params.getOffset(), params.getData(), params.getChecksum());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> finish(FinishContext context) override {
+    if (superseded()) {
+      context.getResults().setSuperseded(true);
+      return kj::READY_NOW;
+    }
+    return transfer->finish().then([context](std::vector<BlobResult> outcomes) mutable {
+      auto list = context.getResults().initOutcomes(outcomes.size());
+      for (uint i = 0; i < outcomes.size(); ++i) {
+        auto& o = outcomes[i];
+        auto out = list[i];
+        out.setEndpoint(o.endpoint);
+        out.setOk(o.ok());
+        KJ_IF_MAYBE(e, o.error) {
+          out.setError(e->getDescription());
+          out.setErrorType(static_cast<uint8_t>(e->getType()));
+        }
+        out.setBytes(o.bytes);
+        out.setMicros(static_cast<uint64_t>(o.latency / kj::MICROSECONDS));
+      }
+    });
+  }
+
+  kj::Promise<void> abort(AbortContext context) override {
+    if (superseded()) return kj::READY_NOW;
+    transfer->abort(makeError(ErrorCode::BLOB_ABORTED,
+                              kj::str("aborted by its sender: ",
+                                      printable(context.getParams().getReason()))));
+    return kj::READY_NOW;
+  }
+
+private:
+  bool superseded() const { return transfer->generation != generation; }
+
+  kj::Own<Transfer> transfer;
+  const uint64_t generation;
+};
+
+[[noreturn]] void refuse(kj::StringPtr why) { throwError(ErrorCode::BLOB_REFUSED, why); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+BlobReceiver::BlobReceiver(EventLoop& loop, ChannelOptions forwarding,
+                           std::shared_ptr<spdlog::logger> log, kj::Function<kj::String()> who)
+    : loop(loop),
+      forwarding(kj::mv(forwarding)),
+      log(kj::mv(log)),
+      who(kj::mv(who)),
+      tasks(kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this))) {}
+
+BlobReceiver::~BlobReceiver() noexcept(false) {
+  for (auto& [name, acceptor] : acceptors) {
+    auto transfers = kj::mv(acceptor->transfers);
+    for (auto& [id, transfer] : transfers) {
+      transfer->abort(makeError(ErrorCode::BLOB_ABORTED, "the receiving server stopped"));
+    }
+  }
+}
+
+void BlobReceiver::taskFailed(kj::Exception&& e) {
+  log->warn("{}: {}", who().cStr(), e.getDescription().cStr());
+}
+
+void BlobReceiver::accept(kj::StringPtr name, BlobAllocator allocate, BlobHandler handle,
+                          BlobAcceptOptions options) {
+  validateActorName(name);
+  if (acceptors.count(name.cStr()) != 0) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("blobs named '", name, "' are accepted already on this server"));
+  }
+  if (options.idleTimeout <= 0 * kj::SECONDS) {
+    throwError(ErrorCode::INVALID_ARGUMENT, "BlobAcceptOptions::idleTimeout must be positive");
+  }
+  auto acceptor = kj::heap<Acceptor>();
+  acceptor->name = name;
+  acceptor->allocate = kj::mv(allocate);
+  acceptor->handle = kj::mv(handle);
+  acceptor->options = kj::mv(options);
+  acceptors.emplace(name.cStr(), kj::mv(acceptor));
+}
+
+size_t BlobReceiver::transferCount() const {
+  size_t n = 0;
+  for (auto& [name, acceptor] : acceptors) n += acceptor->transfers.size();
+  return n;
+}
+
+void BlobReceiver::receive(capnp::CallContext<schema::ActorHost::ReceiveBlobParams, schema::ActorHost::ReceiveBlobResults> context) {
+  auto params = context.getParams();
+  auto h = params.getHeader();
+  BlobHeader header{h.getName(), h.getVersion(), h.getSize()};
+  auto found = acceptors.find(header.name);
+  if (found == acceptors.end()) {
+    kj::Vector<kj::StringPtr> names;
+    for (auto& [name, a] : acceptors) names.add(name);
+    refuse(kj::str("no receiver of blobs named '", printable(header.name), "' at ", who(),
+                   " (accepting: ", names.empty() ? kj::str("none") : kj::strArray(names, ", "),
+                   ")"));
+  }
+  auto& acceptor = *found->second;
+  auto results = context.getResults();
+
+  // The same transfer again: its sender died and another resumes it from where it got to.
+  uint64_t id = h.getTransfer();
+  auto existing = acceptor.transfers.find(id);
+  if (existing != acceptor.transfers.end() && existing->second->failed() == nullptr) {
+    auto& transfer = *existing->second;
+    if (!transfer.sameBlob(header, h.getChunkBytes())) {
+      refuse(kj::str(describe(header), " names transfer ", id, ", which is another blob here"));
+    }
+    ++transfer.generation;
+    transfer.touch();
+    results.setSink(kj::heap<BlobSinkImpl>(kj::addRef(transfer), transfer.generation));
+    results.setResumeAt(transfer.received());
+    log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(), transfer.received());
+    return;
+  }
+
+  uint32_t chunk = h.getChunkBytes();
+  if (chunk < MIN_CHUNK_BYTES || chunk > MAX_CHUNK_BYTES || chunk % 8 != 0 ||
+      h.getWindowBytes() == 0 || h.getStallMillis() == 0) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str(describe(header), ": chunks of ", chunk, " bytes, a window of ",
+                       h.getWindowBytes(), " bytes and a stall timeout of ", h.getStallMillis(),
+                       " ms are not taken (chunks: a multiple of 8 from ", MIN_CHUNK_BYTES,
+                       " to ", MAX_CHUNK_BYTES, "; the others above 0)"));
+  }
+  if (header.size > acceptor.options.maxBytes) {
+    refuse(kj::str(describe(header), " is larger than this receiver's limit of ",
+                   acceptor.options.maxBytes, " bytes"));
+  }
+  KJ_IF_MAYBE(v, acceptor.delivered) {
+    if (!acceptor.options.acceptStaleVersions && header.version <= *v) {
+      refuse(kj::str(describe(header), " is stale: this receiver has version ", *v));
+    }
+  }
+  kj::Maybe<Transfer&> older;
+  for (auto& [otherId, other] : acceptor.transfers) {
+    if (!other->inProgress()) continue;
+    if (other->version() >= header.version) {
+      refuse(kj::str(describe(header), " is stale: this receiver is receiving version ",
+                     other->version()));
+    }
+    older = *other;
+  }
+  auto hops = parseHops(params.getHops());
+
+  kj::Array<kj::byte> memory;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { memory = acceptor.allocate(header); })) {
+    refuse(kj::str("the receiver refused ", describe(header), ": ", e->getDescription()));
+  }
+  if (memory.size() < header.size) {
+    refuse(kj::str("the receiver's allocator gave ", memory.size(), " bytes for ",
+                   describe(header)));
+  }
+  KJ_IF_MAYBE(o, older) {
+    o->abort(makeError(ErrorCode::BLOB_ABORTED,
+                       kj::str("superseded by version ", header.version)));
+  }
+  acceptor.transfers.erase(id);  // a failed transfer of the same id: start afresh
+
+  BlobParams forward;
+  forward.name = header.name;
+  forward.version = header.version;
+  forward.transfer = id;
+  forward.chunkBytes = chunk;
+  forward.windowBytes = h.getWindowBytes();
+  forward.stallTimeout = h.getStallMillis() * kj::MILLISECONDS;
+  forward.channel = forwarding;
+  auto source = kj::refcounted<BlobSource>(kj::mv(memory), header.size, chunk, 0);
+  auto transfer = kj::refcounted<Transfer>(*this, acceptor, header, kj::mv(forward),
+                                           kj::mv(source), kj::mv(hops));
+  results.setSink(kj::heap<BlobSinkImpl>(kj::addRef(*transfer), transfer->generation));
+  results.setResumeAt(0);
+  acceptor.transfers.emplace(id, kj::mv(transfer));
+}
+
+}  // namespace troupe::actor_detail

@@ -1,0 +1,53 @@
+#pragma once
+// The receiving side of blobs (blob.h) for an ActorServer: the names it accepts blobs under,
+// the transfers in progress, and ActorHost.receiveBlob.
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <kj/async.h>
+#include <spdlog/logger.h>
+
+#include "troupe/actor/blob.h"
+#include "troupe/actor/channel.h"
+#include "troupe/actor/event_loop.h"
+#include "troupe/schemas/actor.capnp.h"
+
+namespace troupe::actor_detail {
+
+// Loop thread only. Belongs to its server; destroying it gives up every transfer in progress.
+class BlobReceiver final : private kj::TaskSet::ErrorHandler {
+public:
+  // `forwarding` is what connections to the members a blob is forwarded to use; `who` names the
+  // server in logs and errors.
+  BlobReceiver(EventLoop& loop, ChannelOptions forwarding, std::shared_ptr<spdlog::logger> log,
+               kj::Function<kj::String()> who);
+  ~BlobReceiver() noexcept(false);
+  KJ_DISALLOW_COPY(BlobReceiver);
+
+  // ActorServer::acceptBlobs. Throws INVALID_ARGUMENT for a bad or taken name.
+  void accept(kj::StringPtr name, BlobAllocator allocate, BlobHandler handle,
+              BlobAcceptOptions options);
+
+  // ActorHost.receiveBlob: starts or resumes a transfer and returns its sink.
+  void receive(capnp::CallContext<schema::ActorHost::ReceiveBlobParams, schema::ActorHost::ReceiveBlobResults> context);
+
+  // Transfers in progress or finished and still remembered, for tests and metrics.
+  size_t transferCount() const;
+
+  struct Acceptor;
+  class Transfer;
+
+private:
+  void taskFailed(kj::Exception&& e) override;
+
+  EventLoop& loop;
+  ChannelOptions forwarding;
+  std::shared_ptr<spdlog::logger> log;
+  kj::Function<kj::String()> who;
+  std::map<std::string, kj::Own<Acceptor>> acceptors;
+  kj::Own<kj::TaskSet> tasks;  // records of transfers being dropped
+};
+
+}  // namespace troupe::actor_detail

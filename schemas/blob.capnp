@@ -1,0 +1,53 @@
+@0xb7c1d2a4e5f60718;
+# Streamed transfers of large byte blobs (weights, tensors) between troupe processes, and their
+# forwarding from member to member in a broadcast. Stable: fields are only ever added, at new
+# ordinals.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("troupe::schema");
+
+struct BlobHeader {
+  name @0 :Text;          # what the blob is ("weights"): the receiver's acceptBlobs() name
+  version @1 :UInt64;     # the sender's version of it; receivers refuse versions they have
+  size @2 :UInt64;        # bytes in the blob
+  transfer @3 :UInt64;    # random id of this send, the same at every hop of a broadcast
+  chunkBytes @4 :UInt32;  # every chunk holds this many bytes but the last
+  windowBytes @5 :UInt64; # bytes a hop keeps in flight to the next one
+  stallMillis @6 :UInt32; # a hop that makes no progress this long is given up
+}
+
+struct BlobHop {
+  # A member a receiver forwards the blob to. Hops travel as a flat list in which parents come
+  # before their children (a nested tree would pass Cap'n Proto's nesting limit for long chains).
+  endpoint @0 :Text;       # the member's endpoint name, for outcomes
+  address @1 :Text;        # where its server listens
+  parent @2 :Int32;        # index of the hop that forwards to this one; -1: the receiver itself
+}
+
+struct BlobOutcome {
+  # What became of the blob at one member.
+  endpoint @0 :Text;
+  ok @1 :Bool;             # the member has the whole blob, checked, and handed it over
+  error @2 :Text;          # why not: a description as errors.h describes errors
+  errorType @3 :UInt8;     # the error's kj::Exception::Type
+  bytes @4 :UInt64;        # bytes the member received
+  micros @5 :UInt64;       # from its first request to having the whole blob, on its clock
+}
+
+interface BlobSink {
+  # One hop of a transfer: what its sender writes into. A receiver takes writes from the sink it
+  # handed out last for a transfer; one handed out earlier (to a sender since replaced by another
+  # that resumed the transfer) is superseded: its writes are dropped and say so, its finish()
+  # reports nothing, its abort() does nothing. Dropping a sink without finish() leaves the
+  # receiver waiting for another sender to resume the transfer until its idle timeout.
+
+  write @0 (offset :UInt64, data :Data, checksum :UInt64) -> (superseded :Bool);
+  # The chunk at `offset` (the receiver's next byte); `checksum` is the chunk's XXH3-64.
+
+  finish @1 () -> (outcomes :List(BlobOutcome), superseded :Bool);
+  # After the last chunk: resolves once this member has handed the blob over and every member
+  # it forwards to has finished, with an outcome for each of them (this member's first).
+
+  abort @2 (reason :Text) -> ();
+  # Gives the transfer up here and at every member this one forwards to.
+}
