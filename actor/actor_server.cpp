@@ -82,6 +82,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     forwarding.credentials = this->options.credentials;
     blobs = kj::heap<actor_detail::BlobReceiver>(loop, kj::mv(forwarding), log,
                                                   [this]() { return kj::str(who()); });
+    acceptor->placeSegmentsWith(*blobs);
   }
 
   ~Impl() noexcept(false) {

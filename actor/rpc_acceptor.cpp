@@ -117,6 +117,9 @@ public:
     acceptor.connections.insert(this);
     ++acceptor.counters.connectionsAccepted;
     rpc.countInto(acceptor.counters);
+    KJ_IF_MAYBE(p, acceptor.placement) {
+      rpc.placeSegmentsWith(*p);
+    }
   }
   ~Connection() noexcept(false) { acceptor.connections.erase(this); }
 

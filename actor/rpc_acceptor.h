@@ -27,6 +27,7 @@ namespace troupe {
 
 namespace actor_detail {
 class IncomingBudget;
+class SegmentPlacement;
 }
 
 // Belongs to `loop`. Dropping it closes every listener (removing the unix socket files it made)
@@ -66,6 +67,12 @@ public:
   // Adds its connection and message series to `out`, each with `labels`.
   void collectMetrics(MetricsSnapshot& out, const MetricLabels& labels) const;
 
+  // Offers the large last segment of every message its connections receive from now on to
+  // `placement` (actor/detail/message_stream.h), which must outlive the acceptor.
+  void placeSegmentsWith(actor_detail::SegmentPlacement& placement) {
+    this->placement = placement;
+  }
+
   // Stops accepting: closes the listeners and removes their socket files.
   void closeListeners();
 
@@ -98,6 +105,7 @@ private:
   const ConnectionLimits limits;
   kj::Own<actor_detail::IncomingBudget> budget;  // outlives the connections, which reserve from it
   size_t open = 0;                               // accepted and not yet closed
+  kj::Maybe<actor_detail::SegmentPlacement&> placement;
   TransportCounters counters;
   uint64_t refusedSinceLog = 0;
   kj::Maybe<kj::TimePoint> lastRefusalLog;

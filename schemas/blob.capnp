@@ -41,8 +41,12 @@ interface BlobSink {
   # reports nothing, its abort() does nothing. Dropping a sink without finish() leaves the
   # receiver waiting for another sender to resume the transfer until its idle timeout.
 
-  write @0 (offset :UInt64, data :Data, checksum :UInt64) -> (superseded :Bool);
-  # The chunk at `offset` (the receiver's next byte); `checksum` is the chunk's XXH3-64.
+  write @0 (offset :UInt64, data :Data, checksum :UInt64, transfer :UInt64)
+      -> (superseded :Bool);
+  # The chunk at `offset` (the receiver's next byte); `checksum` is the chunk's XXH3-64,
+  # `transfer` the header's. A receiver may read a chunk sent as its message's own last segment
+  # (Orphanage::referenceExternalData) straight into its place in the blob, found by `transfer`
+  # and `offset` before the rest of the message is read.
 
   finish @1 () -> (outcomes :List(BlobOutcome), superseded :Bool);
   # After the last chunk: resolves once this member has handed the blob over and every member

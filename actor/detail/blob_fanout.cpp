@@ -292,6 +292,7 @@ private:
     auto request = KJ_ASSERT_NONNULL(sink).writeRequest(capnp::MessageSize{16, 0});
     request.setOffset(next);
     request.setChecksum(source.checksum(index));
+    request.setTransfer(fanout.params.transfer);
     adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData,
                source.slice(next, length));
     inFlight += length;

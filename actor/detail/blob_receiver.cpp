@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <capnp/rpc.capnp.h>
+#include <capnp/serialize.h>
 #include <kj/debug.h>
 
 #include "troupe/actor/detail/blob_fanout.h"
@@ -38,22 +40,60 @@ class BlobReceiver::Transfer final : public kj::Refcounted {
 public:
   Transfer(BlobReceiver& receiver, Acceptor& acceptor, BlobHeader header, BlobParams params,
            kj::Own<BlobSource> source, std::vector<BlobHop> children)
-      : receiver(receiver),
-        acceptor(acceptor),
+      : receiver(&receiver),
+        acceptor(&acceptor),
+        loop(receiver.loop),
+        log(receiver.log),
+        who(receiver.who()),
         header(kj::mv(header)),
         id(params.transfer),
         params(params),
-        openedAt(receiver.loop.timer().now()),
+        openedAt(loop.timer().now()),
         lastActivity(openedAt),
         source(kj::mv(source)),
         idle(nullptr) {
     if (!children.empty()) {
-      forward = kj::refcounted<BlobFanout>(receiver.loop, kj::addRef(*this->source), kj::mv(params),
-                                     kj::mv(children), receiver.log);
+      forward = kj::refcounted<BlobFanout>(loop, kj::addRef(*this->source), kj::mv(params),
+                                           kj::mv(children), log);
     }
     idle = watchIdle().eagerlyEvaluate(nullptr);
+    receiver.byId[id] = this;
     if (this->header.size == 0) deliver();
   }
+
+  ~Transfer() noexcept(false) {
+    if (receiver == nullptr) return;
+    auto at = receiver->byId.find(id);
+    if (at != receiver->byId.end() && at->second == this) receiver->byId.erase(at);
+  }
+
+  // The receiver goes (its server is destroyed) while something still holds this transfer: it
+  // has been given up, and touches the receiver no more.
+  void orphan() {
+    receiver = nullptr;
+    acceptor = nullptr;
+    idle = nullptr;
+  }
+
+  // The memory chunk `offset` of `words` words is to be read into, when it is the next one not
+  // placed yet and fits there exactly: for SegmentPlacement.
+  kj::Maybe<kj::Array<capnp::word>> placeChunk(uint64_t offset, size_t words) {
+    if (failure != nullptr || delivered || source.get() == nullptr) return nullptr;
+    auto& s = *source;
+    if (offset != placedUpTo || offset >= s.size()) return nullptr;
+    uint64_t length = s.chunkSize(offset / s.chunkBytes());
+    auto* at = s.writable() + offset;
+    if (length != words * sizeof(capnp::word) ||
+        reinterpret_cast<uintptr_t>(at) % sizeof(capnp::word) != 0) {
+      return nullptr;
+    }
+    placedUpTo += length;
+    return kj::ArrayPtr<capnp::word>(reinterpret_cast<capnp::word*>(at), words)
+        .attach(kj::addRef(s));
+  }
+
+  // A new sender resumes: chunks are placed from where the transfer got to.
+  void resumed() { placedUpTo = received(); }
 
   uint64_t generation = 0;  // of the sink that may write now
 
@@ -67,7 +107,7 @@ public:
   uint64_t version() const { return header.version; }
   uint64_t received() const { return delivered ? header.size : source->available(); }
   kj::Maybe<const kj::Exception&> failed() const { return failure; }
-  void touch() { lastActivity = receiver.loop.timer().now(); }
+  void touch() { lastActivity = loop.timer().now(); }
 
   void write(uint64_t offset, capnp::Data::Reader data, uint64_t checksum) {
     KJ_IF_MAYBE(e, failure) {
@@ -89,10 +129,12 @@ public:
     if (blobChecksum(data) != checksum) {
       giveUp(kj::str("the chunk at byte ", offset, " failed its checksum"));
     }
-    memcpy(s.writable() + offset, data.begin(), data.size());
+    auto* at = s.writable() + offset;
+    if (data.begin() != at) memcpy(at, data.begin(), data.size());  // else placed there already
+    placedUpTo = std::max(placedUpTo, offset + data.size());
     s.append(checksum);
     touch();
-    KJ_IF_MAYBE(progress, acceptor.options.onProgress) {
+    KJ_IF_MAYBE(progress, acceptor->options.onProgress) {
       (*progress)(header, s.available());
     }
     if (s.available() == s.size()) deliver();
@@ -140,7 +182,7 @@ public:
       (*f)->abort(reason);
     }
     if (!delivered) {
-      receiver.log->warn("{}: {} given up after {} bytes: {}", receiver.who().cStr(),
+      log->warn("{}: {} given up after {} bytes: {}", who.cStr(),
                          describe(header).cStr(), received(), reason.getDescription().cStr());
       source->fail(kj::cp(reason));
     }
@@ -148,8 +190,10 @@ public:
     source = nullptr;
     forget();
     if (!delivered) {
-      KJ_IF_MAYBE(gaveUp, acceptor.options.onGiveUp) {
-        (*gaveUp)(header, reason);
+      if (acceptor != nullptr) {
+        KJ_IF_MAYBE(gaveUp, acceptor->options.onGiveUp) {
+          (*gaveUp)(header, reason);
+        }
       }
     }
   }
@@ -184,17 +228,17 @@ private:
 
   void deliver() {
     delivered = true;
-    took = receiver.loop.timer().now() - openedAt;
-    KJ_IF_MAYBE(v, acceptor.delivered) {
+    took = loop.timer().now() - openedAt;
+    KJ_IF_MAYBE(v, acceptor->delivered) {
       if (header.version > *v) *v = header.version;
     } else {
-      acceptor.delivered = header.version;
+      acceptor->delivered = header.version;
     }
-    receiver.log->debug("{}: received {} in {} ms", receiver.who().cStr(), describe(header).cStr(),
+    log->debug("{}: received {} in {} ms", who.cStr(), describe(header).cStr(),
                         took / kj::MILLISECONDS);
     Blob blob{header.name, header.version, source->slice(0, header.size)};
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { acceptor.handle(kj::mv(blob)); })) {
-      receiver.log->error("{}: the handler of {} failed: {}", receiver.who().cStr(), describe(header).cStr(),
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { acceptor->handle(kj::mv(blob)); })) {
+      log->error("{}: the handler of {} failed: {}", who.cStr(), describe(header).cStr(),
                           e->getDescription().cStr());
       handlerFailure = makeError(ErrorCode::FAILED, kj::str("the receiver's handler of ",
                                                            describe(header), " failed: ",
@@ -206,9 +250,9 @@ private:
   // Resolves when the transfer has been idle for the acceptor's idle timeout: then an unfinished
   // transfer is given up, and a finished one forgotten (unless it still forwards).
   kj::Promise<void> watchIdle() {
-    auto timeout = acceptor.options.idleTimeout;
-    return receiver.loop.timer().atTime(lastActivity + timeout).then([this, timeout]() {
-      auto now = receiver.loop.timer().now();
+    auto timeout = acceptor->options.idleTimeout;
+    return loop.timer().atTime(lastActivity + timeout).then([this, timeout]() {
+      auto now = loop.timer().now();
       bool forwarding = false;
       KJ_IF_MAYBE(f, forward) {
         forwarding = !(*f)->done();
@@ -232,21 +276,26 @@ private:
   // Drops the acceptor's record of this transfer, on a later turn (this may run inside one of
   // its own promises).
   void forget() {
-    auto at = acceptor.transfers.find(id);
-    if (at == acceptor.transfers.end() || at->second.get() != this) return;
-    receiver.tasks->add(kj::evalLater([gone = kj::mv(at->second)]() {}));
-    acceptor.transfers.erase(at);
+    if (acceptor == nullptr) return;
+    auto at = acceptor->transfers.find(id);
+    if (at == acceptor->transfers.end() || at->second.get() != this) return;
+    receiver->tasks->add(kj::evalLater([gone = kj::mv(at->second)]() {}));
+    acceptor->transfers.erase(at);
   }
 
-  BlobReceiver& receiver;
-  Acceptor& acceptor;
+  BlobReceiver* receiver;  // null once orphaned
+  Acceptor* acceptor;      // null once orphaned
+  EventLoop& loop;
+  std::shared_ptr<spdlog::logger> log;
+  const kj::String who;    // the server, for log lines
   const BlobHeader header;
   const uint64_t id;
   const BlobParams params;
   const kj::TimePoint openedAt;
   kj::TimePoint lastActivity;
   kj::Duration took = 0 * kj::SECONDS;
-  kj::Own<BlobSource> source;  // null once given up
+  kj::Own<BlobSource> source;  // null once given up, or handed over and forwarded
+  uint64_t placedUpTo = 0;     // chunks below this were placed (or written): see placeChunk()
   kj::Maybe<kj::Own<BlobFanout>> forward;
   bool delivered = false;
   kj::Maybe<kj::Exception> failure;         // given up
@@ -332,10 +381,36 @@ BlobReceiver::~BlobReceiver() noexcept(false) {
       transfer->abort(makeError(ErrorCode::BLOB_ABORTED, "the receiving server stopped"));
     }
   }
+  // What still holds a transfer (a record on its way out, a sink) lets go of it later.
+  tasks = nullptr;
+  for (auto& [id, transfer] : byId) transfer->orphan();
 }
 
 void BlobReceiver::taskFailed(kj::Exception&& e) {
   log->warn("{}: {}", who().cStr(), e.getDescription().cStr());
+}
+
+kj::Maybe<kj::Array<capnp::word>> BlobReceiver::place(
+    kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> head, size_t lastWords) {
+  if (byId.empty()) return nullptr;
+  kj::Maybe<kj::Array<capnp::word>> placed;
+  // The message is the peer's: anything in it may be wrong, and then it is read as usual.
+  kj::runCatchingExceptions([&]() {
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = 4096;
+    capnp::SegmentArrayMessageReader reader(head, options);
+    auto message = reader.getRoot<capnp::rpc::Message>();
+    if (!message.isCall()) return;
+    auto call = message.getCall();
+    if (call.getInterfaceId() != capnp::typeId<schema::BlobSink>() || call.getMethodId() != 0) {
+      return;
+    }
+    auto params = call.getParams().getContent().getAs<schema::BlobSink::WriteParams>();
+    auto at = byId.find(params.getTransfer());
+    if (at == byId.end()) return;
+    placed = at->second->placeChunk(params.getOffset(), lastWords);
+  });
+  return placed;
 }
 
 void BlobReceiver::accept(kj::StringPtr name, BlobAllocator allocate, BlobHandler handle,
@@ -387,6 +462,7 @@ void BlobReceiver::receive(capnp::CallContext<schema::ActorHost::ReceiveBlobPara
     }
     ++transfer.generation;
     transfer.touch();
+    transfer.resumed();
     results.setSink(kj::heap<BlobSinkImpl>(kj::addRef(transfer), transfer.generation));
     results.setResumeAt(transfer.received());
     log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(), transfer.received());

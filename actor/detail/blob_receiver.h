@@ -11,13 +11,17 @@
 
 #include "troupe/actor/blob.h"
 #include "troupe/actor/channel.h"
+#include "troupe/actor/detail/message_stream.h"
 #include "troupe/actor/event_loop.h"
 #include "troupe/schemas/actor.capnp.h"
 
 namespace troupe::actor_detail {
 
 // Loop thread only. Belongs to its server; destroying it gives up every transfer in progress.
-class BlobReceiver final : private kj::TaskSet::ErrorHandler {
+// As its server's SegmentPlacement, it has the chunks of a transfer read straight into their
+// place in the blob (found by transfer id and offset: only the next chunk due, and only where it
+// fits exactly); a chunk placed so is checked like any other when its write is served.
+class BlobReceiver final : public SegmentPlacement, private kj::TaskSet::ErrorHandler {
 public:
   // `forwarding` is what connections to the members a blob is forwarded to use; `who` names the
   // server in logs and errors.
@@ -36,6 +40,10 @@ public:
   // Transfers in progress or finished and still remembered, for tests and metrics.
   size_t transferCount() const;
 
+  // SegmentPlacement.
+  kj::Maybe<kj::Array<capnp::word>> place(
+      kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> head, size_t lastWords) override;
+
   struct Acceptor;
   class Transfer;
 
@@ -47,6 +55,7 @@ private:
   std::shared_ptr<spdlog::logger> log;
   kj::Function<kj::String()> who;
   std::map<std::string, kj::Own<Acceptor>> acceptors;
+  std::map<uint64_t, Transfer*> byId;  // transfers in the acceptors' records, for place()
   kj::Own<kj::TaskSet> tasks;  // records of transfers being dropped
 };
 

@@ -28,7 +28,7 @@ constexpr size_t CACHED_BUFFER_MIN_BYTES = 64 * 1024;
 // than BUFFER_CACHE_IDLE_SECONDS: more than BUFFER_CACHE_IDLE_SECONDS and at most
 // BUFFER_CACHE_IDLE_SECONDS + one interval after it was cached (on a busy loop, plus however
 // late that trim runs). Time while the thread has no loop does not count.
-constexpr size_t BUFFER_CACHE_MAX_BUFFERS = 4;
+constexpr size_t BUFFER_CACHE_MAX_BUFFERS = 16;
 constexpr size_t BUFFER_CACHE_MAX_BYTES = size_t{1} << 30;
 constexpr unsigned BUFFER_CACHE_IDLE_SECONDS = 2;
 constexpr kj::Duration BUFFER_CACHE_TRIM_INTERVAL = 1 * kj::SECONDS;

@@ -26,8 +26,11 @@ constexpr uint32_t MAX_SEGMENTS = 512;
 class ReceivedMessage final : public capnp::MessageReader, public capnp::IncomingRpcMessage {
 public:
   ReceivedMessage(kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> table,
-                  capnp::ReaderOptions options)
-      : capnp::MessageReader(options), words(kj::mv(words)), table(kj::mv(table)) {}
+                  capnp::ReaderOptions options, kj::Array<capnp::word> placed)
+      : capnp::MessageReader(options),
+        words(kj::mv(words)),
+        table(kj::mv(table)),
+        placed(kj::mv(placed)) {}
 
   kj::ArrayPtr<const capnp::word> getSegment(uint id) override {
     if (table == nullptr) return id == 0 ? words.asPtr() : nullptr;
@@ -35,11 +38,12 @@ public:
   }
 
   capnp::AnyPointer::Reader getBody() override { return getRoot<capnp::AnyPointer>(); }
-  size_t sizeInWords() override { return words.size(); }
+  size_t sizeInWords() override { return words.size() + placed.size(); }
 
 private:
   kj::Array<capnp::word> words;
   kj::Array<kj::ArrayPtr<const capnp::word>> table;  // null for a single segment
+  kj::Array<capnp::word> placed;  // the last segment, when a SegmentPlacement gave its memory
 };
 
 // Bytes of the segment table of a message of `segments` segments, padded to a whole word.
@@ -247,6 +251,12 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readSegments(
     capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords) {
   const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
+  if (placement != nullptr && segmentCount > 1) {
+    size_t lastWords = readLe32(sizes + (segmentCount - 1) * 4);
+    if (lastWords * sizeof(capnp::word) >= PLACED_SEGMENT_MIN_BYTES) {
+      return readPlaced(options, segmentCount, table, totalWords, lastWords);
+    }
+  }
   auto words = takeMessageBuffer(totalWords);
   kj::Array<kj::ArrayPtr<const capnp::word>> segments;
   if (segmentCount > 1) {
@@ -280,18 +290,67 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
   });
 }
 
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readPlaced(
+    capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords,
+    size_t lastWords) {
+  const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
+  auto head = takeMessageBuffer(totalWords - lastWords);
+  auto segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
+  size_t offset = 0;
+  for (uint32_t i = 0; i + 1 < segmentCount; ++i) {
+    size_t size = readLe32(sizes + i * 4);
+    segments[i] = head.slice(offset, offset + size);
+    offset += size;
+  }
+  readBegin += table;
+  auto headBytes = head.asBytes();
+  auto read = readInto(headBytes);
+  return read.then([this, options, lastWords, head = kj::mv(head),
+                    segments = kj::mv(segments)]() mutable {
+    auto& p = KJ_ASSERT_NONNULL(placement);
+    kj::Array<capnp::word> last;
+    KJ_IF_MAYBE(placed, p.place(segments.slice(0, segments.size() - 1), lastWords)) {
+      last = kj::mv(*placed);
+    } else {
+      last = takeMessageBuffer(lastWords);
+    }
+    segments[segments.size() - 1] = last;
+    auto lastBytes = last.asBytes();
+    return readInto(lastBytes).then(
+        [this, options, head = kj::mv(head), segments = kj::mv(segments),
+         last = kj::mv(last)]() mutable {
+          return complete(kj::mv(head), kj::mv(segments), options, kj::mv(last));
+        });
+  });
+}
+
+kj::Promise<void> BoundedMessageStream::readInto(kj::ArrayPtr<kj::byte> into) {
+  size_t buffered = std::min(readEnd - readBegin, into.size());
+  memcpy(into.begin(), readBuffer.begin() + readBegin, buffered);
+  readBegin += buffered;
+  if (readBegin == readEnd) readBegin = readEnd = 0;
+  if (buffered == into.size()) return kj::READY_NOW;
+  size_t rest = into.size() - buffered;
+  return bounded(stream.tryRead(into.begin() + buffered, rest, rest)).then([rest](size_t n) {
+    if (n < rest) {
+      kj::throwFatalException(
+          KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));
+    }
+  });
+}
+
 kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> BoundedMessageStream::complete(
     kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> segments,
-    capnp::ReaderOptions options) {
+    capnp::ReaderOptions options, kj::Array<capnp::word> placed) {
   firstMessageRead = true;
   deadline = nullptr;
   KJ_IF_MAYBE(c, counters) {
-    c->received(words.asBytes().size() + tableBytes(segments.size()));
+    c->received(words.asBytes().size() + placed.asBytes().size() + tableBytes(segments.size()));
   }
   capnp::ReaderOptions generous = options;
   generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
   return kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>(
-      kj::heap<ReceivedMessage>(kj::mv(words), kj::mv(segments), generous));
+      kj::heap<ReceivedMessage>(kj::mv(words), kj::mv(segments), generous, kj::mv(placed)));
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -87,6 +87,24 @@ constexpr size_t KEPT_BATCH_CAPACITY = 64 * 1024;
 // A batch that grows past this is handed to the stream without waiting for the end of the turn.
 constexpr size_t BATCH_FLUSH_BYTES = 1024 * 1024;
 
+// Where the large last segment of an incoming message may be read straight to, instead of into
+// the message's own memory: a blob chunk (blob_receiver.h) goes to its place in the blob. Loop
+// thread only.
+class SegmentPlacement {
+public:
+  virtual ~SegmentPlacement() noexcept(false) = default;
+
+  // `head`: every segment of the message but the last, read already (pointers into the last one
+  // cannot be followed); the last is `lastWords` words. Returns exactly `lastWords` words to read
+  // it into (holding whatever must live as long as the message), or null to read it with the
+  // rest. Must not throw.
+  virtual kj::Maybe<kj::Array<capnp::word>> place(
+      kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> head, size_t lastWords) = 0;
+};
+
+// A message's last segment is offered to a SegmentPlacement when it is at least this large.
+constexpr size_t PLACED_SEGMENT_MIN_BYTES = 64 * 1024;
+
 // Borrows `stream`, which must outlive it. Loop thread only.
 class BoundedMessageStream {
 public:
@@ -119,6 +137,10 @@ public:
 
   kj::Maybe<int> getSendBufferSize();
 
+  // Offers the last segment of every incoming message with more than one segment and a last one
+  // of at least PLACED_SEGMENT_MIN_BYTES to `placement`, which must outlive the stream.
+  void placeSegmentsWith(SegmentPlacement& placement) { this->placement = placement; }
+
   // Counts every message read and queued from now on into `counters`, which must outlive the
   // stream.
   void countInto(TransportCounters& counters) { this->counters = counters; }
@@ -144,10 +166,17 @@ private:
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readSegments(
       capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes,
       uint64_t totalWords);
-  // A whole message read: the next one has no deadline until it begins.
+  // The same for a message whose last segment is offered to `placement`: the others first.
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readPlaced(
+      capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes, uint64_t totalWords,
+      size_t lastWords);
+  // `into`: what the buffer holds of it first, then the rest from the socket.
+  kj::Promise<void> readInto(kj::ArrayPtr<kj::byte> into);
+  // A whole message read: the next one has no deadline until it begins. `placed` is its last
+  // segment's memory when that is not in `words`.
   kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> complete(
       kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> segments,
-      capnp::ReaderOptions options);
+      capnp::ReaderOptions options, kj::Array<capnp::word> placed = nullptr);
 
   // A message's first bytes are in: its deadline starts.
   void messageBegan();
@@ -166,6 +195,7 @@ private:
   const uint64_t maxMessageBytes;
   kj::Maybe<ReadLimits> limits;
   kj::Maybe<TransportCounters&> counters;
+  kj::Maybe<SegmentPlacement&> placement;
   kj::Maybe<kj::TimePoint> deadline;  // of the message being read, or of the first one
   bool deadlineIsFirst = true;        // the deadline is the first message's
   bool firstMessageRead = false;

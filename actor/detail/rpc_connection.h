@@ -25,6 +25,10 @@ public:
   // The peer's bootstrap capability (client side).
   capnp::Capability::Client bootstrap();
 
+  // Offers large last segments of incoming messages to `placement` (message_stream.h), which
+  // must outlive the connection.
+  void placeSegmentsWith(SegmentPlacement& placement) { messages.placeSegmentsWith(placement); }
+
   // Counts this connection's messages into `counters`, which must outlive it.
   void countInto(TransportCounters& counters) { messages.countInto(counters); }
 

@@ -1,0 +1,392 @@
+// Blobs (actor/blob.h) at full size, in one run:
+//
+//  * BM_Blob_Loopback/<MiB>: one streamed transfer to one member (bench_blob_member) over
+//    loopback, beside BM_RawTcp_Loopback/<MiB>: the same bytes written to a plain TCP socket and
+//    read into a buffer on the other side (one way, the floor). Bytes/s, and each side's peak
+//    resident memory during the transfer above the payload ("sender_extra_mib",
+//    "member_extra_mib": the member's buffer is the payload).
+//  * BM_Net_*: 8 members over a simulated network (netsim.h: one network namespace per host,
+//    each host's link rate-limited in both directions; needs root), 256 MiB from a sender on a
+//    link of its own: BM_Net_Single (one member: one transfer over one link, the reference),
+//    BM_Net_Broadcast/<fanout> for STAR, CHAIN and TREE, and BM_Net_Pull (every member pulls the
+//    blob from the sender with one ordinary call, what a user would do without blobs).
+//
+//   build/bin/blob_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//   build/bin/blob_bench --benchmark_filter=Huge     # 4 GiB on loopback (9 GiB of memory)
+//   TROUPE_BENCH_LINK=1gbit build/bin/blob_bench --benchmark_filter=Net   # another link rate
+//   TROUPE_BENCH_CHUNK_KIB=1024 TROUPE_BENCH_WINDOW_KIB=8192 ...          # the Net options
+//
+// Each iteration sends a new version; times are wall-clock from the send to the last member's
+// result (manual time). Placement is left to the scheduler: a bulk transfer keeps both ends
+// busy, and the raw floor runs the same way.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <kj/debug.h>
+
+#include "blob_bench.capnp.h"
+#include "bench/netsim.h"
+#include "tests/support/child_process.h"
+#include "troupe/actor/actor_ref.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/blob.h"
+#include "troupe/actor/bytes.h"
+
+namespace {
+
+using troupe::bench::BlobMember;
+using troupe::bench::BlobSource;
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t MiB = 1 << 20;
+constexpr int NET_MEMBERS = 8;
+constexpr uint64_t NET_BYTES = 256 * MiB;
+
+uint64_t peakResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+void resetPeak() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// The payload, made once per size and kept: random bytes, every page touched.
+kj::ArrayPtr<const kj::byte> payload(uint64_t size) {
+  static kj::Array<kj::byte> bytes;
+  if (bytes.size() != size) {
+    bytes = nullptr;
+    bytes = kj::heapArray<kj::byte>(size);
+    std::mt19937_64 random(size);
+    auto* words = reinterpret_cast<uint64_t*>(bytes.begin());
+    for (uint64_t i = 0; i < size / 8; ++i) words[i] = random();
+  }
+  return bytes;
+}
+
+// The payload as a sender's blob, borrowed (the benchmark keeps it).
+kj::Array<const kj::byte> borrowed(kj::ArrayPtr<const kj::byte> bytes) {
+  return kj::Array<const kj::byte>(bytes.begin(), bytes.size(), kj::NullArrayDisposer::instance);
+}
+
+// A bench_blob_member child and its address.
+struct MemberProcess {
+  MemberProcess(std::vector<std::string> prefix, std::string listen, bool raw) {
+    auto args = prefix;
+    std::string program = BENCH_BLOB_MEMBER_PATH;
+    if (!prefix.empty()) {
+      program = prefix[0];
+      args.erase(args.begin());
+      args.push_back(BENCH_BLOB_MEMBER_PATH);
+    }
+    args.push_back("--listen");
+    args.push_back(listen);
+    if (raw) args.push_back("--raw");
+    process = std::make_unique<troupe::test::ChildProcess>(program, args);
+    auto line = process->readLine(30000);
+    KJ_REQUIRE(line.rfind("LISTENING ", 0) == 0, "the member did not start", line);
+    address = line.substr(strlen("LISTENING "));
+    if (raw) {
+      line = process->readLine(30000);
+      KJ_REQUIRE(line.rfind("RAW ", 0) == 0, "the member's raw sink did not start", line);
+      rawAddress = line.substr(strlen("RAW "));
+    }
+  }
+  ~MemberProcess() {
+    process->kill(SIGTERM);
+    process->wait(10000);
+  }
+  std::unique_ptr<troupe::test::ChildProcess> process;
+  std::string address;
+  std::string rawAddress;
+};
+
+struct MemberStats {
+  uint64_t peak = 0;
+  uint64_t blobs = 0;
+};
+
+MemberStats statsOf(troupe::EventLoop& loop, const std::string& address) {
+  auto ref = troupe::ActorRef<BlobMember>::connect(loop, address.c_str(), "member");
+  auto r = ref.call([](BlobMember::Client c) { return c.statsRequest().send(); })
+               .wait(loop.waitScope());
+  return {r.getPeakRssBytes(), r.getBlobs()};
+}
+
+void resetPeakOf(troupe::EventLoop& loop, const std::string& address) {
+  auto ref = troupe::ActorRef<BlobMember>::connect(loop, address.c_str(), "member");
+  ref.call([](BlobMember::Client c) { return c.resetPeakRequest().send(); })
+      .wait(loop.waitScope());
+}
+
+// Sends and waits; returns the seconds it took, or a negative number after failing the
+// benchmark when a member did not get it.
+double sendAndCheck(benchmark::State& state, troupe::EventLoop& loop,
+                    kj::ArrayPtr<const troupe::BlobTarget> targets, uint64_t version,
+                    kj::ArrayPtr<const kj::byte> bytes, troupe::BlobSendOptions options) {
+  auto start = Clock::now();
+  auto results = troupe::sendBlob(loop, targets, "weights", version, borrowed(bytes), options)
+                     .waitAll(600 * kj::SECONDS)
+                     .wait(loop.waitScope());
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& r : results) {
+    KJ_IF_MAYBE(e, r.error) {
+      state.SkipWithError(e->getDescription().cStr());
+      return -1;
+    }
+  }
+  return seconds;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loopback
+
+// Args: MiB, and chunk KiB and window KiB (0: BlobSendOptions' defaults).
+void BM_Blob_Loopback(benchmark::State& state) {
+  uint64_t size = state.range(0) * MiB;
+  troupe::BlobSendOptions options;
+  if (state.range(1) > 0) options.chunkBytes = state.range(1) << 10;
+  if (state.range(2) > 0) options.windowBytes = state.range(2) << 10;
+  auto bytes = payload(size);
+  MemberProcess member({}, "tcp://127.0.0.1:0", false);
+  troupe::EventLoop loop;
+  troupe::BlobTarget target{"bench/member-0", member.address};
+  uint64_t version = 1;
+  sendAndCheck(state, loop, kj::arrayPtr(&target, 1), version++, bytes, options);  // warm-up
+  uint64_t senderPeak = 0;
+  uint64_t memberPeak = 0;
+  for (auto _ : state) {
+    resetPeak();
+    resetPeakOf(loop, member.address);
+    auto seconds = sendAndCheck(state, loop, kj::arrayPtr(&target, 1), version++, bytes, options);
+    if (seconds < 0) return;
+    state.SetIterationTime(seconds);
+    senderPeak = std::max(senderPeak, peakResidentBytes());
+    memberPeak = std::max(memberPeak, statsOf(loop, member.address).peak);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+  state.counters["sender_extra_mib"] = (double(senderPeak) - double(size)) / MiB;
+  state.counters["member_extra_mib"] = (double(memberPeak) - double(size)) / MiB;
+}
+
+int connectTo(const std::string& hostPort) {
+  auto colon = hostPort.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(std::stoi(hostPort.substr(colon + 1)));
+  KJ_REQUIRE(inet_pton(AF_INET, hostPort.substr(0, colon).c_str(), &a.sin_addr) == 1);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  KJ_SYSCALL(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)));
+  return fd;
+}
+
+void writeAll(int fd, const void* data, uint64_t n) {
+  auto* at = static_cast<const char*>(data);
+  while (n > 0) {
+    auto sent = write(fd, at, std::min<uint64_t>(n, 1 << 30));
+    KJ_REQUIRE(sent > 0, "raw write failed");
+    at += sent;
+    n -= sent;
+  }
+}
+
+void BM_RawTcp_Loopback(benchmark::State& state) {
+  uint64_t size = state.range(0) * MiB;
+  auto bytes = payload(size);
+  MemberProcess member({}, "tcp://127.0.0.1:0", true);
+  int fd = connectTo(member.rawAddress);
+  auto once = [&]() {
+    auto start = Clock::now();
+    writeAll(fd, &size, sizeof(size));
+    writeAll(fd, bytes.begin(), size);
+    char ok = 0;
+    KJ_REQUIRE(read(fd, &ok, 1) == 1, "no answer from the raw sink");
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  once();  // warm-up: the sink's buffer
+  for (auto _ : state) state.SetIterationTime(once());
+  close(fd);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The simulated network: host 0 sends, hosts 1..8 are members.
+
+struct Network {
+  Network()
+      : net(NET_MEMBERS + 1, linkRate()),
+        previous(-1) {
+    for (int i = 1; i <= NET_MEMBERS; ++i) {
+      members.push_back(std::make_unique<MemberProcess>(
+          std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", net.ns(i)},
+          "tcp://" + troupe::bench::SimulatedNetwork::ip(i) + ":0", false));
+    }
+  }
+  static std::string linkRate() {
+    const char* rate = getenv("TROUPE_BENCH_LINK");
+    return rate != nullptr ? rate : "2gbit";
+  }
+  kj::Array<troupe::BlobTarget> targets(size_t n) {
+    return KJ_MAP(i, kj::range<size_t>(0, n)) {
+      return troupe::BlobTarget{"bench/member-" + std::to_string(i), members[i]->address};
+    };
+  }
+  troupe::bench::SimulatedNetwork net;
+  std::vector<std::unique_ptr<MemberProcess>> members;
+  int previous;
+};
+
+std::unique_ptr<Network> network;
+
+void stopNetwork(int) {
+  network = nullptr;
+  _exit(1);
+}
+
+Network* theNetwork(benchmark::State& state) {
+  if (!troupe::bench::SimulatedNetwork::available()) {
+    state.SkipWithError("the simulated network needs root, ip and tc");
+    return nullptr;
+  }
+  if (network == nullptr) {
+    signal(SIGINT, stopNetwork);
+    signal(SIGTERM, stopNetwork);
+    try {
+      network = std::make_unique<Network>();
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      return nullptr;
+    }
+  }
+  return network.get();
+}
+
+// Runs `body` with the calling thread in the sender's namespace.
+template <typename Fn>
+void asSender(Network& n, Fn&& body) {
+  int previous = n.net.enter(0);
+  body();
+  troupe::bench::SimulatedNetwork::leave(previous);
+}
+
+uint64_t netVersion = 1;
+
+void broadcast(benchmark::State& state, size_t members, troupe::Fanout fanout) {
+  auto* n = theNetwork(state);
+  if (n == nullptr) return;
+  auto bytes = payload(NET_BYTES);
+  asSender(*n, [&]() {
+    troupe::EventLoop loop;
+    auto targets = n->targets(members);
+    troupe::BlobSendOptions options{.fanout = fanout};
+    if (const char* c = getenv("TROUPE_BENCH_CHUNK_KIB")) options.chunkBytes = atoi(c) << 10;
+    if (const char* w = getenv("TROUPE_BENCH_WINDOW_KIB")) options.windowBytes = uint64_t(atoi(w)) << 10;
+    sendAndCheck(state, loop, targets, netVersion++, bytes, options);  // warm-up
+    for (auto _ : state) {
+      auto seconds = sendAndCheck(state, loop, targets, netVersion++, bytes, options);
+      if (seconds < 0) return;
+      state.SetIterationTime(seconds);
+    }
+  });
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * NET_BYTES));
+}
+
+void BM_Net_Single(benchmark::State& state) { broadcast(state, 1, troupe::Fanout::STAR); }
+
+void BM_Net_Broadcast(benchmark::State& state) {
+  broadcast(state, NET_MEMBERS, static_cast<troupe::Fanout>(state.range(0)));
+  static const char* names[] = {"STAR", "CHAIN", "TREE"};
+  state.SetLabel(names[state.range(0)]);
+}
+
+// The sender serves the blob; each member fetches it with one ordinary call.
+class SourceImpl final : public BlobSource::Server {
+public:
+  explicit SourceImpl(kj::ArrayPtr<const kj::byte> bytes) : bytes(bytes) {}
+
+protected:
+  kj::Promise<void> fetch(FetchContext context) override {
+    auto results = context.getResults();
+    troupe::adoptBytes(results, &BlobSource::FetchResults::Builder::adoptData, borrowed(bytes));
+    return kj::READY_NOW;
+  }
+
+private:
+  kj::ArrayPtr<const kj::byte> bytes;
+};
+
+void BM_Net_Pull(benchmark::State& state) {
+  auto* n = theNetwork(state);
+  if (n == nullptr) return;
+  auto bytes = payload(NET_BYTES);
+  asSender(*n, [&]() {
+    troupe::EventLoop loop;
+    troupe::JobContext job;
+    job.jobId = "bench";
+    troupe::ActorServer source(loop, job);
+    source.host<BlobSource>("source", kj::heap<SourceImpl>(bytes));
+    auto address = source.listen(("tcp://" + troupe::bench::SimulatedNetwork::ip(0) + ":0").c_str());
+    std::vector<troupe::ActorRef<BlobMember>> refs;
+    for (auto& m : n->members) {
+      refs.push_back(troupe::ActorRef<BlobMember>::connect(loop, m->address.c_str(), "member"));
+    }
+    for (auto _ : state) {
+      auto start = Clock::now();
+      auto pulls = KJ_MAP(ref, refs) {
+        return ref.call([&](BlobMember::Client c) {
+          auto r = c.pullRequest();
+          r.setAddress(address);
+          return r.send();
+        }, {.deadline = 600 * kj::SECONDS});
+      };
+      auto all = kj::joinPromises(kj::mv(pulls)).wait(loop.waitScope());
+      state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
+      for (auto& r : all) {
+        if (r.getBytes() != NET_BYTES) state.SkipWithError("a member pulled the wrong size");
+      }
+    }
+  });
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * NET_BYTES));
+}
+
+BENCHMARK(BM_RawTcp_Loopback)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Blob_Loopback)
+    ->Args({1024, 0, 0})
+    ->ArgsProduct({{1024}, {1024, 4096}, {8192, 65536}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// 4 GiB: offsets past 32 bits, and memory at that size (run on its own: --benchmark_filter=Huge).
+void BM_Blob_Huge(benchmark::State& state) { BM_Blob_Loopback(state); }
+BENCHMARK(BM_Blob_Huge)->Args({4096, 0, 0})->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Net_Single)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Net_Broadcast)
+    ->DenseRange(0, 2)
+    ->Iterations(3)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Net_Pull)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  network = nullptr;
+  return 0;
+}
