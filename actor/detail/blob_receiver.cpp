@@ -178,24 +178,22 @@ public:
   // chunks on their way out let go of it).
   void abort(kj::Exception reason) {
     if (failure != nullptr) return;
+    failure = kj::cp(reason);
     KJ_IF_MAYBE(f, forward) {
       (*f)->abort(reason);
     }
     if (!delivered) {
-      log->warn("{}: {} given up after {} bytes: {}", who.cStr(),
-                         describe(header).cStr(), received(), reason.getDescription().cStr());
-      source->fail(kj::cp(reason));
-    }
-    failure = kj::cp(reason);
-    source = nullptr;
-    forget();
-    if (!delivered) {
+      log->warn("{}: {} given up after {} bytes: {}", who.cStr(), describe(header).cStr(),
+                source->available(), reason.getDescription().cStr());
       if (acceptor != nullptr) {
         KJ_IF_MAYBE(gaveUp, acceptor->options.onGiveUp) {
           (*gaveUp)(header, reason);
         }
       }
+      source->fail(kj::mv(reason));
     }
+    source = nullptr;
+    forget();
   }
 
 private:

@@ -1,0 +1,175 @@
+// Blobs between processes (troupe_test_blob_peer): a member killed in the middle of a broadcast
+// of eight, a member whose loop freezes, and a sender killed in the middle of a transfer. The
+// members report what they were handed by its XXH3-64, so the test checks every byte.
+
+#include <signal.h>
+
+#include <memory>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <kj/debug.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "tests/support/child_process.h"
+#include "troupe/actor/blob.h"
+#include "troupe/actor/errors.h"
+
+namespace troupe {
+namespace {
+
+constexpr uint64_t BLOB_BYTES = 16 << 20;
+
+struct Member {
+  explicit Member(std::vector<std::string> flags = {}) {
+    flags.insert(flags.begin(), "receive");
+    process = std::make_unique<test::ChildProcess>(TROUPE_TEST_BLOB_PEER_PATH, flags);
+    auto line = process->readLine(30000);
+    EXPECT_EQ(line.rfind("LISTENING ", 0), 0u) << line;
+    address = line.substr(strlen("LISTENING "));
+  }
+  // The next line that starts with `prefix`, skipping others.
+  std::string waitFor(const std::string& prefix) {
+    for (;;) {
+      auto line = process->readLine(60000);
+      if (line.empty() || line.rfind(prefix, 0) == 0) return line;
+    }
+  }
+  std::unique_ptr<test::ChildProcess> process;
+  std::string address;
+};
+
+kj::Array<kj::byte> pattern(uint64_t size) {
+  auto bytes = kj::heapArray<kj::byte>(size);
+  std::mt19937_64 random(size);
+  for (auto& b : bytes) b = static_cast<kj::byte>(random());
+  return bytes;
+}
+
+std::string checksumOf(kj::ArrayPtr<const kj::byte> bytes) {
+  char hex[17];
+  snprintf(hex, sizeof(hex), "%016llx",
+           static_cast<unsigned long long>(XXH3_64bits(bytes.begin(), bytes.size())));
+  return hex;
+}
+
+// sendBlob on a thread of its own, with its own loop, so that the test can act on the members'
+// output while the transfer runs.
+class SenderThread {
+public:
+  SenderThread(std::vector<BlobTarget> targets, kj::ArrayPtr<const kj::byte> bytes,
+               BlobSendOptions options)
+      : thread([this, targets = kj::mv(targets), bytes, options = kj::mv(options)]() mutable {
+          EventLoop loop(EventLoopOptions{.credentials = Credentials::none()});
+          kj::Array<const kj::byte> copy = kj::heapArray<kj::byte>(bytes);
+          auto transfer = sendBlob(loop, kj::arrayPtr(targets.data(), targets.size()), "weights",
+                                   1, kj::mv(copy), kj::mv(options));
+          for (auto& r : transfer.waitAll(120 * kj::SECONDS).wait(loop.waitScope())) {
+            results.push_back(kj::mv(r));
+          }
+        }) {}
+
+  std::vector<BlobResult> join() {
+    thread.join();
+    return kj::mv(results);
+  }
+
+private:
+  std::vector<BlobResult> results;
+  std::thread thread;
+};
+
+std::vector<BlobTarget> targetsOf(std::vector<std::unique_ptr<Member>>& members) {
+  std::vector<BlobTarget> targets;
+  for (size_t i = 0; i < members.size(); ++i) {
+    targets.push_back({"blobs/m-" + std::to_string(i), members[i]->address});
+  }
+  return targets;
+}
+
+std::string errorOf(const BlobResult& r) {
+  KJ_IF_MAYBE(e, r.error) {
+    return e->getDescription().cStr();
+  }
+  return "ok";
+}
+
+TEST(BlobProcessTest, AMemberKilledInTheMiddleOfABroadcastOfEightIsRoutedAround) {
+  std::vector<std::unique_ptr<Member>> members;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<std::string> flags;
+    if (i == 2) flags = {"--pause-at", std::to_string(1 << 20)};
+    members.push_back(std::make_unique<Member>(flags));
+  }
+  auto bytes = pattern(BLOB_BYTES);
+  SenderThread sender(targetsOf(members), bytes,
+                      {.fanout = Fanout::CHAIN, .chunkBytes = 256 << 10, .windowBytes = 1 << 20});
+  auto& victim = *members[2];
+  ASSERT_EQ(victim.waitFor("PAUSED").rfind("PAUSED ", 0), 0u);
+  victim.process->kill(SIGKILL);
+  victim.process->wait();
+  auto results = sender.join();
+  ASSERT_EQ(results.size(), 8u);
+  auto expected = "RECEIVED 1 " + std::to_string(BLOB_BYTES) + " " + checksumOf(bytes);
+  for (size_t i = 0; i < 8; ++i) {
+    SCOPED_TRACE(results[i].endpoint);
+    if (i == 2) {
+      EXPECT_FALSE(results[i].ok());
+      EXPECT_NE(errorOf(results[i]).find("blobs/m-2"), std::string::npos) << errorOf(results[i]);
+      EXPECT_GE(results[i].bytes, 0u);
+      EXPECT_LT(results[i].bytes, BLOB_BYTES);
+      continue;
+    }
+    EXPECT_TRUE(results[i].ok()) << errorOf(results[i]);
+    EXPECT_EQ(results[i].bytes, BLOB_BYTES);
+    EXPECT_EQ(members[i]->waitFor("RECEIVED"), expected);
+  }
+}
+
+TEST(BlobProcessTest, AMemberWhoseLoopFreezesIsGivenUpAfterTheStallTimeout) {
+  std::vector<std::unique_ptr<Member>> members;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> flags;
+    if (i == 1) flags = {"--pause-at", std::to_string(1 << 20)};
+    members.push_back(std::make_unique<Member>(flags));
+  }
+  auto bytes = pattern(BLOB_BYTES);
+  SenderThread sender(targetsOf(members), bytes,
+                      {.fanout = Fanout::CHAIN,
+                       .chunkBytes = 256 << 10,
+                       .windowBytes = 1 << 20,
+                       .stallTimeout = 300 * kj::MILLISECONDS});
+  auto results = sender.join();  // the frozen member never answers its ping
+  ASSERT_EQ(results.size(), 4u);
+  auto& frozen = KJ_ASSERT_NONNULL(results[1].error);
+  EXPECT_EQ(errorCode(frozen), ErrorCode::DEADLINE_EXCEEDED) << frozen.getDescription().cStr();
+  EXPECT_NE(errorOf(results[1]).find("no progress in 300 ms"), std::string::npos)
+      << errorOf(results[1]);
+  auto expected = "RECEIVED 1 " + std::to_string(BLOB_BYTES) + " " + checksumOf(bytes);
+  for (size_t i : {0, 2, 3}) {
+    EXPECT_TRUE(results[i].ok()) << errorOf(results[i]);
+    EXPECT_EQ(members[i]->waitFor("RECEIVED"), expected);
+  }
+}
+
+TEST(BlobProcessTest, ASenderKilledMidTransferLeavesTheReceiverHoldingNothing) {
+  Member member({"--pause-at", std::to_string(1 << 20), "--idle-ms", "300"});
+  test::ChildProcess sender(TROUPE_TEST_BLOB_PEER_PATH,
+                            {"send", "--to", "blobs/m-0=" + member.address, "--size",
+                             std::to_string(BLOB_BYTES)});
+  ASSERT_EQ(sender.readLine(30000), "SENDING");
+  ASSERT_EQ(member.waitFor("PAUSED").rfind("PAUSED ", 0), 0u);
+  sender.kill(SIGKILL);
+  sender.wait();
+  member.process->kill(SIGUSR1);
+  EXPECT_EQ(member.waitFor("RESUMED"), "RESUMED");
+  auto gaveUp = member.waitFor("GAVE_UP");
+  EXPECT_NE(gaveUp.find("no chunk for 300 ms"), std::string::npos) << gaveUp;
+  EXPECT_EQ(member.waitFor("FREED"), "FREED " + std::to_string(BLOB_BYTES));
+}
+
+}  // namespace
+}  // namespace troupe
