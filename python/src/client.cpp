@@ -413,4 +413,55 @@ py::list PyBroadcast::waitAll(double timeout) {
   return out;
 }
 
+namespace {
+
+struct BlobCompletion final : public Completion {
+  kj::Array<BlobResult> results;
+};
+
+Fanout fanoutOf(const std::string& name) {
+  if (name == "star") return Fanout::STAR;
+  if (name == "chain") return Fanout::CHAIN;
+  if (name == "tree") return Fanout::TREE;
+  raiseInvalidArgument("fanout must be 'star', 'chain' or 'tree', not '" + name + "'");
+}
+
+}  // namespace
+
+py::list PyPool::broadcastBlob(const std::string& name, uint64_t version, py::handle data,
+                               const std::string& fanout, uint32_t treeFanout,
+                               std::optional<uint32_t> chunkBytes,
+                               std::optional<uint64_t> windowBytes, double timeout) {
+  BlobSendOptions options;
+  options.fanout = fanoutOf(fanout);
+  options.treeFanout = treeFanout;
+  if (chunkBytes) options.chunkBytes = *chunkBytes;
+  if (windowBytes) options.windowBytes = *windowBytes;
+  auto limit = durationOf(timeout, "timeout");
+  auto bytes = borrowBuffer(data, "the blob");
+  auto done = kj::atomicRefcounted<BlobCompletion>();
+  runOn<BlobCompletion>(
+      done,
+      [self = shared_from_this(), name, version, limit, bytes = kj::mv(bytes),
+       options = kj::mv(options)](EventLoop&, BlobCompletion& c) mutable {
+        auto transfer = kj::heap(self->pool.get().broadcastBlob(name.c_str(), version,
+                                                                kj::mv(bytes), kj::mv(options)));
+        auto& t = *transfer;
+        return t.waitAll(limit)
+            .then([&c](kj::Array<BlobResult> results) { c.results = kj::mv(results); })
+            .attach(kj::mv(transfer), kj::mv(self));
+      },
+      true);
+  py::list out;
+  for (auto& r : done->results) {
+    py::object error = py::none();
+    KJ_IF_MAYBE(e, r.error) {
+      error = errorObject(*e, r.endpoint);
+    }
+    out.append(py::make_tuple(r.endpoint, error, r.bytes,
+                              double(r.latency / kj::NANOSECONDS) / 1e9));
+  }
+  return out;
+}
+
 }  // namespace troupe::python

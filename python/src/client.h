@@ -174,6 +174,14 @@ public:
   std::shared_ptr<PyBroadcast> broadcast(const std::string& method, pybind11::handle params,
                                          pybind11::dict fields, std::optional<double> timeout);
 
+  // Sends `data` (any buffer, not copied) as blob `name` at `version` to every READY member
+  // (ActorPool::broadcastBlob) and waits, the GIL released, up to `timeout` seconds: one tuple
+  // (endpoint, error or None, bytes, seconds) per member, in name order.
+  pybind11::list broadcastBlob(const std::string& name, uint64_t version,
+                               pybind11::handle data, const std::string& fanout,
+                               uint32_t treeFanout, std::optional<uint32_t> chunkBytes,
+                               std::optional<uint64_t> windowBytes, double timeout);
+
   std::shared_ptr<PyGroup> group;
   LoopOwned<ActorPoolBase> pool;
   // The interface of the members; asyncio fetches it (Methods::startFetch) before a first call.

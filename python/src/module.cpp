@@ -127,7 +127,8 @@ PYBIND11_MODULE(_troupe, m) {
         auto fetch = self->fetchFromAMember();
         return pendingSchema(kj::mv(self), kj::mv(fetch));
       })
-      .def("broadcast", &PyPool::broadcast);
+      .def("broadcast", &PyPool::broadcast)
+      .def("broadcast_blob", &PyPool::broadcastBlob);
 
   py::class_<PyRef, std::shared_ptr<PyRef>>(m, "Ref")
       .def(py::init<std::string, std::string>())

@@ -333,6 +333,19 @@ kj::Maybe<kj::Array<const kj::byte>> Borrowed::find(capnp::Data::Reader data) co
   return nullptr;
 }
 
+kj::Array<const kj::byte> borrowBuffer(py::handle buffer, const std::string& what) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+    PyErr_Clear();
+    raiseInvalidArgument(what + " must be a contiguous buffer (bytes, bytearray, memoryview, "
+                         "a NumPy array), not " +
+                         py::str(py::type::of(buffer).attr("__name__")).cast<std::string>());
+  }
+  auto owner = std::make_shared<Borrowed::Buffer>(view);
+  auto bytes = owner->data();
+  return kj::ArrayPtr<const kj::byte>(bytes.begin(), bytes.size()).attach(kj::mv(owner));
+}
+
 namespace {
 
 // `bytes` for a Data value in the message of `orphanage`: referred to when it may be

@@ -36,6 +36,11 @@ private:
   std::vector<std::shared_ptr<Buffer>> buffers;
 };
 
+// `buffer`'s bytes (any contiguous Python buffer: bytes, bytearray, memoryview, a NumPy array),
+// exported until the returned array is dropped (on any thread; the export is released under the
+// GIL, as Borrowed's are). GIL held. Raises InvalidArgument, naming `what`, for anything else.
+kj::Array<const kj::byte> borrowBuffer(pybind11::handle buffer, const std::string& what);
+
 // Fills `target` from `fields` (a dict of field names, or None for none). GIL held. Raises
 // troupe.InvalidArgument, beginning with `context` (a method's signature), for a name the
 // struct lacks, a value of the wrong type or out of range, or two members of one union. With

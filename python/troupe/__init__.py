@@ -230,6 +230,26 @@ class Broadcast:
         return [Result(*r) for r in self._impl.wait_all(timeout)]
 
 
+class BlobResult:
+    """What became of a blob at one member: `ok`, or `error` (a troupe.Error); `bytes` it
+    received; `seconds` from its first request to having the whole blob (as it measured)."""
+
+    __slots__ = ("endpoint", "error", "bytes", "seconds")
+
+    def __init__(self, endpoint, error, nbytes, seconds):
+        self.endpoint = endpoint
+        self.error = error
+        self.bytes = nbytes
+        self.seconds = seconds
+
+    @property
+    def ok(self):
+        return self.error is None
+
+    def __repr__(self):
+        return f"BlobResult({self.endpoint!r}, {'ok' if self.ok else repr(self.error)})"
+
+
 class Pool:
     """Calls into a group's READY members, round-robin with failover: a call that never ran
     goes to another member; one that may have run is sent again only if idempotent."""
@@ -253,6 +273,17 @@ class Pool:
         """Calls `method` on every READY member at once; wait_all() on the result collects one
         Result per member."""
         return Broadcast(self._impl.broadcast(method, params, fields, timeout))
+
+    def broadcast_blob(self, name, version, data, *, fanout="star", tree_fanout=2,
+                       chunk_bytes=None, window_bytes=None, timeout=60.0):
+        """Sends `data` (bytes, bytearray, memoryview, a NumPy array: sent from the buffer
+        itself, which must not change meanwhile) as blob `name` at `version` to every READY
+        member, whose servers accept it with ActorServer::acceptBlobs. `fanout`: "star" (to each
+        member), "chain" (each member forwards to the next) or "tree". Waits up to `timeout`
+        seconds and returns one BlobResult per member, in name order; a member that dies or
+        refuses is routed around and reported. Raises NoEndpoints when no member is READY."""
+        return [BlobResult(*r) for r in self._impl.broadcast_blob(
+            name, version, data, fanout, tree_fanout, chunk_bytes, window_bytes, timeout)]
 
 
 # --- jobs --------------------------------------------------------------------------------------
