@@ -61,10 +61,10 @@ private:
 
 // One receiving server: what it was handed, and what it gave up.
 struct Member {
+  CountingAllocator memory;  // first: outlives the blobs and the server that hold its arrays
   std::string endpoint;
   std::string address;
   kj::Own<ActorServer> server;
-  CountingAllocator memory;
   std::vector<Blob> received;
   std::vector<std::string> gaveUp;
   kj::Maybe<kj::String> refusal;  // the allocator throws this
