@@ -85,7 +85,9 @@ BlobTransfer sendBlob(EventLoop& loop, kj::ArrayPtr<const BlobTarget> targets, k
                       uint64_t version, kj::Array<const kj::byte> bytes, BlobSendOptions options) {
   validateActorName(name);
   checkOptions(options);
-  if (targets.size() == 0) throwError(ErrorCode::INVALID_ARGUMENT, "a blob needs a member to go to");
+  if (targets.size() == 0) {
+    throwError(ErrorCode::INVALID_ARGUMENT, "a blob needs a member to go to");
+  }
   std::set<std::string> names;
   std::vector<std::string> members;
   for (auto& t : targets) {

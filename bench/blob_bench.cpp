@@ -294,7 +294,9 @@ void broadcast(benchmark::State& state, size_t members, troupe::Fanout fanout) {
     auto targets = n->targets(members);
     troupe::BlobSendOptions options{.fanout = fanout};
     if (const char* c = getenv("TROUPE_BENCH_CHUNK_KIB")) options.chunkBytes = atoi(c) << 10;
-    if (const char* w = getenv("TROUPE_BENCH_WINDOW_KIB")) options.windowBytes = uint64_t(atoi(w)) << 10;
+    if (const char* w = getenv("TROUPE_BENCH_WINDOW_KIB")) {
+      options.windowBytes = uint64_t(atoi(w)) << 10;
+    }
     sendAndCheck(state, loop, targets, netVersion++, bytes, options);  // warm-up
     for (auto _ : state) {
       auto seconds = sendAndCheck(state, loop, targets, netVersion++, bytes, options);
@@ -339,7 +341,8 @@ void BM_Net_Pull(benchmark::State& state) {
     job.jobId = "bench";
     troupe::ActorServer source(loop, job);
     source.host<BlobSource>("source", kj::heap<SourceImpl>(bytes));
-    auto address = source.listen(("tcp://" + troupe::bench::SimulatedNetwork::ip(0) + ":0").c_str());
+    auto listen = "tcp://" + troupe::bench::SimulatedNetwork::ip(0) + ":0";
+    auto address = source.listen(listen.c_str());
     std::vector<troupe::ActorRef<BlobMember>> refs;
     for (auto& m : n->members) {
       refs.push_back(troupe::ActorRef<BlobMember>::connect(loop, m->address.c_str(), "member"));
@@ -371,7 +374,11 @@ BENCHMARK(BM_Blob_Loopback)
     ->Unit(benchmark::kMillisecond);
 // 4 GiB: offsets past 32 bits, and memory at that size (run on its own: --benchmark_filter=Huge).
 void BM_Blob_Huge(benchmark::State& state) { BM_Blob_Loopback(state); }
-BENCHMARK(BM_Blob_Huge)->Args({4096, 0, 0})->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Blob_Huge)
+    ->Args({4096, 0, 0})
+    ->Iterations(3)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Net_Single)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Net_Broadcast)
     ->DenseRange(0, 2)

@@ -435,7 +435,7 @@ size_t BlobReceiver::transferCount() const {
   return n;
 }
 
-void BlobReceiver::receive(capnp::CallContext<schema::ActorHost::ReceiveBlobParams, schema::ActorHost::ReceiveBlobResults> context) {
+void BlobReceiver::receive(ReceiveContext context) {
   auto params = context.getParams();
   auto h = params.getHeader();
   BlobHeader header{h.getName(), h.getVersion(), h.getSize()};
@@ -463,7 +463,8 @@ void BlobReceiver::receive(capnp::CallContext<schema::ActorHost::ReceiveBlobPara
     transfer.resumed();
     results.setSink(kj::heap<BlobSinkImpl>(kj::addRef(transfer), transfer.generation));
     results.setResumeAt(transfer.received());
-    log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(), transfer.received());
+    log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(),
+               transfer.received());
     return;
   }
 

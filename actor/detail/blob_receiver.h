@@ -35,7 +35,9 @@ public:
               BlobAcceptOptions options);
 
   // ActorHost.receiveBlob: starts or resumes a transfer and returns its sink.
-  void receive(capnp::CallContext<schema::ActorHost::ReceiveBlobParams, schema::ActorHost::ReceiveBlobResults> context);
+  using ReceiveContext = capnp::CallContext<schema::ActorHost::ReceiveBlobParams,
+                                            schema::ActorHost::ReceiveBlobResults>;
+  void receive(ReceiveContext context);
 
   // Transfers in progress or finished and still remembered, for tests and metrics.
   size_t transferCount() const;
