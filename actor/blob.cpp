@@ -39,16 +39,6 @@ void checkOptions(const BlobSendOptions& o) {
   }
 }
 
-BlobResult copyOf(const BlobResult& r) {
-  BlobResult c;
-  c.endpoint = r.endpoint;
-  c.address = r.address;
-  c.error = r.error.map([](const kj::Exception& e) { return kj::cp(e); });
-  c.bytes = r.bytes;
-  c.latency = r.latency;
-  return c;
-}
-
 }  // namespace
 
 BlobTransfer::BlobTransfer(kj::Own<actor_detail::BlobFanout> fanout,
@@ -75,7 +65,7 @@ kj::Promise<kj::Array<BlobResult>> BlobTransfer::waitAll(kj::Duration deadline) 
           auto at = outcomes.find(name);
           KJ_ASSERT(at != outcomes.end(), "a member of a finished blob transfer has no outcome",
                     name);
-          return copyOf(at->second);
+          return actor_detail::copyOf(at->second);
         };
       })
       .attach(kj::addRef(f));

@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "blob_bench.capnp.h"
+#include "tests/support/resident_memory.h"
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
 
@@ -37,14 +38,7 @@ namespace {
 using troupe::bench::BlobMember;
 using troupe::bench::BlobSource;
 
-uint64_t peakResidentBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
+uint64_t peakResidentBytes() { return troupe::test::statusBytes("VmHWM:"); }
 
 struct Received {
   uint64_t blobs = 0;

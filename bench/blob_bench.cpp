@@ -40,6 +40,7 @@
 #include "blob_bench.capnp.h"
 #include "bench/netsim.h"
 #include "tests/support/child_process.h"
+#include "tests/support/resident_memory.h"
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/blob.h"
@@ -54,14 +55,7 @@ constexpr uint64_t MiB = 1 << 20;
 constexpr int NET_MEMBERS = 8;
 constexpr uint64_t NET_BYTES = 256 * MiB;
 
-uint64_t peakResidentBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
+uint64_t peakResidentBytes() { return troupe::test::statusBytes("VmHWM:"); }
 
 void resetPeak() { std::ofstream("/proc/self/clear_refs") << "5"; }
 

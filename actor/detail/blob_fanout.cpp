@@ -12,6 +12,16 @@
 
 namespace troupe::actor_detail {
 
+BlobResult copyOf(const BlobResult& r) {
+  BlobResult c;
+  c.endpoint = r.endpoint;
+  c.address = r.address;
+  c.error = r.error.map([](const kj::Exception& e) { return kj::cp(e); });
+  c.bytes = r.bytes;
+  c.latency = r.latency;
+  return c;
+}
+
 uint64_t blobChecksum(kj::ArrayPtr<const kj::byte> bytes) {
   return XXH3_64bits(bytes.begin(), bytes.size());
 }

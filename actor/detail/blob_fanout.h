@@ -24,6 +24,9 @@
 
 namespace troupe::actor_detail {
 
+// A copy of `result` (BlobResult holds a kj::Exception, which copies only by kj::cp).
+BlobResult copyOf(const BlobResult& result);
+
 // The XXH3-64 checksum chunks carry.
 uint64_t blobChecksum(kj::ArrayPtr<const kj::byte> bytes);
 

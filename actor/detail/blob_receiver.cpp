@@ -204,16 +204,6 @@ private:
     kj::throwFatalException(kj::mv(e));
   }
 
-  static BlobResult copyOf(const BlobResult& r) {
-    BlobResult c;
-    c.endpoint = r.endpoint;
-    c.address = r.address;
-    c.error = r.error.map([](const kj::Exception& e) { return kj::cp(e); });
-    c.bytes = r.bytes;
-    c.latency = r.latency;
-    return c;
-  }
-
   // Once the blob is handed over and forwarded, the transfer lets go of its memory (the handler
   // may still hold it).
   void releaseIfDone() {

@@ -33,32 +33,29 @@ kj::Maybe<kj::Duration> graceOf(std::optional<double> grace) {
 
 }  // namespace
 
-PyLauncher::PyLauncher(LocalLauncherOptions options) {
-  // Python handles its signals itself: the launcher's jobs stop with drain() or with it.
-  options.stopJobsOnSignal = false;
+template <typename L, typename Options>
+void PyLauncher::make(Options options, kj::Function<uint64_t(L&, kj::StringPtr)> slurmIdOf) {
   onLoop<bool>([&](EventLoop& loop) {
-    auto local = kj::heap<LocalLauncher>(loop, kj::mv(options));
-    auto& l = *local;
+    auto made = kj::heap<L>(loop, kj::mv(options));
+    auto& l = *made;
     resolverUrl = l.resolverUrl();
     logDirectory = l.logDirectory();
     drainJobs = [&l](kj::Maybe<kj::Duration> grace) { return l.drain(grace); };
-    slurmId = [](kj::StringPtr) -> uint64_t { return 0; };
-    launcher.set(kj::mv(local));
+    slurmId = [&l, of = kj::mv(slurmIdOf)](kj::StringPtr name) mutable { return of(l, name); };
+    launcher.set(kj::mv(made));
     return true;
   });
 }
 
+PyLauncher::PyLauncher(LocalLauncherOptions options) {
+  // Python handles its signals itself: the launcher's jobs stop with drain() or with it.
+  options.stopJobsOnSignal = false;
+  make<LocalLauncher>(kj::mv(options), [](LocalLauncher&, kj::StringPtr) -> uint64_t { return 0; });
+}
+
 PyLauncher::PyLauncher(SlurmLauncherOptions options) {
-  onLoop<bool>([&](EventLoop& loop) {
-    auto slurm = kj::heap<SlurmLauncher>(loop, kj::mv(options));
-    auto& l = *slurm;
-    resolverUrl = l.resolverUrl();
-    logDirectory = l.logDirectory();
-    drainJobs = [&l](kj::Maybe<kj::Duration> grace) { return l.drain(grace); };
-    slurmId = [&l](kj::StringPtr name) { return l.slurmJobId(name); };
-    launcher.set(kj::mv(slurm));
-    return true;
-  });
+  make<SlurmLauncher>(kj::mv(options),
+                      [](SlurmLauncher& l, kj::StringPtr name) { return l.slurmJobId(name); });
 }
 
 std::shared_ptr<PyJob> PyLauncher::submit(const std::string& name, std::vector<std::string> argv,

@@ -54,6 +54,10 @@ public:
   std::string logDirectory;
 
 private:
+  // Makes launcher L on the loop; `slurmIdOf` answers slurmJobId() for it.
+  template <typename L, typename Options>
+  void make(Options options, kj::Function<uint64_t(L&, kj::StringPtr)> slurmIdOf);
+
   // Loop thread: what the launcher's own class has beyond Launcher's interface.
   kj::Function<kj::Promise<void>(kj::Maybe<kj::Duration>)> drainJobs;
   kj::Function<uint64_t(kj::StringPtr)> slurmId;
