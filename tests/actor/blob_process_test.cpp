@@ -61,13 +61,14 @@ std::string checksumOf(kj::ArrayPtr<const kj::byte> bytes) {
 class SenderThread {
 public:
   SenderThread(std::vector<BlobTarget> targets, kj::ArrayPtr<const kj::byte> bytes,
-               BlobSendOptions options)
-      : thread([this, targets = kj::mv(targets), bytes, options = kj::mv(options)]() mutable {
+               BlobSendOptions options, kj::Duration deadline = 120 * kj::SECONDS)
+      : thread([this, targets = kj::mv(targets), bytes, options = kj::mv(options),
+                deadline]() mutable {
           EventLoop loop(EventLoopOptions{.credentials = Credentials::none()});
           kj::Array<const kj::byte> copy = kj::heapArray<kj::byte>(bytes);
           auto transfer = sendBlob(loop, kj::arrayPtr(targets.data(), targets.size()), "weights",
                                    1, kj::mv(copy), kj::mv(options));
-          for (auto& r : transfer.waitAll(120 * kj::SECONDS).wait(loop.waitScope())) {
+          for (auto& r : transfer.waitAll(deadline).wait(loop.waitScope())) {
             results.push_back(kj::mv(r));
           }
         }) {}
@@ -153,6 +154,39 @@ TEST(BlobProcessTest, AMemberWhoseLoopFreezesIsGivenUpAfterTheStallTimeout) {
     EXPECT_TRUE(results[i].ok()) << errorOf(results[i]);
     EXPECT_EQ(members[i]->waitFor("RECEIVED"), expected);
   }
+}
+
+TEST(BlobProcessTest, TheDeadlineGivesTheTransferUpEverywhereItRuns) {
+  // Member 1 stalls (its loop stops) but stays within the stall timeout: the deadline ends it.
+  std::vector<std::unique_ptr<Member>> members;
+  members.push_back(std::make_unique<Member>());
+  members.push_back(std::make_unique<Member>(
+      std::vector<std::string>{"--pause-at", std::to_string(1 << 20)}));
+  members.push_back(std::make_unique<Member>());
+  auto bytes = pattern(BLOB_BYTES);
+  SenderThread sender(targetsOf(members), bytes,
+                      {.fanout = Fanout::CHAIN,
+                       .chunkBytes = 256 << 10,
+                       .windowBytes = 1 << 20,
+                       .stallTimeout = 60 * kj::SECONDS},
+                      500 * kj::MILLISECONDS);
+  auto results = sender.join();
+  ASSERT_EQ(results.size(), 3u);
+  for (auto& r : results) {
+    SCOPED_TRACE(r.endpoint);
+    auto& e = KJ_ASSERT_NONNULL(r.error);
+    EXPECT_EQ(errorCode(e), ErrorCode::DEADLINE_EXCEEDED) << e.getDescription().cStr();
+  }
+  // The first member had it all before the deadline (its result says how much it took); the
+  // stalled one, once it runs again, finds the transfer given up by the member before it, and
+  // frees what it held.
+  EXPECT_EQ(results[0].bytes, BLOB_BYTES);
+  EXPECT_EQ(members[0]->waitFor("RECEIVED").rfind("RECEIVED 1 ", 0), 0u);
+  auto& stalled = *members[1];
+  stalled.process->kill(SIGUSR1);
+  auto gaveUp = stalled.waitFor("GAVE_UP");
+  EXPECT_NE(gaveUp.find("aborted by its sender"), std::string::npos) << gaveUp;
+  EXPECT_EQ(stalled.waitFor("FREED"), "FREED " + std::to_string(BLOB_BYTES));
 }
 
 TEST(BlobProcessTest, ASenderKilledMidTransferLeavesTheReceiverHoldingNothing) {
