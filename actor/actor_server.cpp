@@ -291,6 +291,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     acceptor->closeConnections();
     tracker.abortAll(makeError(ErrorCode::DISCONNECTED,
                                "the server stopped before the call finished; it may have run"));
+    blobs->stop();
     state = ServerState::STOPPED;
     http = nullptr;
     signals = nullptr;  // signals have their default effect again
@@ -371,8 +372,7 @@ protected:
       throwError(ErrorCode::DRAINING,
                  kj::str("server at ", server.endpointAddress(), " is draining; it takes no blob"));
     }
-    server.blobs->receive(context);
-    return kj::READY_NOW;
+    return server.blobs->receive(context);
   }
 
   kj::Promise<void> ping(PingContext context) override {

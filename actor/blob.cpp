@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <map>
 #include <set>
 
 #include <kj/debug.h>
@@ -63,9 +64,13 @@ kj::Promise<kj::Array<BlobResult>> BlobTransfer::waitAll(kj::Duration deadline) 
         auto& outcomes = f.outcomes();
         return KJ_MAP(name, members) {
           auto at = outcomes.find(name);
-          KJ_ASSERT(at != outcomes.end(), "a member of a finished blob transfer has no outcome",
-                    name);
-          return actor_detail::copyOf(at->second);
+          if (at != outcomes.end()) return actor_detail::copyOf(at->second);
+          // No member reported it (a broken peer's report): it cannot be said to have it.
+          BlobResult missing;
+          missing.endpoint = name;
+          missing.error = makeError(ErrorCode::FAILED,
+                                    kj::str(name, ": no member reported what became of the blob"));
+          return missing;
         };
       })
       .attach(kj::addRef(f));
@@ -78,13 +83,27 @@ BlobTransfer sendBlob(EventLoop& loop, kj::ArrayPtr<const BlobTarget> targets, k
   if (targets.size() == 0) {
     throwError(ErrorCode::INVALID_ARGUMENT, "a blob needs a member to go to");
   }
+  if (targets.size() > actor_detail::MAX_BLOB_HOPS) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("a blob goes to at most ", actor_detail::MAX_BLOB_HOPS, " members, not ",
+                       targets.size()));
+  }
   std::set<std::string> names;
+  std::map<std::string, std::string> addresses;  // address -> endpoint
   std::vector<std::string> members;
   for (auto& t : targets) {
     members.push_back(t.endpoint);
     if (!names.insert(t.endpoint).second) {
       throwError(ErrorCode::INVALID_ARGUMENT,
                  kj::str("member '", printable(t.endpoint), "' is named twice"));
+    }
+    // One server receives a blob once: two members there would resume each other's transfer.
+    auto [at, fresh] = addresses.emplace(t.address, t.endpoint);
+    if (!fresh) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("members '", printable(at->second), "' and '", printable(t.endpoint),
+                         "' are at the same address ", printable(t.address),
+                         "; a server receives a blob once"));
     }
   }
   actor_detail::BlobParams params;

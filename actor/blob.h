@@ -176,9 +176,10 @@ private:
   std::vector<std::string> members;
 };
 
-// Sends `bytes` as blob `name` at `version` to `targets` (at least one; endpoint names unique),
-// laid out as options.fanout says in the order given. Throws INVALID_ARGUMENT for bad options, a
-// bad name (as an actor name) or no targets; everything else is in the results. The bytes are
+// Sends `bytes` as blob `name` at `version` to `targets` (1 to 4096, endpoint names and addresses
+// unique), laid out as options.fanout says in the order given. Throws INVALID_ARGUMENT for bad
+// options, a bad name (as an actor name), or targets outside those rules; everything else is in
+// the results. The bytes are
 // held until the transfer ends and must not change meanwhile. Loop thread.
 BlobTransfer sendBlob(EventLoop& loop, kj::ArrayPtr<const BlobTarget> targets, kj::StringPtr name,
                       uint64_t version, kj::Array<const kj::byte> bytes,

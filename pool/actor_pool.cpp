@@ -510,8 +510,8 @@ BlobTransfer ActorPoolBase::broadcastBlob(kj::StringPtr name, uint64_t version,
   auto members = group().readyMembers();
   if (members.size() == 0) {
     throwError(ErrorCode::NO_ENDPOINTS,
-               kj::str("no READY member of ", group().jobId(), "/", group().actorName(),
-                       "- to send blob '", name, "' to"));
+               kj::str("blob '", name, "': no member of ", group().jobId(), "/",
+                       group().actorName(), "-* is READY"));
   }
   auto targets = KJ_MAP(m, members) { return BlobTarget{m->endpoint.name, m->endpoint.address}; };
   return sendBlob(group().loop(), targets, name, version, kj::mv(bytes), kj::mv(options));

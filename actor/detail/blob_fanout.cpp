@@ -261,7 +261,8 @@ private:
     header.setTransfer(p.transfer);
     header.setChunkBytes(p.chunkBytes);
     header.setWindowBytes(p.windowBytes);
-    header.setStallMillis(static_cast<uint32_t>(p.stallTimeout / kj::MILLISECONDS));
+    header.setStallMillis(
+        static_cast<uint32_t>(std::min<int64_t>(p.stallTimeout / kj::MILLISECONDS, UINT32_MAX)));
     std::vector<std::pair<const BlobHop*, int32_t>> flat;
     flatten(hop.children, -1, flat);
     writeHops(request.initHops(flat.size()), flat);
@@ -336,8 +337,11 @@ private:
             result.bytes = o.getBytes();
             result.latency = o.getMicros() * kj::MICROSECONDS;
             if (!o.getOk()) {
-              result.error = kj::Exception(static_cast<kj::Exception::Type>(o.getErrorType()),
-                                           __FILE__, __LINE__, kj::str(o.getError()));
+              // The peer's word: a type out of range is taken as FAILED.
+              auto type = o.getErrorType() <= uint8_t(kj::Exception::Type::UNIMPLEMENTED)
+                              ? static_cast<kj::Exception::Type>(o.getErrorType())
+                              : kj::Exception::Type::FAILED;
+              result.error = kj::Exception(type, __FILE__, __LINE__, kj::str(o.getError()));
             }
             reported.push_back(kj::mv(result));
           }
@@ -438,9 +442,9 @@ void BlobFanout::ended(Hop& hop, kj::Maybe<kj::Exception> error,
               params.name, params.version, member.endpoint, e->getDescription().cStr(),
               member.children.size());
     record(kj::mv(failed));
-    KJ_IF_MAYBE(goodbye, hop.sendAbort("the sender gave this member up")) {
-      tasks->add(kj::mv(*goodbye));
-    }
+    // Its children are resumed from here, which supersedes it where it still forwards; it is
+    // not told to give up (that would give up its children's parts too), and frees its own
+    // part by its idle timeout.
     for (auto& child : member.children) start(child);
   } else {
     for (auto& o : reported) record(kj::mv(o));
@@ -453,6 +457,7 @@ void BlobFanout::ended(Hop& hop, kj::Maybe<kj::Exception> error,
       break;
     }
   }
+  if (running.empty()) source = nullptr;  // done: the blob's memory goes once chunks let go
   changed.notify();
 }
 
@@ -475,6 +480,7 @@ void BlobFanout::abort(const kj::Exception& reason) {
     }
   }
   running.clear();
+  source = nullptr;
   changed.notify();
 }
 

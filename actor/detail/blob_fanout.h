@@ -97,7 +97,8 @@ struct BlobParams {
 };
 
 // Most members one receiveBlob request may name.
-constexpr uint32_t MAX_BLOB_HOPS = 65536;
+// (A chain's members nest this deep: the forest is walked recursively.)
+constexpr uint32_t MAX_BLOB_HOPS = 4096;
 
 // The forest a receiveBlob request's flat list of hops describes. Throws INVALID_ARGUMENT for a
 // list that is not one (a parent after its child), or longer than MAX_BLOB_HOPS.

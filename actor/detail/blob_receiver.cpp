@@ -78,7 +78,7 @@ public:
   // The memory chunk `offset` of `words` words is to be read into, when it is the next one not
   // placed yet and fits there exactly: for SegmentPlacement.
   kj::Maybe<kj::Array<capnp::word>> placeChunk(uint64_t offset, size_t words) {
-    if (failure != nullptr || delivered || source.get() == nullptr) return nullptr;
+    if (failure != nullptr || delivered || resuming || source.get() == nullptr) return nullptr;
     auto& s = *source;
     if (offset != placedUpTo || offset >= s.size()) return nullptr;
     uint64_t length = s.chunkSize(offset / s.chunkBytes());
@@ -88,12 +88,32 @@ public:
       return nullptr;
     }
     placedUpTo += length;
+    ++placementsOut;
+    auto hold = kj::defer([self = kj::addRef(*this)]() mutable {
+      if (--self->placementsOut == 0) self->placementsDone.notify();
+    });
     return kj::ArrayPtr<capnp::word>(reinterpret_cast<capnp::word*>(at), words)
-        .attach(kj::addRef(s));
+        .attach(kj::addRef(s), kj::mv(hold));
   }
 
-  // A new sender resumes: chunks are placed from where the transfer got to.
-  void resumed() { placedUpTo = received(); }
+  // A new sender resumes the transfer. Resolves, with the sink it writes into, once no message
+  // is being read into the blob's memory any more (none is placed meanwhile), so that no stale
+  // read lands on bytes the new sender's chunks fill and check; chunks are then placed again
+  // from where the transfer got to, and the sinks handed out before are superseded.
+  kj::Promise<capnp::Capability::Client> resume() {
+    resuming = true;
+    return whenNotPlacing().then([self = kj::addRef(*this)]() mutable -> capnp::Capability::Client {
+      auto& t = *self;
+      t.resuming = false;
+      t.placedUpTo = t.received();
+      ++t.generation;
+      t.touch();
+      return t.newSink(kj::mv(self));
+    });
+  }
+
+  // The sink of the current generation.
+  static capnp::Capability::Client newSink(kj::Own<Transfer> transfer);
 
   uint64_t generation = 0;  // of the sink that may write now
 
@@ -104,14 +124,21 @@ public:
   }
 
   bool inProgress() const { return failure == nullptr && !delivered; }
+  bool handedOver() const { return delivered; }
   uint64_t version() const { return header.version; }
-  uint64_t received() const { return delivered ? header.size : source->available(); }
+  uint64_t received() const {
+    if (delivered) return header.size;
+    return source.get() == nullptr ? 0 : source->available();
+  }
   kj::Maybe<const kj::Exception&> failed() const { return failure; }
   void touch() { lastActivity = loop.timer().now(); }
 
-  void write(uint64_t offset, capnp::Data::Reader data, uint64_t checksum) {
+  void write(uint64_t transfer, uint64_t offset, capnp::Data::Reader data, uint64_t checksum) {
     KJ_IF_MAYBE(e, failure) {
       kj::throwFatalException(kj::cp(*e));
+    }
+    if (transfer != id) {
+      giveUp(kj::str("a chunk of transfer ", transfer, " came to the sink of transfer ", id));
     }
     if (delivered) {
       giveUp(kj::str("a chunk at byte ", offset, " after the whole blob arrived"));
@@ -130,12 +157,22 @@ public:
       giveUp(kj::str("the chunk at byte ", offset, " failed its checksum"));
     }
     auto* at = s.writable() + offset;
-    if (data.begin() != at) memcpy(at, data.begin(), data.size());  // else placed there already
+    if (data.begin() != at) {
+      // Copied, not placed: no read may still be landing on these bytes.
+      if (placementsOut > 0 && placedUpTo > offset) {
+        giveUp(kj::str("the chunk at byte ", offset, " came while another was read into its "
+                       "place"));
+      }
+      memcpy(at, data.begin(), data.size());
+    }
     placedUpTo = std::max(placedUpTo, offset + data.size());
     s.append(checksum);
     touch();
     KJ_IF_MAYBE(progress, acceptor->options.onProgress) {
-      (*progress)(header, s.available());
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { (*progress)(header, s.available()); })) {
+        log->error("{}: the onProgress callback of {} threw: {}", who.cStr(),
+                   describe(header).cStr(), e->getDescription().cStr());
+      }
     }
     if (s.available() == s.size()) deliver();
   }
@@ -143,10 +180,10 @@ public:
   // Resolves, once this member handed the blob over and every member it forwards to finished,
   // with this member's outcome (unnamed) and theirs.
   kj::Promise<std::vector<BlobResult>> finish() {
-    KJ_IF_MAYBE(e, failure) {
-      return kj::cp(*e);
-    }
     if (!delivered) {
+      KJ_IF_MAYBE(e, failure) {
+        return kj::cp(*e);
+      }
       giveUp(kj::str("the sender finished after ", source->available(), " of ", header.size,
                      " bytes"));
     }
@@ -187,7 +224,10 @@ public:
                 source->available(), reason.getDescription().cStr());
       if (acceptor != nullptr) {
         KJ_IF_MAYBE(gaveUp, acceptor->options.onGiveUp) {
-          (*gaveUp)(header, reason);
+          KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { (*gaveUp)(header, reason); })) {
+            log->error("{}: the onGiveUp callback of {} threw: {}", who.cStr(),
+                       describe(header).cStr(), e->getDescription().cStr());
+          }
         }
       }
       source->fail(kj::mv(reason));
@@ -223,11 +263,11 @@ private:
       acceptor->delivered = header.version;
     }
     log->debug("{}: received {} in {} ms", who.cStr(), describe(header).cStr(),
-                        took / kj::MILLISECONDS);
+               took / kj::MILLISECONDS);
     Blob blob{header.name, header.version, source->slice(0, header.size)};
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { acceptor->handle(kj::mv(blob)); })) {
       log->error("{}: the handler of {} failed: {}", who.cStr(), describe(header).cStr(),
-                          e->getDescription().cStr());
+                 e->getDescription().cStr());
       handlerFailure = makeError(ErrorCode::FAILED, kj::str("the receiver's handler of ",
                                                            describe(header), " failed: ",
                                                            e->getDescription()));
@@ -284,6 +324,14 @@ private:
   kj::Duration took = 0 * kj::SECONDS;
   kj::Own<BlobSource> source;  // null once given up, or handed over and forwarded
   uint64_t placedUpTo = 0;     // chunks below this were placed (or written): see placeChunk()
+  uint32_t placementsOut = 0;  // messages being read into the blob's memory, or not yet served
+  ChangeSignal placementsDone;
+  bool resuming = false;       // a new sender waits for placements to end: none is made
+
+  kj::Promise<void> whenNotPlacing() {
+    if (placementsOut == 0) return kj::READY_NOW;
+    return placementsDone.next().then([this]() { return whenNotPlacing(); });
+  }
   kj::Maybe<kj::Own<BlobFanout>> forward;
   bool delivered = false;
   kj::Maybe<kj::Exception> failure;         // given up
@@ -307,7 +355,8 @@ protected:
       return kj::READY_NOW;
     }
     auto params = context.getParams();
-    transfer->write(params.getOffset(), params.getData(), params.getChecksum());
+    transfer->write(params.getTransfer(), params.getOffset(), params.getData(),
+                    params.getChecksum());
     return kj::READY_NOW;
   }
 
@@ -352,6 +401,11 @@ private:
 
 }  // namespace
 
+capnp::Capability::Client BlobReceiver::Transfer::newSink(kj::Own<Transfer> transfer) {
+  auto generation = transfer->generation;
+  return kj::heap<BlobSinkImpl>(kj::mv(transfer), generation);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 BlobReceiver::BlobReceiver(EventLoop& loop, ChannelOptions forwarding,
@@ -362,13 +416,17 @@ BlobReceiver::BlobReceiver(EventLoop& loop, ChannelOptions forwarding,
       who(kj::mv(who)),
       tasks(kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this))) {}
 
-BlobReceiver::~BlobReceiver() noexcept(false) {
+void BlobReceiver::stop() {
   for (auto& [name, acceptor] : acceptors) {
     auto transfers = kj::mv(acceptor->transfers);
     for (auto& [id, transfer] : transfers) {
       transfer->abort(makeError(ErrorCode::BLOB_ABORTED, "the receiving server stopped"));
     }
   }
+}
+
+BlobReceiver::~BlobReceiver() noexcept(false) {
+  stop();
   // What still holds a transfer (a record on its way out, a sink) lets go of it later.
   tasks = nullptr;
   for (auto& [id, transfer] : byId) transfer->orphan();
@@ -425,7 +483,7 @@ size_t BlobReceiver::transferCount() const {
   return n;
 }
 
-void BlobReceiver::receive(ReceiveContext context) {
+kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
   auto params = context.getParams();
   auto h = params.getHeader();
   BlobHeader header{h.getName(), h.getVersion(), h.getSize()};
@@ -438,24 +496,27 @@ void BlobReceiver::receive(ReceiveContext context) {
                    ")"));
   }
   auto& acceptor = *found->second;
-  auto results = context.getResults();
 
-  // The same transfer again: its sender died and another resumes it from where it got to.
+  // The same transfer again: its sender died and another resumes it from where it got to (or
+  // asks how it went, once it is whole).
   uint64_t id = h.getTransfer();
   auto existing = acceptor.transfers.find(id);
-  if (existing != acceptor.transfers.end() && existing->second->failed() == nullptr) {
+  if (existing != acceptor.transfers.end() &&
+      (existing->second->failed() == nullptr || existing->second->handedOver())) {
     auto& transfer = *existing->second;
     if (!transfer.sameBlob(header, h.getChunkBytes())) {
       refuse(kj::str(describe(header), " names transfer ", id, ", which is another blob here"));
     }
-    ++transfer.generation;
-    transfer.touch();
-    transfer.resumed();
-    results.setSink(kj::heap<BlobSinkImpl>(kj::addRef(transfer), transfer.generation));
-    results.setResumeAt(transfer.received());
-    log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(),
-               transfer.received());
-    return;
+    auto t = kj::addRef(transfer);
+    return transfer.resume().then(
+        [this, context, t = kj::mv(t), header = kj::mv(header)](
+            capnp::Capability::Client sink) mutable {
+          auto results = context.getResults();
+          results.setSink(sink.castAs<schema::BlobSink>());
+          results.setResumeAt(t->received());
+          log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(),
+                     t->received());
+        });
   }
 
   uint32_t chunk = h.getChunkBytes();
@@ -512,9 +573,11 @@ void BlobReceiver::receive(ReceiveContext context) {
   auto source = kj::refcounted<BlobSource>(kj::mv(memory), header.size, chunk, 0);
   auto transfer = kj::refcounted<Transfer>(*this, acceptor, header, kj::mv(forward),
                                            kj::mv(source), kj::mv(hops));
-  results.setSink(kj::heap<BlobSinkImpl>(kj::addRef(*transfer), transfer->generation));
+  auto results = context.getResults();
+  results.setSink(Transfer::newSink(kj::addRef(*transfer)).castAs<schema::BlobSink>());
   results.setResumeAt(0);
   acceptor.transfers.emplace(id, kj::mv(transfer));
+  return kj::READY_NOW;
 }
 
 }  // namespace troupe::actor_detail

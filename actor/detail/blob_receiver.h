@@ -34,10 +34,15 @@ public:
   void accept(kj::StringPtr name, BlobAllocator allocate, BlobHandler handle,
               BlobAcceptOptions options);
 
-  // ActorHost.receiveBlob: starts or resumes a transfer and returns its sink.
+  // ActorHost.receiveBlob: starts or resumes a transfer; resolves once its results hold the
+  // sink (a resume waits for chunks of the old sender still being read in).
   using ReceiveContext = capnp::CallContext<schema::ActorHost::ReceiveBlobParams,
                                             schema::ActorHost::ReceiveBlobResults>;
-  void receive(ReceiveContext context);
+  kj::Promise<void> receive(ReceiveContext context);
+
+  // Gives up every transfer (its server stopped): each frees its memory once nothing refers to
+  // it, and forwards no more.
+  void stop();
 
   // Transfers in progress or finished and still remembered, for tests and metrics.
   size_t transferCount() const;

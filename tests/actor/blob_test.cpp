@@ -5,12 +5,14 @@
 
 #include "troupe/actor/blob.h"
 
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_server.h"
+#include "troupe/actor/bytes.h"
 #include "troupe/actor/channel.h"
 #include "troupe/actor/errors.h"
 #include "troupe/actor/detail/blob_fanout.h"
@@ -167,6 +169,8 @@ TEST_F(BlobTest, ChainAndTreeDeliverToEveryMember) {
       expectHolds(*members[i], bytes, version);
       members[i]->received.clear();
     }
+    // Once the handlers let go, no member holds the blob, forwarders included.
+    for (auto& m : members) await(loop, m->memory.whenAllFreed());
     ++version;
   }
 }
@@ -296,16 +300,17 @@ protected:
   }
   ~BlobWireTest() noexcept override {}
 
-  // Opens transfer `id` of a blob of `size` bytes in chunks of 4 KiB.
+  // Opens transfer `id` of a blob of `size` bytes in chunks of `chunk` bytes.
   schema::BlobSink::Client open(uint64_t id, uint64_t size, uint64_t version = 1,
-                                uint64_t resumeAt = 0) {
+                                uint64_t resumeAt = 0, uint32_t chunk = 4096) {
+    transfers[sinkKey++] = id;
     auto request = channel->host().receiveBlobRequest();
     auto h = request.initHeader();
     h.setName("weights");
     h.setVersion(version);
     h.setSize(size);
     h.setTransfer(id);
-    h.setChunkBytes(4096);
+    h.setChunkBytes(chunk);
     h.setWindowBytes(1 << 20);
     h.setStallMillis(1000);
     auto response = await(loop, request.send());
@@ -313,10 +318,12 @@ protected:
     return response.getSink();
   }
 
+  // A chunk of the transfer opened last (or of `transfer`).
   kj::Promise<capnp::Response<schema::BlobSink::WriteResults>> write(
       schema::BlobSink::Client& sink, uint64_t offset, kj::ArrayPtr<const kj::byte> data,
-      kj::Maybe<uint64_t> checksum = nullptr) {
+      kj::Maybe<uint64_t> checksum = nullptr, kj::Maybe<uint64_t> transfer = nullptr) {
     auto request = sink.writeRequest();
+    request.setTransfer(transfer.orDefault(transfers[sinkKey - 1]));
     request.setOffset(offset);
     request.setData(data);
     request.setChecksum(checksum.orDefault(actor_detail::blobChecksum(data)));
@@ -325,6 +332,8 @@ protected:
 
   Member& member;
   kj::Own<Channel> channel;
+  std::map<int, uint64_t> transfers;  // the ids opened, in order
+  int sinkKey = 0;
 };
 
 TEST_F(BlobWireTest, AChunkThatFailsItsChecksumGivesTheTransferUpAndFreesIt) {
@@ -339,6 +348,37 @@ TEST_F(BlobWireTest, AChunkThatFailsItsChecksumGivesTheTransferUpAndFreesIt) {
   // Later writes are refused the same way; nothing was handed over.
   e = awaitError(loop, write(sink, 4096, bytes.slice(4096, 8192)));
   EXPECT_EQ(e.code, ErrorCode::BLOB_ABORTED) << e.text;
+  EXPECT_TRUE(member.received.empty());
+}
+
+TEST_F(BlobWireTest, AChunkReadStraightIntoPlaceIsCheckedLikeAnyOther) {
+  // 64 KiB chunks sent as their message's own segment (adoptBytes), as senders send them: the
+  // server reads them into the blob before serving the write.
+  auto bytes = pattern(2 << 16, 11);
+  auto sink = open(21, bytes.size(), 1, 0, 1 << 16);
+  auto placed = [&](uint64_t offset, kj::Maybe<uint64_t> checksum, uint64_t transfer) {
+    auto chunk = bytes.slice(offset, offset + (1 << 16));
+    auto request = sink.writeRequest();
+    request.setTransfer(transfer);
+    request.setOffset(offset);
+    request.setChecksum(checksum.orDefault(actor_detail::blobChecksum(chunk)));
+    kj::Array<const kj::byte> copy = kj::heapArray<kj::byte>(chunk);
+    EXPECT_TRUE(adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData,
+                           kj::mv(copy)));
+    return request.send();
+  };
+  await(loop, placed(0, nullptr, 21));
+  // A chunk naming another transfer is refused, and gives this one up.
+  auto e = awaitError(loop, placed(1 << 16, nullptr, 22));
+  EXPECT_EQ(e.code, ErrorCode::BLOB_ABORTED) << e.text;
+  EXPECT_TRUE(contains(e.text, "a chunk of transfer 22 came to the sink of transfer 21")) << e.text;
+  await(loop, member.memory.whenAllFreed());
+
+  auto again = open(23, bytes.size(), 2, 0, 1 << 16);
+  sink = kj::mv(again);
+  e = awaitError(loop, placed(0, uint64_t{42}, 23));
+  EXPECT_TRUE(contains(e.text, "the chunk at byte 0 failed its checksum")) << e.text;
+  await(loop, member.memory.whenAllFreed());
   EXPECT_TRUE(member.received.empty());
 }
 
