@@ -64,8 +64,10 @@
 //                                                                    part-way: aborted by its
 //                                                                    sender, superseded by a newer
 //                                                                    version, a chunk failed its
-//                                                                    checksum, or no progress
-//                                                                    within its timeout
+//                                                                    checksum, or no chunk within
+//                                                                    the receiver's idle timeout
+//                                                                    (a member that stalls is
+//                                                                    DEADLINE_EXCEEDED)
 //
 // An exception without a troupe code maps to the code of its type (FAILED, OVERLOADED,
 // DISCONNECTED, UNIMPLEMENTED), for which callNeverRan() is false: even UNIMPLEMENTED may come

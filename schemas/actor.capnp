@@ -93,5 +93,6 @@ interface ActorHost {
   # sender died and another took over). The receiver forwards what it receives to the
   # `hops` whose parent is -1, and tells each of them whom to forward to in turn.
   # Refused before any byte moves with "troupe.blob_refused" (no receiver of that name, too big,
-  # a version it has or is receiving a newer one of), and like getActor while draining.
+  # a version it has or is receiving a newer one of), "troupe.invalid_argument" for a malformed
+  # header or hop list, and like getActor while draining.
 }
