@@ -60,7 +60,7 @@ kj::Promise<kj::Array<BlobResult>> BlobTransfer::waitAll(kj::Duration deadline) 
   });
   return f.whenDone()
       .exclusiveJoin(kj::mv(expired))
-      .then([&f, members = members]() {
+      .then([&f, members = members]() mutable {
         auto& outcomes = f.outcomes();
         return KJ_MAP(name, members) {
           auto at = outcomes.find(name);

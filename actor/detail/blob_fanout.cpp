@@ -358,7 +358,7 @@ private:
         progressed = false;
         return watchdog();
       }
-      auto expired = timer.afterDelay(stall).then([this, stall]() -> kj::Promise<void> {
+      auto expired = timer.afterDelay(stall).then([stall]() -> kj::Promise<void> {
         return makeError(ErrorCode::DEADLINE_EXCEEDED,
                          kj::str("no progress in ", stall / kj::MILLISECONDS,
                                  " ms, and no answer to a ping within as long"));
