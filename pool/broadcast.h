@@ -42,7 +42,7 @@ public:
     auto& slot = finish(i);
     slot.result.value = kj::mv(value);
     ++successes;
-    changed.notify();
+    notify();
   }
 
   // Member i failed with `e`; its result's error names the member and its address.
@@ -70,6 +70,12 @@ public:
   kj::Promise<void> whenChanged() {
     if (remaining() == 0) return kj::READY_NOW;
     return changed.next();
+  }
+
+  // Resolves once every member has a result: one wake-up, not one per member.
+  kj::Promise<void> whenAllDone() {
+    if (remaining() == 0) return kj::READY_NOW;
+    return allDone.next();
   }
 
   size_t remaining() const { return slots.size() - successes - failures; }
@@ -104,10 +110,16 @@ private:
     auto& slot = finish(i);
     slot.result.error = kj::mv(e);
     ++failures;
+    notify();
+  }
+
+  void notify() {
     changed.notify();
+    if (remaining() == 0) allDone.notify();
   }
 
   ChangeSignal changed;
+  ChangeSignal allDone;
 };
 
 }  // namespace pool_detail
@@ -132,7 +144,7 @@ public:
     auto& s = *state;
     auto expired = s.loop.timer().afterDelay(deadline).then(
         [s = kj::addRef(s), deadline]() mutable { s->expire(deadline); });
-    return allDone(kj::addRef(s)).exclusiveJoin(kj::mv(expired)).then(
+    return s.whenAllDone().exclusiveJoin(kj::mv(expired)).then(
         [s = kj::addRef(s)]() mutable { return s->takeAll(); });
   }
 
@@ -159,12 +171,6 @@ public:
   kj::Promise<kj::Maybe<CallResult<V>>> next() { return nextOf(kj::addRef(*state)); }
 
 private:
-  static kj::Promise<void> allDone(kj::Own<State> s) {
-    if (s->remaining() == 0) return kj::READY_NOW;
-    auto& ref = *s;
-    return ref.whenChanged().then([s = kj::mv(s)]() mutable { return allDone(kj::mv(s)); });
-  }
-
   static kj::Promise<CallResult<V>> any(kj::Own<State> s) {
     while (!s->completed.empty()) {
       size_t i = s->completed.front();

@@ -205,7 +205,17 @@ public:
       : ownedFd(fd, flags), fd(fd), socket(isSocket(fd)), watcher(loop, fd) {}
 
   kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override {
-    return readLoop(static_cast<kj::byte*>(buffer), minBytes, maxBytes, 0);
+    auto* bytes = static_cast<kj::byte*>(buffer);
+    if (drained) {
+      // The last read emptied the socket: wait for more instead of a read() that would only
+      // say EAGAIN (one syscall fewer per message when messages come one at a time). Polling
+      // is level-triggered, so bytes that came meanwhile wake the wait at once.
+      drained = false;
+      return watcher.whenReadable().then([this, bytes, minBytes, maxBytes]() {
+        return readLoop(bytes, minBytes, maxBytes, 0);
+      });
+    }
+    return readLoop(bytes, minBytes, maxBytes, 0);
   }
 
   kj::Promise<void> write(const void* buffer, size_t size) override {
@@ -291,7 +301,11 @@ private:
       already += n;
       buffer += n;
       maxBytes -= n;
-      if (static_cast<size_t>(n) >= minBytes) return already;
+      if (static_cast<size_t>(n) >= minBytes) {
+        // A short read from a socket took all it had (a full one may have left more).
+        drained = socket && maxBytes > 0;
+        return already;
+      }
       minBytes -= n;
     }
   }
@@ -347,6 +361,7 @@ private:
   const bool socket;
   FdWatcher watcher;
   kj::Maybe<kj::ForkedPromise<void>> hangup;
+  bool drained = false;  // the last read ended short: the socket had nothing more
 };
 
 class UvListener final : public kj::ConnectionReceiver {
