@@ -1,7 +1,7 @@
 // The benchmark servers: an echo actor hosted by troupe's ActorServer, or the same interface
 // served by plain Cap'n Proto (kj::setupAsyncIo + capnp::TwoPartyServer) as the baseline.
 //
-//   bench_echo_server [--impl troupe|capnp] --addr HOST:PORT [--count N] [--actors N]
+//   bench_echo_server [--impl troupe|capnp|raw] --addr HOST:PORT [--count N] [--actors N]
 //                     [--tls CERTS_DIR]   (troupe over tls://, certificates of scripts/make_certs.sh)
 //                     [--metrics on|off]  (troupe: count and time calls, ActorServerOptions::metrics)
 //                     [--max-message-mib M]
@@ -11,11 +11,19 @@
 // With --actors N (troupe only), each server hosts N echo actors: "echo", "echo1", ...
 // "echo<N-1>". With --max-message-mib M, messages up to M MiB are accepted: troupe's
 // maxMessageBytes, or for plain Cap'n Proto the receive traversal limit, which also bounds what
-// it sends (its default, 64 MiB, refuses a 64 MiB payload).
+// it sends (its default, 64 MiB, refuses a 64 MiB payload). --impl raw is no RPC at all: each
+// connection gets back the bytes it sends (epoll, one read and one write per wake-up), the
+// floor under a broadcast's cost per member.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <string>
@@ -131,6 +139,45 @@ int serveCapnp(const std::string& host, unsigned port, const Settings& settings)
   return 0;
 }
 
+// Echoes every connection's bytes back on one IPv4 port until killed.
+int serveRaw(const std::string& host, unsigned port) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  socklen_t length = sizeof(addr);
+  KJ_REQUIRE(::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1, "--impl raw takes IPv4",
+             host.c_str());
+  KJ_SYSCALL(::bind(listener, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)));
+  KJ_SYSCALL(::listen(listener, 1024));
+  KJ_SYSCALL(::getsockname(listener, reinterpret_cast<struct sockaddr*>(&addr), &length));
+  int poll = ::epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event event = {};
+  event.events = EPOLLIN;
+  event.data.fd = listener;
+  KJ_SYSCALL(::epoll_ctl(poll, EPOLL_CTL_ADD, listener, &event));
+  announce(host, ntohs(addr.sin_port));
+  for (;;) {
+    struct epoll_event ready[256];
+    int n = ::epoll_wait(poll, ready, 256, -1);
+    for (int i = 0; i < n; ++i) {
+      int fd = ready[i].data.fd;
+      if (fd == listener) {
+        int connection = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (connection < 0) continue;
+        int one = 1;
+        ::setsockopt(connection, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        event.data.fd = connection;
+        ::epoll_ctl(poll, EPOLL_CTL_ADD, connection, &event);
+        continue;
+      }
+      char buffer[65536];
+      ssize_t got = ::read(fd, buffer, sizeof(buffer));
+      if (got <= 0 || ::write(fd, buffer, got) != got) ::close(fd);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,8 +216,10 @@ int main(int argc, char** argv) {
                   serveTroupe(host, port, settings);
                 } else if (impl == "capnp") {
                   serveCapnp(host, port, settings);
+                } else if (impl == "raw") {
+                  serveRaw(host, port);
                 } else {
-                  KJ_FAIL_REQUIRE("--impl must be troupe or capnp", impl.c_str());
+                  KJ_FAIL_REQUIRE("--impl must be troupe, capnp or raw", impl.c_str());
                 }
               })) {
     fprintf(stderr, "bench_echo_server: %s\n", e->getDescription().cStr());

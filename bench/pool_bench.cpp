@@ -1,12 +1,21 @@
 // Pools: a call through ActorPool against a bare ActorRef, broadcast to 4, 16 and 64 members
-// against the slowest single call, and waitReady(32) after the 32nd registration.
+// against the slowest single call, and waitReady(32) after the 32nd registration. Beside the
+// broadcast, in the same run, what the same fan-out costs with plain Cap'n Proto (one
+// TwoPartyClient per member, the calls joined) and with no RPC at all (a 64 B write to each of N
+// TCP connections, then each reply read: the floor).
 //
 // The members are echo actors hosted by one server process (bench_echo_server --count 64, one
 // loop, one port per member), listed in a FixedResolver. Pinned to CPU 0 by default, like
 // call_bench; TROUPE_BENCH_PIN=free leaves placement to the scheduler.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +24,11 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
 
 #include "bench_echo.capnp.h"
+#include "bench/bench_peers.h"
 #include "bench/bench_support.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/fixed_resolver.h"
@@ -32,6 +44,10 @@ constexpr unsigned MEMBERS = 64;
 std::vector<std::string> addresses;  // tcp://127.0.0.1:port of member i
 std::string registryUrl;             // the troupe-registry daemon
 pid_t serverPid = 0;                  // the members' server process
+std::string capnpAddress;            // host:port of a plain Cap'n Proto echo server
+pid_t capnpPid = 0;
+std::string rawAddress;              // host:port of a bare TCP echo server
+pid_t rawPid = 0;
 
 double micros(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count() / 1e3;
@@ -65,6 +81,16 @@ auto echo64 = [](BenchEcho::Client c) {
 
 void report(benchmark::State& state, std::vector<double>& samples) {
   troupe::bench::reportPercentiles(state, samples);
+}
+
+// Client and server CPU per member over the timed iterations, from the CPU clocks read before.
+void reportCpu(benchmark::State& state, unsigned n, double clientCpu, double serverCpu,
+               pid_t server) {
+  clientCpu = troupe::bench::cpuSeconds() - clientCpu;
+  serverCpu = troupe::bench::cpuSeconds(server) - serverCpu;
+  double perMember = 1e6 / (double(state.iterations()) * n);
+  state.counters["client_cpu_per_member_us"] = clientCpu * perMember;
+  state.counters["server_cpu_per_member_us"] = serverCpu * perMember;
 }
 
 void BM_ActorRef_Call(benchmark::State& state) {
@@ -136,16 +162,115 @@ void BM_Broadcast(benchmark::State& state) {
       if (!r.ok()) state.SkipWithError("a member failed");
     }
   }
-  clientCpu = troupe::bench::cpuSeconds() - clientCpu;
-  serverCpu = troupe::bench::cpuSeconds(serverPid) - serverCpu;
+  // Where a member's share goes: CPU time per member per broadcast, in the client (sending the
+  // request, reading the reply, the pool's bookkeeping) and in the members' server process.
+  reportCpu(state, n, clientCpu, serverCpu, serverPid);
   report(state, samples);
   state.counters["slowest_single_p50_us"] = slowest;
   state.counters["extra_per_member_us"] = (percentile(samples, 0.5) - slowest) / n;
-  // Where a member's share goes: CPU time per member per broadcast, in the client (sending the
-  // request, reading the reply, the pool's bookkeeping) and in the members' server process.
-  double perMember = 1e6 / (double(state.iterations()) * n);
-  state.counters["client_cpu_per_member_us"] = clientCpu * perMember;
-  state.counters["server_cpu_per_member_us"] = serverCpu * perMember;
+}
+
+// The same fan-out with plain Cap'n Proto: N connections to one echo server, each call sent at
+// once, the N promises joined.
+void BM_Broadcast_PlainCapnp(benchmark::State& state) {
+  unsigned n = static_cast<unsigned>(state.range(0));
+  auto io = kj::setupAsyncIo();
+  auto colon = capnpAddress.rfind(':');
+  auto addr = io.provider->getNetwork()
+                  .parseAddress(capnpAddress.substr(0, colon).c_str(),
+                                atoi(capnpAddress.c_str() + colon + 1))
+                  .wait(io.waitScope);
+  kj::Vector<kj::Own<kj::AsyncIoStream>> streams;
+  kj::Vector<kj::Own<capnp::TwoPartyClient>> clients;
+  kj::Vector<BenchEcho::Client> members;
+  for (unsigned i = 0; i < n; ++i) {
+    streams.add(addr->connect().wait(io.waitScope));
+    clients.add(kj::heap<capnp::TwoPartyClient>(*streams.back()));
+    members.add(clients.back()->bootstrap().castAs<BenchEcho>());
+  }
+  auto broadcast = [&]() {
+    auto calls = KJ_MAP(member, members) {
+      return echo64(member).then([](capnp::Response<BenchEcho::EchoResults>&& r) {
+        return r.getPayload().size();
+      });
+    };
+    return kj::joinPromises(kj::mv(calls));
+  };
+  for (int i = 0; i < 20; ++i) broadcast().wait(io.waitScope);
+  std::vector<double> samples;
+  double clientCpu = troupe::bench::cpuSeconds(), serverCpu = troupe::bench::cpuSeconds(capnpPid);
+  for (auto _ : state) {
+    auto start = Clock::now();
+    auto sizes = broadcast().wait(io.waitScope);
+    samples.push_back(micros(Clock::now() - start));
+    for (auto size : sizes) {
+      if (size != 64) state.SkipWithError("echo size mismatch");
+    }
+  }
+  reportCpu(state, n, clientCpu, serverCpu, capnpPid);
+  report(state, samples);
+}
+
+// The floor: no RPC, no framing. A 64 B write to each of N TCP connections to a bare echo
+// server, then epoll until every connection has its 64 B back.
+void BM_Broadcast_RawTcp(benchmark::State& state) {
+  unsigned n = static_cast<unsigned>(state.range(0));
+  auto colon = rawAddress.rfind(':');
+  struct sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(atoi(rawAddress.c_str() + colon + 1)));
+  ::inet_pton(AF_INET, rawAddress.substr(0, colon).c_str(), &addr.sin_addr);
+  int poll = ::epoll_create1(EPOLL_CLOEXEC);
+  std::vector<int> fds;
+  for (unsigned i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (::connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+      state.SkipWithError("cannot connect to the raw echo server");
+      return;
+    }
+    struct epoll_event event = {};
+    event.events = EPOLLIN;
+    event.data.u32 = i;
+    ::epoll_ctl(poll, EPOLL_CTL_ADD, fd, &event);
+    fds.push_back(fd);
+  }
+  std::vector<size_t> received(n);
+  auto broadcast = [&]() {
+    static const char payload[64] = {1, 2, 3};
+    for (int fd : fds) {
+      if (::write(fd, payload, sizeof(payload)) != sizeof(payload)) return false;
+    }
+    std::fill(received.begin(), received.end(), 0);
+    unsigned complete = 0;
+    while (complete < n) {
+      struct epoll_event ready[256];
+      int k = ::epoll_wait(poll, ready, 256, 10000);
+      if (k <= 0) return false;
+      for (int j = 0; j < k; ++j) {
+        auto i = ready[j].data.u32;
+        char buffer[256];
+        ssize_t got = ::read(fds[i], buffer, sizeof(buffer));
+        if (got <= 0) return false;
+        received[i] += got;
+        if (received[i] == sizeof(payload)) ++complete;
+      }
+    }
+    return true;
+  };
+  for (int i = 0; i < 20; ++i) broadcast();
+  std::vector<double> samples;
+  double clientCpu = troupe::bench::cpuSeconds(), serverCpu = troupe::bench::cpuSeconds(rawPid);
+  for (auto _ : state) {
+    auto start = Clock::now();
+    if (!broadcast()) state.SkipWithError("the raw echo failed");
+    samples.push_back(micros(Clock::now() - start));
+  }
+  reportCpu(state, n, clientCpu, serverCpu, rawPid);
+  report(state, samples);
+  for (int fd : fds) ::close(fd);
+  ::close(poll);
 }
 
 // waitReady(32) when 31 members are READY: time from the 32nd member's registration to the
@@ -220,6 +345,8 @@ BENCHMARK(BM_ActorRef_Call)->UseRealTime();
 BENCHMARK(BM_Pool_Call)->UseRealTime();
 BENCHMARK(BM_Pool_Call_NoProbe)->UseRealTime();
 BENCHMARK(BM_Broadcast)->Arg(4)->Arg(16)->Arg(64)->UseRealTime();
+BENCHMARK(BM_Broadcast_PlainCapnp)->Arg(16)->Arg(64)->UseRealTime();
+BENCHMARK(BM_Broadcast_RawTcp)->Arg(16)->Arg(64)->UseRealTime();
 BENCHMARK(BM_WaitReady32)->UseRealTime();
 BENCHMARK(BM_WaitReady32_Registry)->UseRealTime()->Iterations(200);
 
@@ -247,6 +374,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   registryUrl = "registry://" + line.substr(strlen("LISTENING tcp://"));
+  std::unique_ptr<troupe::test::ChildProcess> capnpServer, rawServer;
+  capnpAddress = troupe::bench::startEchoServer(capnpServer, {"--impl", "capnp"});
+  capnpPid = capnpServer->pid();
+  rawAddress = troupe::bench::startEchoServer(rawServer, {"--impl", "raw"});
+  rawPid = rawServer->pid();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
