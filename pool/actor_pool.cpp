@@ -207,10 +207,12 @@ public:
 
   // `attempted` is set once an attempt reached (or tried to reach) a member; the deadline reads
   // it, so it outlives the call.
-  PoolCall(ActorPoolBase::Impl& pool, const CallOptions& options, Attempt attempt, bool& attempted)
+  PoolCall(ActorPoolBase::Impl& pool, const CallOptions& options, Attempt attempt, bool& attempted,
+           std::string* reportMember)
       : pool(pool),
         attempt(kj::mv(attempt)),
         attempted(attempted),
+        reportMember(reportMember),
         idempotent(options.idempotent),
         deadline(options.deadline.orDefault(pool.options.defaultDeadline)) {}
   KJ_DISALLOW_COPY(PoolCall);
@@ -233,6 +235,7 @@ public:
   ActorPoolBase::Impl& pool;
   Attempt attempt;
   bool& attempted;
+  std::string* const reportMember;  // gets each attempt's member name, when not null
   const bool idempotent;
   const kj::Duration deadline;
 
@@ -356,6 +359,7 @@ kj::Promise<void> ActorPoolBase::Impl::next(kj::Own<PoolCall> call) {
       call->lastMember = name;
       startedAt = group.loop().timer().now();
     }
+    if (call->reportMember != nullptr) *call->reportMember = member->endpoint.name;
     ActorRefBase ref = member->ref;
     auto& attempt = call->attempt;
     bool idempotent = call->idempotent;
@@ -432,11 +436,12 @@ uint32_t ActorPoolBase::outstanding(kj::StringPtr member) const {
   return it == impl->outstanding.end() ? 0 : it->second;
 }
 
-kj::Promise<void> ActorPoolBase::callWith(Attempt attempt, const CallOptions& options) {
+kj::Promise<void> ActorPoolBase::callWith(Attempt attempt, const CallOptions& options,
+                                          std::string* member) {
   if (impl->draining) return impl->drainingError();
   // Attached last, so it outlives both the attempts and the deadline, which read it.
   auto attempted = kj::heap<bool>(false);
-  auto call = kj::heap<PoolCall>(*impl, options, kj::mv(attempt), *attempted);
+  auto call = kj::heap<PoolCall>(*impl, options, kj::mv(attempt), *attempted, member);
   auto deadline = call->deadline;
   auto expired = impl->group.loop().timer().afterDelay(deadline).then(
       [this, deadline, &attempted = *attempted]() -> kj::Promise<void> {

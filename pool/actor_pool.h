@@ -111,6 +111,14 @@ public:
   auto callCapability(Fn&& fn, CallOptions options = {})
       -> kj::Promise<CallValue<Fn, capnp::Capability::Client>>;
 
+  // The same, and each attempt writes its member's name ("<job>/<actor>-<i>") to `member`, so
+  // that once the promise settles `member` names the member of the last attempt: the one whose
+  // answer or error the caller got. Left as it was when no attempt was made (no member was
+  // ready). `member` must outlive the promise.
+  template <typename Fn>
+  auto callCapability(Fn&& fn, CallOptions options, std::string& member)
+      -> kj::Promise<CallValue<Fn, capnp::Capability::Client>>;
+
   // ActorPool<T>::broadcast with each member's untyped capability.
   template <typename Fn>
   auto broadcastCapability(Fn&& fn, CallOptions options = {})
@@ -137,7 +145,12 @@ public:
 private:
   // One attempt of a call on a member's capability; resolves once its result is stored.
   using Attempt = kj::Function<kj::Promise<void>(capnp::Capability::Client)>;
-  kj::Promise<void> callWith(Attempt attempt, const CallOptions& options);
+  // `member`, when not null, gets each attempt's member name.
+  kj::Promise<void> callWith(Attempt attempt, const CallOptions& options, std::string* member);
+  // Both callCapability()s.
+  template <typename Fn>
+  auto callReporting(Fn&& fn, const CallOptions& options, std::string* member)
+      -> kj::Promise<CallValue<Fn, capnp::Capability::Client>>;
 
   // Starts `call` for every READY member (index i of `endpoints`): the promise each returns is
   // counted in flight and cancelled with the pool.
@@ -199,6 +212,18 @@ public:
 template <typename Fn>
 auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options)
     -> kj::Promise<CallValue<Fn, capnp::Capability::Client>> {
+  return callReporting(kj::fwd<Fn>(fn), options, nullptr);
+}
+
+template <typename Fn>
+auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options, std::string& member)
+    -> kj::Promise<CallValue<Fn, capnp::Capability::Client>> {
+  return callReporting(kj::fwd<Fn>(fn), options, &member);
+}
+
+template <typename Fn>
+auto ActorPoolBase::callReporting(Fn&& fn, const CallOptions& options, std::string* member)
+    -> kj::Promise<CallValue<Fn, capnp::Capability::Client>> {
   using Value = CallValue<Fn, capnp::Capability::Client>;
   // The successful attempt's result lands here; the slot outlives every attempt, which the
   // promise below depends on.
@@ -208,9 +233,8 @@ auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options)
     kj::Promise<Value> sent = kj::evalNow([&]() -> kj::Promise<Value> { return fn(kj::mv(c)); });
     return sent.then([&out](Value&& value) { out = kj::mv(value); });
   };
-  return callWith(kj::mv(attempt), options).then([slot = kj::mv(slot)]() mutable -> Value {
-    return kj::mv(KJ_ASSERT_NONNULL(*slot));
-  });
+  return callWith(kj::mv(attempt), options, member)
+      .then([slot = kj::mv(slot)]() mutable -> Value { return kj::mv(KJ_ASSERT_NONNULL(*slot)); });
 }
 
 template <typename Fn>

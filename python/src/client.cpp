@@ -225,7 +225,12 @@ kj::Own<CallCompletion> startCall(std::shared_ptr<PreparedCall> prepared, Send s
     auto& done = static_cast<CallCompletion&>(c);
     auto& call = *prepared;
     return send(call)
-        .then([&done](capnp::Response<capnp::DynamicStruct>&& r) { done.results = copyOf(r); })
+        .then([&done](capnp::Response<capnp::DynamicStruct>&& r) { done.results = copyOf(r); },
+              [&done, &call](kj::Exception&& e) {
+                // A pool call's error concerns the member of its last attempt.
+                if (!call.member.empty()) done.endpoint = call.member;
+                kj::throwFatalException(kj::mv(e));
+              })
         .attach(kj::mv(prepared), kj::mv(send));
   });
   return completion;
@@ -285,7 +290,8 @@ kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle para
       methods.prepare(method, params, fields, idempotent, timeout, fetchFromAMember());
   return startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
     return self->pool.get().callCapability(
-        [&call](capnp::Capability::Client cap) { return send(call, cap); }, call.options);
+        [&call](capnp::Capability::Client cap) { return send(call, cap); }, call.options,
+        call.member);
   });
 }
 

@@ -79,8 +79,8 @@ class CallCompletion final : public Completion {
 public:
   kj::Own<capnp::MallocMessageBuilder> results;
   capnp::StructSchema resultType;
-  // What its errors name as their endpoint: the address of a Ref's call. A pool's call names
-  // the member in the error's message, since a call may try several.
+  // What its errors name as their endpoint: the address of a Ref's call; for a pool's call,
+  // the member its last attempt went to (empty, so None, if no member was ever tried).
   std::string endpoint;
 };
 
@@ -98,6 +98,7 @@ struct PreparedCall {
   Borrowed borrowed;  // the buffers `params` refers to: it goes first
   capnp::MallocMessageBuilder params{64};  // small calls need no more; large ones grow
   CallOptions options;
+  std::string member;  // a pool call's latest attempt's member (loop thread)
 };
 
 // The interface of one actor (a pool's members', or one ActorRef's) and its methods by name,

@@ -269,6 +269,44 @@ TEST_F(ActorPoolTest, AnActorsExceptionIsNeverRetried) {
   EXPECT_EQ(replicas[0]->member->count + replicas[1]->member->count, 1u);
 }
 
+// An actor's own error does not say which member raised it; callCapability() with a member
+// slot does.
+TEST_F(ActorPoolTest, CallCapabilityNamesTheMemberOfTheLastAttempt) {
+  startReplicas(2);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  group.waitReady(2, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Member> pool(group);
+  auto raise = [](capnp::Capability::Client c) {
+    auto q = c.castAs<Member>().raiseRequest();
+    q.setMessage("bad batch");
+    return q.send();
+  };
+  for (auto expected : {"job-1/member-0", "job-1/member-1"}) {
+    std::string member;
+    auto result = pool.callCapability(raise, {}, member).then(
+        [](auto&&) { return std::string("answered"); },
+        [](kj::Exception&& e) { return std::string(e.getDescription().cStr()); });
+    EXPECT_NE(result.wait(ws()).find("bad batch"), std::string::npos);
+    EXPECT_EQ(member, expected);
+  }
+}
+
+TEST_F(ActorPoolClockTest, CallCapabilityLeavesTheMemberAloneWhenNoneWasTried) {
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  ActorPool<Member> pool(group);
+  std::string member = "unchanged";
+  auto code = pool.callCapability(
+                      [](capnp::Capability::Client c) {
+                        return c.castAs<Member>().whoamiRequest().send();
+                      },
+                      {.deadline = 50 * kj::MILLISECONDS}, member)
+                  .then([](auto&&) { return ErrorCode::FAILED; },
+                        [](kj::Exception&& e) { return errorCode(e); });
+  ASSERT_NO_FATAL_FAILURE(expireAt(50 * kj::MILLISECONDS, code));
+  EXPECT_EQ(code.wait(ws()), ErrorCode::NO_ENDPOINTS);
+  EXPECT_EQ(member, "unchanged");
+}
+
 TEST_F(ActorPoolTest, ADrainingMemberIsSkippedEvenForNonIdempotentCalls) {
   startReplicas(2);
   ActorGroup<Member> group(loop, resolver, "job-1", "member");

@@ -52,6 +52,17 @@ def test_what_the_actor_raises_is_an_actor_error_with_its_message(pool):
     assert isinstance(raised.value, troupe.Error)
 
 
+def test_an_actor_error_from_a_pool_names_the_member_that_raised_it(pool):
+    # Three calls in a row go to the three members in turn.
+    named = []
+    for _ in range(3):
+        with pytest.raises(troupe.ActorError) as raised:
+            pool.call("calc.divide", a=1, b=0)
+        named.append(raised.value.endpoint)
+        assert str(raised.value).startswith(f"{raised.value.endpoint}: ")
+    assert sorted(named) == ["calc/calc-0", "calc/calc-1", "calc/calc-2"]
+
+
 def test_a_wrong_field_names_the_field_and_the_signature(pool):
     with pytest.raises(troupe.InvalidArgument) as raised:
         pool.call("calc.add", a=1, c=2)
