@@ -294,7 +294,7 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
   kj::Promise<bool> detailsOf(SlurmJob& job) {
     auto id = job.slurmId();
     std::vector<std::string> argv{"scontrol", "-o", "show", "job", std::to_string(id)};
-    return run(argv, {}).then([this, &job, id](CommandOutput out) {
+    return run(argv, {}).then([&job, id](CommandOutput out) {
       KJ_IF_MAYBE(info, jobs_detail::parseScontrolJob(out.text.c_str())) {
         if (info->id == id && job.polled()) return job.observe(*info);
         return false;
