@@ -38,6 +38,7 @@
 #include <kj/debug.h>
 
 #include "blob_bench.capnp.h"
+#include "bench/bench_support.h"
 #include "bench/netsim.h"
 #include "tests/support/child_process.h"
 #include "tests/support/resident_memory.h"
@@ -177,17 +178,6 @@ void BM_Blob_Loopback(benchmark::State& state) {
   state.counters["member_extra_mib"] = (double(memberPeak) - double(size)) / MiB;
 }
 
-int connectTo(const std::string& hostPort) {
-  auto colon = hostPort.rfind(':');
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(std::stoi(hostPort.substr(colon + 1)));
-  KJ_REQUIRE(inet_pton(AF_INET, hostPort.substr(0, colon).c_str(), &a.sin_addr) == 1);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  KJ_SYSCALL(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)));
-  return fd;
-}
-
 void writeAll(int fd, const void* data, uint64_t n) {
   auto* at = static_cast<const char*>(data);
   while (n > 0) {
@@ -202,7 +192,7 @@ void BM_RawTcp_Loopback(benchmark::State& state) {
   uint64_t size = state.range(0) * MiB;
   auto bytes = payload(size);
   MemberProcess member({}, "tcp://127.0.0.1:0", true);
-  int fd = connectTo(member.rawAddress);
+  int fd = troupe::bench::connectTcp(member.rawAddress);
   auto once = [&]() {
     auto start = Clock::now();
     writeAll(fd, &size, sizeof(size));

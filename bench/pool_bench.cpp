@@ -8,13 +8,11 @@
 // loop, one port per member), listed in a FixedResolver. Pinned to CPU 0 by default, like
 // call_bench; TROUPE_BENCH_PIN=free leaves placement to the scheduler.
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,7 +22,6 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
-#include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
 #include "bench_echo.capnp.h"
@@ -175,22 +172,13 @@ void BM_Broadcast(benchmark::State& state) {
 void BM_Broadcast_PlainCapnp(benchmark::State& state) {
   unsigned n = static_cast<unsigned>(state.range(0));
   auto io = kj::setupAsyncIo();
-  auto colon = capnpAddress.rfind(':');
-  auto addr = io.provider->getNetwork()
-                  .parseAddress(capnpAddress.substr(0, colon).c_str(),
-                                atoi(capnpAddress.c_str() + colon + 1))
-                  .wait(io.waitScope);
-  kj::Vector<kj::Own<kj::AsyncIoStream>> streams;
-  kj::Vector<kj::Own<capnp::TwoPartyClient>> clients;
-  kj::Vector<BenchEcho::Client> members;
+  kj::Vector<kj::Own<troupe::bench::PlainCapnpClient>> members;
   for (unsigned i = 0; i < n; ++i) {
-    streams.add(addr->connect().wait(io.waitScope));
-    clients.add(kj::heap<capnp::TwoPartyClient>(*streams.back()));
-    members.add(clients.back()->bootstrap().castAs<BenchEcho>());
+    members.add(kj::heap<troupe::bench::PlainCapnpClient>(io, capnpAddress));
   }
   auto broadcast = [&]() {
     auto calls = KJ_MAP(member, members) {
-      return echo64(member).then([](capnp::Response<BenchEcho::EchoResults>&& r) {
+      return echo64(member->echo).then([](capnp::Response<BenchEcho::EchoResults>&& r) {
         return r.getPayload().size();
       });
     };
@@ -215,21 +203,12 @@ void BM_Broadcast_PlainCapnp(benchmark::State& state) {
 // server, then epoll until every connection has its 64 B back.
 void BM_Broadcast_RawTcp(benchmark::State& state) {
   unsigned n = static_cast<unsigned>(state.range(0));
-  auto colon = rawAddress.rfind(':');
-  struct sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(atoi(rawAddress.c_str() + colon + 1)));
-  ::inet_pton(AF_INET, rawAddress.substr(0, colon).c_str(), &addr.sin_addr);
   int poll = ::epoll_create1(EPOLL_CLOEXEC);
   std::vector<int> fds;
   for (unsigned i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = troupe::bench::connectTcp(rawAddress);
     int one = 1;
-    if (::connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
-      state.SkipWithError("cannot connect to the raw echo server");
-      return;
-    }
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct epoll_event event = {};
     event.events = EPOLLIN;
     event.data.u32 = i;

@@ -106,17 +106,12 @@ public:
   // those that failed and their latency. Also in its loop's metrics (EventLoop::metrics()).
   MetricsSnapshot metrics() const;
 
-  // ActorPool<T>::call with the member's untyped capability.
+  // ActorPool<T>::call with the member's untyped capability. With `member`, each attempt writes
+  // its member's name ("<job>/<actor>-<i>") there, so that once the promise settles it names the
+  // member of the last attempt: the one whose answer or error the caller got. It is left as it
+  // was when no attempt was made (no member was ready), and must outlive the promise.
   template <typename Fn>
-  auto callCapability(Fn&& fn, CallOptions options = {})
-      -> kj::Promise<CallValue<Fn, capnp::Capability::Client>>;
-
-  // The same, and each attempt writes its member's name ("<job>/<actor>-<i>") to `member`, so
-  // that once the promise settles `member` names the member of the last attempt: the one whose
-  // answer or error the caller got. Left as it was when no attempt was made (no member was
-  // ready). `member` must outlive the promise.
-  template <typename Fn>
-  auto callCapability(Fn&& fn, CallOptions options, std::string& member)
+  auto callCapability(Fn&& fn, CallOptions options = {}, std::string* member = nullptr)
       -> kj::Promise<CallValue<Fn, capnp::Capability::Client>>;
 
   // ActorPool<T>::broadcast with each member's untyped capability.
@@ -147,10 +142,6 @@ private:
   using Attempt = kj::Function<kj::Promise<void>(capnp::Capability::Client)>;
   // `member`, when not null, gets each attempt's member name.
   kj::Promise<void> callWith(Attempt attempt, const CallOptions& options, std::string* member);
-  // Both callCapability()s.
-  template <typename Fn>
-  auto callReporting(Fn&& fn, const CallOptions& options, std::string* member)
-      -> kj::Promise<CallValue<Fn, capnp::Capability::Client>>;
 
   // Starts `call` for every READY member (index i of `endpoints`): the promise each returns is
   // counted in flight and cancelled with the pool.
@@ -210,19 +201,7 @@ public:
 // ---------------------------------------------------------------------------------------------
 
 template <typename Fn>
-auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options)
-    -> kj::Promise<CallValue<Fn, capnp::Capability::Client>> {
-  return callReporting(kj::fwd<Fn>(fn), options, nullptr);
-}
-
-template <typename Fn>
-auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options, std::string& member)
-    -> kj::Promise<CallValue<Fn, capnp::Capability::Client>> {
-  return callReporting(kj::fwd<Fn>(fn), options, &member);
-}
-
-template <typename Fn>
-auto ActorPoolBase::callReporting(Fn&& fn, const CallOptions& options, std::string* member)
+auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options, std::string* member)
     -> kj::Promise<CallValue<Fn, capnp::Capability::Client>> {
   using Value = CallValue<Fn, capnp::Capability::Client>;
   // The successful attempt's result lands here; the slot outlives every attempt, which the

@@ -291,7 +291,7 @@ kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle para
   return startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
     return self->pool.get().callCapability(
         [&call](capnp::Capability::Client cap) { return send(call, cap); }, call.options,
-        call.member);
+        &call.member);
   });
 }
 

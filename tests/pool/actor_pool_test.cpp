@@ -283,7 +283,7 @@ TEST_F(ActorPoolTest, CallCapabilityNamesTheMemberOfTheLastAttempt) {
   };
   for (auto expected : {"job-1/member-0", "job-1/member-1"}) {
     std::string member;
-    auto result = pool.callCapability(raise, {}, member).then(
+    auto result = pool.callCapability(raise, {}, &member).then(
         [](auto&&) { return std::string("answered"); },
         [](kj::Exception&& e) { return std::string(e.getDescription().cStr()); });
     EXPECT_NE(result.wait(ws()).find("bad batch"), std::string::npos);
@@ -299,7 +299,7 @@ TEST_F(ActorPoolClockTest, CallCapabilityLeavesTheMemberAloneWhenNoneWasTried) {
                       [](capnp::Capability::Client c) {
                         return c.castAs<Member>().whoamiRequest().send();
                       },
-                      {.deadline = 50 * kj::MILLISECONDS}, member)
+                      {.deadline = 50 * kj::MILLISECONDS}, &member)
                   .then([](auto&&) { return ErrorCode::FAILED; },
                         [](kj::Exception&& e) { return errorCode(e); });
   ASSERT_NO_FATAL_FAILURE(expireAt(50 * kj::MILLISECONDS, code));
