@@ -17,6 +17,9 @@
 #                              start_registry; sets $registry (its URL)
 #   stop_resolver              stops what start_resolver started, by its pid
 #   expect_usage CMD...        runs CMD, which must print a usage message and exit with 2
+#   run_demo NAME CMD...       runs CMD in the background (listed in $pids), its output to
+#                              $out/demo.log, waits for it, prints that output, and fails
+#                              unless NAME (CMD) exited with status 0
 
 demo_init() {
   out=$(mktemp -d)
@@ -124,4 +127,15 @@ expect_usage() {
   "$@" 2> "$out/usage.err" || status=$?
   [ "$status" -eq 2 ] || { echo "'$*' exited with $status, not 2" >&2; return 1; }
   grep -q '^usage: ' "$out/usage.err"
+}
+
+run_demo() {
+  local name=$1 status=0
+  shift
+  "$@" > "$out/demo.log" 2>&1 &
+  local pid=$!
+  pids+=("$pid")
+  wait "$pid" || status=$?
+  cat "$out/demo.log"
+  [ "$status" -eq 0 ] || { echo "$name exited with $status"; return 1; }
 }

@@ -29,14 +29,8 @@ expect() {
 }
 
 echo "== coord_demo: 200 tasks, 4 workers, one killed, one stalled"
-status=0
-"$bin/coord_demo" --resolver "$registry" --tasks 200 --workers 4 --log-dir "$out/logs" \
-  > "$out/demo.log" 2>&1 &
-demo_pid=$!
-pids+=("$demo_pid")
-wait "$demo_pid" || status=$?
-cat "$out/demo.log"
-[ "$status" -eq 0 ] || { echo "coord_demo exited with $status"; exit 1; }
+run_demo coord_demo "$bin/coord_demo" --resolver "$registry" --tasks 200 --workers 4 \
+  --log-dir "$out/logs"
 expect '^coordinator ready: 200 tasks, leases of 500 ms$'
 expect '^killed workers-[0-9]*\.[0-9]* (pid [0-9]*) with SIGKILL while it held lease [0-9]* on task'
 expect '^the launcher saw it exit; reported gone, [1-9][0-9]* lease(s) reclaimed at once$'

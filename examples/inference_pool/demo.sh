@@ -21,14 +21,8 @@ echo "== bad arguments give a usage message and status 2"
 expect_usage "$bin/inference_demo" --replicas 3
 
 echo "== inference_demo: 3 replicas, 2000 requests, 16 in flight, one replica killed"
-TMPDIR=$out "$bin/inference_demo" --resolver "$registry" --replicas 3 --requests 2000 \
-  --concurrency 16 > "$out/demo.log" 2>&1 &
-demo_pid=$!
-pids+=("$demo_pid")
-status=0
-wait "$demo_pid" || status=$?
-cat "$out/demo.log"
-[ "$status" -eq 0 ] || { echo "inference_demo exited with $status"; exit 1; }
+run_demo inference_demo env TMPDIR="$out" "$bin/inference_demo" --resolver "$registry" \
+  --replicas 3 --requests 2000 --concurrency 16
 grep -q '^3 of 3 replicas ready: infer/model-0 infer/model-1 infer/model-2$' "$out/demo.log"
 grep -q '^killed infer/model-[012] (pid [0-9]*) with SIGKILL after 1000 responses' "$out/demo.log"
 grep -q '^requests: 2000 ok, 0 failed, 0 mismatched$' "$out/demo.log"

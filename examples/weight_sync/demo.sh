@@ -21,14 +21,8 @@ expect_usage "$bin/weight_sync_demo" --replicas 3
 expect_usage "$bin/weight_sync_demo" --resolver "$registry" --fanout ring
 
 echo "== weight_sync_demo: 4 replicas, 4 versions of 32 MiB, chain"
-TMPDIR=$out "$bin/weight_sync_demo" --resolver "$registry" --replicas 4 --steps 4 --mib 32 \
-  > "$out/demo.log" 2>&1 &
-demo_pid=$!
-pids+=("$demo_pid")
-status=0
-wait "$demo_pid" || status=$?
-cat "$out/demo.log"
-[ "$status" -eq 0 ] || { echo "weight_sync_demo exited with $status"; exit 1; }
+run_demo weight_sync_demo env TMPDIR="$out" "$bin/weight_sync_demo" --resolver "$registry" \
+  --replicas 4 --steps 4 --mib 32
 for v in 1 2 3 4; do
   grep -q "^version $v: 32 MiB to 4 of 4 replicas in [0-9]* ms (chain, " "$out/demo.log"
 done
