@@ -463,8 +463,11 @@ void BlobFanout::ended(Hop& hop, kj::Maybe<kj::Exception> error,
 
 void BlobFanout::abort(const kj::Exception& reason) {
   for (auto& hop : running) {
+    // Left to the loop, not to this fanout's tasks: the fanout may go before the member reads
+    // the request (a member whose loop stalls reads it only once the chunks before it are
+    // read), and the connection must stay open until then for the request to reach it.
     KJ_IF_MAYBE(goodbye, hop->sendAbort(reason.getDescription())) {
-      tasks->add(kj::mv(*goodbye));
+      goodbye->detach([](kj::Exception&&) {});
     }
     std::vector<std::string> members;
     subtree(hop->hop, members);
@@ -485,7 +488,7 @@ void BlobFanout::abort(const kj::Exception& reason) {
 }
 
 void BlobFanout::taskFailed(kj::Exception&&) {
-  // A member told to give up did not answer: it is gone, or gives up by its idle timeout.
+  // Only hops being let go of run here, and letting go does not fail.
 }
 
 }  // namespace troupe::actor_detail
