@@ -168,7 +168,10 @@ public:
   // Resolves once every member has the blob or has failed, or once `deadline` (from this call)
   // has passed, with one result per member in the order they were given (a pool's: by name).
   // At the deadline the transfer is given up where it is still running: those members get
-  // DEADLINE_EXCEEDED. Call it once.
+  // DEADLINE_EXCEEDED, and are told to give up by a request that follows the chunks already on
+  // their way to them (a member that stopped reading hears it once it reads again). The loop
+  // writes it: a sender that lets its loop go before then leaves those members to their idle
+  // timeout, as if it had died. Call it once.
   kj::Promise<kj::Array<BlobResult>> waitAll(kj::Duration deadline);
 
 private:
