@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "blob_bench.capnp.h"
+#include "bench/bench_sockets.h"
 #include "tests/support/resident_memory.h"
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
@@ -89,17 +90,7 @@ private:
 class RawSink {
 public:
   explicit RawSink(const std::string& host) {
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    KJ_REQUIRE(inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1, "raw sink host", host);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    KJ_SYSCALL(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)));
-    KJ_SYSCALL(listen(fd, 16));
-    socklen_t len = sizeof(a);
-    KJ_SYSCALL(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len));
-    port = ntohs(a.sin_port);
+    fd = troupe::bench::listenTcp(host, port);
     thread = std::thread([this]() { serve(); });
     thread.detach();  // the process ends with SIGTERM
   }

@@ -15,7 +15,6 @@
 // connection gets back the bytes it sends (epoll, one read and one write per wake-up), the
 // floor under a broadcast's cost per member.
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -36,6 +35,7 @@
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/address.h"
 #include "bench_echo.capnp.h"
+#include "bench/bench_sockets.h"
 #include "bench/bench_echo_impl.h"
 
 namespace {
@@ -141,22 +141,14 @@ int serveCapnp(const std::string& host, unsigned port, const Settings& settings)
 
 // Echoes every connection's bytes back on one IPv4 port until killed.
 int serveRaw(const std::string& host, unsigned port) {
-  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  socklen_t length = sizeof(addr);
-  KJ_REQUIRE(::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1, "--impl raw takes IPv4",
-             host.c_str());
-  KJ_SYSCALL(::bind(listener, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)));
-  KJ_SYSCALL(::listen(listener, 1024));
-  KJ_SYSCALL(::getsockname(listener, reinterpret_cast<struct sockaddr*>(&addr), &length));
+  auto bound = static_cast<uint16_t>(port);
+  int listener = troupe::bench::listenTcp(host, bound);
   int poll = ::epoll_create1(EPOLL_CLOEXEC);
   struct epoll_event event = {};
   event.events = EPOLLIN;
   event.data.fd = listener;
   KJ_SYSCALL(::epoll_ctl(poll, EPOLL_CTL_ADD, listener, &event));
-  announce(host, ntohs(addr.sin_port));
+  announce(host, bound);
   for (;;) {
     struct epoll_event ready[256];
     int n = ::epoll_wait(poll, ready, 256, -1);

@@ -1,11 +1,8 @@
 #pragma once
 // What troupe's benchmark programs share: where they run, and their p50 / p99 counters.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sched.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -14,7 +11,6 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
-#include <kj/debug.h>
 
 namespace troupe::bench {
 
@@ -52,20 +48,6 @@ inline double cpuSeconds(pid_t pid = 0) {
   struct timespec t;
   if (clock_gettime(clock, &t) != 0) return 0;
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
-
-// A blocking TCP connection to "ipv4:port"; throws if it cannot connect.
-inline int connectTcp(const std::string& hostPort) {
-  auto colon = hostPort.rfind(':');
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(std::stoi(hostPort.substr(colon + 1))));
-  KJ_REQUIRE(inet_pton(AF_INET, hostPort.substr(0, colon).c_str(), &a.sin_addr) == 1,
-             "not an IPv4 host:port", hostPort.c_str());
-  int fd;
-  KJ_SYSCALL(fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  KJ_SYSCALL(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)));
-  return fd;
 }
 
 }  // namespace troupe::bench

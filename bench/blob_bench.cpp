@@ -38,6 +38,7 @@
 #include <kj/debug.h>
 
 #include "blob_bench.capnp.h"
+#include "bench/bench_sockets.h"
 #include "bench/bench_support.h"
 #include "bench/netsim.h"
 #include "tests/support/child_process.h"

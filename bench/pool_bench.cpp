@@ -26,6 +26,7 @@
 
 #include "bench_echo.capnp.h"
 #include "bench/bench_peers.h"
+#include "bench/bench_sockets.h"
 #include "bench/bench_support.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/fixed_resolver.h"
