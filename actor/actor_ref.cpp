@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe {
 

@@ -15,9 +15,9 @@
 #include <kj/async.h>
 #include <kj/refcount.h>
 
-#include "troupe/actor/channel.h"
-#include "troupe/actor/event_loop.h"
-#include "troupe/actor/metrics.h"
+#include "troupe/net/channel.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/base/metrics.h"
 
 namespace troupe {
 

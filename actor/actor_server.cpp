@@ -15,12 +15,12 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/address.h"
+#include "troupe/net/address.h"
 #include "troupe/actor/detail/actor_gate.h"
 #include "troupe/actor/detail/blob_receiver.h"
 #include "troupe/actor/detail/schema_nodes.h"
-#include "troupe/actor/rpc_acceptor.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/rpc_acceptor.h"
+#include "troupe/base/errors.h"
 
 namespace troupe {
 
@@ -162,7 +162,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     if (address.empty()) return;
     auto httpOptions = options.http;
     if (!httpOptions.credentials) {
-      httpOptions.credentials = options.credentials ? options.credentials : loop.credentials();
+      httpOptions.credentials = options.credentials ? options.credentials : loopCredentials(loop);
     }
     if (!httpOptions.logger) httpOptions.logger = log;
     http = kj::heap<HttpEndpoint>(loop, address, kj::mv(httpOptions), *this);
@@ -385,7 +385,7 @@ protected:
   kj::Promise<void> drain(DrainContext context) override {
     auto params = context.getParams();
     auto& credentials = server.options.credentials ? *server.options.credentials
-                                                   : *server.loop.credentials();
+                                                   : *loopCredentials(server.loop);
     if (!credentials.jobTokenMatches(params.getJobCredential())) {
       bool none = !credentials.hasJobToken();
       server.log->warn("{}: refused a drain request: {}", server.who(),
@@ -471,7 +471,7 @@ std::string ActorServer::listen(kj::StringPtr text) {
 }
 
 const Credentials& ActorServer::credentials() const {
-  return impl->options.credentials ? *impl->options.credentials : *impl->loop.credentials();
+  return impl->options.credentials ? *impl->options.credentials : *loopCredentials(impl->loop);
 }
 
 std::string ActorServer::defaultListenAddress() const {

@@ -13,10 +13,10 @@
 
 #include "troupe/actor/blob.h"
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/event_loop.h"
-#include "troupe/actor/http_endpoint.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/observe/http_endpoint.h"
 #include "troupe/actor/job_context.h"
-#include "troupe/actor/limits.h"
+#include "troupe/net/limits.h"
 
 namespace troupe {
 
@@ -41,7 +41,7 @@ struct ActorServerOptions {
   std::shared_ptr<spdlog::logger> logger;
 
   // What tls:// listeners present and check clients with, and the cluster token clients must
-  // present. Default: null, meaning the loop's (EventLoop::credentials()).
+  // present. Default: null, meaning the loop's (loopCredentials(), net/credentials.h).
   std::shared_ptr<Credentials> credentials;
 
   // Bounds on what peers can make the server hold: open connections, bytes of messages still

@@ -46,8 +46,8 @@
 #include <kj/function.h>
 #include <kj/time.h>
 
-#include "troupe/actor/channel.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/net/channel.h"
+#include "troupe/base/event_loop.h"
 
 namespace troupe {
 

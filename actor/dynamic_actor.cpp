@@ -3,7 +3,7 @@
 #include <kj/debug.h>
 #include <kj/vector.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe {
 

@@ -4,8 +4,8 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
-#include "troupe/actor/parse_number.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/parse_number.h"
 
 namespace troupe {
 

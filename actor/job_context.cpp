@@ -3,8 +3,8 @@
 #include <stdlib.h>
 
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/parse_number.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/parse_number.h"
 
 namespace troupe {
 

@@ -33,7 +33,7 @@
 #include <kj/vector.h>
 
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/address.h"
+#include "troupe/net/address.h"
 #include "bench_echo.capnp.h"
 #include "bench/bench_sockets.h"
 #include "bench/bench_echo_impl.h"

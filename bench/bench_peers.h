@@ -20,7 +20,7 @@
 
 #include "bench_echo.capnp.h"
 #include "tests/support/child_process.h"
-#include "troupe/actor/credentials.h"
+#include "troupe/net/credentials.h"
 
 namespace troupe::bench {
 

@@ -12,7 +12,8 @@
 
 #include <kj/async.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/open_resolver.h"
 
 int main(int argc, char** argv) {
@@ -21,7 +22,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   size_t n = strtoull(argv[2], nullptr, 10);
-  troupe::EventLoop loop(troupe::EventLoopOptions{.credentials = troupe::Credentials::none()});
+  troupe::EventLoop loop;
+  troupe::setLoopCredentials(loop, troupe::Credentials::none());
   auto resolver = troupe::openResolver(loop, argv[1]);
   kj::Vector<kj::Own<troupe::Registration>> registrations;
   kj::Vector<kj::Promise<void>> registered;

@@ -46,7 +46,7 @@
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/blob.h"
-#include "troupe/actor/bytes.h"
+#include "troupe/net/bytes.h"
 
 namespace {
 

@@ -22,7 +22,8 @@
 #include <kj/async.h>
 
 #include "bench/bench_support.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tests/support/child_process.h"
 #include "tests/support/etcd_cluster.h"
@@ -95,7 +96,8 @@ void run(benchmark::State& state, bool etcd) {
     server = registry->pid();
   }
 
-  troupe::EventLoop loop(troupe::EventLoopOptions{.credentials = troupe::Credentials::none()});
+  troupe::EventLoop loop;
+  troupe::setLoopCredentials(loop, troupe::Credentials::none());
   std::vector<kj::Own<troupe::Resolver>> clients;
   std::vector<kj::Own<troupe::Watch>> watches;
   std::vector<Seen> seen;

@@ -11,7 +11,7 @@ include(CMakePackageConfigHelpers)
 
 set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
 
-install(TARGETS troupe_schemas troupe_actor troupe_resolver troupe_pool troupe_jobs troupe
+install(TARGETS troupe_schemas troupe_base troupe_net troupe_observe troupe_actor troupe_resolver troupe_pool troupe_jobs troupe
         EXPORT troupeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -20,7 +20,8 @@ if(TROUPE_BUILD_TOOLS)
   install(TARGETS troupe-cli troupe-registry EXPORT troupeTargets
           RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
-install(FILES ${TROUPE_INCLUDE_DIR}/troupe/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
+install(FILES ${TROUPE_INCLUDE_DIR}/troupe/version.h ${TROUPE_INCLUDE_DIR}/troupe/troupe.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
 install(PROGRAMS scripts/make_certs.sh DESTINATION ${CMAKE_INSTALL_BINDIR} RENAME troupe-make-certs)
 
 install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${config_dir})

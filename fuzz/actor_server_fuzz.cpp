@@ -14,7 +14,7 @@
 #include "tests/support/test_actors.h"
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::fuzz {
 namespace {

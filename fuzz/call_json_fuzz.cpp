@@ -15,7 +15,7 @@
 #include "fuzz/fuzz_support.h"
 #include "tools/troupe/call_json.h"
 #include "tools/troupe/dynamic_actor.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::fuzz {
 namespace {

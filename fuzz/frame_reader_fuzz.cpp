@@ -16,13 +16,13 @@
 #include <kj/vector.h>
 
 #include "fuzz/fuzz_support.h"
-#include "troupe/actor/detail/message_stream.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/detail/message_stream.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::fuzz {
 namespace {
 
-using actor_detail::BoundedMessageStream;
+using net_detail::BoundedMessageStream;
 
 // Small enough that announcing more than the limit is easy for the fuzzer, and that a message
 // announced just under it costs little to allocate.

@@ -10,7 +10,7 @@
 #include <kj/exception.h>
 #include <kj/string.h>
 
-#include "troupe/actor/credentials.h"
+#include "troupe/net/credentials.h"
 
 namespace troupe::fuzz {
 

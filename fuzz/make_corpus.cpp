@@ -23,7 +23,7 @@
 #include "tests/support/test_actors.h"
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/channel.h"
+#include "troupe/net/channel.h"
 #include "troupe/resolver/registry_resolver.h"
 #include "troupe/resolver/registry_server.h"
 #include "troupe/resolver/registry_wire.h"
@@ -107,7 +107,8 @@ void echoOnce(EventLoop& loop, Channel& ch, size_t bytes) {
 
 // Sessions with an ActorServer hosting what actor_server_fuzz.cpp hosts.
 void actorServerSeeds(Corpus& corpus) {
-  EventLoop loop({.credentials = credentials()});
+  EventLoop loop;
+  setLoopCredentials(loop, credentials());
   auto& ws = loop.waitScope();
   JobContext job;
   job.jobId = "fuzz";
@@ -284,7 +285,8 @@ Endpoint sampleEndpoint() {
 
 // Sessions of a RegistryResolver (and a plain Channel) with a RegistryServer.
 void registryServerSeeds(Corpus& corpus) {
-  EventLoop loop({.credentials = credentials()});
+  EventLoop loop;
+  setLoopCredentials(loop, credentials());
   auto& ws = loop.waitScope();
   RegistryServer registry(loop);
   RecordingProxy proxy(loop, registry.listen("tcp://127.0.0.1:0"));

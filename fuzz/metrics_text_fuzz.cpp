@@ -1,4 +1,4 @@
-// parsePrometheusText (actor/metrics_text.h), fed arbitrary text as a member's /metrics might
+// parsePrometheusText (tools/troupe/metrics_text.h), fed arbitrary text as a member's /metrics might
 // send it, under small limits so that inputs reach them.
 //
 // Refusals (INVALID_ARGUMENT) are fine. Checked: what parses holds to the limits; each
@@ -8,8 +8,8 @@
 #include <string>
 
 #include "fuzz/fuzz_support.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/metrics_text.h"
+#include "troupe/base/errors.h"
+#include "tools/troupe/metrics_text.h"
 
 namespace troupe::fuzz {
 namespace {

@@ -20,12 +20,12 @@
 #include <string>
 
 #include "fuzz/fuzz_support.h"
-#include "troupe/actor/address.h"
+#include "troupe/net/address.h"
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/actor/job_context.h"
-#include "troupe/actor/parse_number.h"
+#include "troupe/base/parse_number.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/open_resolver.h"
 

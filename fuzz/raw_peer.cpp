@@ -6,7 +6,7 @@
 #include <kj/debug.h>
 
 #include "fuzz/fuzz_support.h"
-#include "troupe/actor/address.h"
+#include "troupe/net/address.h"
 
 namespace troupe::fuzz {
 

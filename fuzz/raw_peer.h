@@ -8,7 +8,7 @@
 #include <kj/async-io.h>
 #include <kj/time.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 
 namespace troupe::fuzz {
 

@@ -2,7 +2,7 @@
 
 #include <kj/vector.h>
 
-#include "troupe/actor/address.h"
+#include "troupe/net/address.h"
 
 namespace troupe::fuzz {
 

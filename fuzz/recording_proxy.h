@@ -7,7 +7,7 @@
 #include <kj/array.h>
 #include <kj/async-io.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 
 namespace troupe::fuzz {
 

@@ -11,7 +11,7 @@
 
 #include "fuzz/fuzz_support.h"
 #include "fuzz/raw_peer.h"
-#include "troupe/actor/channel.h"
+#include "troupe/net/channel.h"
 #include "troupe/resolver/registry_server.h"
 
 namespace troupe::fuzz {
@@ -25,7 +25,8 @@ constexpr int RELEASE_TURNS = 1000;
 
 // Never destroyed: see actor_server_fuzz.cpp.
 struct Target {
-  EventLoop loop{{.randomSeed = uint64_t{1}, .credentials = noCredentials()}};
+  EventLoop loop{{.randomSeed = uint64_t{1}}};
+  bool withoutCredentials = (setLoopCredentials(loop, noCredentials()), true);
   RegistryServer registry{loop, {.maxMessageBytes = MAX_MESSAGE_BYTES}};
   std::string address = registry.listen(privateSocketAddress());
   kj::Own<kj::NetworkAddress> raw = rawAddress(loop, address);

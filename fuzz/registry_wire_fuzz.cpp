@@ -21,7 +21,7 @@
 #include <capnp/serialize.h>
 
 #include "fuzz/fuzz_support.h"
-#include "troupe/actor/address.h"
+#include "troupe/net/address.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/resolver/registry_wire.h"
 #include "troupe/resolver/resolver.h"

@@ -12,10 +12,10 @@
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
-#include "troupe/actor/logging.h"
-#include "troupe/actor/parse_number.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/base/logging.h"
+#include "troupe/base/parse_number.h"
 
 namespace troupe {
 

@@ -1,6 +1,6 @@
 #include "troupe/jobs/launcher.h"
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/jobs/detail/replica_environment.h"
 
 namespace troupe {

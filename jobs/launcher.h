@@ -9,7 +9,7 @@
 #include <kj/refcount.h>
 #include <kj/timer.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/jobs/job_request.h"
 #include "troupe/pool/actor_group.h"
 #include "troupe/resolver/resolver.h"

@@ -13,7 +13,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/jobs/detail/capacity.h"
 #include "troupe/jobs/detail/local_job.h"
 #include "troupe/jobs/detail/log_files.h"

@@ -11,7 +11,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/jobs/detail/log_files.h"
 #include "troupe/jobs/detail/replica_environment.h"
 #include "troupe/jobs/detail/slurm_commands.h"

@@ -6,8 +6,8 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/change_signal.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/change_signal.h"
+#include "troupe/base/errors.h"
 
 namespace troupe {
 

@@ -16,7 +16,7 @@
 
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/resolver.h"
 
 namespace troupe {

@@ -6,9 +6,9 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/backoff.h"
-#include "troupe/actor/change_signal.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/backoff.h"
+#include "troupe/base/change_signal.h"
+#include "troupe/base/errors.h"
 #include "troupe/pool/detail/member_health.h"
 
 namespace troupe {

@@ -9,10 +9,10 @@
 #include <kj/refcount.h>
 #include <kj/vector.h>
 
-#include "troupe/actor/change_signal.h"
+#include "troupe/base/change_signal.h"
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
 
 namespace troupe {
 

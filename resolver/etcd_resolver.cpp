@@ -1,7 +1,7 @@
 #include "troupe/resolver/etcd_resolver.h"
 
-#include "troupe/actor/credentials.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/credentials.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/detail/etcd_client.h"
 #include "troupe/resolver/detail/etcd_registration.h"
 #include "troupe/resolver/detail/etcd_watch.h"

@@ -9,8 +9,9 @@
 
 #include <kj/time.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/resolver.h"
+#include "troupe/net/credentials.h"
 
 namespace troupe {
 
@@ -57,7 +58,7 @@ struct EtcdResolverOptions {
   std::shared_ptr<spdlog::logger> logger;
 
   // What registrations present as their job's credential (its job token), and the TLS
-  // settings for tls:// members. Default: null, meaning the loop's (EventLoop::credentials(),
+  // settings for tls:// members. Default: null, meaning the loop's (loopCredentials(),
   // from TROUPE_TLS_CA, TROUPE_TLS_CERT and TROUPE_TLS_KEY).
   std::shared_ptr<Credentials> credentials;
 };

@@ -1,6 +1,6 @@
 #include "troupe/resolver/fixed_resolver.h"
 
-#include "troupe/actor/credentials.h"
+#include "troupe/net/credentials.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,8 +19,8 @@
 #include <kj/list.h>
 #include <kj/vector.h>
 
-#include "troupe/actor/address.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/address.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/detail/watch_queue.h"
 
 namespace troupe {

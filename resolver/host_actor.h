@@ -10,7 +10,7 @@
 #include <string>
 
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/actor/job_context.h"
 
 namespace troupe {

@@ -1,6 +1,6 @@
 #include "troupe/resolver/open_resolver.h"
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/etcd_resolver.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/registry_resolver.h"

@@ -4,7 +4,7 @@
 #include <kj/memory.h>
 #include <kj/string.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/resolver.h"
 
 namespace troupe {

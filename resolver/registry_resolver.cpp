@@ -2,7 +2,7 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/detail/registry_link.h"
 #include "troupe/resolver/detail/registry_registration.h"
 #include "troupe/resolver/detail/registry_watch.h"

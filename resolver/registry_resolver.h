@@ -6,9 +6,10 @@
 
 #include <kj/time.h>
 
-#include "troupe/actor/event_loop.h"
-#include "troupe/actor/limits.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/net/limits.h"
 #include "troupe/resolver/resolver.h"
+#include "troupe/net/credentials.h"
 
 namespace troupe {
 

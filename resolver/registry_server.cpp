@@ -6,9 +6,9 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/address.h"
-#include "troupe/actor/rpc_acceptor.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/address.h"
+#include "troupe/net/rpc_acceptor.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/detail/registry_http.h"
 #include "troupe/resolver/detail/registry_table.h"
 #include "troupe/resolver/registry_wire.h"
@@ -194,7 +194,7 @@ std::string RegistryServer::listenHttp(kj::StringPtr address) {
   KJ_REQUIRE(!impl->stopped, "cannot serve HTTP for a registry that has stopped");
   KJ_REQUIRE(impl->http.get() == nullptr, "the registry serves HTTP on one address only");
   auto credentials = impl->options.credentials ? impl->options.credentials
-                                               : impl->loop.credentials();
+                                               : loopCredentials(impl->loop);
   auto options = impl->options.http;
   if (!options.credentials) options.credentials = credentials;
   if (!options.logger) options.logger = impl->log;

@@ -10,9 +10,9 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "troupe/actor/event_loop.h"
-#include "troupe/actor/http_endpoint.h"
-#include "troupe/actor/limits.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/observe/http_endpoint.h"
+#include "troupe/net/limits.h"
 #include "troupe/schemas/registry.capnp.h"
 
 namespace troupe {
@@ -75,7 +75,7 @@ struct RegistryServerOptions {
   std::shared_ptr<spdlog::logger> logger;
 
   // What tls:// listeners present and check clients with, and the cluster token clients must
-  // present. Default: null, meaning the loop's (EventLoop::credentials()).
+  // present. Default: null, meaning the loop's (loopCredentials(), net/credentials.h).
   std::shared_ptr<Credentials> credentials;
 
   // Bounds on what clients can make the registry hold: open connections, bytes of messages

@@ -1,6 +1,6 @@
 #include "troupe/resolver/resolver.h"
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe {
 

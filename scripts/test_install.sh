@@ -59,7 +59,7 @@ quietly env TROUPE_REGISTRY="$prefix/bin/troupe-registry" examples/calculator/de
   "$scratch/calc-installed"
 cat > "$scratch/version.cpp" <<'CPP'
 #include <stdio.h>
-#include <troupe/actor/event_loop.h>
+#include <troupe/base/event_loop.h>
 #include <troupe/version.h>
 int main() { troupe::EventLoop loop; printf("troupe %s\n", troupe::VERSION); }
 CPP

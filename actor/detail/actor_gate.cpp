@@ -4,7 +4,7 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::actor_detail {
 

@@ -17,8 +17,8 @@
 #include <kj/vector.h>
 
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/change_signal.h"
-#include "troupe/actor/metrics.h"
+#include "troupe/base/change_signal.h"
+#include "troupe/base/metrics.h"
 
 namespace troupe::actor_detail {
 

@@ -4,8 +4,8 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/bytes.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/bytes.h"
+#include "troupe/base/errors.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

@@ -17,9 +17,9 @@
 #include <spdlog/logger.h>
 
 #include "troupe/actor/blob.h"
-#include "troupe/actor/change_signal.h"
-#include "troupe/actor/channel.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/change_signal.h"
+#include "troupe/net/channel.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/schemas/blob.capnp.h"
 
 namespace troupe::actor_detail {

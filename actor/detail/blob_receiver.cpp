@@ -10,7 +10,7 @@
 
 #include "troupe/actor/detail/blob_fanout.h"
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::actor_detail {
 

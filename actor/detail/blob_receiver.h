@@ -10,9 +10,9 @@
 #include <spdlog/logger.h>
 
 #include "troupe/actor/blob.h"
-#include "troupe/actor/channel.h"
-#include "troupe/actor/detail/message_stream.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/net/channel.h"
+#include "troupe/net/segment_placement.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/schemas/actor.capnp.h"
 
 namespace troupe::actor_detail {

@@ -32,7 +32,7 @@
 
 #include "troupe/actor/actor_ref.h"
 #include "bench_echo.capnp.h"
-#include "troupe/actor/bytes.h"
+#include "troupe/net/bytes.h"
 #include "bench/peer_echo/peer_flags.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/fixed_resolver.h"

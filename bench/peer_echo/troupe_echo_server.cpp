@@ -14,7 +14,7 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/address.h"
+#include "troupe/net/address.h"
 #include "bench_echo.capnp.h"
 #include "bench/bench_echo_impl.h"
 #include "bench/peer_echo/peer_flags.h"

@@ -8,7 +8,7 @@
 
 #include <kj/debug.h>
 
-#include <troupe/actor/errors.h>
+#include <troupe/base/errors.h>
 #include <troupe/pool/actor_pool.h>
 #include <troupe/resolver/open_resolver.h>
 

@@ -14,7 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include <troupe/actor/actor_server.h>
-#include <troupe/actor/errors.h>
+#include <troupe/base/errors.h>
 #include <troupe/resolver/host_actor.h>
 
 #include "calculator.capnp.h"

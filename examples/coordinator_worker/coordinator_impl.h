@@ -11,7 +11,7 @@
 #include <kj/async.h>
 #include <kj/timer.h>
 
-#include <troupe/actor/change_signal.h>
+#include <troupe/base/change_signal.h>
 
 #include "coordinator.capnp.h"
 

@@ -10,7 +10,7 @@
 
 #include <kj/debug.h>
 
-#include <troupe/actor/errors.h>
+#include <troupe/base/errors.h>
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/pool/actor_pool.h>
 

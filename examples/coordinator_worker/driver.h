@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include <troupe/actor/event_loop.h>
+#include <troupe/base/event_loop.h>
 
 namespace coordinator {
 

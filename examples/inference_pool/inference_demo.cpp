@@ -30,7 +30,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include <troupe/actor/errors.h>
+#include <troupe/base/errors.h>
 #include <troupe/actor/job_context.h>
 #include <troupe/jobs/launcher.h>
 #include <troupe/jobs/local_launcher.h>

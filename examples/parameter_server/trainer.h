@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include <troupe/actor/event_loop.h>
+#include <troupe/base/event_loop.h>
 
 namespace ps {
 

@@ -9,8 +9,8 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "troupe/actor/change_signal.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/change_signal.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/jobs/detail/capacity.h"
 #include "troupe/jobs/detail/subprocess.h"
 #include "troupe/jobs/launcher.h"

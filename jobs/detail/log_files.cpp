@@ -10,7 +10,7 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::jobs_detail {
 

@@ -13,7 +13,7 @@
 #include <kj/io.h>
 #include <uv.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/jobs/detail/replica_environment.h"
 
 namespace troupe::jobs_detail {

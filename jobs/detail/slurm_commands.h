@@ -9,7 +9,7 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/jobs/detail/subprocess.h"
 
 namespace troupe::jobs_detail {

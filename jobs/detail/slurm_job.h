@@ -10,8 +10,8 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "troupe/actor/change_signal.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/change_signal.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/jobs/detail/slurm_commands.h"
 #include "troupe/jobs/launcher.h"
 #include "troupe/resolver/resolver.h"

@@ -10,7 +10,7 @@
 
 #include <kj/async.h>
 
-#include "troupe/actor/uv_handle.h"
+#include "troupe/base/uv_handle.h"
 
 namespace troupe::jobs_detail {
 

@@ -5,7 +5,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::pool_detail {
 

@@ -10,7 +10,7 @@
 #include <kj/async.h>
 #include <kj/list.h>
 
-#include "troupe/actor/change_signal.h"
+#include "troupe/base/change_signal.h"
 #include "troupe/pool/actor_group.h"
 #include "troupe/pool/actor_pool.h"
 

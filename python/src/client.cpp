@@ -8,7 +8,7 @@
 #include "python/src/errors.h"
 #include "python/src/values.h"
 #include "troupe/actor/dynamic_actor.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/open_resolver.h"
 
 namespace py = pybind11;

@@ -1,5 +1,5 @@
 #pragma once
-// troupe's errors (troupe/actor/errors.h) as Python exceptions: the classes troupe/__init__.py
+// troupe's errors (troupe/base/errors.h) as Python exceptions: the classes troupe/__init__.py
 // defines (troupe.Error and one subclass per code, troupe.ActorError for what an actor raised),
 // made with .code, .endpoint and .may_have_run.
 
@@ -9,7 +9,7 @@
 #include <kj/string.h>
 #include <pybind11/pybind11.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::python {
 

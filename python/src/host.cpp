@@ -10,7 +10,7 @@
 #include "python/src/errors.h"
 #include "python/src/values.h"
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/job_context.h"
 #include "troupe/resolver/host_actor.h"

@@ -14,8 +14,8 @@
 #include <spdlog/spdlog.h>
 
 #include "python/src/errors.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/uv_handle.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/uv_handle.h"
 
 namespace py = pybind11;
 

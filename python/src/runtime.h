@@ -21,7 +21,7 @@
 #include <kj/refcount.h>
 
 #include "python/src/errors.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 
 namespace troupe::python {
 

@@ -8,7 +8,7 @@
 
 #include "python/src/errors.h"
 #include "python/src/runtime.h"
-#include "troupe/actor/bytes.h"
+#include "troupe/net/bytes.h"
 #include "troupe/actor/dynamic_actor.h"
 
 namespace py = pybind11;
@@ -432,7 +432,7 @@ kj::Maybe<capnp::Orphan<capnp::Data>> adopted(const Borrowed& borrowed, capnp::D
   KJ_IF_MAYBE(owner, borrowed.find(data)) {
     // The struct's own location tells which message it is in (as in adoptBytes()).
     const void* at = capnp::AnyStruct::Builder(to).getDataSection().begin();
-    if (actor_detail::attachToOutgoingMessage(at, *owner)) {
+    if (attachToOutgoingMessage(at, *owner)) {
       return capnp::Orphanage::getForMessageContaining(to).referenceExternalData(data);
     }
   }

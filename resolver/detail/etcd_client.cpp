@@ -2,8 +2,8 @@
 
 #include <string.h>
 
-#include "troupe/actor/address.h"
-#include "troupe/actor/credentials.h"
+#include "troupe/net/address.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/detail/etcd_session.h"
 #include "troupe/resolver/detail/etcd_watch.h"
 
@@ -166,7 +166,7 @@ EtcdClient::EtcdClient(EventLoop& loop, EtcdResolverOptions optionsIn)
     : loop(loop),
       options(kj::mv(optionsIn)),
       log(options.logger ? options.logger : loop.logger()),
-      credentials(options.credentials ? options.credentials : loop.credentials()),
+      credentials(options.credentials ? options.credentials : loopCredentials(loop)),
       retry(options.backoffInitial, options.backoffMax,
             "EtcdResolverOptions' backoffInitial and backoffMax"),
       tasks(*this) {

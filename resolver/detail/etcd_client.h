@@ -14,10 +14,11 @@
 #include <kj/compat/http.h>
 #include <kj/refcount.h>
 
-#include "troupe/actor/backoff.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/backoff.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/etcd_resolver.h"
 #include "troupe/schemas/etcd_gateway.capnp.h"
+#include "troupe/net/credentials.h"
 
 namespace troupe::resolver_detail {
 

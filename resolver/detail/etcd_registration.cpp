@@ -4,7 +4,7 @@
 
 #include <kj/encoding.h>
 
-#include "troupe/actor/credentials.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/detail/etcd_watch.h"
 
 namespace troupe::resolver_detail {

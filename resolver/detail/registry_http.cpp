@@ -7,8 +7,8 @@
 #include <kj/encoding.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/address.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/address.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/detail/dashboard_assets.h"
 #include "troupe/resolver/detail/url_query.h"
 #include "troupe/resolver/registry_wire.h"

@@ -10,11 +10,12 @@
 #include <kj/list.h>
 #include <kj/refcount.h>
 
-#include "troupe/actor/backoff.h"
-#include "troupe/actor/channel.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/backoff.h"
+#include "troupe/net/channel.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/registry_resolver.h"
 #include "troupe/schemas/registry.capnp.h"
+#include "troupe/net/credentials.h"
 
 namespace troupe::resolver_detail {
 

@@ -3,7 +3,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::resolver_detail {
 

@@ -7,9 +7,9 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/address.h"
-#include "troupe/actor/credentials.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/address.h"
+#include "troupe/net/credentials.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/registry_wire.h"
 
 namespace troupe::resolver_detail {

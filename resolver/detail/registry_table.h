@@ -14,7 +14,7 @@
 #include <kj/async.h>
 #include <kj/refcount.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/registry_server.h"
 #include "troupe/resolver/resolver.h"
 #include "troupe/schemas/registry.capnp.h"

@@ -6,7 +6,7 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/registry_wire.h"
 
 namespace troupe::resolver_detail {

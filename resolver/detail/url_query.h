@@ -5,7 +5,7 @@
 #include <kj/time.h>
 #include <kj/vector.h>
 
-#include "troupe/actor/parse_number.h"
+#include "troupe/base/parse_number.h"
 
 namespace troupe::resolver_detail {
 

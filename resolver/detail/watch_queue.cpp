@@ -1,6 +1,6 @@
 #include "troupe/resolver/detail/watch_queue.h"
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::resolver_detail {
 

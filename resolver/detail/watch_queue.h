@@ -5,7 +5,7 @@
 
 #include <kj/async.h>
 
-#include "troupe/actor/change_signal.h"
+#include "troupe/base/change_signal.h"
 #include "troupe/resolver/resolver.h"
 
 namespace troupe::resolver_detail {

@@ -7,7 +7,7 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_ref.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "tests/support/server_fixture.h"
 
 namespace troupe {

@@ -16,7 +16,7 @@
 
 #include "tests/support/child_process.h"
 #include "troupe/actor/blob.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe {
 namespace {
@@ -64,7 +64,8 @@ public:
                BlobSendOptions options, kj::Duration deadline = 120 * kj::SECONDS)
       : thread([this, targets = kj::mv(targets), bytes, options = kj::mv(options),
                 deadline]() mutable {
-          EventLoop loop(EventLoopOptions{.credentials = Credentials::none()});
+          EventLoop loop;
+          setLoopCredentials(loop, Credentials::none());
           kj::Array<const kj::byte> copy = kj::heapArray<kj::byte>(bytes);
           auto transfer = sendBlob(loop, kj::arrayPtr(targets.data(), targets.size()), "weights",
                                    1, kj::mv(copy), kj::mv(options));

@@ -12,9 +12,9 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/bytes.h"
-#include "troupe/actor/channel.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/bytes.h"
+#include "troupe/net/channel.h"
+#include "troupe/base/errors.h"
 #include "troupe/actor/detail/blob_fanout.h"
 #include "tests/support/registry_helpers.h"
 

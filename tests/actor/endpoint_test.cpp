@@ -7,7 +7,7 @@
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe {
 namespace {

@@ -8,7 +8,7 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_ref.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "tests/support/child_process.h"
 #include "tests/support/test_server.h"
 #include "tests/support/test_actors.h"

@@ -9,9 +9,9 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
-#include "troupe/actor/random.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/base/random.h"
 #include "troupe/pool/actor_pool.h"
 #include "chaos.capnp.h"
 

@@ -11,9 +11,9 @@
 
 #include <kj/async.h>
 
-#include "troupe/actor/change_signal.h"
-#include "troupe/actor/event_loop.h"
-#include "troupe/actor/random.h"
+#include "troupe/base/change_signal.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/base/random.h"
 #include "troupe/jobs/launcher.h"
 #include "tests/chaos/registry_daemon.h"
 #include "tests/chaos/replica_process.h"

@@ -15,7 +15,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/parse_number.h"
+#include "troupe/base/parse_number.h"
 #include "troupe/resolver/host_actor.h"
 #include "tests/chaos/ledger.h"
 #include "chaos.capnp.h"

@@ -12,7 +12,7 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/parse_number.h"
+#include "troupe/base/parse_number.h"
 
 namespace troupe::chaos {
 

@@ -7,7 +7,7 @@
 
 #include <kj/async.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe::chaos {

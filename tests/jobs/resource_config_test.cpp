@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/jobs/detail/tpu_types.h"
 
 namespace troupe {

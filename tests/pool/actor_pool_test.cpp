@@ -9,7 +9,7 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "tests/support/pool_replica.h"
 #include "tests/support/test_actors.h"
@@ -25,7 +25,12 @@ using Replica = test::PoolReplica;
 
 class ActorPoolTest : public ::testing::Test {
 protected:
-  explicit ActorPoolTest(EventLoopOptions loopOptions = {}) : loop(kj::mv(loopOptions)) {}
+  // `credentials`: the loop's, when not null.
+  explicit ActorPoolTest(EventLoopOptions loopOptions = {},
+                         std::shared_ptr<Credentials> credentials = nullptr)
+      : loop(kj::mv(loopOptions)) {
+    if (credentials) setLoopCredentials(loop, kj::mv(credentials));
+  }
   ~ActorPoolTest() noexcept override {}
 
   void startReplicas(uint32_t n) {
@@ -390,9 +395,8 @@ TEST_F(ActorPoolTest, LeastOutstandingSpreadsHeldCalls) {
 class ActorPoolDrainTest : public ActorPoolTest {
 protected:
   ActorPoolDrainTest()
-      : ActorPoolTest({.credentials = std::make_shared<Credentials>(
-                           CredentialsOptions{.jobId = "job-1",
-                                              .jobToken = "job-1's credential"})}) {}
+      : ActorPoolTest({}, std::make_shared<Credentials>(CredentialsOptions{
+                                .jobId = "job-1", .jobToken = "job-1's credential"})) {}
 };
 
 TEST_F(ActorPoolDrainTest, DrainMembersDrainsEveryMemberAndTheyLeave) {

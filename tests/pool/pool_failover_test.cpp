@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "tests/support/test_actors.h"

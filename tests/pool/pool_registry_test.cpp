@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/open_resolver.h"
 #include "troupe/resolver/registry_server.h"

@@ -19,7 +19,7 @@
 #include <gtest/gtest.h>
 #include <kj/encoding.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tests/support/child_process.h"
 #include "tests/support/etcd_cluster.h"
@@ -82,7 +82,8 @@ TEST(EtcdUrlTest, AUrlThatDoesNotParseIsRefusedNamingThePart) {
     EXPECT_EQ(failure.code, ErrorCode::INVALID_ARGUMENT) << c.url;
     EXPECT_TRUE(failure.mentions(c.says)) << c.url << ": " << failure.text;
   }
-  EventLoop loop(EventLoopOptions{.credentials = Credentials::none()});
+  EventLoop loop;
+  setLoopCredentials(loop, Credentials::none());
   auto root = test::thrownBy([&]() { openResolver(loop, "etcd://a/bad root"); });
   EXPECT_EQ(root.code, ErrorCode::INVALID_ARGUMENT);
   EXPECT_TRUE(root.mentions("printable ASCII without spaces")) << root.text;
@@ -91,7 +92,9 @@ TEST(EtcdUrlTest, AUrlThatDoesNotParseIsRefusedNamingThePart) {
 class EtcdResolverTest : public ::testing::Test {
 protected:
   explicit EtcdResolverTest(size_t members = 1)
-      : cluster(members), loop(EventLoopOptions{.credentials = Credentials::none()}) {}
+      : cluster(members) {
+    setLoopCredentials(loop, Credentials::none());
+  }
   ~EtcdResolverTest() noexcept override {}
 
   kj::Own<Resolver> open(size_t ttlMs = 0) {
@@ -346,8 +349,9 @@ class EtcdOverTlsTest : public ::testing::Test {
 protected:
   EtcdOverTlsTest()
       : certs(test::testCerts()),
-        cluster(1, test::EtcdTls{certs.cert, certs.key, certs.ca}),
-        loop(EventLoopOptions{.credentials = Credentials::none()}) {}
+        cluster(1, test::EtcdTls{certs.cert, certs.key, certs.ca}) {
+    setLoopCredentials(loop, Credentials::none());
+  }
   ~EtcdOverTlsTest() noexcept override {}
 
   kj::Own<Resolver> open(std::shared_ptr<Credentials> credentials) {

@@ -12,8 +12,8 @@
 #include <kj/debug.h>
 #include <kj/vector.h>
 
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
 
 namespace troupe {
 namespace {

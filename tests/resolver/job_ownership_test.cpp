@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/registry_resolver.h"
 #include "tests/support/registry_helpers.h"
 
@@ -30,9 +30,10 @@ kj::Own<RegistryResolver> client(EventLoop& loop, const std::string& url, std::s
 class JobOwnershipTest : public ::testing::Test {
 protected:
   JobOwnershipTest()
-      : loop(EventLoopOptions{.manualClock = true, .credentials = Credentials::none()}),
+      : loop(EventLoopOptions{.manualClock = true}),
         socket("ownership"),
-        server(loop) {
+        server(loop, RegistryServerOptions{.credentials = Credentials::none()}) {
+    setLoopCredentials(loop, Credentials::none());
     server.listen(("unix:" + socket.path).c_str());
     url = "registry+unix:" + socket.path;
     launcher = client(loop, url, "");

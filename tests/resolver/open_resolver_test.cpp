@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/registry_resolver.h"
 #include "troupe/resolver/registry_server.h"

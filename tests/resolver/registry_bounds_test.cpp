@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/registry_resolver.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/resident_memory.h"
@@ -29,7 +29,9 @@ std::shared_ptr<spdlog::logger> quiet() { return std::make_shared<spdlog::logger
 class RegistryBoundsTest : public ::testing::Test {
 protected:
   RegistryBoundsTest()
-      : loop(EventLoopOptions{.manualClock = true, .credentials = Credentials::none()}) {}
+      : loop(EventLoopOptions{.manualClock = true}) {
+    setLoopCredentials(loop, Credentials::none());
+  }
   ~RegistryBoundsTest() noexcept override {}
 
   void start(RegistryServerOptions options) {

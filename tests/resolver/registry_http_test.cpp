@@ -20,7 +20,7 @@ using RegisterResponse = capnp::Response<schema::Registry::RegisterResults>;
 
 class RegistryHttpTest : public ::testing::Test {
 protected:
-  RegistryHttpTest() : loop(EventLoopOptions{.credentials = Credentials::none()}) {}
+  RegistryHttpTest() { setLoopCredentials(loop, Credentials::none()); }
   ~RegistryHttpTest() noexcept override {}
 
   void start(std::shared_ptr<Credentials> credentials = nullptr) {

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/registry_resolver.h"
 #include "troupe/resolver/registry_server.h"
 #include "tests/support/registry_helpers.h"

@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/channel.h"
-#include "troupe/actor/errors.h"
+#include "troupe/net/channel.h"
+#include "troupe/base/errors.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/resident_memory.h"
 

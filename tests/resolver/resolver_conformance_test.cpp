@@ -17,9 +17,9 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/credentials.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/net/credentials.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/etcd_resolver.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/open_resolver.h"
@@ -74,9 +74,10 @@ public:
 class RegistryBackend final : public Backend {
 public:
   explicit RegistryBackend(bool manualClock)
-      : loop_(EventLoopOptions{.manualClock = manualClock, .credentials = Credentials::none()}),
+      : loop_(EventLoopOptions{.manualClock = manualClock}),
         socket("conformance"),
-        server(loop_) {
+        server(loop_, RegistryServerOptions{.credentials = Credentials::none()}) {
+    setLoopCredentials(loop_, Credentials::none());
     server.listen(("unix:" + socket.path).c_str());
   }
 
@@ -146,6 +147,8 @@ private:
 // with leases far longer than a test so that nothing expires unless a test makes it.
 class EtcdBackend final : public Backend {
 public:
+  EtcdBackend() { setLoopCredentials(loop_, Credentials::none()); }
+
   EventLoop& loop() override { return loop_; }
 
   kj::Own<Resolver> client(std::string jobId, std::string jobToken) override {
@@ -161,7 +164,7 @@ public:
   bool refusesOlderIncarnations() const override { return true; }
 
 private:
-  EventLoop loop_{EventLoopOptions{.credentials = Credentials::none()}};
+  EventLoop loop_;
   test::EtcdCluster cluster;
 };
 

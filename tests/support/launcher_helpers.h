@@ -22,7 +22,7 @@
 #include <kj/debug.h>
 #include <kj/io.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/jobs/launcher.h"
 #include "troupe/pool/actor_pool.h"
 #include "tests/support/test_actors.h"

@@ -2,7 +2,7 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/uv_handle.h"
+#include "troupe/base/uv_handle.h"
 
 namespace troupe::test {
 

@@ -5,7 +5,7 @@
 #include <kj/async.h>
 #include <kj/time.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 
 namespace troupe::test {
 

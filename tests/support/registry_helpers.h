@@ -18,8 +18,8 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/registry_wire.h"
 #include "troupe/resolver/resolver.h"
 #include "troupe/schemas/registry.capnp.h"

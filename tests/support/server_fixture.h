@@ -9,7 +9,7 @@
 
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "tests/support/test_actors.h"
 
 namespace troupe::test {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "troupe/actor/credentials.h"
+#include "troupe/net/credentials.h"
 
 namespace troupe::test {
 

@@ -19,7 +19,7 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/jobs/local_launcher.h"
 
 namespace {

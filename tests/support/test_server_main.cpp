@@ -15,7 +15,7 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_server.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/endpoint_publisher.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tests/support/test_actors.h"

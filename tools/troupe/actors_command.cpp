@@ -9,8 +9,8 @@
 
 #include <capnp/schema-loader.h>
 
-#include "troupe/actor/channel.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/net/channel.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"

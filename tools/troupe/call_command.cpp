@@ -12,9 +12,9 @@
 #include <capnp/schema-loader.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/channel.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/net/channel.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/pool/actor_group.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/open_resolver.h"

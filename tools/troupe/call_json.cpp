@@ -5,7 +5,7 @@
 #include <kj/encoding.h>
 #include <kj/vector.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 #include "tools/troupe/dynamic_actor.h"
 
 namespace troupe::cli {

@@ -9,8 +9,8 @@
 #include <kj/debug.h>
 #include <kj/vector.h>
 
-#include "troupe/actor/errors.h"
-#include "troupe/actor/parse_number.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/parse_number.h"
 #include "troupe/version.h"
 
 namespace troupe::cli {

@@ -17,6 +17,7 @@
 
 #include "troupe/actor/endpoint.h"
 #include "troupe/resolver/resolver.h"
+#include "troupe/net/credentials.h"
 
 namespace troupe::cli {
 

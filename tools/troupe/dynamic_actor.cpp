@@ -4,7 +4,7 @@
 #include <capnp/message.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
+#include "troupe/base/errors.h"
 
 namespace troupe::cli {
 

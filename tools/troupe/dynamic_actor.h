@@ -11,7 +11,7 @@
 #include <capnp/schema.h>
 #include <kj/async.h>
 
-#include "troupe/actor/channel.h"
+#include "troupe/net/channel.h"
 #include "troupe/actor/dynamic_actor.h"
 #include "tools/troupe/call_json.h"
 

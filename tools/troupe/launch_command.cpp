@@ -13,9 +13,9 @@
 
 #include <kj/debug.h>
 
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
-#include "troupe/actor/parse_number.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/base/parse_number.h"
 #include "troupe/jobs/local_launcher.h"
 #include "troupe/jobs/slurm_launcher.h"
 #include "tools/troupe/cli.h"

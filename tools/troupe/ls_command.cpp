@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"

@@ -25,8 +25,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/registry_server.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
@@ -98,7 +98,7 @@ public:
     options.logger = spdlog::default_logger();
 
     EventLoop loop(EventLoopOptions{.logger = spdlog::default_logger()});
-    auto& credentials = *loop.credentials();
+    auto& credentials = *loopCredentials(loop);
     if (addresses.empty()) {
       addresses.push_back(credentials.canServeTls() ? "tls://127.0.0.1:7700"
                                                     : "tcp://127.0.0.1:7700");

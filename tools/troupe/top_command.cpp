@@ -12,13 +12,13 @@
 #include <kj/compat/http.h>
 #include <kj/debug.h>
 
-#include "troupe/actor/address.h"
-#include "troupe/actor/credentials.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
-#include "troupe/actor/http_endpoint.h"
-#include "troupe/actor/metrics.h"
-#include "troupe/actor/metrics_text.h"
+#include "troupe/net/address.h"
+#include "troupe/net/credentials.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
+#include "troupe/observe/http_endpoint.h"
+#include "troupe/base/metrics.h"
+#include "tools/troupe/metrics_text.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
@@ -160,7 +160,7 @@ public:
   Top(EventLoop& loop, Resolver& resolver, TopOptions options)
       : loop(loop), resolver(resolver), options(kj::mv(options)),
         table(kj::heap<kj::HttpHeaderTable>()),
-        tlsNetwork(loop.credentials()->clientTlsContext().wrapNetwork(loop.network())),
+        tlsNetwork(loopCredentials(loop)->clientTlsContext().wrapNetwork(loop.network())),
         client(kj::newHttpClient(loop.timer(), *table, loop.network(), *tlsNetwork)) {}
 
   // Resolves after `iterations` screens; never, for 0. Rejects when the resolver fails.
@@ -286,7 +286,7 @@ private:
   kj::Promise<kj::String> fetch(const std::string& url) {
     auto request = kj::evalNow([&]() {
       kj::HttpHeaders headers(*table);
-      auto& credentials = *loop.credentials();
+      auto& credentials = *loopCredentials(loop);
       if (credentials.hasToken()) headers.add("Authorization", bearer(credentials.token()));
       auto target = kj::str(url.c_str(), "/metrics");
       return client->request(kj::HttpMethod::GET, target, headers, uint64_t{0})

@@ -10,8 +10,8 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/endpoint.h"
-#include "troupe/actor/errors.h"
-#include "troupe/actor/event_loop.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"

@@ -1,0 +1,477 @@
+#include "troupe/net/detail/message_stream.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+
+#include <capnp/serialize-async.h>
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include "troupe/base/buffer_cache.h"
+#include "troupe/base/errors.h"
+
+namespace troupe::net_detail {
+
+namespace {
+
+// Cap'n Proto's own readers refuse more segments than this too.
+constexpr uint32_t MAX_SEGMENTS = 512;
+
+// A message read from the stream, in the form Cap'n Proto's RPC system receives it: owns its
+// words and, when it has more than one segment, the table pointing into them.
+class ReceivedMessage final : public capnp::MessageReader, public capnp::IncomingRpcMessage {
+public:
+  ReceivedMessage(kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> table,
+                  capnp::ReaderOptions options, kj::Array<capnp::word> placed)
+      : capnp::MessageReader(options),
+        words(kj::mv(words)),
+        table(kj::mv(table)),
+        placed(kj::mv(placed)) {}
+
+  kj::ArrayPtr<const capnp::word> getSegment(uint id) override {
+    if (table == nullptr) return id == 0 ? words.asPtr() : nullptr;
+    return id < table.size() ? table[id] : nullptr;
+  }
+
+  capnp::AnyPointer::Reader getBody() override { return getRoot<capnp::AnyPointer>(); }
+  size_t sizeInWords() override { return words.size() + placed.size(); }
+
+private:
+  kj::Array<capnp::word> words;
+  kj::Array<kj::ArrayPtr<const capnp::word>> table;  // null for a single segment
+  kj::Array<capnp::word> placed;  // the last segment, when a SegmentPlacement gave its memory
+};
+
+// Bytes of the segment table of a message of `segments` segments, padded to a whole word.
+size_t tableBytes(size_t segments) { return (segments / 2 + 1) * sizeof(capnp::word); }
+
+uint32_t readLe32(const kj::byte* p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof(v));  // the wire is little-endian, and so are the machines troupe runs on
+  return v;
+}
+
+uint64_t millis(kj::Duration d) { return d / kj::MILLISECONDS; }
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// The budget of incomplete messages
+
+class IncomingBudget::Reservation {
+public:
+  Reservation(IncomingBudget& budget, uint64_t bytes) : budget(budget), bytes(bytes) {
+    budget.held_ += bytes;
+  }
+  ~Reservation() noexcept(false) { budget.release(bytes); }
+  KJ_DISALLOW_COPY(Reservation);
+
+private:
+  IncomingBudget& budget;
+  const uint64_t bytes;
+};
+
+IncomingBudget::~IncomingBudget() noexcept(false) {}
+
+kj::Promise<kj::Own<IncomingBudget::Reservation>> IncomingBudget::reserve(uint64_t bytes) {
+  if (waiters.empty() && fits(bytes)) return kj::heap<Reservation>(*this, bytes);
+  auto paf = kj::newPromiseAndFulfiller<kj::Own<Reservation>>();
+  waiters.push_back(Waiter{bytes, kj::mv(paf.fulfiller)});
+  return kj::mv(paf.promise);
+}
+
+void IncomingBudget::release(uint64_t bytes) {
+  held_ -= bytes;
+  grant();
+}
+
+void IncomingBudget::grant() {
+  while (!waiters.empty()) {
+    auto& next = waiters.front();
+    if (!next.fulfiller->isWaiting()) {  // its connection closed while it waited
+      waiters.pop_front();
+      continue;
+    }
+    if (!fits(next.bytes)) return;
+    auto waiter = kj::mv(next);
+    waiters.pop_front();
+    // Made here, not by the waiter: if its promise goes before it runs, the bytes come back.
+    waiter.fulfiller->fulfill(kj::heap<Reservation>(*this, waiter.bytes));
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+
+BoundedMessageStream::BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes,
+                                           bool direct, kj::Maybe<ReadLimits> limits)
+    : stream(stream),
+      maxMessageBytes(maxMessageBytes),
+      limits(kj::mv(limits)),
+      readBuffer(kj::heapArray<kj::byte>(READ_BUFFER_BYTES)),
+      lastWrite(kj::Promise<void>(kj::READY_NOW).fork()) {
+  KJ_IF_MAYBE(l, this->limits) {
+    deadline = l->firstMessageBy;
+  }
+  // A TLS stream reports the socket under it as its fd: writing there would skip the encryption.
+  if (!direct) return;
+  KJ_IF_MAYBE(fd, stream.getFd()) {
+    int type;
+    socklen_t len = sizeof(type);
+    if (::getsockopt(*fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0) socketFd = *fd;
+  }
+}
+
+BoundedMessageStream::~BoundedMessageStream() noexcept(false) {}
+
+// ------------------------------------------------------------------------------------------------
+// Reading
+
+kj::Promise<bool> BoundedMessageStream::fill(size_t bytes, bool atMessageStart) {
+  KJ_ASSERT(bytes <= readBuffer.size());
+  if (readEnd - readBegin >= bytes) return true;
+  if (readBuffer.size() - readBegin < bytes) {
+    memmove(readBuffer.begin(), readBuffer.begin() + readBegin, readEnd - readBegin);
+    readEnd -= readBegin;
+    readBegin = 0;
+  }
+  size_t have = readEnd - readBegin;
+  return stream.tryRead(readBuffer.begin() + readEnd, bytes - have, readBuffer.size() - readEnd)
+      .then([this, bytes, atMessageStart](size_t n) -> kj::Promise<bool> {
+        readEnd += n;
+        if (readEnd - readBegin >= bytes) return true;
+        if (readEnd == readBegin && atMessageStart) return false;  // a clean end of stream
+        return KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message");
+      });
+}
+
+void BoundedMessageStream::messageBegan() {
+  KJ_IF_MAYBE(l, limits) {
+    auto end = l->timer.now() + l->messageTimeout;
+    // Before the first whole message, whichever deadline comes first.
+    if (!firstMessageRead && l->firstMessageBy <= end) return;
+    deadline = end;
+    deadlineIsFirst = false;
+  }
+}
+
+template <typename T>
+kj::Promise<T> BoundedMessageStream::bounded(kj::Promise<T> promise) {
+  KJ_IF_MAYBE(l, limits) {
+    KJ_IF_MAYBE(d, deadline) {
+      return promise.exclusiveJoin(
+          l->timer.atTime(*d).then([this]() -> kj::Promise<T> { return timedOut(); }));
+    }
+  }
+  return promise;
+}
+
+kj::Exception BoundedMessageStream::timedOut() {
+  auto& l = KJ_ASSERT_NONNULL(limits);
+  auto why = deadlineIsFirst
+                 ? kj::str("no whole message arrived within ", millis(l.firstMessageTimeout),
+                           " ms of connecting (ConnectionLimits::firstMessageTimeout)")
+                 : kj::str("a message was still incomplete ", millis(l.messageTimeout),
+                           " ms after it began (ConnectionLimits::messageTimeout)");
+  l.log->warn("{}: {}; closing it", l.peer, why.cStr());
+  return makeError(ErrorCode::DISCONNECTED, kj::str(why, "; closing the connection"));
+}
+
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readMessage(
+    capnp::ReaderOptions options) {
+  using Result = kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>;
+  if (readEnd - readBegin >= sizeof(capnp::word)) {
+    // The buffer holds the next message's header already (one read often brings several small
+    // messages): no promise chain unless something is missing.
+    messageBegan();
+    return readHeader(options);
+  }
+  // Between messages only the first-message deadline applies; a message's own starts with its
+  // first byte, so a sender trickling its header is bounded too.
+  auto first = readEnd > readBegin ? kj::Promise<bool>(true) : bounded(fill(1, true));
+  return first.then([this, options](bool more) -> kj::Promise<Result> {
+    if (!more) return Result(nullptr);
+    messageBegan();
+    if (readEnd - readBegin >= sizeof(capnp::word)) return readHeader(options);
+    return bounded(fill(sizeof(capnp::word), false)).then([this, options](bool) {
+      return readHeader(options);
+    });
+  });
+}
+
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readHeader(
+    capnp::ReaderOptions options) {
+  uint32_t segmentCount = readLe32(readBuffer.begin() + readBegin) + 1;  // 0 on overflow
+  if (segmentCount == 0 || segmentCount > MAX_SEGMENTS) {
+    return KJ_EXCEPTION(FAILED, "malformed message: bad segment count", segmentCount - 1);
+  }
+  size_t table = tableBytes(segmentCount);
+  if (readEnd - readBegin >= table) return readBody(options, segmentCount, table);
+  return bounded(fill(table, false)).then([this, options, segmentCount, table](bool) {
+    return readBody(options, segmentCount, table);
+  });
+}
+
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readBody(
+    capnp::ReaderOptions options, uint32_t segmentCount, size_t table) {
+  const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
+  uint64_t totalWords = 0;
+  for (uint32_t i = 0; i < segmentCount; ++i) totalWords += readLe32(sizes + i * 4);
+  uint64_t totalBytes = totalWords * sizeof(capnp::word);
+  if (totalBytes > maxMessageBytes) {
+    return makeError(ErrorCode::MESSAGE_TOO_LARGE,
+                     kj::str("incoming message of ", totalBytes, " bytes exceeds this side's ",
+                             maxMessageBytes, "-byte limit; closing the connection"));
+  }
+  bool whole = readEnd - readBegin - table >= totalBytes;
+  KJ_IF_MAYBE(l, limits) {
+    if (!whole) {
+      // Its memory stays taken until the rest arrives: it must fit in the server's budget
+      // first. Nothing is read meanwhile, so the segment table waits in the buffer.
+      if (!l->budget.availableNow(totalBytes)) {
+        l->log->info("{}: a message of {} bytes waits: incomplete messages hold {} bytes of "
+                     "the server's budget (ConnectionLimits::maxIncompleteMessageBytes)",
+                     l->peer, totalBytes, l->budget.held());
+      }
+      return l->budget.reserve(totalBytes).then([this, options, segmentCount, table, totalWords](
+                               kj::Own<IncomingBudget::Reservation> reservation) {
+        auto& l = KJ_ASSERT_NONNULL(limits);
+        deadline = l.timer.now() + l.messageTimeout;  // waiting for the budget is not stalling
+        deadlineIsFirst = false;
+        return readSegments(options, segmentCount, table, totalWords).attach(kj::mv(reservation));
+      });
+    }
+  }
+  return readSegments(options, segmentCount, table, totalWords);
+}
+
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readSegments(
+    capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords) {
+  const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
+  if (placement != nullptr && segmentCount > 1) {
+    size_t lastWords = readLe32(sizes + (segmentCount - 1) * 4);
+    if (lastWords * sizeof(capnp::word) >= PLACED_SEGMENT_MIN_BYTES) {
+      return readPlaced(options, segmentCount, table, totalWords, lastWords);
+    }
+  }
+  auto words = takeMessageBuffer(totalWords);
+  kj::Array<kj::ArrayPtr<const capnp::word>> segments;
+  if (segmentCount > 1) {
+    segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
+    size_t offset = 0;
+    for (uint32_t i = 0; i < segmentCount; ++i) {
+      size_t size = readLe32(sizes + i * 4);
+      segments[i] = words.slice(offset, offset + size);
+      offset += size;
+    }
+  }
+  readBegin += table;
+
+  // What the buffer already holds of the body, then the rest straight from the socket.
+  auto body = words.asBytes();
+  size_t buffered = std::min(readEnd - readBegin, body.size());
+  memcpy(body.begin(), readBuffer.begin() + readBegin, buffered);
+  readBegin += buffered;
+  if (readBegin == readEnd) readBegin = readEnd = 0;
+
+  if (buffered == body.size()) return complete(kj::mv(words), kj::mv(segments), options);
+  size_t rest = body.size() - buffered;
+  auto read = bounded(stream.tryRead(body.begin() + buffered, rest, rest));
+  return read.then([this, rest, options, words = kj::mv(words), segments = kj::mv(segments)](
+                       size_t n) mutable -> kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> {
+    if (n < rest) {
+      kj::throwFatalException(
+          KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));
+    }
+    return complete(kj::mv(words), kj::mv(segments), options);
+  });
+}
+
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readPlaced(
+    capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords,
+    size_t lastWords) {
+  const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
+  auto head = takeMessageBuffer(totalWords - lastWords);
+  auto segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
+  size_t offset = 0;
+  for (uint32_t i = 0; i + 1 < segmentCount; ++i) {
+    size_t size = readLe32(sizes + i * 4);
+    segments[i] = head.slice(offset, offset + size);
+    offset += size;
+  }
+  readBegin += table;
+  auto headBytes = head.asBytes();
+  auto read = readInto(headBytes);
+  return read.then([this, options, lastWords, head = kj::mv(head),
+                    segments = kj::mv(segments)]() mutable {
+    auto& p = KJ_ASSERT_NONNULL(placement);
+    kj::Array<capnp::word> last;
+    KJ_IF_MAYBE(placed, p.place(segments.slice(0, segments.size() - 1), lastWords)) {
+      last = kj::mv(*placed);
+    } else {
+      last = takeMessageBuffer(lastWords);
+    }
+    segments[segments.size() - 1] = last;
+    auto lastBytes = last.asBytes();
+    return readInto(lastBytes).then(
+        [this, options, head = kj::mv(head), segments = kj::mv(segments),
+         last = kj::mv(last)]() mutable {
+          return complete(kj::mv(head), kj::mv(segments), options, kj::mv(last));
+        });
+  });
+}
+
+kj::Promise<void> BoundedMessageStream::readInto(kj::ArrayPtr<kj::byte> into) {
+  size_t buffered = std::min(readEnd - readBegin, into.size());
+  memcpy(into.begin(), readBuffer.begin() + readBegin, buffered);
+  readBegin += buffered;
+  if (readBegin == readEnd) readBegin = readEnd = 0;
+  if (buffered == into.size()) return kj::READY_NOW;
+  size_t rest = into.size() - buffered;
+  return bounded(stream.tryRead(into.begin() + buffered, rest, rest)).then([rest](size_t n) {
+    if (n < rest) {
+      kj::throwFatalException(
+          KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));
+    }
+  });
+}
+
+kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> BoundedMessageStream::complete(
+    kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> segments,
+    capnp::ReaderOptions options, kj::Array<capnp::word> placed) {
+  firstMessageRead = true;
+  deadline = nullptr;
+  KJ_IF_MAYBE(c, counters) {
+    c->received(words.asBytes().size() + placed.asBytes().size() + tableBytes(segments.size()));
+  }
+  capnp::ReaderOptions generous = options;
+  generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
+  return kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>(
+      kj::heap<ReceivedMessage>(kj::mv(words), kj::mv(segments), generous, kj::mv(placed)));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Writing
+
+kj::Promise<void> BoundedMessageStream::afterWrites() { return lastWrite.addBranch(); }
+
+kj::Promise<void> BoundedMessageStream::track(kj::Promise<void> write) {
+  ++writesInFlight;
+  auto done = write.then([this]() -> kj::Promise<void> {
+                           --writesInFlight;
+                           return kj::READY_NOW;
+                         },
+                         [this](kj::Exception&& e) -> kj::Promise<void> {
+                           --writesInFlight;
+                           if (writeFailure == nullptr) writeFailure = kj::cp(e);
+                           return kj::mv(e);
+                         });
+  lastWrite = done.fork();
+  return lastWrite.addBranch();
+}
+
+kj::Promise<void> BoundedMessageStream::flush() {
+  if (batch.empty()) return afterWrites();
+  size_t sent = 0;
+  if (socketFd >= 0 && writesInFlight == 0 && writeFailure == nullptr) {
+    // Nothing in flight: hand the batch to the socket now, with no promise to settle; only what
+    // the socket cannot take yet waits for it.
+    for (;;) {
+      ssize_t n = ::send(socketFd, batch.begin() + sent, batch.size() - sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0) {
+        sent += n;
+        if (sent < batch.size()) continue;
+        batch.clear();
+        if (batch.capacity() > KEPT_BATCH_CAPACITY) batch = kj::Vector<kj::byte>();
+        return kj::READY_NOW;
+      }
+      int error = errno;
+      if (error == EINTR) continue;
+      if (error == EAGAIN || error == EWOULDBLOCK) break;
+      auto failure = syscallException("send", error);
+      writeFailure = kj::cp(failure);
+      batch.clear();
+      return kj::mv(failure);
+    }
+  }
+  auto bytes = batch.releaseAsArray();
+  return track(afterWrites().then([this, bytes = kj::mv(bytes), sent]() mutable {
+    auto write = stream.write(bytes.begin() + sent, bytes.size() - sent);
+    return write.attach(kj::mv(bytes));
+  }));
+}
+
+kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
+    kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
+  if (writeFailure != nullptr) return nullptr;  // the connection is going down with its reads
+  KJ_REQUIRE(segments.size() > 0 && segments.size() <= MAX_SEGMENTS, "bad outgoing message",
+             segments.size());
+  size_t table = tableBytes(segments.size());
+  size_t bytes = table;
+  for (auto& s : segments) bytes += s.asBytes().size();
+  KJ_IF_MAYBE(c, counters) {
+    c->sent(bytes);
+  }
+
+  if (bytes > COALESCE_MAX_MESSAGE_BYTES) {
+    // Large: after the batch, from the message's own segments.
+    flush();
+    return track(afterWrites().then([this, segments]() {
+      return capnp::writeMessage(stream, segments);
+    }));
+  }
+
+  size_t at = batch.size();
+  batch.resize(at + bytes);
+  kj::byte* out = batch.begin() + at;
+  memset(out, 0, table);
+  uint32_t count = static_cast<uint32_t>(segments.size() - 1);
+  memcpy(out, &count, sizeof(count));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    uint32_t words = static_cast<uint32_t>(segments[i].size());
+    memcpy(out + 4 + i * 4, &words, sizeof(words));
+  }
+  out += table;
+  for (auto& s : segments) {
+    auto b = s.asBytes();
+    memcpy(out, b.begin(), b.size());
+    out += b.size();
+  }
+
+  if (batch.size() >= BATCH_FLUSH_BYTES) {
+    flush();
+  } else if (!flushQueued) {
+    // Everything sent in this turn of the loop leaves in one write at its end.
+    flushQueued = true;
+    flushLater = kj::evalLater([this]() {
+                   flushQueued = false;
+                   flush();
+                 }).eagerlyEvaluate(nullptr);
+  }
+  return nullptr;
+}
+
+kj::Maybe<int> BoundedMessageStream::getSendBufferSize() {
+  int size = 0;
+  uint len = sizeof(size);
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                stream.getsockopt(SOL_SOCKET, SO_SNDBUF, &size, &len);
+              })) {
+    (void)e;
+    return nullptr;
+  }
+  return size;
+}
+
+kj::Promise<void> BoundedMessageStream::whenWritten() {
+  return flush().catch_([](kj::Exception&&) {});
+}
+
+kj::Promise<void> BoundedMessageStream::end() {
+  return flush().then([this]() { stream.shutdownWrite(); });
+}
+
+}  // namespace troupe::net_detail

@@ -1,0 +1,200 @@
+#pragma once
+// The framing layer under every troupe RPC connection: Cap'n Proto's standard stream framing
+// (segment table, then segments), with troupe's message limit enforced before anything is
+// allocated, a traversal budget that lets a receiver read a message's contents more than once,
+// and fewer system calls than Cap'n Proto's own stream: reads go through a buffer (one read
+// usually brings a whole small message, or several), and small messages written in one turn of
+// the loop leave in one write.
+
+#include <deque>
+#include <memory>
+#include <string>
+
+#include <capnp/message.h>
+#include <capnp/rpc.h>
+#include <kj/async-io.h>
+#include <kj/timer.h>
+#include <kj/vector.h>
+
+#include "troupe/base/metrics.h"
+#include "troupe/net/segment_placement.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace troupe::net_detail {
+
+// The bytes that messages still arriving may hold across a server's connections
+// (ConnectionLimits::maxIncompleteMessageBytes). Loop thread only; outlives its reservations.
+class IncomingBudget {
+public:
+  explicit IncomingBudget(uint64_t maxBytes) : maxBytes(maxBytes) {}
+  ~IncomingBudget() noexcept(false);
+  KJ_DISALLOW_COPY(IncomingBudget);
+
+  class Reservation;
+
+  // Resolves once `bytes` fit beside what other messages hold, in the order asked; at once when
+  // nothing is held, so that a message alone always gets in. Dropping the reservation gives the
+  // bytes back; dropping the promise gives up the place in line.
+  kj::Promise<kj::Own<Reservation>> reserve(uint64_t bytes);
+
+  uint64_t held() const { return held_; }
+  // Whether reserve(bytes) would resolve at once.
+  bool availableNow(uint64_t bytes) const { return waiters.empty() && fits(bytes); }
+
+private:
+  bool fits(uint64_t bytes) const { return held_ == 0 || held_ + bytes <= maxBytes; }
+  void release(uint64_t bytes);
+  void grant();
+
+  struct Waiter {
+    uint64_t bytes;
+    kj::Own<kj::PromiseFulfiller<kj::Own<Reservation>>> fulfiller;
+  };
+  const uint64_t maxBytes;
+  uint64_t held_ = 0;
+  std::deque<Waiter> waiters;
+};
+
+// What a server bounds each of its connections' reads by (ConnectionLimits).
+struct ReadLimits {
+  kj::Timer& timer;
+  kj::TimePoint firstMessageBy;  // the first whole message must have arrived by then
+  kj::Duration firstMessageTimeout;  // what firstMessageBy is after the connection, for logs
+  kj::Duration messageTimeout;   // a message begun must be complete within this
+  IncomingBudget& budget;
+  std::shared_ptr<spdlog::logger> log;
+  std::string peer;  // "actor server: connection from 127.0.0.1:5555", for log lines
+};
+
+// How many times over a received message may be traversed. Cap'n Proto counts every read of a
+// pointer's target against the message's traversal limit; with a limit equal to the message
+// size, a 256 MiB payload could be fetched from its reader only twice.
+constexpr uint64_t TRAVERSAL_FACTOR = 8;
+
+// Reads ask the socket for up to this much at once. A message that does not fit is read
+// straight into its own memory (what the buffer holds of it is copied there first).
+constexpr size_t READ_BUFFER_BYTES = 8 * 1024;
+
+// Messages up to this size are copied into the write batch of the current loop turn; larger
+// ones are written from Cap'n Proto's own segments, after the batch.
+constexpr size_t COALESCE_MAX_MESSAGE_BYTES = 16 * 1024;
+
+// A batch's memory is kept for the next turn's batch up to this size.
+constexpr size_t KEPT_BATCH_CAPACITY = 64 * 1024;
+
+// A batch that grows past this is handed to the stream without waiting for the end of the turn.
+constexpr size_t BATCH_FLUSH_BYTES = 1024 * 1024;
+
+
+// Borrows `stream`, which must outlive it. Loop thread only.
+class BoundedMessageStream {
+public:
+  // When `stream` is a socket itself (not TLS or another layer over one: `direct`), small
+  // batches are written to its file descriptor straight away when nothing else is being
+  // written, saving a trip through kj.
+  // `limits` bound reads as ConnectionLimits says (a server's connections); null for none.
+  BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t maxMessageBytes, bool direct = true,
+                       kj::Maybe<ReadLimits> limits = nullptr);
+  ~BoundedMessageStream() noexcept(false);
+  KJ_DISALLOW_COPY(BoundedMessageStream);
+
+  // The next message, ready for Cap'n Proto's RPC system. Rejects (closing the connection, as any read error does) with
+  // MESSAGE_TOO_LARGE when the segment table announces more than maxMessageBytes, before
+  // reading the segments; with FAILED for a malformed segment table; with DISCONNECTED when the
+  // stream ends mid-message. Resolves to null on a clean end of stream. When the buffer already
+  // holds the whole message, the promise is ready at once. Large bodies are read into memory
+  // from buffer_cache.h.
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readMessage(
+      capnp::ReaderOptions options);
+
+  // Queues one message for writing, after every message queued before it. A small message is
+  // copied into the batch of this loop turn, written with one write at the end of the turn (or
+  // at once when the batch passes BATCH_FLUSH_BYTES), and nullptr is returned. A large one is
+  // written from `segments` themselves, which must stay valid until the returned promise
+  // settles. A write that fails drops every later message; the connection's reads fail as the
+  // socket closes.
+  kj::Maybe<kj::Promise<void>> queueMessage(
+      kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
+
+  kj::Maybe<int> getSendBufferSize();
+
+  // Offers the last segment of every incoming message with more than one segment and a last one
+  // of at least PLACED_SEGMENT_MIN_BYTES to `placement`, which must outlive the stream.
+  void placeSegmentsWith(SegmentPlacement& placement) { this->placement = placement; }
+
+  // Counts every message read and queued from now on into `counters`, which must outlive the
+  // stream.
+  void countInto(TransportCounters& counters) { this->counters = counters; }
+
+  // Writes what is queued, then shuts the stream down for writing.
+  kj::Promise<void> end();
+
+  // Resolves once every message queued so far has been handed to the socket, or a write
+  // failed (nothing more will be written). Hands this turn's batch over now. The stream must
+  // outlive the promise.
+  kj::Promise<void> whenWritten();
+
+private:
+  // Resolves once the buffer holds at least `bytes` unread bytes (reading as needed), or with
+  // false at a clean end of stream before any byte of a message.
+  kj::Promise<bool> fill(size_t bytes, bool atMessageStart);
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readHeader(
+      capnp::ReaderOptions options);
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readBody(capnp::ReaderOptions options,
+                                                              uint32_t segmentCount,
+                                                              size_t tableBytes);
+  // The body of a message whose segment table is at the start of the buffer.
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readSegments(
+      capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes,
+      uint64_t totalWords);
+  // The same for a message whose last segment is offered to `placement`: the others first.
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readPlaced(
+      capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes, uint64_t totalWords,
+      size_t lastWords);
+  // `into`: what the buffer holds of it first, then the rest from the socket.
+  kj::Promise<void> readInto(kj::ArrayPtr<kj::byte> into);
+  // A whole message read: the next one has no deadline until it begins. `placed` is its last
+  // segment's memory when that is not in `words`.
+  kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> complete(
+      kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> segments,
+      capnp::ReaderOptions options, kj::Array<capnp::word> placed = nullptr);
+
+  // A message's first bytes are in: its deadline starts.
+  void messageBegan();
+  // `promise`, rejected (closing the connection, logged) if it has not settled by the current
+  // message's deadline; as it is when no limits or deadline apply.
+  template <typename T>
+  kj::Promise<T> bounded(kj::Promise<T> promise);
+  kj::Exception timedOut();
+
+  // Hands the batch to the stream after every earlier write; returns the latest write.
+  kj::Promise<void> flush();
+  kj::Promise<void> afterWrites();
+  kj::Promise<void> track(kj::Promise<void> write);
+
+  kj::AsyncIoStream& stream;
+  const uint64_t maxMessageBytes;
+  kj::Maybe<ReadLimits> limits;
+  kj::Maybe<TransportCounters&> counters;
+  kj::Maybe<SegmentPlacement&> placement;
+  kj::Maybe<kj::TimePoint> deadline;  // of the message being read, or of the first one
+  bool deadlineIsFirst = true;        // the deadline is the first message's
+  bool firstMessageRead = false;
+
+  kj::Array<kj::byte> readBuffer;
+  size_t readBegin = 0;  // unread bytes are [readBegin, readEnd)
+  size_t readEnd = 0;
+
+  int socketFd = -1;                        // the stream's socket, written directly when idle
+  kj::Vector<kj::byte> batch;               // framed messages not yet handed to the stream
+  kj::ForkedPromise<void> lastWrite;        // the latest write handed to the stream
+  size_t writesInFlight = 0;
+  kj::Maybe<kj::Exception> writeFailure;
+  bool flushQueued = false;
+  kj::Promise<void> flushLater = nullptr;   // the end-of-turn flush
+};
+
+}  // namespace troupe::net_detail
