@@ -63,6 +63,45 @@ void RegistryTable::checkRunning() const {
 RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
                                           kj::ArrayPtr<const kj::byte> jobCredential) {
   checkRunning();
+  checkRegistration(endpoint, jobCredential);
+
+  kj::Duration ttl = ttlMillis == 0 ? options.defaultTtl : ttlMillis * kj::MILLISECONDS;
+  if (ttl < options.minTtl) ttl = options.minTtl;
+  if (ttl > options.maxTtl) ttl = options.maxTtl;
+  uint64_t leaseId = nextLeaseId++;
+  auto deadline = loop.timer().now() + ttl;
+  endpoint.registeredAtMillis = (loop.calendarNow() - kj::UNIX_EPOCH) / kj::MILLISECONDS;
+
+  auto it = entries.find(endpoint.name);
+  auto event = WatchEvent::Type::ADDED;
+  if (it != entries.end()) {
+    auto& old = it->second;
+    log->info(
+        "'{}' replaced by incarnation {} at {} (was incarnation {} at {}); the old lease is "
+        "revoked",
+        endpoint.name, endpoint.incarnation, endpoint.address, old.endpoint.incarnation,
+        old.endpoint.address);
+    leaseNames.erase(old.leaseId);
+    deadlines.erase({old.deadline, old.leaseId});
+    old = Entry{kj::mv(endpoint), leaseId, ttl, deadline};
+    event = WatchEvent::Type::CHANGED;
+  } else {
+    log->info("registered '{}' at {} (incarnation {}, {}, ttl {} ms)", endpoint.name,
+              endpoint.address, endpoint.incarnation, toString(endpoint.state).cStr(),
+              millis(ttl));
+    std::string name = endpoint.name;
+    it = entries.emplace(kj::mv(name), Entry{kj::mv(endpoint), leaseId, ttl, deadline}).first;
+  }
+  leaseNames.emplace(leaseId, it->first);
+  deadlines.emplace(deadline, leaseId);
+  armTimer();
+  notify(event, it->second.endpoint);
+  ++registrations;  // once, whether it added an endpoint or replaced an incarnation
+  return Granted{leaseId, ttl};
+}
+
+void RegistryTable::checkRegistration(Endpoint& endpoint,
+                                      kj::ArrayPtr<const kj::byte> jobCredential) {
   auto refuse = [&](ErrorCode code, kj::StringPtr message) {
     log->warn("refused registration of '{}': {}", printable(endpoint.name).cStr(),
               message.cStr());
@@ -103,13 +142,6 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
     }
   }
 
-  kj::Duration ttl = ttlMillis == 0 ? options.defaultTtl : ttlMillis * kj::MILLISECONDS;
-  if (ttl < options.minTtl) ttl = options.minTtl;
-  if (ttl > options.maxTtl) ttl = options.maxTtl;
-  uint64_t leaseId = nextLeaseId++;
-  auto deadline = loop.timer().now() + ttl;
-  endpoint.registeredAtMillis = (loop.calendarNow() - kj::UNIX_EPOCH) / kj::MILLISECONDS;
-
   auto it = entries.find(endpoint.name);
   if (it != entries.end() && endpoint.incarnation <= it->second.endpoint.incarnation) {
     refuse(ErrorCode::NAME_TAKEN,
@@ -122,46 +154,13 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
     refuse(ErrorCode::OVERLOADED, kj::str("the registry holds ", entries.size(),
                                           " endpoints, its limit (maxEndpoints)"));
   }
+  // Last: it claims an unowned job for this registrant, which only a registration let in may do.
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 claimIfOpen(endpoint.jobId, jobCredential,
                             kj::str("register '", endpoint.name, "'"));
               })) {
     refuse(errorCode(*e), errorMessage(*e));
   }
-
-  if (it != entries.end()) {
-    auto& entry = it->second;
-    log->info(
-        "'{}' replaced by incarnation {} at {} (was incarnation {} at {}); the old lease is "
-        "revoked",
-        endpoint.name, endpoint.incarnation, endpoint.address, entry.endpoint.incarnation,
-        entry.endpoint.address);
-    leaseNames.erase(entry.leaseId);
-    deadlines.erase({entry.deadline, entry.leaseId});
-    entry.endpoint = kj::mv(endpoint);
-    entry.leaseId = leaseId;
-    entry.ttl = ttl;
-    entry.deadline = deadline;
-    leaseNames.emplace(leaseId, it->first);
-    deadlines.emplace(deadline, leaseId);
-    armTimer();
-    notify(WatchEvent::Type::CHANGED, entry.endpoint);
-    ++registrations;
-    ++registrations;
-  return Granted{leaseId, ttl};
-  }
-
-  log->info("registered '{}' at {} (incarnation {}, {}, ttl {} ms)", endpoint.name,
-            endpoint.address, endpoint.incarnation, toString(endpoint.state).cStr(), millis(ttl));
-  std::string name = endpoint.name;
-  auto& entry =
-      entries.emplace(name, Entry{kj::mv(endpoint), leaseId, ttl, deadline}).first->second;
-  leaseNames.emplace(leaseId, name);
-  deadlines.emplace(deadline, leaseId);
-  armTimer();
-  notify(WatchEvent::Type::ADDED, entry.endpoint);
-  ++registrations;
-  return Granted{leaseId, ttl};
 }
 
 RegistryTable::Entry& RegistryTable::leased(kj::StringPtr name, uint64_t leaseId,

@@ -134,6 +134,10 @@ private:
 
   // Looks up the entry `leaseId` holds; throws LEASE_LOST when it holds none.
   Entry& leased(kj::StringPtr name, uint64_t leaseId, kj::StringPtr what);
+  // Throws (and logs) what refuses `endpoint`'s registration, filling its job, actor and task
+  // index from its name and normalizing its address; claims its job when unowned and nothing
+  // refuses it.
+  void checkRegistration(Endpoint& endpoint, kj::ArrayPtr<const kj::byte> jobCredential);
 
   void setDeadline(Entry& entry, kj::TimePoint deadline);
   void erase(std::map<std::string, Entry, std::less<>>::iterator it, kj::StringPtr why);

@@ -160,6 +160,24 @@ TEST_F(RegistryBoundsTest, EndpointsPastTheBoundAreRefusedOverloadedButANewerInc
   EXPECT_EQ(server->endpointCount(), 2u);
 }
 
+TEST_F(RegistryBoundsTest, ANewerIncarnationReplacingAnOlderOneCountsAsOneRegistration) {
+  start({});
+  auto metric = [&](kj::StringPtr name, const MetricLabels& labels = {}) {
+    return loop.metrics().collect().value(name, labels);
+  };
+  auto first = await(loop, add(endpoint("job/a-0")));
+  EXPECT_EQ(metric("troupe_registry_registrations_total"), 1);
+  auto newer = endpoint("job/a-0", "tcp://127.0.0.1:4001");
+  newer.incarnation = 2;
+  auto replaced = await(loop, add(newer));
+  EXPECT_EQ(metric("troupe_registry_registrations_total"), 2);
+  EXPECT_EQ(server->endpointCount(), 1u);
+  auto stale = awaitError(loop, add(endpoint("job/a-0")));
+  EXPECT_EQ(stale.code, ErrorCode::NAME_TAKEN);
+  EXPECT_EQ(metric("troupe_registry_registrations_total"), 2);
+  EXPECT_EQ(metric("troupe_registry_registrations_refused_total", {{"code", "name_taken"}}), 1);
+}
+
 TEST_F(RegistryBoundsTest, AResolverRegistrationRefusedOverloadedGetsInOnceThereIsRoom) {
   start({.maxEndpoints = 1});
   test::TempSocket socket("bounds");
