@@ -487,15 +487,7 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
   auto params = context.getParams();
   auto h = params.getHeader();
   BlobHeader header{h.getName(), h.getVersion(), h.getSize()};
-  auto found = acceptors.find(header.name);
-  if (found == acceptors.end()) {
-    kj::Vector<kj::StringPtr> names;
-    for (auto& [name, a] : acceptors) names.add(name);
-    refuse(kj::str("no receiver of blobs named '", printable(header.name), "' at ", who(),
-                   " (accepting: ", names.empty() ? kj::str("none") : kj::strArray(names, ", "),
-                   ")"));
-  }
-  auto& acceptor = *found->second;
+  auto& acceptor = acceptorFor(header);
 
   // The same transfer again: its sender died and another resumes it from where it got to (or
   // asks how it went, once it is whole).
@@ -519,6 +511,54 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
         });
   }
 
+  auto older = checkNewTransfer(acceptor, header, h);
+  auto hops = parseHops(params.getHops());
+  kj::Array<kj::byte> memory;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { memory = acceptor.allocate(header); })) {
+    refuse(kj::str("the receiver refused ", describe(header), ": ", e->getDescription()));
+  }
+  if (memory.size() < header.size) {
+    refuse(kj::str("the receiver's allocator gave ", memory.size(), " bytes for ",
+                   describe(header)));
+  }
+  KJ_IF_MAYBE(o, older) {
+    o->abort(makeError(ErrorCode::BLOB_ABORTED,
+                       kj::str("superseded by version ", header.version)));
+  }
+  acceptor.transfers.erase(id);  // a failed transfer of the same id: start afresh
+
+  BlobParams forward;
+  forward.name = header.name;
+  forward.version = header.version;
+  forward.transfer = id;
+  forward.chunkBytes = h.getChunkBytes();
+  forward.windowBytes = h.getWindowBytes();
+  forward.stallTimeout = h.getStallMillis() * kj::MILLISECONDS;
+  forward.channel = forwarding;
+  auto source = kj::refcounted<BlobSource>(kj::mv(memory), header.size, forward.chunkBytes, 0);
+  auto transfer = kj::refcounted<Transfer>(*this, acceptor, header, kj::mv(forward),
+                                           kj::mv(source), kj::mv(hops));
+  auto results = context.getResults();
+  results.setSink(Transfer::newSink(kj::addRef(*transfer)).castAs<schema::BlobSink>());
+  results.setResumeAt(0);
+  acceptor.transfers.emplace(id, kj::mv(transfer));
+  return kj::READY_NOW;
+}
+
+BlobReceiver::Acceptor& BlobReceiver::acceptorFor(const BlobHeader& header) {
+  auto found = acceptors.find(header.name);
+  if (found == acceptors.end()) {
+    kj::Vector<kj::StringPtr> names;
+    for (auto& [name, a] : acceptors) names.add(name);
+    refuse(kj::str("no receiver of blobs named '", printable(header.name), "' at ", who(),
+                   " (accepting: ", names.empty() ? kj::str("none") : kj::strArray(names, ", "),
+                   ")"));
+  }
+  return *found->second;
+}
+
+kj::Maybe<BlobReceiver::Transfer&> BlobReceiver::checkNewTransfer(
+    Acceptor& acceptor, const BlobHeader& header, schema::BlobHeader::Reader h) {
   uint32_t chunk = h.getChunkBytes();
   if (chunk < MIN_CHUNK_BYTES || chunk > MAX_CHUNK_BYTES || chunk % 8 != 0 ||
       h.getWindowBytes() == 0 || h.getStallMillis() == 0) {
@@ -546,38 +586,7 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
     }
     older = *other;
   }
-  auto hops = parseHops(params.getHops());
-
-  kj::Array<kj::byte> memory;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { memory = acceptor.allocate(header); })) {
-    refuse(kj::str("the receiver refused ", describe(header), ": ", e->getDescription()));
-  }
-  if (memory.size() < header.size) {
-    refuse(kj::str("the receiver's allocator gave ", memory.size(), " bytes for ",
-                   describe(header)));
-  }
-  KJ_IF_MAYBE(o, older) {
-    o->abort(makeError(ErrorCode::BLOB_ABORTED,
-                       kj::str("superseded by version ", header.version)));
-  }
-  acceptor.transfers.erase(id);  // a failed transfer of the same id: start afresh
-
-  BlobParams forward;
-  forward.name = header.name;
-  forward.version = header.version;
-  forward.transfer = id;
-  forward.chunkBytes = chunk;
-  forward.windowBytes = h.getWindowBytes();
-  forward.stallTimeout = h.getStallMillis() * kj::MILLISECONDS;
-  forward.channel = forwarding;
-  auto source = kj::refcounted<BlobSource>(kj::mv(memory), header.size, chunk, 0);
-  auto transfer = kj::refcounted<Transfer>(*this, acceptor, header, kj::mv(forward),
-                                           kj::mv(source), kj::mv(hops));
-  auto results = context.getResults();
-  results.setSink(Transfer::newSink(kj::addRef(*transfer)).castAs<schema::BlobSink>());
-  results.setResumeAt(0);
-  acceptor.transfers.emplace(id, kj::mv(transfer));
-  return kj::READY_NOW;
+  return older;
 }
 
 }  // namespace troupe::actor_detail

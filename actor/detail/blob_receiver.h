@@ -56,6 +56,13 @@ public:
 
 private:
   void taskFailed(kj::Exception&& e) override;
+  // The acceptor of blobs named as `header` is; throws BLOB_REFUSED naming those there are.
+  Acceptor& acceptorFor(const BlobHeader& header);
+  // Throws what refuses a new transfer of `header` (`h` on the wire) to `acceptor`: its chunking,
+  // its size, a version older than one delivered or in progress. Returns the transfer in
+  // progress of an older version, which the new one supersedes.
+  kj::Maybe<Transfer&> checkNewTransfer(Acceptor& acceptor, const BlobHeader& header,
+                                        schema::BlobHeader::Reader h);
 
   EventLoop& loop;
   ChannelOptions forwarding;

@@ -73,9 +73,8 @@ troupe::ActorPoolOptions poolOptions(const std::string& balancing, uint32_t maxA
   return o;
 }
 
-}  // namespace
-
-PYBIND11_MODULE(_troupe, m) {
+// The module's plumbing: error classes, shutdown, the notifier and pending calls asyncio waits on.
+void bindRuntime(py::module_& m) {
   m.doc() = "troupe's client, on an event loop of its own (see the troupe package)";
   m.def("_set_error_classes", &setErrorClasses);
   // What troupe throws (a bad name, size or URL) arrives as its troupe.Error class.
@@ -97,7 +96,10 @@ PYBIND11_MODULE(_troupe, m) {
       .def("notify_with", &Pending::notifyWith)
       .def("result", &Pending::result)
       .def("cancel", &Pending::cancel);
+}
 
+// Calling actors: resolvers, groups, pools, references and broadcasts.
+void bindClient(py::module_& m) {
   py::class_<PyResolver, std::shared_ptr<PyResolver>>(m, "Resolver")
       .def(py::init<std::string>())
       .def_readonly("url", &PyResolver::url)
@@ -144,7 +146,9 @@ PYBIND11_MODULE(_troupe, m) {
       });
 
   py::class_<PyBroadcast, std::shared_ptr<PyBroadcast>>(m, "Broadcast").def("wait_all", &PyBroadcast::waitAll);
+}
 
+void bindResourceConfig(py::module_& m) {
   py::class_<troupe::ResourceConfig>(m, "ResourceConfig")
       .def(py::init<>())
       .def_static(
@@ -177,7 +181,10 @@ PYBIND11_MODULE(_troupe, m) {
       .def_property_readonly("device",
                              [](const troupe::ResourceConfig& r) { return toString(r.device); })
       .def_property_readonly("chip_count", &troupe::ResourceConfig::chipCount);
+}
 
+// Launching jobs: launchers (local and Slurm) and the jobs they submit.
+void bindJobs(py::module_& m) {
   py::class_<PyLauncher, std::shared_ptr<PyLauncher>>(m, "Launcher")
       .def_static("local", [](const std::string& resolver, const std::string& logDirectory,
                               std::optional<double> grace, double cpus, uint64_t ramBytes,
@@ -222,7 +229,15 @@ PYBIND11_MODULE(_troupe, m) {
       .def("logs", &PyJob::logs)
       .def("terminate", &PyJob::terminate)
       .def("replicas", &PyJob::replicas);
+}
 
+}  // namespace
+
+PYBIND11_MODULE(_troupe, m) {
+  bindRuntime(m);
+  bindClient(m);
+  bindResourceConfig(m);
+  bindJobs(m);
   m.def("serve", [](const std::string& schema, const std::string& interface, py::object impl,
                     const std::string& name, const std::string& listen, uint32_t maxConcurrency,
                     std::vector<std::string> importPath) {
