@@ -57,8 +57,8 @@
 //                                                                    (ActorOptions::maxQueued):
 //                                                                    go elsewhere or later
 //   BLOB_REFUSED       FAILED         no             no              a receiver refused a blob
-//                                                                    before any byte moved (blob.h):
-//                                                                    no receiver of that name,
+//                                                                    before any byte moved
+//                                                                    (blob.h): no such receiver,
 //                                                                    too big, a version it has
 //   BLOB_ABORTED       DISCONNECTED   yes            yes             a blob transfer was given up
 //                                                                    part-way: aborted by its

@@ -2,8 +2,8 @@
 // served by plain Cap'n Proto (kj::setupAsyncIo + capnp::TwoPartyServer) as the baseline.
 //
 //   bench_echo_server [--impl troupe|capnp|raw] --addr HOST:PORT [--count N] [--actors N]
-//                     [--tls CERTS_DIR]   (troupe over tls://, certificates of scripts/make_certs.sh)
-//                     [--metrics on|off]  (troupe: count and time calls, ActorServerOptions::metrics)
+//                     [--tls CERTS_DIR]   (troupe over tls://, make_certs.sh's certificates)
+//                     [--metrics on|off]  (troupe: count and time calls: ActorServerOptions)
 //                     [--max-message-mib M]
 //
 // Prints "LISTENING host:port" once it accepts connections (the peer harness's contract) and

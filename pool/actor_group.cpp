@@ -301,7 +301,7 @@ kj::Promise<void> ActorGroupBase::whenChanged() { return impl->whenChanged(); }
 kj::Promise<void> ActorGroupBase::whenSynced() { return impl->waits.wrap(impl->whenSynced()); }
 
 kj::Array<kj::Own<const GroupMember>> ActorGroupBase::readyMembers() {
-  return KJ_MAP(m, impl->ready) -> kj::Own<const GroupMember> { return kj::addRef(*m); };
+  return KJ_MAP(m, impl->ready) { return kj::Own<const GroupMember>(kj::addRef(*m)); };
 }
 
 kj::Own<const GroupMember> ActorGroupBase::readyMember(size_t index) {

@@ -471,8 +471,8 @@ kj::Array<kj::Promise<void>> ActorPoolBase::callEach(
     kj::ArrayPtr<const kj::Own<const GroupMember>> members, MemberCall call) {
   ++impl->counters.broadcasts;
   auto& pool = *impl;
-  return KJ_MAP(m, members) -> kj::Promise<void> {
-    if (pool.draining) return pool.drainingError();
+  return KJ_MAP(m, members) {
+    if (pool.draining) return kj::Promise<void>(pool.drainingError());
     size_t i = &m - members.begin();
     if (!pool.options.metrics) return pool.track(kj::evalNow([&]() { return call(i, m->ref); }));
     auto& counted = pool.counters.member(m->endpoint.name);
