@@ -15,9 +15,9 @@
 #include <kj/async.h>
 #include <kj/refcount.h>
 
-#include "troupe/net/channel.h"
 #include "troupe/base/event_loop.h"
 #include "troupe/base/metrics.h"
+#include "troupe/net/channel.h"
 
 namespace troupe {
 
@@ -70,24 +70,26 @@ template <typename V>
 kj::Promise<V> counted(kj::Promise<V> promise, kj::Own<CallRecord> record) {
   auto& r = *record;
   return promise
-      .then([&r](V&& v) -> V {
-              r.finished(nullptr);
-              return kj::mv(v);
-            },
-            [&r](kj::Exception&& e) -> V {
-              r.finished(e);
-              kj::throwFatalException(kj::mv(e));
-            })
+      .then(
+          [&r](V&& v) -> V {
+            r.finished(nullptr);
+            return kj::mv(v);
+          },
+          [&r](kj::Exception&& e) -> V {
+            r.finished(e);
+            kj::throwFatalException(kj::mv(e));
+          })
       .attach(kj::mv(record));
 }
 template <>
 inline kj::Promise<void> counted(kj::Promise<void> promise, kj::Own<CallRecord> record) {
   auto& r = *record;
-  return promise.then([&r]() { r.finished(nullptr); },
-                      [&r](kj::Exception&& e) {
-                        r.finished(e);
-                        kj::throwFatalException(kj::mv(e));
-                      })
+  return promise
+      .then([&r]() { r.finished(nullptr); },
+            [&r](kj::Exception&& e) {
+              r.finished(e);
+              kj::throwFatalException(kj::mv(e));
+            })
       .attach(kj::mv(record));
 }
 
@@ -210,8 +212,7 @@ public:
   // errors.h: an exception the actor raised arrives as FAILED with its message. Dropping the
   // returned promise cancels the call.
   template <typename Fn>
-  auto call(Fn&& fn, CallOptions options = {})
-      -> kj::Promise<CallValue<Fn, typename T::Client>> {
+  auto call(Fn&& fn, CallOptions options = {}) -> kj::Promise<CallValue<Fn, typename T::Client>> {
     using Value = CallValue<Fn, typename T::Client>;
     kj::Promise<Value> promise = kj::evalNow([&]() -> kj::Promise<Value> { return fn(client()); });
     return finishCall(kj::mv(promise), options);
@@ -230,11 +231,11 @@ kj::Promise<V> ActorRefBase::finishCall(kj::Promise<V> promise, const CallOption
                                         bool count) {
   kj::Maybe<kj::Own<actor_detail::CallRecord>> record;
   if (count) record = startRecord();
-  promise = promise.catch_([watch = FailureWatch(*this)](kj::Exception&& e) mutable
-                           -> kj::Promise<V> {
-    watch.failed(e);
-    return kj::mv(e);
-  });
+  promise = promise.catch_(
+      [watch = FailureWatch(*this)](kj::Exception&& e) mutable -> kj::Promise<V> {
+        watch.failed(e);
+        return kj::mv(e);
+      });
   KJ_IF_MAYBE(d, deadlineOf(options)) {
     // expiry() only ever rejects.
     promise = promise.exclusiveJoin(expiry(*d).then([]() -> kj::Promise<V> { KJ_UNREACHABLE; }));

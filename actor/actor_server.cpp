@@ -15,12 +15,12 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/net/address.h"
 #include "troupe/actor/detail/actor_gate.h"
 #include "troupe/actor/detail/blob_receiver.h"
 #include "troupe/actor/detail/schema_nodes.h"
-#include "troupe/net/rpc_acceptor.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/address.h"
+#include "troupe/net/rpc_acceptor.h"
 
 namespace troupe {
 
@@ -69,10 +69,9 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
         log(this->options.logger ? this->options.logger : loop.logger()),
         incarnation(this->options.incarnation != 0 ? this->options.incarnation
                                                    : freshIncarnation(loop)),
-        acceptor(kj::heap<RpcAcceptor>(loop, newActorHost(*this),
-                                               this->options.maxMessageBytes, log,
-                                               "actor server", this->options.credentials,
-                                               this->options.connections)) {
+        acceptor(kj::heap<RpcAcceptor>(loop, newActorHost(*this), this->options.maxMessageBytes,
+                                       log, "actor server", this->options.credentials,
+                                       this->options.connections)) {
     auto paf = kj::newPromiseAndFulfiller<void>();
     drainStarted = paf.promise.fork();
     drainStartedFulfiller = kj::mv(paf.fulfiller);
@@ -81,7 +80,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     forwarding.maxMessageBytes = this->options.maxMessageBytes;
     forwarding.credentials = this->options.credentials;
     blobs = kj::heap<actor_detail::BlobReceiver>(loop, kj::mv(forwarding), log,
-                                                  [this]() { return kj::str(who()); });
+                                                 [this]() { return kj::str(who()); });
     acceptor->placeSegmentsWith(*blobs);
   }
 
@@ -102,9 +101,8 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     kj::Vector<kj::StringPtr> names;
     for (auto& a : actors) names.add(kj::StringPtr(a->name));
     throwError(ErrorCode::ACTOR_NOT_FOUND,
-               kj::str("no actor named '", name, "' at ", endpointAddress(),
-                       " (hosted: ", names.empty() ? kj::str("none") : kj::strArray(names, ", "),
-                       ")"));
+               kj::str("no actor named '", name, "' at ", endpointAddress(), " (hosted: ",
+                       names.empty() ? kj::str("none") : kj::strArray(names, ", "), ")"));
   }
 
   void fillInfo(const actor_detail::HostedActor& actor, schema::ActorInfo::Builder info) {
@@ -136,7 +134,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
   // --- endpoints
 
   EndpointState endpointState() const {
-    return state == ServerState::DRAINING ? EndpointState::DRAINING
+    return state == ServerState::DRAINING  ? EndpointState::DRAINING
            : state == ServerState::SERVING ? EndpointState::READY
                                            : EndpointState::STARTING;
   }
@@ -259,8 +257,8 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
 
     auto deadline = loop.timer().now() + grace;
     auto graceOver = loop.timer().atTime(deadline).then([this]() {
-      log->warn("{}: grace period over with {} calls in flight; closing their connections",
-                who(), tracker.inFlight());
+      log->warn("{}: grace period over with {} calls in flight; closing their connections", who(),
+                tracker.inFlight());
     });
     // Calls first, within the grace period; then the replies already produced get a little
     // longer to reach the wire.
@@ -338,8 +336,8 @@ protected:
     auto name = context.getParams().getName();
     if (server.tracker.draining) {
       throwError(ErrorCode::DRAINING,
-                 kj::str("server at ", server.endpointAddress(),
-                         " is draining; actor '", name, "' takes no new calls"));
+                 kj::str("server at ", server.endpointAddress(), " is draining; actor '", name,
+                         "' takes no new calls"));
     }
     auto& actor = server.find(name);
     auto results = context.getResults();
@@ -402,8 +400,7 @@ protected:
     }
     auto millis = params.getGraceMillis();
     server.log->info("{}: drain requested by a peer", server.who());
-    server.startDrain(millis == 0 ? server.options.drainGracePeriod
-                                  : millis * kj::MILLISECONDS);
+    server.startDrain(millis == 0 ? server.options.drainGracePeriod : millis * kj::MILLISECONDS);
     return kj::READY_NOW;
   }
 
@@ -443,13 +440,13 @@ void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema sche
              "cannot host an actor on a server that drains or has stopped", name);
   for (auto& a : impl->actors) {
     if (a->name == name.cStr()) {
-      throwError(ErrorCode::INVALID_ARGUMENT, kj::str("an actor named '", name,
-                                                      "' is already hosted here"));
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("an actor named '", name, "' is already hosted here"));
     }
   }
-  impl->actors.add(
-      kj::heap<actor_detail::HostedActor>(name, schema, kj::mv(actor), options, impl->tracker,
-                                          impl->loop.timer(), impl->options.metrics));
+  impl->actors.add(kj::heap<actor_detail::HostedActor>(name, schema, kj::mv(actor), options,
+                                                       impl->tracker, impl->loop.timer(),
+                                                       impl->options.metrics));
   if (impl->state == ServerState::SERVING) {
     auto endpoint = impl->endpointOf(*impl->actors.back());
     for (auto* l : impl->endpointListeners) l->endpointChanged(endpoint);

@@ -13,10 +13,10 @@
 
 #include "troupe/actor/blob.h"
 #include "troupe/actor/endpoint.h"
-#include "troupe/base/event_loop.h"
-#include "troupe/observe/http_endpoint.h"
 #include "troupe/actor/job_context.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/net/limits.h"
+#include "troupe/observe/http_endpoint.h"
 
 namespace troupe {
 

@@ -54,9 +54,9 @@ size_t BlobTransfer::size() const { return members.size(); }
 kj::Promise<kj::Array<BlobResult>> BlobTransfer::waitAll(kj::Duration deadline) {
   auto& f = *fanout;
   auto expired = f.loop().timer().afterDelay(deadline).then([&f, deadline]() {
-    f.abort(makeError(ErrorCode::DEADLINE_EXCEEDED,
-                      kj::str("the blob transfer did not finish within ",
-                              deadline / kj::MILLISECONDS, " ms")));
+    f.abort(
+        makeError(ErrorCode::DEADLINE_EXCEEDED, kj::str("the blob transfer did not finish within ",
+                                                        deadline / kj::MILLISECONDS, " ms")));
   });
   return f.whenDone()
       .exclusiveJoin(kj::mv(expired))
@@ -118,8 +118,8 @@ BlobTransfer sendBlob(EventLoop& loop, kj::ArrayPtr<const BlobTarget> targets, k
   auto source = kj::refcounted<actor_detail::BlobSource>(kj::mv(bytes), size, options.chunkBytes,
                                                          size);
   auto roots = actor_detail::layOut(targets, options.fanout, options.treeFanout);
-  return BlobTransfer(kj::refcounted<actor_detail::BlobFanout>(
-                          loop, kj::mv(source), kj::mv(params), kj::mv(roots), loop.logger()),
+  return BlobTransfer(kj::refcounted<actor_detail::BlobFanout>(loop, kj::mv(source), kj::mv(params),
+                                                               kj::mv(roots), loop.logger()),
                       kj::mv(members));
 }
 

@@ -46,8 +46,8 @@
 #include <kj/function.h>
 #include <kj/time.h>
 
-#include "troupe/net/channel.h"
 #include "troupe/base/event_loop.h"
+#include "troupe/net/channel.h"
 
 namespace troupe {
 
@@ -188,10 +188,10 @@ BlobTransfer sendBlob(EventLoop& loop, kj::ArrayPtr<const BlobTarget> targets, k
                       uint64_t version, kj::Array<const kj::byte> bytes,
                       BlobSendOptions options = {});
 inline BlobTransfer sendBlob(EventLoop& loop, std::initializer_list<BlobTarget> targets,
-                             kj::StringPtr name, uint64_t version,
-                             kj::Array<const kj::byte> bytes, BlobSendOptions options = {}) {
-  return sendBlob(loop, kj::arrayPtr(targets.begin(), targets.size()), name, version,
-                  kj::mv(bytes), kj::mv(options));
+                             kj::StringPtr name, uint64_t version, kj::Array<const kj::byte> bytes,
+                             BlobSendOptions options = {}) {
+  return sendBlob(loop, kj::arrayPtr(targets.begin(), targets.size()), name, version, kj::mv(bytes),
+                  kj::mv(options));
 }
 
 }  // namespace troupe

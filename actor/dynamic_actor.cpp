@@ -36,13 +36,12 @@ kj::Promise<DynamicActor> openDynamicActor(Channel& channel, kj::StringPtr name,
   actorRequest.setName(name);
   auto actor = actorRequest.send();
   capnp::Capability::Client capability = actor.getActor();
-  return schemaRequest.send().then(
-      [&loader, name = std::string(name.cStr()), capability = kj::mv(capability)](
-          auto response) mutable {
-        for (auto node : response.getNodes()) loader.load(node);
-        auto schema = loader.get(response.getInterfaceId()).asInterface();
-        return DynamicActor{kj::mv(name), schema, kj::mv(capability)};
-      });
+  return schemaRequest.send().then([&loader, name = std::string(name.cStr()),
+                                    capability = kj::mv(capability)](auto response) mutable {
+    for (auto node : response.getNodes()) loader.load(node);
+    auto schema = loader.get(response.getInterfaceId()).asInterface();
+    return DynamicActor{kj::mv(name), schema, kj::mv(capability)};
+  });
 }
 
 std::string capnpTypeName(capnp::Type type) {
@@ -90,8 +89,8 @@ std::string capnpTypeName(capnp::Type type) {
 }
 
 std::string describeMethod(capnp::InterfaceSchema::Method method) {
-  return std::string(method.getProto().getName().cStr()) + " " +
-         fields(method.getParamType()) + " -> " + fields(method.getResultType());
+  return std::string(method.getProto().getName().cStr()) + " " + fields(method.getParamType()) +
+         " -> " + fields(method.getResultType());
 }
 
 capnp::InterfaceSchema::Method findMethod(capnp::InterfaceSchema schema, kj::StringPtr method) {

@@ -117,7 +117,8 @@ Endpoint Endpoint::fromCapnp(schema::Endpoint::Reader reader) {
   e.state = troupe::fromCapnp(reader.getState());
   e.registeredAtMillis = reader.getRegisteredAtMillis();
   for (auto entry : reader.getMetadata()) {
-    e.metadata[textField(entry.getKey(), "metadata key")] = textField(entry.getValue(), "metadata value");
+    e.metadata[textField(entry.getKey(), "metadata key")] = textField(entry.getValue(),
+                                                                      "metadata value");
   }
   return e;
 }

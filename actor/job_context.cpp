@@ -53,7 +53,8 @@ JobContext JobContext::fromEnvironment(EnvLookup getenv) {
     ctx.jobId = found->value.cStr();
   }
   kj::StringPtr indexSource = "default";
-  KJ_IF_MAYBE(found, firstSet(getenv, {"TROUPE_TASK_INDEX", "SLURM_PROCID", "JOB_COMPLETION_INDEX"})) {
+  KJ_IF_MAYBE(found,
+              firstSet(getenv, {"TROUPE_TASK_INDEX", "SLURM_PROCID", "JOB_COMPLETION_INDEX"})) {
     ctx.taskIndex = parseCount(*found);
     indexSource = found->variable;
   }

@@ -21,7 +21,8 @@ struct Block {
 
 // Trims a buffer must stay unused through to be given back: a buffer cached between trims k and
 // k + 1 goes at trim k + IDLE_TRIMS + 1, more than IDLE_TRIMS intervals and at most one more.
-constexpr uint64_t IDLE_TRIMS = BUFFER_CACHE_IDLE_SECONDS * kj::SECONDS / BUFFER_CACHE_TRIM_INTERVAL;
+constexpr uint64_t IDLE_TRIMS = BUFFER_CACHE_IDLE_SECONDS * kj::SECONDS /
+                                BUFFER_CACHE_TRIM_INTERVAL;
 
 Block allocateBlock(size_t words) {
   auto* base = static_cast<capnp::word*>(malloc((words + 1) * sizeof(capnp::word)));
@@ -127,7 +128,7 @@ public:
 private:
   kj::Vector<Block> blocks;
   size_t bytes = 0;
-  uint64_t trims = 0;  // trim intervals counted on this thread
+  uint64_t trims = 0;               // trim intervals counted on this thread
   kj::Vector<capnp::word*> zeroed;  // SMALL_SEGMENT_WORDS each, all zero
 };
 

@@ -214,8 +214,8 @@ struct OffloadRequest {
 
 class OffloadAdapter {
 public:
-  OffloadAdapter(kj::PromiseFulfiller<kj::Own<base_detail::OffloadTask>>& fulfiller, uv_loop_t* loop,
-                 kj::Own<base_detail::OffloadTask> task)
+  OffloadAdapter(kj::PromiseFulfiller<kj::Own<base_detail::OffloadTask>>& fulfiller,
+                 uv_loop_t* loop, kj::Own<base_detail::OffloadTask> task)
       : fulfiller(fulfiller), request(new OffloadRequest{{}, kj::mv(task), this}) {
     request->req.data = request;
     int status = uv_queue_work(loop, &request->req, &OffloadAdapter::work, &OffloadAdapter::done);
@@ -255,7 +255,7 @@ private:
 kj::Promise<kj::Own<base_detail::OffloadTask>> EventLoop::offloadTask(
     kj::Own<base_detail::OffloadTask> task) {
   return kj::newAdaptedPromise<kj::Own<base_detail::OffloadTask>, OffloadAdapter>(&impl->uv,
-                                                                            kj::mv(task));
+                                                                                  kj::mv(task));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -273,14 +273,13 @@ public:
       checkUv("uv_signal_init", uv_signal_init(loop, handle.get()));
       handle.markInitialised();
       handle->data = this;
-      checkUv("uv_signal_start",
-                      uv_signal_start(
-                          handle.get(),
-                          [](uv_signal_t* h, int signum) {
-                            auto* self = static_cast<SignalAdapter*>(h->data);
-                            if (self != nullptr) self->fire(signum);
-                          },
-                          signum));
+      checkUv("uv_signal_start", uv_signal_start(
+                                     handle.get(),
+                                     [](uv_signal_t* h, int signum) {
+                                       auto* self = static_cast<SignalAdapter*>(h->data);
+                                       if (self != nullptr) self->fire(signum);
+                                     },
+                                     signum));
       handles.add(kj::mv(handle));
     }
   }

@@ -57,7 +57,6 @@ struct EventLoopOptions {
   // stays real: sockets, pipes, signals, child processes, offload() and cross-thread work run
   // as on any loop (and anything timed in another process keeps that process's own clock).
   bool manualClock = false;
-
 };
 
 // Owns a uv_loop_t, the kj::EventLoop it drives and kj's async I/O on top of it. Construct one
@@ -172,7 +171,8 @@ public:
 private:
   kj::Maybe<Service&> findService(const std::type_info& type);
   Service& addService(const std::type_info& type, kj::Own<Service> service);
-  kj::Promise<kj::Own<base_detail::OffloadTask>> offloadTask(kj::Own<base_detail::OffloadTask> task);
+  kj::Promise<kj::Own<base_detail::OffloadTask>> offloadTask(
+      kj::Own<base_detail::OffloadTask> task);
 
   struct Impl;
   kj::Own<Impl> impl;

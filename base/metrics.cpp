@@ -100,9 +100,12 @@ bool includesLabels(const MetricLabels& labels, const MetricLabels& wanted) {
 
 kj::StringPtr typeName(MetricType type) {
   switch (type) {
-    case MetricType::COUNTER: return "counter";
-    case MetricType::GAUGE: return "gauge";
-    case MetricType::HISTOGRAM: return "histogram";
+    case MetricType::COUNTER:
+      return "counter";
+    case MetricType::GAUGE:
+      return "gauge";
+    case MetricType::HISTOGRAM:
+      return "histogram";
   }
   KJ_UNREACHABLE;
 }

@@ -31,9 +31,9 @@ namespace troupe {
 // Upper bounds of the latency buckets, in nanoseconds: 5 us to 60 s in steps of about 2.5x, and
 // +Inf past the last. Fixed, so histograms from any process and any loop add up bucket by bucket.
 constexpr std::array<int64_t, 22> LATENCY_BUCKET_BOUNDS_NS = {
-    5'000,         10'000,        25'000,         50'000,         100'000,        250'000,
-    500'000,       1'000'000,     2'500'000,      5'000'000,      10'000'000,     25'000'000,
-    50'000'000,    100'000'000,   250'000'000,    500'000'000,    1'000'000'000,  2'500'000'000,
+    5'000,         10'000,         25'000,         50'000,        100'000,       250'000,
+    500'000,       1'000'000,      2'500'000,      5'000'000,     10'000'000,    25'000'000,
+    50'000'000,    100'000'000,    250'000'000,    500'000'000,   1'000'000'000, 2'500'000'000,
     5'000'000'000, 10'000'000'000, 30'000'000'000, 60'000'000'000};
 
 // A latency histogram: counts per bucket (not cumulative; the last is +Inf), the count and the

@@ -28,11 +28,11 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "troupe/actor/actor_ref.h"
+#include "troupe/actor/actor_server.h"
 #include "blob_bench.capnp.h"
 #include "bench/bench_sockets.h"
 #include "tests/support/resident_memory.h"
-#include "troupe/actor/actor_ref.h"
-#include "troupe/actor/actor_server.h"
 
 namespace {
 
@@ -67,17 +67,18 @@ protected:
   }
 
   kj::Promise<void> pull(PullContext context) override {
-    auto source = kj::heap<troupe::ActorRef<BlobSource>>(troupe::ActorRef<BlobSource>::connect(
-        loop, context.getParams().getAddress(), "source"));
+    auto source = kj::heap<troupe::ActorRef<BlobSource>>(
+        troupe::ActorRef<BlobSource>::connect(loop, context.getParams().getAddress(), "source"));
     auto start = std::chrono::steady_clock::now();
     auto call = source->call([](BlobSource::Client c) { return c.fetchRequest().send(); },
                              {.deadline = 600 * kj::SECONDS});
-    return call.then([context, start](capnp::Response<BlobSource::FetchResults> r) mutable {
-                 auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
-                     std::chrono::steady_clock::now() - start);
-                 context.getResults().setBytes(r.getData().size());
-                 context.getResults().setMicros(micros.count());
-               })
+    return call
+        .then([context, start](capnp::Response<BlobSource::FetchResults> r) mutable {
+          auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+              std::chrono::steady_clock::now() - start);
+          context.getResults().setBytes(r.getData().size());
+          context.getResults().setMicros(micros.count());
+        })
         .attach(kj::mv(source));
   }
 

@@ -35,8 +35,8 @@
 #include "troupe/actor/actor_server.h"
 #include "troupe/net/address.h"
 #include "bench_echo.capnp.h"
-#include "bench/bench_sockets.h"
 #include "bench/bench_echo_impl.h"
+#include "bench/bench_sockets.h"
 
 namespace {
 
@@ -67,8 +67,8 @@ int serveTroupe(const std::string& host, unsigned port, const Settings& settings
     tls.caFile = settings.tlsDir + "/ca.pem";
     tls.certFile = settings.tlsDir + "/node.pem";
     tls.keyFile = settings.tlsDir + "/node.key";
-    options.credentials =
-        std::make_shared<troupe::Credentials>(troupe::CredentialsOptions{.tls = tls});
+    options.credentials = std::make_shared<troupe::Credentials>(
+        troupe::CredentialsOptions{.tls = tls});
     scheme = "tls://";
   }
   for (unsigned i = 0; i < count; ++i) {
@@ -79,7 +79,8 @@ int serveTroupe(const std::string& host, unsigned port, const Settings& settings
     auto server = kj::heap<troupe::ActorServer>(loop, job, options);
     server->host<troupe::bench::BenchEcho>("echo", kj::heap<troupe::bench::EchoImpl>());
     for (unsigned a = 1; a < settings.actors; ++a) {
-      server->host<troupe::bench::BenchEcho>(kj::str("echo", a), kj::heap<troupe::bench::EchoImpl>());
+      server->host<troupe::bench::BenchEcho>(kj::str("echo", a),
+                                             kj::heap<troupe::bench::EchoImpl>());
     }
     auto listen = scheme + host + ":" + std::to_string(count == 1 ? port : 0);
     auto bound = troupe::Address::parse(server->listen(listen.c_str()).c_str());
@@ -112,13 +113,13 @@ public:
 
 kj::Promise<void> acceptCapnp(kj::ConnectionReceiver& listener, capnp::Capability::Client echo,
                               capnp::ReaderOptions options, kj::TaskSet& connections) {
-  return listener.accept().then([&listener, echo, options, &connections](
-                                    kj::Own<kj::AsyncIoStream> stream) mutable {
-    auto connection = kj::heap<CapnpConnection>(kj::mv(stream), echo, options);
-    auto& network = connection->network;
-    connections.add(network.onDisconnect().attach(kj::mv(connection)));
-    return acceptCapnp(listener, kj::mv(echo), options, connections);
-  });
+  return listener.accept().then(
+      [&listener, echo, options, &connections](kj::Own<kj::AsyncIoStream> stream) mutable {
+        auto connection = kj::heap<CapnpConnection>(kj::mv(stream), echo, options);
+        auto& network = connection->network;
+        connections.add(network.onDisconnect().attach(kj::mv(connection)));
+        return acceptCapnp(listener, kj::mv(echo), options, connections);
+      });
 }
 
 int serveCapnp(const std::string& host, unsigned port, const Settings& settings) {
@@ -135,7 +136,8 @@ int serveCapnp(const std::string& host, unsigned port, const Settings& settings)
   options.traversalLimitInWords = (settings.maxMessageMiB << 20) / sizeof(capnp::word);
   LogErrors errors;
   kj::TaskSet connections(errors);
-  acceptCapnp(*listener, kj::heap<troupe::bench::EchoImpl>(), options, connections).wait(io.waitScope);
+  acceptCapnp(*listener, kj::heap<troupe::bench::EchoImpl>(), options, connections)
+      .wait(io.waitScope);
   return 0;
 }
 

@@ -18,9 +18,9 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
+#include "troupe/net/credentials.h"
 #include "bench_echo.capnp.h"
 #include "tests/support/child_process.h"
-#include "troupe/net/credentials.h"
 
 namespace troupe::bench {
 
@@ -81,7 +81,8 @@ inline kj::Array<kj::byte> payloadOf(size_t size) {
 // Plain Cap'n Proto also refuses to send a message over its own receive limit.
 inline capnp::ReaderOptions readerOptions(uint64_t maxMessageMiB) {
   capnp::ReaderOptions options;
-  if (maxMessageMiB > 0) options.traversalLimitInWords = (maxMessageMiB << 20) / sizeof(capnp::word);
+  if (maxMessageMiB > 0)
+    options.traversalLimitInWords = (maxMessageMiB << 20) / sizeof(capnp::word);
   return options;
 }
 

@@ -33,8 +33,7 @@ inline int listenTcp(const std::string& host, uint16_t& port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
-  KJ_REQUIRE(inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1, "not an IPv4 host",
-             host.c_str());
+  KJ_REQUIRE(inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1, "not an IPv4 host", host.c_str());
   int fd;
   KJ_SYSCALL(fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   int one = 1;

@@ -35,7 +35,9 @@ inline void choosePlacement() {
 inline void reportPercentiles(benchmark::State& state, std::vector<double>& micros) {
   if (micros.empty()) return;
   std::sort(micros.begin(), micros.end());
-  auto at = [&](double p) { return micros[std::min(micros.size() - 1, size_t(p * micros.size()))]; };
+  auto at = [&](double p) {
+    return micros[std::min(micros.size() - 1, size_t(p * micros.size()))];
+  };
   state.counters["p50_us"] = at(0.50);
   state.counters["p99_us"] = at(0.99);
 }

@@ -37,16 +37,16 @@
 #include <benchmark/benchmark.h>
 #include <kj/debug.h>
 
+#include "troupe/actor/actor_ref.h"
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/blob.h"
+#include "troupe/net/bytes.h"
 #include "blob_bench.capnp.h"
 #include "bench/bench_sockets.h"
 #include "bench/bench_support.h"
 #include "bench/netsim.h"
 #include "tests/support/child_process.h"
 #include "tests/support/resident_memory.h"
-#include "troupe/actor/actor_ref.h"
-#include "troupe/actor/actor_server.h"
-#include "troupe/actor/blob.h"
-#include "troupe/net/bytes.h"
 
 namespace {
 
@@ -118,15 +118,14 @@ struct MemberStats {
 
 MemberStats statsOf(troupe::EventLoop& loop, const std::string& address) {
   auto ref = troupe::ActorRef<BlobMember>::connect(loop, address.c_str(), "member");
-  auto r = ref.call([](BlobMember::Client c) { return c.statsRequest().send(); })
-               .wait(loop.waitScope());
+  auto r =
+      ref.call([](BlobMember::Client c) { return c.statsRequest().send(); }).wait(loop.waitScope());
   return {r.getPeakRssBytes(), r.getBlobs()};
 }
 
 void resetPeakOf(troupe::EventLoop& loop, const std::string& address) {
   auto ref = troupe::ActorRef<BlobMember>::connect(loop, address.c_str(), "member");
-  ref.call([](BlobMember::Client c) { return c.resetPeakRequest().send(); })
-      .wait(loop.waitScope());
+  ref.call([](BlobMember::Client c) { return c.resetPeakRequest().send(); }).wait(loop.waitScope());
 }
 
 // Sends and waits; returns the seconds it took, or a negative number after failing the
@@ -212,9 +211,7 @@ void BM_RawTcp_Loopback(benchmark::State& state) {
 // The simulated network: host 0 sends, hosts 1..8 are members.
 
 struct Network {
-  Network()
-      : net(NET_MEMBERS + 1, linkRate()),
-        previous(-1) {
+  Network() : net(NET_MEMBERS + 1, linkRate()), previous(-1) {
     for (int i = 1; i <= NET_MEMBERS; ++i) {
       members.push_back(std::make_unique<MemberProcess>(
           std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", net.ns(i)},
@@ -335,11 +332,13 @@ void BM_Net_Pull(benchmark::State& state) {
     for (auto _ : state) {
       auto start = Clock::now();
       auto pulls = KJ_MAP(ref, refs) {
-        return ref.call([&](BlobMember::Client c) {
-          auto r = c.pullRequest();
-          r.setAddress(address);
-          return r.send();
-        }, {.deadline = 600 * kj::SECONDS});
+        return ref.call(
+            [&](BlobMember::Client c) {
+              auto r = c.pullRequest();
+              r.setAddress(address);
+              return r.send();
+            },
+            {.deadline = 600 * kj::SECONDS});
       };
       auto all = kj::joinPromises(kj::mv(pulls)).wait(loop.waitScope());
       state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());

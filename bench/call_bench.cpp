@@ -37,7 +37,7 @@ struct Servers {
   std::unique_ptr<troupe::test::ChildProcess> capnp;
   std::unique_ptr<troupe::test::ChildProcess> troupeTls;
   std::unique_ptr<troupe::test::ChildProcess> troupeNoMetrics;
-  std::string troupeAddress;  // host:port
+  std::string troupeAddress;           // host:port
   std::string troupeNoMetricsAddress;  // a server that counts nothing (ActorServerOptions::metrics)
   std::string capnpAddress;
   std::string troupeTlsAddress;

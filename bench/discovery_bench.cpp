@@ -21,10 +21,10 @@
 #include <benchmark/benchmark.h>
 #include <kj/async.h>
 
-#include "bench/bench_support.h"
 #include "troupe/base/event_loop.h"
 #include "troupe/net/credentials.h"
 #include "troupe/resolver/open_resolver.h"
+#include "bench/bench_support.h"
 #include "tests/support/child_process.h"
 #include "tests/support/etcd_cluster.h"
 
@@ -121,8 +121,7 @@ void run(benchmark::State& state, bool etcd) {
       break;
     }
     state.counters["seen_all_s"] = secondsSince(start);
-    state.counters["server_rss_MiB"] =
-        static_cast<double>(residentBytes(server)) / (1 << 20);
+    state.counters["server_rss_MiB"] = static_cast<double>(residentBytes(server)) / (1 << 20);
     state.counters["server_rss_before_MiB"] = static_cast<double>(rssBefore) / (1 << 20);
 
     auto killed = Clock::now();
@@ -146,9 +145,17 @@ void run(benchmark::State& state, bool etcd) {
 void BM_Discovery_Registry(benchmark::State& state) { run(state, false); }
 void BM_Discovery_Etcd(benchmark::State& state) { run(state, true); }
 
-BENCHMARK(BM_Discovery_Registry)->Arg(1000)->Arg(5000)->Iterations(1)->Unit(benchmark::kSecond)
+BENCHMARK(BM_Discovery_Registry)
+    ->Arg(1000)
+    ->Arg(5000)
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
     ->UseRealTime();
-BENCHMARK(BM_Discovery_Etcd)->Arg(1000)->Arg(5000)->Iterations(1)->Unit(benchmark::kSecond)
+BENCHMARK(BM_Discovery_Etcd)
+    ->Arg(1000)
+    ->Arg(5000)
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
     ->UseRealTime();
 
 }  // namespace

@@ -74,8 +74,8 @@ void BM_Troupe_IdleConnections(benchmark::State& state) {
     auto serverBefore = residentBytes(server->pid());
     auto clientBefore = residentBytes();
     for (unsigned i = 0; i < CONNECTIONS; ++i) ok = open() && ok;
-    state.counters["server_bytes_per_conn"] =
-        growthPer(serverBefore, residentBytes(server->pid()), CONNECTIONS);
+    state.counters["server_bytes_per_conn"] = growthPer(serverBefore, residentBytes(server->pid()),
+                                                        CONNECTIONS);
     state.counters["client_bytes_per_conn"] = growthPer(clientBefore, residentBytes(), CONNECTIONS);
     if (!ok) state.SkipWithError("echo size mismatch");
   }
@@ -97,8 +97,8 @@ void BM_PlainCapnp_IdleConnections(benchmark::State& state) {
     auto serverBefore = residentBytes(server->pid());
     auto clientBefore = residentBytes();
     for (unsigned i = 0; i < CONNECTIONS; ++i) ok = open() && ok;
-    state.counters["server_bytes_per_conn"] =
-        growthPer(serverBefore, residentBytes(server->pid()), CONNECTIONS);
+    state.counters["server_bytes_per_conn"] = growthPer(serverBefore, residentBytes(server->pid()),
+                                                        CONNECTIONS);
     state.counters["client_bytes_per_conn"] = growthPer(clientBefore, residentBytes(), CONNECTIONS);
     if (!ok) state.SkipWithError("echo size mismatch");
   }
@@ -108,8 +108,8 @@ void BM_PlainCapnp_IdleConnections(benchmark::State& state) {
 // after one call to each of them too (all over one connection).
 uint64_t hostingServerRss(unsigned actors, bool callAll, bool& ok) {
   std::unique_ptr<ChildProcess> server;
-  auto address = "tcp://" + troupe::bench::startEchoServer(
-                                server, {"--impl", "troupe", "--actors", std::to_string(actors)});
+  auto address = "tcp://" + troupe::bench::startEchoServer(server, {"--impl", "troupe", "--actors",
+                                                                    std::to_string(actors)});
   troupe::EventLoop loop;
   auto& ws = loop.waitScope();
   auto channel = troupe::Channel::open(loop, address.c_str());

@@ -25,9 +25,9 @@ using troupe::bench::BenchEcho;
 
 constexpr uint64_t LIMIT_MIB = 512;  // the baseline's raised limit: troupe's default
 
-std::string troupeAddress;       // tcp://host:port
-std::string capnpAddress;        // host:port, Cap'n Proto's default limit
-std::string capnpLargeAddress;   // host:port, LIMIT_MIB
+std::string troupeAddress;      // tcp://host:port
+std::string capnpAddress;       // host:port, Cap'n Proto's default limit
+std::string capnpLargeAddress;  // host:port, LIMIT_MIB
 
 capnp::MessageSize sizeFor(size_t payloadBytes) { return {payloadBytes / 8 + 8, 0}; }
 
@@ -85,9 +85,7 @@ void troupeEcho(benchmark::State& state, const std::string& address,
   runEchoes(state, loop.waitScope(), call);
 }
 
-void BM_Troupe_ActorRef_Echo(benchmark::State& state) {
-  troupeEcho(state, troupeAddress, nullptr);
-}
+void BM_Troupe_ActorRef_Echo(benchmark::State& state) { troupeEcho(state, troupeAddress, nullptr); }
 
 // The same over tls://: what TLS costs a large call.
 std::shared_ptr<troupe::Credentials> tlsClient;
@@ -117,8 +115,8 @@ int main(int argc, char** argv) {
       capnpLargeServer, {"--impl", "capnp", "--max-message-mib", std::to_string(LIMIT_MIB)});
   troupe::bench::BenchCerts certs;
   std::unique_ptr<troupe::test::ChildProcess> tlsServer;
-  troupeTlsAddress =
-      "tls://" + troupe::bench::startEchoServer(tlsServer, {"--impl", "troupe", "--tls", certs.dir});
+  troupeTlsAddress = "tls://" + troupe::bench::startEchoServer(tlsServer, {"--impl", "troupe",
+                                                                           "--tls", certs.dir});
   tlsClient = certs.client();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -24,13 +24,13 @@
 #include <benchmark/benchmark.h>
 #include <kj/async-io.h>
 
+#include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/fixed_resolver.h"
+#include "troupe/resolver/open_resolver.h"
 #include "bench_echo.capnp.h"
 #include "bench/bench_peers.h"
 #include "bench/bench_sockets.h"
 #include "bench/bench_support.h"
-#include "troupe/pool/actor_pool.h"
-#include "troupe/resolver/fixed_resolver.h"
-#include "troupe/resolver/open_resolver.h"
 #include "tests/support/child_process.h"
 
 namespace {
@@ -41,10 +41,10 @@ using Clock = std::chrono::steady_clock;
 constexpr unsigned MEMBERS = 64;
 std::vector<std::string> addresses;  // tcp://127.0.0.1:port of member i
 std::string registryUrl;             // the troupe-registry daemon
-pid_t serverPid = 0;                  // the members' server process
+pid_t serverPid = 0;                 // the members' server process
 std::string capnpAddress;            // host:port of a plain Cap'n Proto echo server
 pid_t capnpPid = 0;
-std::string rawAddress;              // host:port of a bare TCP echo server
+std::string rawAddress;  // host:port of a bare TCP echo server
 pid_t rawPid = 0;
 
 double micros(Clock::duration d) {
@@ -334,9 +334,9 @@ BENCHMARK(BM_WaitReady32_Registry)->UseRealTime()->Iterations(200);
 
 int main(int argc, char** argv) {
   troupe::bench::choosePlacement();
-  troupe::test::ChildProcess server(
-      BENCH_ECHO_SERVER_PATH, {"--impl", "troupe", "--addr", "127.0.0.1:0", "--count",
-                               std::to_string(MEMBERS)});
+  troupe::test::ChildProcess server(BENCH_ECHO_SERVER_PATH,
+                                    {"--impl", "troupe", "--addr", "127.0.0.1:0", "--count",
+                                     std::to_string(MEMBERS)});
   serverPid = server.pid();
   for (unsigned i = 0; i < MEMBERS; ++i) {
     auto line = server.readLine();
@@ -346,8 +346,8 @@ int main(int argc, char** argv) {
     }
     addresses.push_back("tcp://" + line.substr(strlen("LISTENING ")));
   }
-  troupe::test::ChildProcess registry(
-      TROUPE_REGISTRY_PATH, {"--listen", "tcp://127.0.0.1:0", "--log-level", "warn"});
+  troupe::test::ChildProcess registry(TROUPE_REGISTRY_PATH,
+                                      {"--listen", "tcp://127.0.0.1:0", "--log-level", "warn"});
   auto line = registry.readLine();
   if (line.rfind("LISTENING ", 0) != 0) {
     fprintf(stderr, "troupe-registry did not start: '%s'\n", line.c_str());

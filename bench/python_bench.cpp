@@ -15,12 +15,12 @@
 #include <benchmark/benchmark.h>
 #include <pybind11/embed.h>
 
+#include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/fixed_resolver.h"
 #include "bench_echo.capnp.h"
 #include "bench/bench_peers.h"
 #include "bench/bench_support.h"
 #include "bench/in_flight.h"
-#include "troupe/pool/actor_pool.h"
-#include "troupe/resolver/fixed_resolver.h"
 
 namespace py = pybind11;
 
@@ -102,7 +102,8 @@ void BM_Python_Pool_InFlight(benchmark::State& state) {
   auto inFlight = state.range(0);
   round(troupe::bench::CALLS_PER_ROUND, inFlight);  // warm-up
   for (auto _ : state) round(troupe::bench::CALLS_PER_ROUND, inFlight);
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * troupe::bench::CALLS_PER_ROUND));
+  state.SetItemsProcessed(
+      static_cast<int64_t>(state.iterations() * troupe::bench::CALLS_PER_ROUND));
 }
 
 // A C++ pool over the same member, on a loop of this thread.

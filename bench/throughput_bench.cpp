@@ -14,12 +14,12 @@
 #include <kj/async-io.h>
 
 #include "troupe/actor/actor_ref.h"
+#include "troupe/pool/actor_pool.h"
+#include "troupe/resolver/fixed_resolver.h"
 #include "bench_echo.capnp.h"
 #include "bench/bench_peers.h"
 #include "bench/bench_support.h"
 #include "bench/in_flight.h"
-#include "troupe/pool/actor_pool.h"
-#include "troupe/resolver/fixed_resolver.h"
 
 namespace {
 
@@ -27,9 +27,9 @@ using troupe::bench::BenchEcho;
 
 constexpr size_t PAYLOAD_BYTES = 64;
 
-std::string troupeAddress;  // tcp://host:port
+std::string troupeAddress;           // tcp://host:port
 std::string troupeNoMetricsAddress;  // tcp://host:port of a server that counts nothing
-std::string capnpAddress;   // host:port
+std::string capnpAddress;            // host:port
 
 void BM_PlainCapnp_InFlight(benchmark::State& state) {
   auto payload = troupe::bench::payloadOf(PAYLOAD_BYTES);
@@ -114,9 +114,9 @@ int main(int argc, char** argv) {
   troupe::bench::choosePlacement();
   std::unique_ptr<troupe::test::ChildProcess> troupeServer, capnpServer, noMetricsServer;
   troupeAddress = "tcp://" + troupe::bench::startEchoServer(troupeServer, {"--impl", "troupe"});
-  troupeNoMetricsAddress =
-      "tcp://" + troupe::bench::startEchoServer(noMetricsServer,
-                                                {"--impl", "troupe", "--metrics", "off"});
+  troupeNoMetricsAddress = "tcp://" +
+                           troupe::bench::startEchoServer(noMetricsServer,
+                                                          {"--impl", "troupe", "--metrics", "off"});
   capnpAddress = troupe::bench::startEchoServer(capnpServer, {"--impl", "capnp"});
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

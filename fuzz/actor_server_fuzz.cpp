@@ -9,12 +9,12 @@
 // input that much memory, and the limit's code is the same) and no cluster token, so that an
 // input reaches the actors once it authenticates with any token.
 
-#include "fuzz/fuzz_support.h"
-#include "fuzz/raw_peer.h"
-#include "tests/support/test_actors.h"
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
 #include "troupe/base/errors.h"
+#include "fuzz/fuzz_support.h"
+#include "fuzz/raw_peer.h"
+#include "tests/support/test_actors.h"
 
 namespace troupe::fuzz {
 namespace {

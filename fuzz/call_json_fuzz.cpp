@@ -11,11 +11,11 @@
 #include <capnp/schema-loader.h>
 #include <kj/async.h>
 
+#include "troupe/base/errors.h"
 #include "call_params.capnp.h"
 #include "fuzz/fuzz_support.h"
 #include "tools/troupe/call_json.h"
 #include "tools/troupe/dynamic_actor.h"
-#include "troupe/base/errors.h"
 
 namespace troupe::fuzz {
 namespace {
@@ -27,8 +27,7 @@ struct Target {
   DynamicActor actor;
   cli::CallJson codec;
 
-  Target()
-      : actor{"params", load(loader), capnp::Capability::Client(nullptr)} {}
+  Target() : actor{"params", load(loader), capnp::Capability::Client(nullptr)} {}
 
   static capnp::InterfaceSchema load(capnp::SchemaLoader& loader) {
     loader.loadCompiledTypeAndDependencies<MoreCallParams>();

@@ -15,9 +15,9 @@
 #include <kj/async.h>
 #include <kj/vector.h>
 
-#include "fuzz/fuzz_support.h"
-#include "troupe/net/detail/message_stream.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/detail/message_stream.h"
+#include "fuzz/fuzz_support.h"
 
 namespace troupe::fuzz {
 namespace {

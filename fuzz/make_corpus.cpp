@@ -19,14 +19,14 @@
 #include <capnp/serialize.h>
 #include <kj/debug.h>
 
-#include "fuzz/recording_proxy.h"
-#include "tests/support/test_actors.h"
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
 #include "troupe/net/channel.h"
 #include "troupe/resolver/registry_resolver.h"
 #include "troupe/resolver/registry_server.h"
 #include "troupe/resolver/registry_wire.h"
+#include "fuzz/recording_proxy.h"
+#include "tests/support/test_actors.h"
 
 namespace troupe::fuzz {
 namespace {
@@ -134,7 +134,8 @@ void actorServerSeeds(Corpus& corpus) {
                            auto q = c.echoRequest();
                            q.setPayload(kj::StringPtr("again").asBytes());
                            return q.send();
-                         }).ignoreResult());
+                         })
+                         .ignoreResult());
          }
          kj::joinPromises(calls.releaseAsArray()).wait(ws);
        }},
@@ -151,8 +152,8 @@ void actorServerSeeds(Corpus& corpus) {
        }},
       {"calc_divide_by_zero",
        [&](Channel& ch) {
-         refused(actor<test::ScientificCalculator>(ch, "calc").call(
-                     [](test::ScientificCalculator::Client c) {
+         refused(actor<test::ScientificCalculator>(ch, "calc")
+                     .call([](test::ScientificCalculator::Client c) {
                        auto q = c.divideRequest();
                        q.setA(7);
                        return q.send();
@@ -162,8 +163,8 @@ void actorServerSeeds(Corpus& corpus) {
       // Results that do not fit an Int64, which the test calculator once did not refuse.
       {"calc_add_overflow",
        [&](Channel& ch) {
-         refused(actor<test::ScientificCalculator>(ch, "calc").call(
-                     [](test::ScientificCalculator::Client c) {
+         refused(actor<test::ScientificCalculator>(ch, "calc")
+                     .call([](test::ScientificCalculator::Client c) {
                        auto q = c.addRequest();
                        q.setA(INT64_MAX);
                        q.setB(1);
@@ -173,8 +174,8 @@ void actorServerSeeds(Corpus& corpus) {
        }},
       {"calc_divide_overflow",
        [&](Channel& ch) {
-         refused(actor<test::ScientificCalculator>(ch, "calc").call(
-                     [](test::ScientificCalculator::Client c) {
+         refused(actor<test::ScientificCalculator>(ch, "calc")
+                     .call([](test::ScientificCalculator::Client c) {
                        auto q = c.divideRequest();
                        q.setA(INT64_MIN);
                        q.setB(-1);
@@ -197,23 +198,24 @@ void actorServerSeeds(Corpus& corpus) {
          auto member = actor<test::Member>(ch, "member");
          member.call([](test::Member::Client c) { return c.whoamiRequest().send(); }).wait(ws);
          refused(member.call([](test::Member::Client c) {
-                   auto q = c.raiseRequest();
-                   q.setMessage("no");
-                   return q.send();
-                 }),
+           auto q = c.raiseRequest();
+           q.setMessage("no");
+           return q.send();
+         }),
                  ws);
          refused(member.call([](test::Member::Client c) {
-                   auto q = c.throwRequest();
-                   q.setDescription("busy");
-                   q.setType(1);
-                   return q.send();
-                 }),
+           auto q = c.throwRequest();
+           q.setDescription("busy");
+           q.setType(1);
+           return q.send();
+         }),
                  ws);
        }},
       {"actor_not_found",
        [&](Channel& ch) {
-         refused(actor<test::Echo>(ch, "nope").call(
-                     [](test::Echo::Client c) { return c.whoamiRequest().send(); }),
+         refused(actor<test::Echo>(ch, "nope").call([](test::Echo::Client c) {
+           return c.whoamiRequest().send();
+         }),
                  ws);
        }},
       {"host",
@@ -240,8 +242,8 @@ void actorServerSeeds(Corpus& corpus) {
       corpus.write("frame_reader", kj::str(seed.name, "_step", step), framed);
     }
   }
-  auto token = record(loop, proxy, [&](Channel& ch) { echoOnce(loop, ch, 5); },
-                      credentials("a cluster token"));
+  auto token = record(
+      loop, proxy, [&](Channel& ch) { echoOnce(loop, ch, 5); }, credentials("a cluster token"));
   corpus.write("actor_server", "token", token);
 
   // A message over the size up to which writes are batched, read 7 bytes at a time.
@@ -299,9 +301,8 @@ void registryServerSeeds(Corpus& corpus) {
     return recorded.wait(ws);
   };
 
-  corpus.write("registry_server", "resolve", resolverSession([&](RegistryResolver& r) {
-                 r.resolve("fuzz/").wait(ws);
-               }));
+  corpus.write("registry_server", "resolve",
+               resolverSession([&](RegistryResolver& r) { r.resolve("fuzz/").wait(ws); }));
   corpus.write("registry_server", "register", resolverSession([&](RegistryResolver& r) {
                  auto registration = r.registerEndpoint(sampleEndpoint());
                  registration->whenRegistered().wait(ws);
@@ -430,15 +431,14 @@ void parseSeeds(Corpus& corpus) {
 // Inputs for call_json_fuzz.cpp: a method of call_params.capnp, a newline, its JSON.
 void callJsonSeeds(Corpus& corpus) {
   kj::StringPtr seeds[][2] = {
-      {"scalars",
-       "scalars\n{\"b\":true,\"i8\":-128,\"u16\":65535,\"i64\":\"-9223372036854775808\","
-       "\"u64\":\"18446744073709551615\",\"f32\":1.5e3,\"f64\":\"NaN\"}"},
+      {"scalars", "scalars\n{\"b\":true,\"i8\":-128,\"u16\":65535,\"i64\":\"-9223372036854775808\","
+                  "\"u64\":\"18446744073709551615\",\"f32\":1.5e3,\"f64\":\"NaN\"}"},
       {"texts",
        "texts\n{\"text\":\"h\\u00e9\\n\",\"data\":\"aGk-_w\",\"color\":\"blue\",\"nothing\":null}"},
       {"lists",
        "lists\n{\"ints\":[1,\"2\"],\"floats\":[0.5],\"bools\":[true,false],\"texts\":[\"a\"],"
        "\"blobs\":[\"AA==\"],\"points\":[{\"x\":1,\"label\":\"p\"}],\"nested\":[[1,2],[]],"
-                "\"colors\":[\"red\"],\"voids\":[null]}"},
+       "\"colors\":[\"red\"],\"voids\":[null]}"},
       {"structs", "structs\n{\"point\":{\"x\":-1,\"y\":2},\"shape\":{\"square\":{\"x\":1}},"
                   "\"shapes\":[{\"circle\":2,\"tags\":[\"t\"]},{\"none\":null}]}"},
       {"place", "place\n{\"at\":{\"row\":1,\"column\":2},\"color\":\"green\",\"weight\":2}"},
@@ -461,25 +461,21 @@ void metricsTextSeeds(Corpus& corpus) {
        "troupe_calls_total{job=\"j\",actor=\"a\",method=\"m\",code=\"ok\"} 3\n"
        "# HELP troupe_calls_in_flight Calls running.\n# TYPE troupe_calls_in_flight gauge\n"
        "troupe_calls_in_flight{job=\"j\",actor=\"a\",method=\"m\"} 0\n"},
-      {"histogram",
-       "# HELP t_seconds Latency.\n# TYPE t_seconds histogram\n"
-       "t_seconds_bucket{le=\"5e-06\"} 1\nt_seconds_bucket{le=\"0.001\"} 2\n"
-       "t_seconds_bucket{le=\"2.5\"} 4\nt_seconds_bucket{le=\"+Inf\"} 5\n"
-       "t_seconds_sum 90.25\nt_seconds_count 5\n"},
+      {"histogram", "# HELP t_seconds Latency.\n# TYPE t_seconds histogram\n"
+                    "t_seconds_bucket{le=\"5e-06\"} 1\nt_seconds_bucket{le=\"0.001\"} 2\n"
+                    "t_seconds_bucket{le=\"2.5\"} 4\nt_seconds_bucket{le=\"+Inf\"} 5\n"
+                    "t_seconds_sum 90.25\nt_seconds_count 5\n"},
       {"foreign_histogram",
        "# TYPE http_seconds histogram\nhttp_seconds_bucket{path=\"/\",le=\"0.3\"} 7\n"
        "http_seconds_bucket{path=\"/\",le=\"120\"} 9\nhttp_seconds_count{path=\"/\"} 10\n"},
-      {"escapes",
-       "# HELP z back\\\\slash and\\nnewline\n# TYPE z gauge\n"
-       "z{member=\"a\\\"b\\\\c\\nd\",empty=\"\"} -1.5e-3\n"},
-      {"others",
-       "# a comment\n# UNIT x seconds\n\ngo_goroutines 12\r\n"
-       "  spaced { a = \"1\" , b=\"2\", } 3 1700000000000\n"
-       "# TYPE rpc summary\nrpc{quantile=\"0.5\"} 0.25\nrpc_sum 17\nrpc_count 40\n"
-       "# TYPE up untyped\nup NaN\nbig -Inf -5\nlast +Inf"},
+      {"escapes", "# HELP z back\\\\slash and\\nnewline\n# TYPE z gauge\n"
+                  "z{member=\"a\\\"b\\\\c\\nd\",empty=\"\"} -1.5e-3\n"},
+      {"others", "# a comment\n# UNIT x seconds\n\ngo_goroutines 12\r\n"
+                 "  spaced { a = \"1\" , b=\"2\", } 3 1700000000000\n"
+                 "# TYPE rpc summary\nrpc{quantile=\"0.5\"} 0.25\nrpc_sum 17\nrpc_count 40\n"
+                 "# TYPE up untyped\nup NaN\nbig -Inf -5\nlast +Inf"},
       {"malformed", "x{a=\"1\" 2\n"},
-      {"decreasing",
-       "# TYPE h histogram\nh_bucket{le=\"1\"} 3\nh_bucket{le=\"2\"} 2\nh_count 3\n"},
+      {"decreasing", "# TYPE h histogram\nh_bucket{le=\"1\"} 3\nh_bucket{le=\"2\"} 2\nh_count 3\n"},
   };
   for (auto& seed : seeds) corpus.write("metrics_text", seed[0], seed[1]);
 }

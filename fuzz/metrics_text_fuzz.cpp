@@ -1,5 +1,5 @@
-// parsePrometheusText (tools/troupe/metrics_text.h), fed arbitrary text as a member's /metrics might
-// send it, under small limits so that inputs reach them.
+// parsePrometheusText (tools/troupe/metrics_text.h), fed arbitrary text as a member's /metrics
+// might send it, under small limits so that inputs reach them.
 //
 // Refusals (INVALID_ARGUMENT) are fine. Checked: what parses holds to the limits; each
 // histogram's buckets add up to its count; the snapshot printed (toPrometheusText) parses back to
@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "fuzz/fuzz_support.h"
 #include "troupe/base/errors.h"
+#include "fuzz/fuzz_support.h"
 #include "tools/troupe/metrics_text.h"
 
 namespace troupe::fuzz {

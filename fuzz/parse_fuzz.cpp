@@ -19,15 +19,15 @@
 #include <map>
 #include <string>
 
-#include "fuzz/fuzz_support.h"
-#include "troupe/net/address.h"
 #include "troupe/actor/endpoint.h"
+#include "troupe/actor/job_context.h"
 #include "troupe/base/errors.h"
 #include "troupe/base/event_loop.h"
-#include "troupe/actor/job_context.h"
 #include "troupe/base/parse_number.h"
+#include "troupe/net/address.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/open_resolver.h"
+#include "fuzz/fuzz_support.h"
 
 namespace troupe::fuzz {
 namespace {
@@ -92,8 +92,7 @@ void numbers(kj::ArrayPtr<const char> text) {
 
 EventLoop& loop() {
   // Never destroyed: see actor_server_fuzz.cpp.
-  static auto& loop = *new EventLoop(
-      {.randomSeed = uint64_t{1}, .credentials = noCredentials()});
+  static auto& loop = *new EventLoop({.randomSeed = uint64_t{1}, .credentials = noCredentials()});
   return loop;
 }
 

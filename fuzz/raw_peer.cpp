@@ -5,8 +5,8 @@
 
 #include <kj/debug.h>
 
-#include "fuzz/fuzz_support.h"
 #include "troupe/net/address.h"
+#include "fuzz/fuzz_support.h"
 
 namespace troupe::fuzz {
 
@@ -29,9 +29,8 @@ kj::Promise<kj::Array<kj::byte>> exchange(kj::Own<kj::AsyncIoStream> stream,
 
 kj::Array<kj::byte> exchangeRaw(EventLoop& loop, kj::NetworkAddress& server,
                                 kj::ArrayPtr<const kj::byte> bytes) {
-  auto done = server.connect().then([bytes](kj::Own<kj::AsyncIoStream> stream) {
-    return exchange(kj::mv(stream), bytes);
-  });
+  auto done = server.connect().then(
+      [bytes](kj::Own<kj::AsyncIoStream> stream) { return exchange(kj::mv(stream), bytes); });
   auto bounded = loop.timer().timeoutAfter(CLOSE_TIMEOUT, kj::mv(done));
   kj::Array<kj::byte> answer;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { answer = bounded.wait(loop.waitScope()); })) {
@@ -56,9 +55,7 @@ std::string privateSocketAddress() {
 }
 
 kj::Own<kj::NetworkAddress> rawAddress(EventLoop& loop, kj::StringPtr address) {
-  return loop.network()
-      .parseAddress(Address::parse(address).toKjAddress())
-      .wait(loop.waitScope());
+  return loop.network().parseAddress(Address::parse(address).toKjAddress()).wait(loop.waitScope());
 }
 
 }  // namespace troupe::fuzz

@@ -25,15 +25,14 @@ public:
 
 private:
   kj::Promise<void> forward() {
-    return client->tryRead(buffer, 1, sizeof(buffer))
-        .then([this](size_t n) -> kj::Promise<void> {
-          if (n == 0) {
-            server->shutdownWrite();
-            return kj::READY_NOW;
-          }
-          sent.addAll(kj::arrayPtr(buffer, n));
-          return server->write(buffer, n).then([this]() { return forward(); });
-        });
+    return client->tryRead(buffer, 1, sizeof(buffer)).then([this](size_t n) -> kj::Promise<void> {
+      if (n == 0) {
+        server->shutdownWrite();
+        return kj::READY_NOW;
+      }
+      sent.addAll(kj::arrayPtr(buffer, n));
+      return server->write(buffer, n).then([this]() { return forward(); });
+    });
   }
 
   kj::Own<kj::AsyncIoStream> client;

@@ -9,10 +9,10 @@
 // (createJob, setJobStatus) stays from one input to the next, as it would in a registry that
 // serves many clients.
 
-#include "fuzz/fuzz_support.h"
-#include "fuzz/raw_peer.h"
 #include "troupe/net/channel.h"
 #include "troupe/resolver/registry_server.h"
+#include "fuzz/fuzz_support.h"
+#include "fuzz/raw_peer.h"
 
 namespace troupe::fuzz {
 namespace {

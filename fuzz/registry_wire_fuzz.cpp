@@ -20,11 +20,11 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
-#include "fuzz/fuzz_support.h"
-#include "troupe/net/address.h"
 #include "troupe/actor/endpoint.h"
+#include "troupe/net/address.h"
 #include "troupe/resolver/registry_wire.h"
 #include "troupe/resolver/resolver.h"
+#include "fuzz/fuzz_support.h"
 
 namespace troupe::fuzz {
 namespace {

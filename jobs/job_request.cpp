@@ -21,7 +21,6 @@ namespace troupe {
 
 namespace {
 
-
 kj::String quoted(const std::string& s) {
   return printable(kj::ArrayPtr<const char>(s.data(), s.size()));
 }

@@ -52,8 +52,8 @@ kj::Promise<JobPhase> JobHandle::wait(kj::Duration timeout) {
   auto expired = job->timer().afterDelay(timeout).then(
       [job = kj::addRef(*job), timeout]() -> kj::Promise<JobPhase> {
         return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                         kj::str("job '", job->id(), "' is still ",
-                                 toString(job->phase()), " after ", timeout));
+                         kj::str("job '", job->id(), "' is still ", toString(job->phase()),
+                                 " after ", timeout));
       });
   return finalPhase(kj::addRef(*job)).exclusiveJoin(kj::mv(expired));
 }

@@ -144,8 +144,7 @@ kj::Own<ActorGroup<T>> createActorGroup(Launcher& launcher, JobRequest request,
                                         kj::StringPtr actorName, ActorGroupOptions options = {}) {
   auto name = request.name;
   launcher.submit(kj::mv(request));
-  return kj::heap<ActorGroup<T>>(launcher.loop(), launcher.resolver(),
-                                 name, actorName,
+  return kj::heap<ActorGroup<T>>(launcher.loop(), launcher.resolver(), name, actorName,
                                  kj::mv(options));
 }
 

@@ -2,8 +2,8 @@
 
 #include <limits.h>
 #include <signal.h>
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -74,9 +74,8 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
       resolver = openResolver(loop, url);
     }
     if (options.stopJobsOnSignal) {
-      tasks.add(loop.onSignal({SIGTERM, SIGINT}).then([this](int signum) {
-        return stopAndDie(signum);
-      }));
+      tasks.add(
+          loop.onSignal({SIGTERM, SIGINT}).then([this](int signum) { return stopAndDie(signum); }));
     }
     auto m = ledger.machine();
     log->info("local launcher: {} cpus, {} memory, {} GPUs; logs in {}; resolver {}",
@@ -105,9 +104,9 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
                            credential = kj::mv(jobCredential)]() mutable {
       return kj::evalNow([&]() { return resolver->setJobStatus(status, credential); })
           .catch_([this, status](kj::Exception&& e) {
-        log->warn("could not report job {} as {} to {}: {}", status.jobId,
-                  toString(status.state).cStr(), url, e.getDescription().cStr());
-      });
+            log->warn("could not report job {} as {} to {}: {}", status.jobId,
+                      toString(status.state).cStr(), url, e.getDescription().cStr());
+          });
     });
   }
 
@@ -119,8 +118,13 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
     auto paf = kj::newPromiseAndFulfiller<std::string>();
     auto sent = inOrder(jobId, [this, jobId, fulfiller = kj::mv(paf.fulfiller)]() mutable {
       return kj::evalNow([&]() { return resolver->createJob(jobId); })
-          .then([](std::string c) { return Outcome{kj::mv(c), nullptr}; },
-                [](kj::Exception&& e) { return Outcome{nullptr, kj::mv(e)}; })
+          .then(
+              [](std::string c) {
+                return Outcome{kj::mv(c), nullptr};
+              },
+              [](kj::Exception&& e) {
+                return Outcome{nullptr, kj::mv(e)};
+              })
           .then([fulfiller = kj::mv(fulfiller)](Outcome&& o) mutable {
             KJ_IF_MAYBE(c, o.credential) {
               fulfiller->fulfill(kj::mv(*c));
@@ -225,8 +229,7 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
     if (found != jobs.end() && !isFinal(found->second->phase())) {
       if (request.adopt) return JobHandle(kj::addRef(*found->second));
       throwError(ErrorCode::JOB_ALREADY_EXISTS,
-                 kj::str("job '", request.name, "' is already ",
-                         toString(found->second->phase()),
+                 kj::str("job '", request.name, "' is already ", toString(found->second->phase()),
                          "; wait for it to end, terminate it, or submit with adopt = true to "
                          "take it over"));
     }
@@ -242,7 +245,8 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
         .logger = log,
     };
     auto name = request.name;
-    auto job = kj::refcounted<jobs_detail::LocalJob>(loop, *this, kj::mv(request), kj::mv(settings));
+    auto job = kj::refcounted<jobs_detail::LocalJob>(loop, *this, kj::mv(request),
+                                                     kj::mv(settings));
     // An ended job of the same name is forgotten; handles to it stay valid, apart from this
     // launcher.
     if (found != jobs.end()) found->second->detach();
@@ -318,7 +322,7 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
   };
   std::map<std::string, JobReports> reports;
   std::map<std::string, kj::Own<jobs_detail::LocalJob>> jobs;  // by name: the latest of each
-  std::deque<kj::Own<jobs_detail::LocalJob>> queue;             // PENDING, in submission order
+  std::deque<kj::Own<jobs_detail::LocalJob>> queue;            // PENDING, in submission order
   bool admissionScheduled = false;
   bool shuttingDown = false;
   kj::Maybe<kj::ForkedPromise<void>> drained;
@@ -347,9 +351,7 @@ Resolver& LocalLauncher::resolver() { return *impl->resolver; }
 std::string LocalLauncher::resolverUrl() const { return impl->url; }
 EventLoop& LocalLauncher::loop() { return impl->loop; }
 
-kj::Promise<void> LocalLauncher::drain(kj::Maybe<kj::Duration> grace) {
-  return impl->drain(grace);
-}
+kj::Promise<void> LocalLauncher::drain(kj::Maybe<kj::Duration> grace) { return impl->drain(grace); }
 
 MachineResources LocalLauncher::machine() const { return impl->ledger.machine(); }
 MachineResources LocalLauncher::available() const { return impl->ledger.available(); }

@@ -67,8 +67,9 @@ struct LocalLauncherOptions {
   // cuts the grace short: SIGKILL at once) and then raises the signal again with its default
   // effect, so the program ends as it would have, leaving no replica behind. The loop must be
   // running (any wait() on it) for this to happen; a program waiting for a job sees it STOPPED
-  // first, and may exit on its own before the signal is raised again. false: the program handles these signals
-  // itself (EventLoop::onSignal) and must call drain() and wait for it before exiting.
+  // first, and may exit on its own before the signal is raised again. false: the program handles
+  // these signals itself (EventLoop::onSignal) and must call drain() and wait for it before
+  // exiting.
   bool stopJobsOnSignal = true;
 
   // The program a FUNCTION entrypoint's replicas run (see Entrypoints). Default "": this very

@@ -14,7 +14,6 @@ namespace troupe {
 
 namespace {
 
-
 [[noreturn]] void invalid(kj::StringPtr message) {
   throwError(ErrorCode::INVALID_ARGUMENT, message);
 }
@@ -35,14 +34,12 @@ uint64_t unitMultiplier(kj::StringPtr unit) {
     uint64_t multiplier;
   };
   static constexpr Unit UNITS[] = {
-      {"k"_kj, 1000ull},          {"kb"_kj, 1000ull},
-      {"m"_kj, 1000000ull},       {"mb"_kj, 1000000ull},
-      {"g"_kj, 1000000000ull},    {"gb"_kj, 1000000000ull},
-      {"t"_kj, 1000000000000ull}, {"tb"_kj, 1000000000000ull},
-      {"ki"_kj, 1ull << 10},      {"kib"_kj, 1ull << 10},
-      {"mi"_kj, 1ull << 20},      {"mib"_kj, 1ull << 20},
-      {"gi"_kj, 1ull << 30},      {"gib"_kj, 1ull << 30},
-      {"ti"_kj, 1ull << 40},      {"tib"_kj, 1ull << 40},
+      {"k"_kj, 1000ull},          {"kb"_kj, 1000ull},          {"m"_kj, 1000000ull},
+      {"mb"_kj, 1000000ull},      {"g"_kj, 1000000000ull},     {"gb"_kj, 1000000000ull},
+      {"t"_kj, 1000000000000ull}, {"tb"_kj, 1000000000000ull}, {"ki"_kj, 1ull << 10},
+      {"kib"_kj, 1ull << 10},     {"mi"_kj, 1ull << 20},       {"mib"_kj, 1ull << 20},
+      {"gi"_kj, 1ull << 30},      {"gib"_kj, 1ull << 30},      {"ti"_kj, 1ull << 40},
+      {"tib"_kj, 1ull << 40},
   };
   for (auto& u : UNITS) {
     if (unit == u.name) return u.multiplier;
@@ -72,9 +69,12 @@ kj::String describe(const Device& device) {
 
 kj::StringPtr kindName(const Device& device) {
   switch (device.index()) {
-    case 0: return "cpu"_kj;
-    case 1: return "gpu"_kj;
-    default: return "tpu"_kj;
+    case 0:
+      return "cpu"_kj;
+    case 1:
+      return "gpu"_kj;
+    default:
+      return "tpu"_kj;
   }
 }
 
@@ -99,15 +99,16 @@ void validateGpu(kj::StringPtr what, const GpuDevice& gpu) {
 
 void validateTpu(kj::StringPtr what, const TpuDevice& tpu) {
   if (tpu.variant.empty()) {
-    invalid(kj::str(what, ": a TPU device needs a variant, a slice type such as v5p-8 (known "
-                          "families: ",
+    invalid(kj::str(what,
+                    ": a TPU device needs a variant, a slice type such as v5p-8 (known "
+                    "families: ",
                     jobs_detail::knownTpuFamilies(), ")"));
   }
   auto slice = sliceFor(what, tpu.variant);
   if (tpu.chipsPerVm != slice.chipsPerVm || tpu.vmCount != slice.vmCount) {
-    invalid(kj::str(what, ": tpu ", printable(tpu.variant), " has ", slice.vmCount,
-                    " VM(s) of ", slice.chipsPerVm, " chips per slice, not ", tpu.vmCount,
-                    " of ", tpu.chipsPerVm, " (ResourceConfig::withTpu fills these in)"));
+    invalid(kj::str(what, ": tpu ", printable(tpu.variant), " has ", slice.vmCount, " VM(s) of ",
+                    slice.chipsPerVm, " chips per slice, not ", tpu.vmCount, " of ", tpu.chipsPerVm,
+                    " (ResourceConfig::withTpu fills these in)"));
   }
   bool fits = false;
   KJ_IF_MAYBE(chips, jobs_detail::topologyChips(tpu.topology, slice.family.topologyDims)) {
@@ -130,9 +131,8 @@ void validateDevice(kj::StringPtr what, const Device& device) {
 void requireSameShape(const TpuDevice& a, const TpuDevice& b) {
   if (a.vmCount == b.vmCount && a.chipsPerVm == b.chipsPerVm) return;
   invalid(kj::str("TPU alternatives must agree on VMs per slice and chips per VM: ",
-                  printable(a.variant), " is ", a.vmCount, " VM(s) x ", a.chipsPerVm,
-                  " chips, ", printable(b.variant), " is ", b.vmCount, " VM(s) x ",
-                  b.chipsPerVm, " chips"));
+                  printable(a.variant), " is ", a.vmCount, " VM(s) x ", a.chipsPerVm, " chips, ",
+                  printable(b.variant), " is ", b.vmCount, " VM(s) x ", b.chipsPerVm, " chips"));
 }
 
 uint32_t checkedReplicas(uint64_t replicas, kj::StringPtr what) {
@@ -191,8 +191,8 @@ uint64_t parseBytes(kj::StringPtr text) {
     badSize(text, kj::str("'", printable(unitText), "' is not a unit"));
   }
   // Below 2^64 x 2^40 and 10^18 x 2^40: no overflow in 128 bits.
-  unsigned __int128 bytes =
-      whole * multiplier + (fraction * multiplier + fractionScale - 1) / fractionScale;
+  unsigned __int128 bytes = whole * multiplier +
+                            (fraction * multiplier + fractionScale - 1) / fractionScale;
   if (bytes > MAX) badSize(text, "it is more than 2^64 - 1 bytes");
   return static_cast<uint64_t>(bytes);
 }
@@ -234,8 +234,7 @@ ResourceConfig ResourceConfig::withTpu(std::initializer_list<std::string> types,
   return withTpu(std::vector<std::string>(types), sliceCount);
 }
 
-ResourceConfig ResourceConfig::withTpu(const std::vector<std::string>& types,
-                                       uint32_t sliceCount) {
+ResourceConfig ResourceConfig::withTpu(const std::vector<std::string>& types, uint32_t sliceCount) {
   if (types.empty()) invalid("withTpu needs at least one TPU type");
   if (sliceCount == 0) invalid("withTpu needs a slice count of at least 1");
   ResourceConfig config;
@@ -277,8 +276,8 @@ uint32_t ResourceConfig::chipCount() const {
 ResourceConfig ResourceConfig::scale(uint32_t factor) const {
   if (factor == 0) invalid("scale factor must be at least 1");
   ResourceConfig scaled = *this;
-  scaled.replicas =
-      checkedReplicas(uint64_t{replicas} * factor, kj::str("scaling ", replicas, " by ", factor));
+  scaled.replicas = checkedReplicas(uint64_t{replicas} * factor,
+                                    kj::str("scaling ", replicas, " by ", factor));
   return scaled;
 }
 
@@ -293,8 +292,8 @@ void ResourceConfig::validate() const {
     if (region == ANY_REGION) {
       ++wildcards;
     } else if (!isVisibleName(region, 128)) {
-      invalid(kj::str("region '", printable(region),
-                      "' must be 1 to 128 visible ASCII characters"));
+      invalid(
+          kj::str("region '", printable(region), "' must be 1 to 128 visible ASCII characters"));
     }
   }
   if (wildcards > 0 && wildcards < regions.size()) {

@@ -40,10 +40,10 @@ struct GpuDevice {
 
 // A TPU slice; withTpu() fills every field from the slice table (jobs/detail/tpu_types.cpp).
 struct TpuDevice {
-  std::string variant;    // the slice type, e.g. "v5p-8", "v5litepod-16", "v6e-4", "v4-32"
-  std::string topology;   // the chips' arrangement, e.g. "2x2x1" (v4, v5p) or "4x4" (v5e, v6e)
+  std::string variant;   // the slice type, e.g. "v5p-8", "v5litepod-16", "v6e-4", "v4-32"
+  std::string topology;  // the chips' arrangement, e.g. "2x2x1" (v4, v5p) or "4x4" (v5e, v6e)
   uint32_t chipsPerVm = 0;
-  uint32_t vmCount = 0;   // VMs per slice
+  uint32_t vmCount = 0;  // VMs per slice
   bool operator==(const TpuDevice&) const = default;
 };
 
@@ -60,16 +60,16 @@ std::string toString(const Device& device);
 // reserves nothing for an actor unless asked: a job of any size starts at once, and the
 // replicas share the machine. Ask for cores and memory (withCpu) to keep jobs from crowding it.
 struct ResourceConfig {
-  double cpu = 0;                       // cores reserved per replica; 0 (the default): none
-  uint64_t ramBytes = 0;                // memory reserved per replica, bytes; 0 (default): none
-  uint64_t diskBytes = 0;               // scratch disk per replica (0 = no requirement)
+  double cpu = 0;          // cores reserved per replica; 0 (the default): none
+  uint64_t ramBytes = 0;   // memory reserved per replica, bytes; 0 (default): none
+  uint64_t diskBytes = 0;  // scratch disk per replica (0 = no requirement)
   Device device = CpuDevice{};
-  std::vector<Device> alternatives;     // other devices the job can run on instead
-  uint32_t replicas = 1;                // how many replicas the job has
-  std::vector<std::string> regions;     // empty or {ANY_REGION}: anywhere
-  std::string zone;                     // "" = any
+  std::vector<Device> alternatives;  // other devices the job can run on instead
+  uint32_t replicas = 1;             // how many replicas the job has
+  std::vector<std::string> regions;  // empty or {ANY_REGION}: anywhere
+  std::string zone;                  // "" = any
   bool preemptible = false;
-  std::string image;                    // container image, "" = none
+  std::string image;  // container image, "" = none
 
   // `cpus` cores and `ram` memory per replica (a size parseBytes() reads), on CPUs. Like every
   // factory, throws INVALID_ARGUMENT for a malformed size or anything validate() refuses.
@@ -90,8 +90,7 @@ struct ResourceConfig {
   static ResourceConfig withTpu(kj::StringPtr type, uint32_t sliceCount = 1);
   static ResourceConfig withTpu(const std::vector<std::string>& types, uint32_t sliceCount = 1);
   // The same, so that withTpu({"v5p-8", "v4-8"}) is not read as a StringPtr (begin, end) pair.
-  static ResourceConfig withTpu(std::initializer_list<std::string> types,
-                                uint32_t sliceCount = 1);
+  static ResourceConfig withTpu(std::initializer_list<std::string> types, uint32_t sliceCount = 1);
 
   // Accelerator chips per replica (GPUs, or TPU chips per VM); 0 for CPU.
   uint32_t chipCount() const;

@@ -48,14 +48,14 @@ void writeBatchScript(const std::string& path) {
   std::string temporary = path + ".new";
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
   if (fd < 0) {
-    throwError(ErrorCode::FAILED, kj::str("cannot write the batch script '", temporary, "': ",
-                                          strerror(errno)));
+    throwError(ErrorCode::FAILED,
+               kj::str("cannot write the batch script '", temporary, "': ", strerror(errno)));
   }
   kj::AutoCloseFd closer(fd);
   kj::FdOutputStream(fd).write(BATCH_SCRIPT, strlen(BATCH_SCRIPT));
   if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    throwError(ErrorCode::FAILED, kj::str("cannot write the batch script '", path, "': ",
-                                          strerror(errno)));
+    throwError(ErrorCode::FAILED,
+               kj::str("cannot write the batch script '", path, "': ", strerror(errno)));
   }
 }
 
@@ -84,8 +84,8 @@ std::vector<jobs_detail::SlurmJobInfo> troupeJobs(kj::Duration timeout) {
 std::vector<SlurmJobSummary> listSlurmJobs(kj::Duration timeout) {
   std::vector<SlurmJobSummary> out;
   for (auto& info : troupeJobs(timeout)) {
-    out.push_back(SlurmJobSummary{info.name, info.id, info.state, info.reason, info.tasks,
-                                  info.restarts});
+    out.push_back(
+        SlurmJobSummary{info.name, info.id, info.state, info.reason, info.tasks, info.restarts});
   }
   std::sort(out.begin(), out.end(),
             [](const auto& a, const auto& b) { return a.slurmId > b.slurmId; });
@@ -98,8 +98,7 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
       : loop(loop),
         options(kj::mv(opts)),
         log(options.logger ? options.logger : loop.logger()),
-        logDirectory(options.logDirectory.empty() ? defaultLogDirectory()
-                                                  : options.logDirectory),
+        logDirectory(options.logDirectory.empty() ? defaultLogDirectory() : options.logDirectory),
         pollDelay(options.pollInitial),
         tasks(*this) {
     if (options.resolver.empty()) {
@@ -129,7 +128,8 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
                   }
                 })) {
       log->warn("slurm launcher: cannot list the jobs submitted earlier ({}); find() will not "
-                "see them", e->getDescription().cStr());
+                "see them",
+                e->getDescription().cStr());
     }
   }
 
@@ -137,8 +137,7 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
   kj::Maybe<SlurmJob&> adoptEarlier(const std::string& name) {
     auto it = earlier.find(name);
     if (it == earlier.end()) return nullptr;
-    JobRequest request{.name = name,
-                       .replicas = std::max<uint32_t>(1, it->second.tasks)};
+    JobRequest request{.name = name, .replicas = std::max<uint32_t>(1, it->second.tasks)};
     auto job = kj::refcounted<SlurmJob>(loop, *this, kj::mv(request), settingsFor(name));
     auto& adopted = *job;
     jobs[name] = kj::mv(job);
@@ -173,9 +172,8 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
   kj::Promise<CommandOutput> run(std::vector<std::string> argv,
                                  std::vector<std::string> env) override {
     if (env.empty()) env = ownEnvironment();
-    return kj::evalNow([&]() {
-      return jobs_detail::runCommand(loop, argv, kj::mv(env), options.commandTimeout);
-    });
+    return kj::evalNow(
+        [&]() { return jobs_detail::runCommand(loop, argv, kj::mv(env), options.commandTimeout); });
   }
 
   Resolver& resolver() override { return *resolver_; }
@@ -197,7 +195,8 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
       if (request.adopt) return JobHandle(kj::addRef(*it->second));
       throwError(ErrorCode::JOB_ALREADY_EXISTS,
                  kj::str("job '", request.name, "' is ", toString(it->second->phase()),
-                         " (Slurm job ", it->second->slurmId(), "); wait for it to end, "
+                         " (Slurm job ", it->second->slurmId(),
+                         "); wait for it to end, "
                          "terminate it, or submit with adopt = true to take it over"));
     }
     auto before = earlier.find(request.name);
@@ -207,7 +206,8 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
       }
       throwError(ErrorCode::JOB_ALREADY_EXISTS,
                  kj::str("job '", request.name, "' runs already as Slurm job ", before->second.id,
-                         " (", before->second.state, ", submitted earlier); wait for it to end, "
+                         " (", before->second.state,
+                         ", submitted earlier); wait for it to end, "
                          "cancel it, or submit with adopt = true to take it over"));
     }
     auto settings = settingsFor(request.name);
@@ -226,13 +226,12 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
     auto generation = ++pollGeneration;
     tasks.add(loop.timer().afterDelay(delay).then([this, generation]() -> kj::Promise<void> {
       if (generation != pollGeneration) return kj::READY_NOW;
-      return poll().then(
-          [this, generation](bool changed) { afterPoll(generation, changed); },
-          [this, generation](kj::Exception&& e) {
-            log->warn("slurm launcher: reading job states failed: {}",
-                      e.getDescription().cStr());
-            afterPoll(generation, false);
-          });
+      return poll().then([this, generation](bool changed) { afterPoll(generation, changed); },
+                         [this, generation](kj::Exception&& e) {
+                           log->warn("slurm launcher: reading job states failed: {}",
+                                     e.getDescription().cStr());
+                           afterPoll(generation, false);
+                         });
     }));
   }
 
@@ -265,8 +264,8 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
     return run(argv, {}).then([this, argv](CommandOutput out) {
       std::map<uint64_t, jobs_detail::SlurmJobInfo> seen;
       if (out.status.ok()) {
-        for (auto& info : jobs_detail::parseSqueueJson(kj::arrayPtr(out.text.data(),
-                                                                    out.text.size()))) {
+        for (auto& info :
+             jobs_detail::parseSqueueJson(kj::arrayPtr(out.text.data(), out.text.size()))) {
           seen[info.id] = info;
         }
       } else if (out.text.find("Invalid job id") == std::string::npos) {
@@ -324,7 +323,7 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
   std::string batchScript;
   std::string program;
   kj::Own<Resolver> resolver_;
-  std::map<std::string, kj::Own<SlurmJob>> jobs;  // by name: the latest of each
+  std::map<std::string, kj::Own<SlurmJob>> jobs;             // by name: the latest of each
   std::map<std::string, jobs_detail::SlurmJobInfo> earlier;  // submitted before: findEarlierJobs
   kj::Duration pollDelay;
   kj::TimePoint lastWake = kj::origin<kj::TimePoint>();
@@ -355,9 +354,7 @@ std::string SlurmLauncher::resolverUrl() const { return impl->options.resolver; 
 
 EventLoop& SlurmLauncher::loop() { return impl->loop; }
 
-kj::Promise<void> SlurmLauncher::drain(kj::Maybe<kj::Duration> grace) {
-  return impl->drain(grace);
-}
+kj::Promise<void> SlurmLauncher::drain(kj::Maybe<kj::Duration> grace) { return impl->drain(grace); }
 
 uint64_t SlurmLauncher::slurmJobId(kj::StringPtr name) const {
   auto it = impl->jobs.find(name.cStr());

@@ -20,7 +20,8 @@ namespace {
 Address Address::parse(kj::StringPtr text) {
   Address a;
   for (char c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) bad("...", "contains control characters");
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      bad("...", "contains control characters");
   }
   if (text.startsWith("unix:")) {
     a.kind = Kind::UNIX;

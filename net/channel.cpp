@@ -3,8 +3,8 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/net/detail/rpc_connection.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/detail/rpc_connection.h"
 
 namespace troupe {
 
@@ -40,8 +40,7 @@ void Channel::collectMetrics(MetricsSnapshot& out) const {
   auto counter = [&](kj::StringPtr name, kj::StringPtr help, uint64_t value) {
     out.add(name, help, MetricType::COUNTER, labels, static_cast<double>(value));
   };
-  counter("troupe_client_connections_total", "Connections made to each server.",
-          connectionsMade_);
+  counter("troupe_client_connections_total", "Connections made to each server.", connectionsMade_);
   out.add("troupe_client_connected", "Connections open to each server now.", MetricType::GAUGE,
           labels, connection == nullptr ? 0 : 1);
   counter("troupe_client_messages_sent_total", "Messages sent to each server.",
@@ -61,9 +60,8 @@ void Channel::collectMetrics(MetricsSnapshot& out) const {
 Channel::~Channel() noexcept(false) {
   // A connection attempt refers to this channel; capabilities obtained from host() may outlive
   // it and keep the attempt's promise alive, so end the attempt itself now.
-  connecting.cancel(makeError(ErrorCode::UNREACHABLE,
-                              kj::str("the channel to ", addressText,
-                                      " was closed before it connected")));
+  connecting.cancel(makeError(ErrorCode::UNREACHABLE, kj::str("the channel to ", addressText,
+                                                              " was closed before it connected")));
   // Capabilities and the connection go before the tasks that watch them.
   pending = nullptr;
   direct = nullptr;
@@ -99,18 +97,19 @@ void Channel::startConnecting() {
             auto& ref = *addr;
             return ref.connect().attach(kj::mv(addr));
           })
-          .then([this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
-            if (address_.kind != Address::Kind::TLS) return kj::mv(stream);
-            return credentials_->wrapClient(loop_.timer(), kj::mv(stream), address_);
-          })
+          .then(
+              [this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+                if (address_.kind != Address::Kind::TLS) return kj::mv(stream);
+                return credentials_->wrapClient(loop_.timer(), kj::mv(stream), address_);
+              })
           .then([this, attempt](kj::Own<kj::AsyncIoStream> stream) -> capnp::Capability::Client {
             if (attempt != epoch_) {
               // disconnect() was called while this attempt was under way: drop the stream.
               kj::throwFatalException(KJ_EXCEPTION(
                   DISCONNECTED, "the connection was dropped by disconnect() while it was made"));
             }
-            auto conn = kj::heap<net_detail::RpcConnection>(
-                kj::mv(stream), options.maxMessageBytes, address_.kind != Address::Kind::TLS);
+            auto conn = kj::heap<net_detail::RpcConnection>(kj::mv(stream), options.maxMessageBytes,
+                                                            address_.kind != Address::Kind::TLS);
             conn->countInto(counters);
             ++connectionsMade_;
             // Every troupe server's bootstrap is an Authenticator; the service behind it is
@@ -125,19 +124,17 @@ void Channel::startConnecting() {
             direct = cap;
             return cap;
           });
-  auto timeout = loop_.timer().afterDelay(options.connectTimeout).then(
-      [this]() -> capnp::Capability::Client {
-        kj::throwFatalException(
-            KJ_EXCEPTION(DISCONNECTED, "timed out after", options.connectTimeout / kj::MILLISECONDS,
-                         "ms"));
+  auto timeout =
+      loop_.timer().afterDelay(options.connectTimeout).then([this]() -> capnp::Capability::Client {
+        kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "timed out after",
+                                             options.connectTimeout / kj::MILLISECONDS, "ms"));
       });
   auto guarded = connected.exclusiveJoin(kj::mv(timeout))
                      .catch_([this, attempt](kj::Exception&& e) -> capnp::Capability::Client {
                        if (attempt == epoch_) reset();
-                       kj::throwFatalException(makeError(
-                           ErrorCode::UNREACHABLE,
-                           kj::str("cannot connect to ", addressText, ": ",
-                                   e.getDescription())));
+                       kj::throwFatalException(makeError(ErrorCode::UNREACHABLE,
+                                                         kj::str("cannot connect to ", addressText,
+                                                                 ": ", e.getDescription())));
                      });
   pending = capnp::Capability::Client(connecting.wrap(kj::mv(guarded)));
 }
@@ -152,8 +149,8 @@ void Channel::reset() {
   connection = nullptr;
   pending = nullptr;
   direct = nullptr;
-  tasks->add(kj::evalLater([c = kj::mv(oldConnection), p = kj::mv(oldPending),
-                            d = kj::mv(oldDirect)]() {}));
+  tasks->add(kj::evalLater(
+      [c = kj::mv(oldConnection), p = kj::mv(oldPending), d = kj::mv(oldDirect)]() {}));
 }
 
 }  // namespace troupe

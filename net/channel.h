@@ -8,11 +8,11 @@
 #include <kj/async.h>
 #include <kj/refcount.h>
 
+#include "troupe/base/event_loop.h"
+#include "troupe/base/metrics.h"
 #include "troupe/net/address.h"
 #include "troupe/net/credentials.h"
-#include "troupe/base/event_loop.h"
 #include "troupe/net/limits.h"
-#include "troupe/base/metrics.h"
 #include "troupe/schemas/actor.capnp.h"
 
 namespace troupe {
@@ -30,7 +30,8 @@ struct ChannelOptions {
   kj::Duration connectTimeout = 10 * kj::SECONDS;
 
   // What the channel verifies a tls:// server with and presents to servers (TLS client
-  // certificate, cluster token). Default: null, meaning the loop's (loopCredentials(), net/credentials.h).
+  // certificate, cluster token). Default: null, meaning the loop's (loopCredentials(),
+  // net/credentials.h).
   std::shared_ptr<Credentials> credentials;
 };
 
@@ -56,9 +57,9 @@ public:
   // RegistryServer, obtained from its Authenticator with the credentials' cluster token. Starts
   // connecting if there is no connection; calls made before it is up wait for it, and fail with
   // UNREACHABLE if it cannot be made (the next call tries again), or with UNAUTHENTICATED when
-  // the server refuses the token (every call on this connection does). After a disconnect, calls on a capability obtained earlier fail with DISCONNECTED;
-  // ask again for the new connection. A T the server does not implement fails its calls with
-  // UNIMPLEMENTED.
+  // the server refuses the token (every call on this connection does). After a disconnect, calls on
+  // a capability obtained earlier fail with DISCONNECTED; ask again for the new connection. A T the
+  // server does not implement fails its calls with UNIMPLEMENTED.
   template <typename T>
   typename T::Client bootstrap() {
     return bootstrapCapability().castAs<T>();

@@ -111,7 +111,8 @@ bool keyMatchesCertificate(kj::StringPtr certFile, kj::StringPtr keyFile) {
 void readSecretFile(kj::StringPtr what, const std::string& file, std::string& secret) {
   if (file.empty()) return;
   if (!secret.empty()) {
-    throwError(ErrorCode::INVALID_ARGUMENT, kj::str("both ", what, " and its content are set: set one"));
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("both ", what, " and its content are set: set one"));
   }
   auto text = readWholeFile(what, file, true);
   KJ_DEFER(OPENSSL_cleanse(text.begin(), text.size()));
@@ -153,8 +154,8 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> bounded(kj::Timer& timer, kj::Duration l
                                                 kj::String whom,
                                                 kj::Promise<kj::Own<kj::AsyncIoStream>> handshake) {
   auto timeout = timer.afterDelay(limit).then([limit]() -> kj::Own<kj::AsyncIoStream> {
-    kj::throwFatalException(KJ_EXCEPTION(
-        DISCONNECTED, kj::str("no handshake within ", limit / kj::MILLISECONDS, " ms")));
+    kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, kj::str("no handshake within ",
+                                                               limit / kj::MILLISECONDS, " ms")));
   });
   return handshake.exclusiveJoin(kj::mv(timeout))
       .catch_([whom = kj::mv(whom)](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
@@ -181,7 +182,8 @@ Credentials::Credentials(CredentialsOptions o) : options(kj::mv(o)) {
         auto end = strstr(begin, END.cStr());
         if (end == nullptr) break;
         auto block = kj::str(kj::arrayPtr(begin, end + END.size()));
-        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { trusted.add(kj::TlsCertificate(block)); })) {
+        KJ_IF_MAYBE(e,
+                    kj::runCatchingExceptions([&]() { trusted.add(kj::TlsCertificate(block)); })) {
           (void)e;
           badFile("the TLS CA bundle", tls->caFile, "holds a certificate that does not parse");
         }
@@ -199,9 +201,10 @@ Credentials::Credentials(CredentialsOptions o) : options(kj::mv(o)) {
     }
     kj::Maybe<kj::TlsKeypair> keypair;
     if (!tls->certFile.empty()) {
-      auto certificate = parsePem<kj::TlsCertificate>(
-          "the TLS certificate", tls->certFile,
-          [](kj::StringPtr text) { return kj::TlsCertificate(text); });
+      auto certificate = parsePem<kj::TlsCertificate>("the TLS certificate", tls->certFile,
+                                                      [](kj::StringPtr text) {
+                                                        return kj::TlsCertificate(text);
+                                                      });
       auto key = parsePem<kj::TlsPrivateKey>(
           "the TLS key", tls->keyFile, [](kj::StringPtr text) { return kj::TlsPrivateKey(text); },
           true);
@@ -320,11 +323,13 @@ kj::ArrayPtr<const kj::byte> Credentials::jobTokenFor(kj::StringPtr jobId) const
 }
 
 bool Credentials::jobTokenMatches(kj::ArrayPtr<const kj::byte> presented) const {
-  return !options.jobToken.empty() && sameSecret(presented, kj::StringPtr(options.jobToken).asBytes());
+  return !options.jobToken.empty() &&
+         sameSecret(presented, kj::StringPtr(options.jobToken).asBytes());
 }
 
-kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapServer(
-    kj::Timer& timer, kj::Own<kj::AsyncIoStream> stream, kj::Maybe<kj::TimePoint> deadline) {
+kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapServer(kj::Timer& timer,
+                                                                kj::Own<kj::AsyncIoStream> stream,
+                                                                kj::Maybe<kj::TimePoint> deadline) {
   KJ_REQUIRE(canServeTls(), "no TLS certificate to serve with");
   auto limit = KJ_ASSERT_NONNULL(options.tls).handshakeTimeout;
   KJ_IF_MAYBE(d, deadline) {
@@ -333,8 +338,9 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapServer(
   return bounded(timer, limit, kj::str("a client"), serverTls->wrapServer(kj::mv(stream)));
 }
 
-kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapClient(
-    kj::Timer& timer, kj::Own<kj::AsyncIoStream> stream, const Address& address) {
+kj::Promise<kj::Own<kj::AsyncIoStream>> Credentials::wrapClient(kj::Timer& timer,
+                                                                kj::Own<kj::AsyncIoStream> stream,
+                                                                const Address& address) {
   kj::StringPtr name = address.host;
   kj::Duration limit = TlsOptions{}.handshakeTimeout;
   KJ_IF_MAYBE(tls, options.tls) {
@@ -362,7 +368,8 @@ void refuseOpenListener(const Address& address, const Credentials& credentials,
                      " without credentials: anyone who can reach it could call every actor and "
                      "change every job. Set a cluster token (TROUPE_TOKEN_FILE) or require "
                      "client certificates (TROUPE_TLS_REQUIRE_CLIENT_CERT=1), listen on "
-                     "127.0.0.1, or say ", override, " to allow it (SECURITY.md)"));
+                     "127.0.0.1, or say ",
+                     override, " to allow it (SECURITY.md)"));
 }
 
 namespace {
@@ -383,7 +390,8 @@ const std::shared_ptr<Credentials>& loopCredentials(EventLoop& loop) {
 }
 
 void setLoopCredentials(EventLoop& loop, std::shared_ptr<Credentials> credentials) {
-  KJ_REQUIRE(credentials != nullptr, "setLoopCredentials() needs credentials; Credentials::none() for none");
+  KJ_REQUIRE(credentials != nullptr,
+             "setLoopCredentials() needs credentials; Credentials::none() for none");
   loop.service<LoopCredentials>().credentials = kj::mv(credentials);
 }
 

@@ -165,8 +165,8 @@ bool reachableFromOtherMachines(const Address& address);
 
 // Refuses (INVALID_ARGUMENT, naming the address and the ways out, `override` among them) to
 // serve on `address` when other machines may reach it and `credentials` let in anyone there
-// (authenticatesClients(address) is false): anyone who could reach the port could call every actor, or
-// rewrite every job's endpoints. For programs that listen where they are told (the troupe
+// (authenticatesClients(address) is false): anyone who could reach the port could call every actor,
+// or rewrite every job's endpoints. For programs that listen where they are told (the troupe
 // command, hostActor); the ActorServer and RegistryServer classes themselves listen as asked.
 void refuseOpenListener(const Address& address, const Credentials& credentials,
                         kj::StringPtr override);

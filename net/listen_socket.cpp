@@ -106,9 +106,8 @@ ListenSocket listenUnix(kj::LowLevelAsyncIoProvider& io, const Address& address)
   struct stat st;
   if (::lstat(address.path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
-      throwError(ErrorCode::ADDRESS_IN_USE,
-                 kj::str("cannot listen on ", address.toString(),
-                         ": the path exists and is not a socket"));
+      throwError(ErrorCode::ADDRESS_IN_USE, kj::str("cannot listen on ", address.toString(),
+                                                    ": the path exists and is not a socket"));
     }
     if (unixSocketAlive(addr)) failBind(address, EADDRINUSE);
     ::unlink(address.path.c_str());  // stale: its server is gone

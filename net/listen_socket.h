@@ -11,8 +11,8 @@ namespace troupe {
 
 struct ListenSocket {
   kj::Own<kj::ConnectionReceiver> receiver;
-  Address bound;           // with the port the kernel picked
-  bool ownsPath = false;   // a unix socket file we created and must remove
+  Address bound;          // with the port the kernel picked
+  bool ownsPath = false;  // a unix socket file we created and must remove
 };
 
 // Binds and listens on `address` (resolving a TCP host name synchronously; listen addresses are

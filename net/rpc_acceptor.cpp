@@ -6,11 +6,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include "troupe/net/listen_socket.h"
+#include "troupe/base/errors.h"
 #include "troupe/net/detail/message_stream.h"
 #include "troupe/net/detail/rpc_connection.h"
 #include "troupe/net/detail/tls_sniff.h"
-#include "troupe/base/errors.h"
+#include "troupe/net/listen_socket.h"
 #include "troupe/schemas/actor.capnp.h"
 
 namespace troupe {
@@ -78,9 +78,8 @@ protected:
     ++failures;
     bool closing = failures >= MAX_FAILED_AUTHENTICATIONS;
     log->warn("{}: refused a connection from {}: {} cluster token ({} of {} tries{})", what.cStr(),
-              peer.cStr(),
-              token.size() == 0 ? "no" : "a wrong", failures, MAX_FAILED_AUTHENTICATIONS,
-              closing ? "; closing it" : "");
+              peer.cStr(), token.size() == 0 ? "no" : "a wrong", failures,
+              MAX_FAILED_AUTHENTICATIONS, closing ? "; closing it" : "");
     if (closing) close->fulfill();
     if (!credentials->hasToken()) {
       return makeError(ErrorCode::UNAUTHENTICATED,
@@ -197,21 +196,21 @@ void RpcAcceptor::taskFailed(kj::Exception&& exception) {
   log->debug("{} connection ended: {}", what, exception.getDescription().cStr());
 }
 
-kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool direct,
-                                     bool certified, kj::TimePoint acceptedAt) {
+kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool direct, bool certified,
+                                     kj::TimePoint acceptedAt) {
   auto close = kj::newPromiseAndFulfiller<void>();
   auto peer = peerName(*stream);
   net_detail::ReadLimits reads{loop.timer(),
-                                 acceptedAt + limits.firstMessageTimeout,
-                                 limits.firstMessageTimeout,
-                                 limits.messageTimeout,
-                                 *budget,
-                                 log,
-                                 kj::str(what, ": connection from ", peer).cStr()};
+                               acceptedAt + limits.firstMessageTimeout,
+                               limits.firstMessageTimeout,
+                               limits.messageTimeout,
+                               *budget,
+                               log,
+                               kj::str(what, ": connection from ", peer).cStr()};
   capnp::Capability::Client gate = kj::heap<Gate>(bootstrap, credentials, log, what, kj::mv(peer),
                                                   certified, kj::mv(close.fulfiller));
-  auto connection =
-      kj::heap<Connection>(*this, kj::mv(stream), kj::mv(gate), direct, kj::mv(reads));
+  auto connection = kj::heap<Connection>(*this, kj::mv(stream), kj::mv(gate), direct,
+                                         kj::mv(reads));
   auto& rpc = connection->rpc;
   // Closed after too many refusals, once the last refusal has been written.
   auto closed = close.promise.then([&rpc]() { return rpc.whenWritten(); });
@@ -226,9 +225,9 @@ kj::Promise<void> RpcAcceptor::acceptTls(kj::Own<kj::AsyncIoStream> stream,
   auto deadline = loop.timer().now() + limit;
   auto timeout = loop.timer().atTime(deadline).then(
       [limit]() -> kj::Maybe<kj::Own<kj::AsyncIoStream>> {
-        kj::throwFatalException(makeError(
-            ErrorCode::DISCONNECTED,
-            kj::str("no TLS handshake began within ", limit / kj::MILLISECONDS, " ms")));
+        kj::throwFatalException(
+            makeError(ErrorCode::DISCONNECTED,
+                      kj::str("no TLS handshake began within ", limit / kj::MILLISECONDS, " ms")));
       });
   return net_detail::sniffTls(kj::mv(stream), listenerText)
       .exclusiveJoin(kj::mv(timeout))
@@ -242,8 +241,7 @@ kj::Promise<void> RpcAcceptor::acceptTls(kj::Own<kj::AsyncIoStream> stream,
       })
       .then(
           [this, acceptedAt](kj::Own<kj::AsyncIoStream> tls) {
-            return serve(kj::mv(tls), false, credentials->requiresClientCertificates(),
-                         acceptedAt);
+            return serve(kj::mv(tls), false, credentials->requiresClientCertificates(), acceptedAt);
           },
           [this, listenerText](kj::Exception&& e) {
             log->warn("{} on {}: {}", what, listenerText, e.getDescription().cStr());

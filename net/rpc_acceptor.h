@@ -14,12 +14,12 @@
 #include <capnp/capability.h>
 #include <kj/async.h>
 
-#include "troupe/net/address.h"
 #include "troupe/base/event_loop.h"
-#include "troupe/net/limits.h"
 #include "troupe/base/metrics.h"
-#include "troupe/net/segment_placement.h"
+#include "troupe/net/address.h"
 #include "troupe/net/credentials.h"
+#include "troupe/net/limits.h"
+#include "troupe/net/segment_placement.h"
 
 namespace spdlog {
 class logger;
@@ -70,9 +70,7 @@ public:
 
   // Offers the large last segment of every message its connections receive from now on to
   // `placement` (segment_placement.h), which must outlive the acceptor.
-  void placeSegmentsWith(SegmentPlacement& placement) {
-    this->placement = placement;
-  }
+  void placeSegmentsWith(SegmentPlacement& placement) { this->placement = placement; }
 
   // Stops accepting: closes the listeners and removes their socket files.
   void closeListeners();
@@ -105,7 +103,7 @@ private:
   std::shared_ptr<Credentials> credentials;  // never null
   const ConnectionLimits limits;
   kj::Own<net_detail::IncomingBudget> budget;  // outlives the connections, which reserve from it
-  size_t open = 0;                               // accepted and not yet closed
+  size_t open = 0;                             // accepted and not yet closed
   kj::Maybe<SegmentPlacement&> placement;
   TransportCounters counters;
   uint64_t refusedSinceLog = 0;

@@ -5,9 +5,9 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
+#include "troupe/base/errors.h"
 #include "troupe/net/address.h"
 #include "troupe/net/listen_socket.h"
-#include "troupe/base/errors.h"
 
 namespace troupe {
 
@@ -38,9 +38,8 @@ Address parseHttpAddress(kj::StringPtr text, bool& https) {
                        "': expected HOST:PORT or http://HOST:PORT (", errorMessage(*e), ")"));
   }
   if (a.kind != Address::Kind::TCP) {
-    throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str("bad HTTP listen address '", printable(text),
-                       "': expected HOST:PORT or http://HOST:PORT"));
+    throwError(ErrorCode::INVALID_ARGUMENT, kj::str("bad HTTP listen address '", printable(text),
+                                                    "': expected HOST:PORT or http://HOST:PORT"));
   }
   return a;
 }
@@ -114,9 +113,9 @@ HttpEndpoint::HttpEndpoint(EventLoop& loop, kj::StringPtr address, HttpEndpointO
   auto bound = parseHttpAddress(address, https);
   tls = this->options.credentials->canServeTls();
   if (https && !tls) {
-    throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str("cannot serve ", address, ": no TLS certificate and key are configured "
-                       "(TROUPE_TLS_CERT, TROUPE_TLS_KEY)"));
+    throwError(ErrorCode::INVALID_ARGUMENT, kj::str("cannot serve ", address,
+                                                    ": no TLS certificate and key are configured "
+                                                    "(TROUPE_TLS_CERT, TROUPE_TLS_KEY)"));
   }
   auto socket = openListenSocket(loop.lowLevelIo(), bound);
   receiver = kj::mv(socket.receiver);
@@ -153,19 +152,16 @@ kj::Promise<void> HttpEndpoint::acceptLoop() {
         tls ? options.credentials->wrapServer(loop.timer(), kj::mv(stream),
                                               loop.timer().now() + options.headerTimeout)
             : kj::Promise<kj::Own<kj::AsyncIoStream>>(kj::mv(stream));
-    tasks->add(ready
-                   .then([this](kj::Own<kj::AsyncIoStream> s) {
-                     return server->listenHttp(kj::mv(s));
-                   })
-                   .attach(kj::defer([this]() { --open; })));
+    tasks->add(
+        ready.then([this](kj::Own<kj::AsyncIoStream> s) { return server->listenHttp(kj::mv(s)); })
+            .attach(kj::defer([this]() { --open; })));
     return acceptLoop();
   });
 }
 
 void HttpEndpoint::taskFailed(kj::Exception&& exception) {
   // A client that went away mid-request, or a failed TLS handshake.
-  log->debug("HTTP endpoint {}: a connection failed: {}", url_,
-             exception.getDescription().cStr());
+  log->debug("HTTP endpoint {}: a connection failed: {}", url_, exception.getDescription().cStr());
 }
 
 bool HttpEndpoint::authorized(kj::StringPtr path, const kj::HttpHeaders& requestHeaders) const {
@@ -208,8 +204,7 @@ kj::Promise<void> HttpEndpoint::request(kj::HttpMethod method, kj::StringPtr url
   KJ_IF_MAYBE(r, routes) {
     return r->request(method, url, requestHeaders, body, response);
   }
-  return sendHttpText(response, *headers, 404, "text/plain; charset=utf-8",
-                      kj::str("not found\n"));
+  return sendHttpText(response, *headers, 404, "text/plain; charset=utf-8", kj::str("not found\n"));
 }
 
 }  // namespace troupe

@@ -44,9 +44,9 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
 
   ~Impl() noexcept(false) {
     // Waits handed out refer to the group.
-    waits.cancel(makeError(ErrorCode::FAILED,
-                           kj::str("the group ", prefix, "* was destroyed while a wait on it "
-                                   "was pending")));
+    waits.cancel(makeError(ErrorCode::FAILED, kj::str("the group ", prefix,
+                                                      "* was destroyed while a wait on it "
+                                                      "was pending")));
     // Members (and their connections) before the tasks that reference them.
     ready.clear();
     members.clear();
@@ -196,7 +196,7 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   }
 
   kj::Promise<kj::Array<Endpoint>> waitReady(size_t count, kj::TimePoint deadline,
-                                            kj::Duration timeout) {
+                                             kj::Duration timeout) {
     KJ_IF_MAYBE(e, ended) {
       return makeError(ErrorCode::JOB_ENDED,
                        kj::str("job '", jobId, "' ended (", e->reason, ") while waiting for ",
@@ -217,8 +217,8 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
         [this, count, timeout]() -> kj::Promise<void> {
           return makeError(ErrorCode::DEADLINE_EXCEEDED,
                            kj::str("only ", ready.size(), " of the ", count, " wanted members of ",
-                                   prefix, " were ready after ",
-                                   timeout / kj::MILLISECONDS, " ms; ", describeMembers()));
+                                   prefix, " were ready after ", timeout / kj::MILLISECONDS,
+                                   " ms; ", describeMembers()));
         });
     return whenChanged().exclusiveJoin(kj::mv(expired)).then([this, count, deadline, timeout]() {
       return waitReady(count, deadline, timeout);
@@ -234,10 +234,10 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   std::shared_ptr<spdlog::logger> log;
 
   kj::Own<Watch> watch;
-  std::map<std::string, kj::Own<Channel>> channels;  // by address
-  std::map<std::string, kj::Own<GroupMember>> members;  // by name
-  std::map<std::string, EndpointState> lastSeen;        // since the job (last) started
-  std::vector<GroupMember*> ready;                      // READY members, by name
+  std::map<std::string, kj::Own<Channel>> channels;      // by address
+  std::map<std::string, kj::Own<GroupMember>> members;   // by name
+  std::map<std::string, EndpointState> lastSeen;         // since the job (last) started
+  std::vector<GroupMember*> ready;                       // READY members, by name
   std::set<std::pair<std::string, uint64_t>> handedOut;  // (name, incarnation)
   kj::Maybe<JobStatus> ended;
   kj::Maybe<kj::Exception> broken;
@@ -286,8 +286,8 @@ kj::Promise<void> ActorGroupBase::drainMembers(kj::Maybe<kj::Duration> grace) {
     auto request = channel.host().drainRequest();
     request.setGraceMillis(millis);
     request.setJobCredential(channel.credentials().jobTokenFor(impl->jobId));
-    requests.add(request.send().ignoreResult().catch_(
-        [log = impl->log, name = name](kj::Exception&& e) {
+    requests.add(
+        request.send().ignoreResult().catch_([log = impl->log, name = name](kj::Exception&& e) {
           log->warn("asking {} to drain: {}", name, e.getDescription().cStr());
         }));
   }

@@ -37,8 +37,7 @@ struct ActorGroupOptions {
 // handle, for as long as it likes, also after the member left the group or the group is gone
 // (calls then fail as calls to a server that went away do). Loop thread only.
 struct GroupMember final : public kj::Refcounted {
-  GroupMember(Endpoint endpoint, ActorRefBase ref)
-      : endpoint(kj::mv(endpoint)), ref(kj::mv(ref)) {}
+  GroupMember(Endpoint endpoint, ActorRefBase ref) : endpoint(kj::mv(endpoint)), ref(kj::mv(ref)) {}
 
   const Endpoint endpoint;
   // Copy it to call (copies share the connection): ActorRef<T>(member->ref).call(...).

@@ -151,8 +151,8 @@ void ActorPoolBase::Impl::collectMetrics(MetricsSnapshot& out) const {
   outcomes("troupe_client_calls_total",
            "Pool calls finished, by outcome: ok or the error code the caller got.", c.calls);
   out.addHistogram("troupe_client_call_duration_seconds",
-                   "Pool call latency as the caller sees it, retries and backoff included.",
-                   labels, c.latency);
+                   "Pool call latency as the caller sees it, retries and backoff included.", labels,
+                   c.latency);
   out.add("troupe_client_calls_in_flight", "Pool calls and broadcast member calls not finished.",
           MetricType::GAUGE, labels, static_cast<double>(inFlight));
   out.add("troupe_client_retries_total", "Attempts after a call's first.", MetricType::COUNTER,
@@ -170,8 +170,8 @@ void ActorPoolBase::Impl::collectMetrics(MetricsSnapshot& out) const {
            c.broadcastMembers);
   for (auto& [name, m] : c.members) {
     auto l = withLabel("member", name);
-    out.add("troupe_client_attempts_total", "Attempts sent to each member.", MetricType::COUNTER,
-            l, static_cast<double>(m.attempts));
+    out.add("troupe_client_attempts_total", "Attempts sent to each member.", MetricType::COUNTER, l,
+            static_cast<double>(m.attempts));
     out.add("troupe_client_attempt_failures_total",
             "Attempts on each member that failed (the actor's own errors included).",
             MetricType::COUNTER, l, static_cast<double>(m.failures));
@@ -328,8 +328,8 @@ kj::Promise<void> PoolCall::afterNoMember() {
 
 kj::Promise<void> PoolCall::retryLater(kj::Exception&& e, bool immediately) {
   if (attempts >= pool.options.maxAttempts) {
-    return makeError(errorCode(e), kj::str("gave up after ", attempts, " attempts; the last: ",
-                                           e.getDescription()));
+    return makeError(errorCode(e), kj::str("gave up after ", attempts,
+                                           " attempts; the last: ", e.getDescription()));
   }
   if (immediately) return kj::READY_NOW;
   auto& loop = pool.group.loop();
@@ -389,9 +389,8 @@ kj::Promise<void> ActorPoolBase::Impl::next(kj::Own<PoolCall> call) {
         });
   }
   auto& c = *call;
-  return c.afterNoMember().then([this, call = kj::mv(call)]() mutable {
-    return next(kj::mv(call));
-  });
+  return c.afterNoMember().then(
+      [this, call = kj::mv(call)]() mutable { return next(kj::mv(call)); });
 }
 
 void ActorPoolBase::Impl::noteFailure(const GroupMember& member, const kj::Exception& e) {
@@ -419,10 +418,10 @@ ActorPoolBase::ActorPoolBase(ActorGroupBase& group, ActorPoolOptions options)
 
 ActorPoolBase::~ActorPoolBase() noexcept(false) {
   // The calls refer to the pool: end them while it is whole.
-  impl->canceler.cancel(makeError(
-      ErrorCode::FAILED, kj::str("the pool over ", impl->group.jobId(), "/",
-                                 impl->group.actorName(),
-                                 "- was destroyed before the call finished; it may have run")));
+  impl->canceler.cancel(
+      makeError(ErrorCode::FAILED,
+                kj::str("the pool over ", impl->group.jobId(), "/", impl->group.actorName(),
+                        "- was destroyed before the call finished; it may have run")));
 }
 
 ActorGroupBase& ActorPoolBase::group() { return impl->group; }
@@ -514,9 +513,8 @@ BlobTransfer ActorPoolBase::broadcastBlob(kj::StringPtr name, uint64_t version,
                                           BlobSendOptions options) {
   auto members = group().readyMembers();
   if (members.size() == 0) {
-    throwError(ErrorCode::NO_ENDPOINTS,
-               kj::str("blob '", name, "': no member of ", group().jobId(), "/",
-                       group().actorName(), "-* is READY"));
+    throwError(ErrorCode::NO_ENDPOINTS, kj::str("blob '", name, "': no member of ", group().jobId(),
+                                                "/", group().actorName(), "-* is READY"));
   }
   auto targets = KJ_MAP(m, members) { return BlobTarget{m->endpoint.name, m->endpoint.address}; };
   return sendBlob(group().loop(), targets, name, version, kj::mv(bytes), kj::mv(options));

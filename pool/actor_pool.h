@@ -175,13 +175,10 @@ public:
   // ejection, see ActorPoolOptions). Dropping the promise cancels the call;
   // so does destroying the pool (see ActorPoolBase).
   template <typename Fn>
-  auto call(Fn&& fn, CallOptions options = {})
-      -> kj::Promise<CallValue<Fn, typename T::Client>> {
-    return callCapability(
-        [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable {
-          return fn(c.castAs<T>());
-        },
-        options);
+  auto call(Fn&& fn, CallOptions options = {}) -> kj::Promise<CallValue<Fn, typename T::Client>> {
+    return callCapability([fn = kj::fwd<Fn>(fn)](
+                              capnp::Capability::Client c) mutable { return fn(c.castAs<T>()); },
+                          options);
   }
 
   // Runs `fn(client)` against every READY member at once. The returned future gives a result
@@ -191,9 +188,7 @@ public:
   auto broadcast(Fn&& fn, CallOptions options = {})
       -> BroadcastFuture<CallValue<Fn, typename T::Client>> {
     return broadcastCapability(
-        [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable {
-          return fn(c.castAs<T>());
-        },
+        [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable { return fn(c.castAs<T>()); },
         options);
   }
 };
@@ -212,8 +207,9 @@ auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options, std::string* me
     kj::Promise<Value> sent = kj::evalNow([&]() -> kj::Promise<Value> { return fn(kj::mv(c)); });
     return sent.then([&out](Value&& value) { out = kj::mv(value); });
   };
-  return callWith(kj::mv(attempt), options, member)
-      .then([slot = kj::mv(slot)]() mutable -> Value { return kj::mv(KJ_ASSERT_NONNULL(*slot)); });
+  return callWith(kj::mv(attempt), options, member).then([slot = kj::mv(slot)]() mutable -> Value {
+    return kj::mv(KJ_ASSERT_NONNULL(*slot));
+  });
 }
 
 template <typename Fn>
@@ -225,11 +221,11 @@ auto ActorPoolBase::broadcastCapability(Fn&& fn, CallOptions options)
       group().loop(), KJ_MAP(m, members) { return m->endpoint; });
   auto& s = *state;
   // Each member call settles its slot; the state holds the calls, so it outlives them.
-  s.calls = callEach(members, [&s, fn = kj::fwd<Fn>(fn), options](
-                                  size_t i, const ActorRefBase& member) mutable {
+  s.calls = callEach(members, [&s, fn = kj::fwd<Fn>(fn),
+                               options](size_t i, const ActorRefBase& member) mutable {
     ActorRefBase ref = member;
-    kj::Promise<Value> sent =
-        kj::evalNow([&]() -> kj::Promise<Value> { return fn(ref.capability()); });
+    kj::Promise<Value> sent = kj::evalNow(
+        [&]() -> kj::Promise<Value> { return fn(ref.capability()); });
     // A failure is passed on too, for the pool's metrics; the catch_ below then finds the
     // member done.
     return ref.finishCall(kj::mv(sent), options)

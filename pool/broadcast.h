@@ -9,8 +9,8 @@
 #include <kj/refcount.h>
 #include <kj/vector.h>
 
-#include "troupe/base/change_signal.h"
 #include "troupe/actor/endpoint.h"
+#include "troupe/base/change_signal.h"
 #include "troupe/base/errors.h"
 #include "troupe/base/event_loop.h"
 
@@ -19,9 +19,9 @@ namespace troupe {
 // What one member did with a broadcast call.
 template <typename V>
 struct CallResult {
-  Endpoint endpoint;                // the member called
-  kj::Maybe<V> value;               // the response, when the call succeeded
-  kj::Maybe<kj::Exception> error;   // why it failed, otherwise (errors.h taxonomy)
+  Endpoint endpoint;                           // the member called
+  kj::Maybe<V> value;                          // the response, when the call succeeded
+  kj::Maybe<kj::Exception> error;              // why it failed, otherwise (errors.h taxonomy)
   kj::Duration latency = 0 * kj::NANOSECONDS;  // from the broadcast to this result
 
   bool ok() const { return value != nullptr; }
@@ -144,8 +144,9 @@ public:
     auto& s = *state;
     auto expired = s.loop.timer().afterDelay(deadline).then(
         [s = kj::addRef(s), deadline]() mutable { s->expire(deadline); });
-    return s.whenAllDone().exclusiveJoin(kj::mv(expired)).then(
-        [s = kj::addRef(s)]() mutable { return s->takeAll(); });
+    return s.whenAllDone().exclusiveJoin(kj::mv(expired)).then([s = kj::addRef(s)]() mutable {
+      return s->takeAll();
+    });
   }
 
   // Resolves with the first successful result; rejects with the last error when every member

@@ -9,9 +9,7 @@ EndpointPublisher::EndpointPublisher(ActorServer& server, Resolver& resolver)
   server.addEndpointListener(*this);
 }
 
-EndpointPublisher::~EndpointPublisher() noexcept(false) {
-  server.removeEndpointListener(*this);
-}
+EndpointPublisher::~EndpointPublisher() noexcept(false) { server.removeEndpointListener(*this); }
 
 kj::Promise<void> EndpointPublisher::whenPublished() {
   kj::Vector<kj::Promise<void>> all;
@@ -27,8 +25,8 @@ void EndpointPublisher::endpointChanged(const Endpoint& endpoint) {
     starting.state = EndpointState::STARTING;
     auto registration = resolver.registerEndpoint(kj::mv(starting));
     auto registered = registration->whenRegistered().fork();
-    it = published.emplace(endpoint.name, Published{kj::mv(registration), kj::mv(registered)})
-             .first;
+    it =
+        published.emplace(endpoint.name, Published{kj::mv(registration), kj::mv(registered)}).first;
   }
   if (endpoint.state != EndpointState::STARTING) it->second.registration->setState(endpoint.state);
 }

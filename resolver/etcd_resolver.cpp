@@ -1,7 +1,7 @@
 #include "troupe/resolver/etcd_resolver.h"
 
-#include "troupe/net/credentials.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/detail/etcd_client.h"
 #include "troupe/resolver/detail/etcd_registration.h"
 #include "troupe/resolver/detail/etcd_watch.h"
@@ -22,7 +22,6 @@ namespace {
 
 // How often a job change whose compare failed is read and tried again.
 constexpr uint32_t JOB_WRITE_TRIES = 8;
-
 
 // Reads the job's record and how many endpoints it has, in one request.
 struct JobRead {
@@ -50,8 +49,7 @@ kj::Promise<JobRead> readJob(EtcdClient& client, std::string jobId) {
       });
 }
 
-kj::String jobValue(EtcdClient& client, JobState state, kj::StringPtr reason,
-                    kj::StringPtr owner) {
+kj::String jobValue(EtcdClient& client, JobState state, kj::StringPtr reason, kj::StringPtr owner) {
   capnp::MallocMessageBuilder message;
   auto job = message.initRoot<schema::etcd::Job>();
   job.setState(state == JobState::ENDED ? "ended" : "running");
@@ -86,69 +84,72 @@ kj::Promise<bool> writeJob(EtcdClient& client, const std::string& jobId, const J
 kj::Promise<void> setJobStatusIn(EtcdClient& client, JobStatus status, std::string credential,
                                  uint32_t tries) {
   auto jobId = status.jobId;
-  return readJob(client, jobId).then([&client, status = kj::mv(status),
-                                      credential = kj::mv(credential),
-                                      tries](JobRead read) mutable -> kj::Promise<void> {
-    auto presented = kj::StringPtr(credential).asBytes();
-    resolver_detail::authorizeJob(read.record, status.jobId, presented, "set its state");
-    std::string owner = read.record.owner;
-    if (owner.empty() && presented.size() > 0) owner = resolver_detail::credentialDigest(presented);
-    bool ending = status.state == JobState::ENDED;
-    if (!ending && (!read.record.exists || read.record.state == JobState::RUNNING) &&
-        owner == read.record.owner) {
-      return kj::READY_NOW;  // running already, nothing to claim
-    }
-    auto reason = ending ? cutJobReason(status.reason) : std::string();
-    auto value = jobValue(client, status.state, reason, owner);
-    auto write = writeJob(client, status.jobId, read, value, ending);
-    return write.then([&client, status = kj::mv(status), credential = kj::mv(credential),
-                       tries, reason = kj::mv(reason)](bool written) mutable -> kj::Promise<void> {
-      if (written) {
-        if (status.state == JobState::ENDED) {
-          client.log->info("etcd: job '{}' ended ({}); its endpoints are removed", status.jobId,
-                           printable(reason).cStr());
+  return readJob(client, jobId)
+      .then([&client, status = kj::mv(status), credential = kj::mv(credential),
+             tries](JobRead read) mutable -> kj::Promise<void> {
+        auto presented = kj::StringPtr(credential).asBytes();
+        resolver_detail::authorizeJob(read.record, status.jobId, presented, "set its state");
+        std::string owner = read.record.owner;
+        if (owner.empty() && presented.size() > 0)
+          owner = resolver_detail::credentialDigest(presented);
+        bool ending = status.state == JobState::ENDED;
+        if (!ending && (!read.record.exists || read.record.state == JobState::RUNNING) &&
+            owner == read.record.owner) {
+          return kj::READY_NOW;  // running already, nothing to claim
         }
-        return kj::READY_NOW;
-      }
-      if (tries + 1 >= JOB_WRITE_TRIES) {
-        return makeError(ErrorCode::OVERLOADED,
-                         kj::str("job '", status.jobId, "' was written by others ",
-                                 JOB_WRITE_TRIES, " times while its state was being set"));
-      }
-      return setJobStatusIn(client, kj::mv(status), kj::mv(credential), tries + 1);
-    });
-  });
-}
-
-kj::Promise<std::string> createJobIn(EtcdClient& client, std::string jobId, uint32_t tries) {
-  return readJob(client, jobId).then([&client, jobId,
-                                      tries](JobRead read) -> kj::Promise<std::string> {
-    bool ended = read.record.exists && read.record.state == JobState::ENDED;
-    bool owned = read.record.exists && !read.record.owner.empty();
-    if (!ended && (owned || read.endpoints > 0)) {
-      throwError(ErrorCode::JOB_ALREADY_EXISTS,
-                 kj::str("job '", jobId, "' already exists and is live (",
-                         owned ? "created, and not ended by its owner" : "it has endpoints",
-                         "): choose another name, or stop it first"));
-    }
-    auto credential = newJobCredential();
-    auto value = jobValue(client, JobState::RUNNING, "",
-                          resolver_detail::credentialDigest(kj::StringPtr(credential).asBytes()));
-    return writeJob(client, jobId, read, value, false)
-        .then([&client, jobId, tries,
-               credential = kj::mv(credential)](bool written) mutable -> kj::Promise<std::string> {
+        auto reason = ending ? cutJobReason(status.reason) : std::string();
+        auto value = jobValue(client, status.state, reason, owner);
+        auto write = writeJob(client, status.jobId, read, value, ending);
+        return write.then([&client, status = kj::mv(status), credential = kj::mv(credential), tries,
+                           reason = kj::mv(reason)](bool written) mutable -> kj::Promise<void> {
           if (written) {
-            client.log->info("etcd: job '{}' created", jobId);
-            return kj::mv(credential);
+            if (status.state == JobState::ENDED) {
+              client.log->info("etcd: job '{}' ended ({}); its endpoints are removed", status.jobId,
+                               printable(reason).cStr());
+            }
+            return kj::READY_NOW;
           }
           if (tries + 1 >= JOB_WRITE_TRIES) {
             return makeError(ErrorCode::OVERLOADED,
-                             kj::str("job '", jobId, "' was written by others while it was "
-                                     "being created"));
+                             kj::str("job '", status.jobId, "' was written by others ",
+                                     JOB_WRITE_TRIES, " times while its state was being set"));
           }
-          return createJobIn(client, jobId, tries + 1);
+          return setJobStatusIn(client, kj::mv(status), kj::mv(credential), tries + 1);
         });
-  });
+      });
+}
+
+kj::Promise<std::string> createJobIn(EtcdClient& client, std::string jobId, uint32_t tries) {
+  return readJob(client, jobId)
+      .then([&client, jobId, tries](JobRead read) -> kj::Promise<std::string> {
+        bool ended = read.record.exists && read.record.state == JobState::ENDED;
+        bool owned = read.record.exists && !read.record.owner.empty();
+        if (!ended && (owned || read.endpoints > 0)) {
+          throwError(ErrorCode::JOB_ALREADY_EXISTS,
+                     kj::str("job '", jobId, "' already exists and is live (",
+                             owned ? "created, and not ended by its owner" : "it has endpoints",
+                             "): choose another name, or stop it first"));
+        }
+        auto credential = newJobCredential();
+        auto value =
+            jobValue(client, JobState::RUNNING, "",
+                     resolver_detail::credentialDigest(kj::StringPtr(credential).asBytes()));
+        return writeJob(client, jobId, read, value, false)
+            .then([&client, jobId, tries, credential = kj::mv(credential)](
+                      bool written) mutable -> kj::Promise<std::string> {
+              if (written) {
+                client.log->info("etcd: job '{}' created", jobId);
+                return kj::mv(credential);
+              }
+              if (tries + 1 >= JOB_WRITE_TRIES) {
+                return makeError(ErrorCode::OVERLOADED,
+                                 kj::str("job '", jobId,
+                                         "' was written by others while it was "
+                                         "being created"));
+              }
+              return createJobIn(client, jobId, tries + 1);
+            });
+      });
 }
 
 void badUrl(kj::StringPtr url, kj::StringPtr why) {
@@ -195,9 +196,8 @@ EtcdResolverOptions EtcdResolver::parseUrl(kj::StringPtr url) {
   };
   if (url.startsWith("etcd+unix:")) {
     auto members = splitQuery(url.slice(strlen("etcd+unix:")));
-    addMembers(url, members, options, [&](kj::StringPtr path) {
-      return std::string("unix:") + path.cStr();
-    });
+    addMembers(url, members, options,
+               [&](kj::StringPtr path) { return std::string("unix:") + path.cStr(); });
   } else if (url.startsWith("etcd://") || url.startsWith("etcds://")) {
     bool tls = url.startsWith("etcds://");
     auto body = splitQuery(url.slice(tls ? strlen("etcds://") : strlen("etcd://")));

@@ -10,8 +10,8 @@
 #include <kj/time.h>
 
 #include "troupe/base/event_loop.h"
-#include "troupe/resolver/resolver.h"
 #include "troupe/net/credentials.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe {
 
@@ -33,8 +33,8 @@ struct EtcdResolverOptions {
   std::string root = "troupe";
 
   // TTL of the registrations' lease: an endpoint whose process stopped refreshing it (frozen,
-  // partitioned, killed) is removed this long after the last refresh. etcd counts whole seconds, so it
-  // is rounded up to one. Default 10 s.
+  // partitioned, killed) is removed this long after the last refresh. etcd counts whole seconds, so
+  // it is rounded up to one. Default 10 s.
   kj::Duration ttl = 10 * kj::SECONDS;
 
   // Waits between attempts after a failure (registering, watching again), doubling from the
@@ -76,8 +76,8 @@ struct EtcdResolverOptions {
 // key is written again by itself. Dropping a registration deletes its key (only while it is on
 // this resolver's lease), so its endpoint is gone at once; dropping the last revokes the lease.
 // A newer incarnation replaces an entry in a compare-and-swap transaction, and the old
-// holder's later delete leaves it alone. Ending a job writes its state and deletes its endpoints in one
-// transaction; a registration under an ended job is refused with JOB_ENDED.
+// holder's later delete leaves it alone. Ending a job writes its state and deletes its endpoints in
+// one transaction; a registration under an ended job is refused with JOB_ENDED.
 //
 // Watches: all watches of one resolver share one etcd watch on "<root>/" and a copy of what is
 // under it, so a process watching a thousand prefixes holds one stream. When the stream breaks

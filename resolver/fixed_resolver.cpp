@@ -1,7 +1,5 @@
 #include "troupe/resolver/fixed_resolver.h"
 
-#include "troupe/net/credentials.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -13,14 +11,14 @@
 #include <string_view>
 #include <vector>
 
-
 #include <kj/debug.h>
 #include <kj/io.h>
 #include <kj/list.h>
 #include <kj/vector.h>
 
-#include "troupe/net/address.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/address.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/detail/watch_queue.h"
 
 namespace troupe {
@@ -76,9 +74,7 @@ public:
     return std::string_view(name).substr(0, prefix.size()) == prefix;
   }
 
-  bool overlapsJob(kj::StringPtr jobId) const {
-    return jobOverlapsPrefix(jobId, prefix);
-  }
+  bool overlapsJob(kj::StringPtr jobId) const { return jobOverlapsPrefix(jobId, prefix); }
 
   // Hands `event` to the pending next(), or queues it.
   void push(WatchEvent event);
@@ -279,7 +275,8 @@ void WatchImpl::push(WatchEvent event) { events.push(kj::mv(event)); }
 
 void WatchImpl::detach() {
   table = nullptr;
-  events.end(makeError(ErrorCode::DISCONNECTED, "the FixedResolver behind this watch was destroyed"));
+  events.end(
+      makeError(ErrorCode::DISCONNECTED, "the FixedResolver behind this watch was destroyed"));
 }
 
 RegistrationImpl::RegistrationImpl(FixedTable& table, std::string name)
@@ -462,9 +459,8 @@ namespace {
 
 kj::Maybe<kj::Exception> jobEndedError(const JobStatus& job) {
   if (job.state != JobState::ENDED) return nullptr;
-  return makeError(ErrorCode::JOB_ENDED,
-                   kj::str("job '", job.jobId, "' has ended (", job.reason,
-                           "); its endpoints cannot register"));
+  return makeError(ErrorCode::JOB_ENDED, kj::str("job '", job.jobId, "' has ended (", job.reason,
+                                                 "); its endpoints cannot register"));
 }
 
 }  // namespace
@@ -514,8 +510,8 @@ kj::Promise<void> FixedResolver::setJobStatus(JobStatus status, std::string jobC
   validateJobId(status.jobId);
   return kj::evalNow([&]() {
     auto it = created.find(status.jobId);
-    if (it != created.end() && !sameSecret(kj::StringPtr(jobCredential).asBytes(),
-                                           kj::StringPtr(it->second).asBytes())) {
+    if (it != created.end() &&
+        !sameSecret(kj::StringPtr(jobCredential).asBytes(), kj::StringPtr(it->second).asBytes())) {
       throwError(ErrorCode::PERMISSION_DENIED,
                  kj::str("only the owner of job '", status.jobId,
                          "' may set its state, and the job credential presented is not the "
@@ -533,7 +529,8 @@ kj::Promise<std::string> FixedResolver::createJob(kj::StringPtr jobId) {
     bool running = table->jobStatus(view(jobId)).state == JobState::RUNNING;
     if (running && (created.count(id) > 0 || table->hasEndpoints(view(jobId)))) {
       throwError(ErrorCode::JOB_ALREADY_EXISTS,
-                 kj::str("job '", jobId, "' already exists and is live: choose another name, or "
+                 kj::str("job '", jobId,
+                         "' already exists and is live: choose another name, or "
                          "stop it first"));
     }
     auto credential = newJobCredential();

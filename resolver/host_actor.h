@@ -10,8 +10,8 @@
 #include <string>
 
 #include "troupe/actor/actor_server.h"
-#include "troupe/base/event_loop.h"
 #include "troupe/actor/job_context.h"
+#include "troupe/base/event_loop.h"
 
 namespace troupe {
 
@@ -59,7 +59,7 @@ int hostActor(EventLoop& loop, kj::StringPtr name, kj::Own<Impl> impl, HostOptio
   static_assert(std::is_base_of_v<typename T::Server, Impl>,
                 "hostActor<T>(loop, name, impl): impl must implement T::Server");
   return resolver_detail::hostCapability(loop, name, capnp::Schema::from<T>(),
-                                capnp::Capability::Client(kj::mv(impl)), kj::mv(options));
+                                         capnp::Capability::Client(kj::mv(impl)), kj::mv(options));
 }
 
 }  // namespace troupe

@@ -1,10 +1,10 @@
 #include "troupe/resolver/open_resolver.h"
 
 #include "troupe/base/errors.h"
+#include "troupe/resolver/detail/url_query.h"
 #include "troupe/resolver/etcd_resolver.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/registry_resolver.h"
-#include "troupe/resolver/detail/url_query.h"
 
 namespace troupe {
 
@@ -13,8 +13,7 @@ namespace {
 // Applies "?ttl_ms=N" (the only option a registry URL takes) to `options`.
 void applyQuery(kj::StringPtr url, kj::StringPtr query, RegistryResolverOptions& options) {
   auto bad = [&](kj::StringPtr why) {
-    throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str("resolver URL '", printable(url), "': ", why));
+    throwError(ErrorCode::INVALID_ARGUMENT, kj::str("resolver URL '", printable(url), "': ", why));
   };
   if (!query.startsWith("ttl_ms=")) bad("the only option is ?ttl_ms=MILLISECONDS");
   options.ttl = resolver_detail::parseTtlMillis(query.slice(strlen("ttl_ms=")), bad);
@@ -45,12 +44,13 @@ kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
     }
     return FixedResolver::fromFile(path);
   }
-  throwError(ErrorCode::INVALID_ARGUMENT,
-             kj::str("unknown resolver URL '", printable(url),
-                     "' (expected registry://HOST:PORT, registry+tls://HOST:PORT, registry+unix:PATH, "
-                     "etcd://HOST:PORT[,HOST:PORT...][/ROOT], etcds://..., etcd+unix:PATH, "
-                     "fixed:NAME=ADDRESS,... "
-                     "or file:PATH)"));
+  throwError(
+      ErrorCode::INVALID_ARGUMENT,
+      kj::str("unknown resolver URL '", printable(url),
+              "' (expected registry://HOST:PORT, registry+tls://HOST:PORT, registry+unix:PATH, "
+              "etcd://HOST:PORT[,HOST:PORT...][/ROOT], etcds://..., etcd+unix:PATH, "
+              "fixed:NAME=ADDRESS,... "
+              "or file:PATH)"));
 }
 
 }  // namespace troupe

@@ -51,12 +51,12 @@ kj::String registryAddress(kj::StringPtr url) {
                      "tls://HOST:PORT or unix:PATH)"));
 }
 
-
 }  // namespace
 
 RegistryResolver::RegistryResolver(EventLoop& loop, kj::StringPtr address,
                                    RegistryResolverOptions options)
-    : link(kj::refcounted<resolver_detail::RegistryLink>(loop, registryAddress(address), kj::mv(options))) {}
+    : link(kj::refcounted<resolver_detail::RegistryLink>(loop, registryAddress(address),
+                                                         kj::mv(options))) {}
 
 RegistryResolver::~RegistryResolver() noexcept(false) {}
 
@@ -91,7 +91,7 @@ kj::Own<Registration> RegistryResolver::registerEndpoint(Endpoint endpoint) {
     return kj::heap<resolver_detail::RegistryRegistration>(kj::addRef(*link), kj::mv(endpoint));
   }
   return kj::heap<resolver_detail::RegistryRegistration>(kj::addRef(*link),
-                                                endpointNameError(endpoint.name));
+                                                         endpointNameError(endpoint.name));
 }
 
 kj::Promise<JobStatus> RegistryResolver::jobStatus(kj::StringPtr jobId) {
@@ -112,8 +112,8 @@ kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status, std::string j
   using Response = capnp::Response<schema::Registry::SetJobStatusResults>;
   return link
       ->call<Response>("setJobStatus",
-                       [status = kj::mv(status), credential = kj::mv(jobCredential)](
-                           schema::Registry::Client registry) {
+                       [status = kj::mv(status),
+                        credential = kj::mv(jobCredential)](schema::Registry::Client registry) {
                          auto request = registry.setJobStatusRequest();
                          toCapnp(status, request.initStatus());
                          request.setJobCredential(kj::StringPtr(credential).asBytes());

@@ -7,9 +7,9 @@
 #include <kj/time.h>
 
 #include "troupe/base/event_loop.h"
+#include "troupe/net/credentials.h"
 #include "troupe/net/limits.h"
 #include "troupe/resolver/resolver.h"
-#include "troupe/net/credentials.h"
 
 namespace troupe {
 
@@ -94,8 +94,9 @@ public:
   // than their registration time, which a restarted registry gives anew: the first one reported
   // stays), then SYNCED; an endpoint it had reported that is missing otherwise is REMOVED only if
   // it has not come back within options.reconcileGrace. Nothing is reported twice and no event
-  // is lost: events queue until next() takes them. next() rejects (once the queue is drained) only when the registry
-  // refuses the watch itself, with the registry's error. Dropping the watch ends it.
+  // is lost: events queue until next() takes them. next() rejects (once the queue is drained) only
+  // when the registry refuses the watch itself, with the registry's error. Dropping the watch ends
+  // it.
   kj::Own<Watch> watch(kj::StringPtr prefix) override;
 
   // Registers `endpoint` in the background and keeps it registered until the returned object is

@@ -6,9 +6,9 @@
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
+#include "troupe/base/errors.h"
 #include "troupe/net/address.h"
 #include "troupe/net/rpc_acceptor.h"
-#include "troupe/base/errors.h"
 #include "troupe/resolver/detail/registry_http.h"
 #include "troupe/resolver/detail/registry_table.h"
 #include "troupe/resolver/registry_wire.h"

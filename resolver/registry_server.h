@@ -11,8 +11,8 @@
 #include <kj/time.h>
 
 #include "troupe/base/event_loop.h"
-#include "troupe/observe/http_endpoint.h"
 #include "troupe/net/limits.h"
+#include "troupe/observe/http_endpoint.h"
 #include "troupe/schemas/registry.capnp.h"
 
 namespace troupe {
@@ -111,8 +111,8 @@ public:
   // Starts listening on `address` ("tcp://host:port" with port 0 for any free port, or
   // "unix:/path") and returns the address bound, with the port filled in. May be called more
   // than once. Throws INVALID_ARGUMENT for a malformed address, ADDRESS_IN_USE when it is taken,
-  // and FAILED once drain() was called. A stale unix socket file (nothing listening behind it) is replaced;
-  // the file is removed again on stop.
+  // and FAILED once drain() was called. A stale unix socket file (nothing listening behind it) is
+  // replaced; the file is removed again on stop.
   std::string listen(kj::StringPtr address);
 
   // Serves the dashboard and the registry's metrics over HTTP on `address` ("HOST:PORT", port 0

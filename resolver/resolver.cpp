@@ -50,9 +50,9 @@ std::string cutJobReason(const std::string& reason) {
 
 void validatePrefix(kj::StringPtr prefix) {
   if (prefix.size() > MAX_PREFIX_LENGTH) {
-    throwError(
-        ErrorCode::INVALID_ARGUMENT,
-        kj::str("prefix is ", prefix.size(), " bytes long (the limit is ", MAX_PREFIX_LENGTH, ")"));
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("prefix is ", prefix.size(), " bytes long (the limit is ", MAX_PREFIX_LENGTH,
+                       ")"));
   }
   for (size_t i = 0; i < prefix.size(); ++i) {
     unsigned char c = prefix[i];

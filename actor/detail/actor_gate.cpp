@@ -58,8 +58,12 @@ public:
     KJ_IF_MAYBE(c, counters) {
       --c->inFlight;
       switch (outcome) {
-        case Outcome::OK: ++c->outcomes.ok; break;
-        case Outcome::CANCELLED: ++c->outcomes.cancelled; break;
+        case Outcome::OK:
+          ++c->outcomes.ok;
+          break;
+        case Outcome::CANCELLED:
+          ++c->outcomes.cancelled;
+          break;
         case Outcome::FAILED:
           c->outcomes.countError(errorCode(KJ_ASSERT_NONNULL(failure)));
           break;
@@ -110,7 +114,10 @@ private:
 CallCompletion::CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracker& tracker,
                                const std::string& actorName, kj::Own<CallSlot> slot,
                                kj::Promise<void> work)
-    : fulfiller(fulfiller), tracker(tracker), actorName(actorName), slot(kj::mv(slot)),
+    : fulfiller(fulfiller),
+      tracker(tracker),
+      actorName(actorName),
+      slot(kj::mv(slot)),
       work(nullptr) {
   tracker.calls.add(*this);
   // The call ends when its work completes, not when Cap'n Proto later drops this promise (it
@@ -220,8 +227,7 @@ public:
     auto slot = kj::heap<CallSlot>(actor, counters);
     if (slot->acquire()) {
       auto r = actor.impl->call(interfaceId, methodId, kj::mv(context));
-      return {finishing(actor, actor.tracker, kj::mv(r.promise), kj::mv(slot)),
-              kj::mv(r.pipeline)};
+      return {finishing(actor, actor.tracker, kj::mv(r.promise), kj::mv(slot)), kj::mv(r.pipeline)};
     }
 
     // Wait for a slot, then start the call.
@@ -241,9 +247,7 @@ public:
   }
 
   kj::Maybe<capnp::ClientHook&> getResolved() override { return nullptr; }
-  kj::Maybe<kj::Promise<kj::Own<capnp::ClientHook>>> whenMoreResolved() override {
-    return nullptr;
-  }
+  kj::Maybe<kj::Promise<kj::Own<capnp::ClientHook>>> whenMoreResolved() override { return nullptr; }
   kj::Own<capnp::ClientHook> addRef() override { return kj::addRef(*this); }
   const void* getBrand() override { return &GATE_BRAND; }
   kj::Maybe<int> getFd() override { return nullptr; }
@@ -270,8 +274,8 @@ void addMethods(capnp::InterfaceSchema schema, std::vector<MethodCounters>& out,
   if (std::find(seen.begin(), seen.end(), id) != seen.end()) return;
   seen.push_back(id);
   for (auto method : schema.getMethods()) {
-    out.push_back(MethodCounters{id, static_cast<uint16_t>(method.getIndex()),
-                                 method.getProto().getName()});
+    out.push_back(
+        MethodCounters{id, static_cast<uint16_t>(method.getIndex()), method.getProto().getName()});
   }
   for (auto super : schema.getSuperclasses()) addMethods(super, out, seen);
 }

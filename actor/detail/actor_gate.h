@@ -85,7 +85,7 @@ private:
 struct MethodCounters {
   uint64_t interfaceId;
   uint16_t methodId;
-  kj::StringPtr name;   // from the compiled schema; "unknown" for calls to no method it has
+  kj::StringPtr name;    // from the compiled schema; "unknown" for calls to no method it has
   uint64_t started = 0;  // every call that reached the gate, refused ones included
   uint64_t inFlight = 0;
   CallOutcomes outcomes;

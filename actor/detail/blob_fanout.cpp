@@ -4,8 +4,8 @@
 
 #include <kj/debug.h>
 
-#include "troupe/net/bytes.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/bytes.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -54,8 +54,8 @@ void BlobSource::append(uint64_t checksum) {
 uint64_t BlobSource::checksum(uint64_t index) {
   KJ_REQUIRE(index * chunkBytes_ + chunkSize(index) <= available_, "the chunk is not in place");
   if (!known[index]) {
-    checksums[index] = blobChecksum(memory.slice(index * chunkBytes_,
-                                                 index * chunkBytes_ + chunkSize(index)));
+    checksums[index] = blobChecksum(
+        memory.slice(index * chunkBytes_, index * chunkBytes_ + chunkSize(index)));
     known[index] = true;
   }
   return checksums[index];
@@ -156,9 +156,9 @@ std::vector<BlobHop> parseHops(capnp::List<schema::BlobHop>::Reader hops) {
     auto h = hops[i];
     auto parent = h.getParent();
     if (parent < -1 || parent >= static_cast<int32_t>(i)) {
-      throwError(ErrorCode::INVALID_ARGUMENT,
-                 kj::str("blob hop ", i, " names hop ", parent, " as its parent, which does not "
-                         "come before it"));
+      throwError(ErrorCode::INVALID_ARGUMENT, kj::str("blob hop ", i, " names hop ", parent,
+                                                      " as its parent, which does not "
+                                                      "come before it"));
     }
     all[i].endpoint = h.getEndpoint();
     all[i].address = h.getAddress();
@@ -245,8 +245,8 @@ public:
   BlobFanout& fanout;
   const BlobHop hop;
   const kj::TimePoint startedAt;
-  uint64_t acked = 0;        // bytes the member acknowledged (from where it resumed)
-  bool superseded = false;   // another sender took the member over: it reports the outcome
+  uint64_t acked = 0;       // bytes the member acknowledged (from where it resumed)
+  bool superseded = false;  // another sender took the member over: it reports the outcome
   std::vector<BlobResult> reported;
 
 private:
@@ -308,8 +308,8 @@ private:
                source.slice(next, length));
     inFlight += length;
     next += length;
-    writes->add(request.send().then(
-        [this, length](capnp::Response<schema::BlobSink::WriteResults> r) {
+    writes->add(
+        request.send().then([this, length](capnp::Response<schema::BlobSink::WriteResults> r) {
           inFlight -= length;
           acked += length;
           progressed = true;
@@ -363,7 +363,11 @@ private:
                          kj::str("no progress in ", stall / kj::MILLISECONDS,
                                  " ms, and no answer to a ping within as long"));
       });
-      return channel->host().pingRequest().send().ignoreResult().exclusiveJoin(kj::mv(expired))
+      return channel->host()
+          .pingRequest()
+          .send()
+          .ignoreResult()
+          .exclusiveJoin(kj::mv(expired))
           .then([this]() { return watchdog(); });
     });
   }
@@ -426,8 +430,7 @@ void BlobFanout::record(BlobResult outcome) {
   outcomes_[outcome.endpoint] = kj::mv(outcome);
 }
 
-void BlobFanout::ended(Hop& hop, kj::Maybe<kj::Exception> error,
-                       std::vector<BlobResult> reported) {
+void BlobFanout::ended(Hop& hop, kj::Maybe<kj::Exception> error, std::vector<BlobResult> reported) {
   auto& member = hop.hop;
   if (hop.superseded) {
     // Another sender resumed the member: that sender reports it and those it forwards to.

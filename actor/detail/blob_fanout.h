@@ -18,8 +18,8 @@
 
 #include "troupe/actor/blob.h"
 #include "troupe/base/change_signal.h"
-#include "troupe/net/channel.h"
 #include "troupe/base/event_loop.h"
+#include "troupe/net/channel.h"
 #include "troupe/schemas/blob.capnp.h"
 
 namespace troupe::actor_detail {

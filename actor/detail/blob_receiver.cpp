@@ -119,8 +119,7 @@ public:
 
   // Whether a request to resume this transfer describes the same blob.
   bool sameBlob(const BlobHeader& h, uint32_t chunkBytes) const {
-    return h.version == header.version && h.size == header.size &&
-           chunkBytes == params.chunkBytes;
+    return h.version == header.version && h.size == header.size && chunkBytes == params.chunkBytes;
   }
 
   bool inProgress() const { return failure == nullptr && !delivered; }
@@ -145,8 +144,7 @@ public:
     }
     auto& s = *source;
     if (offset != s.available()) {
-      giveUp(kj::str("the chunk at byte ", offset, " came when byte ", s.available(),
-                     " was due"));
+      giveUp(kj::str("the chunk at byte ", offset, " came when byte ", s.available(), " was due"));
     }
     uint64_t index = offset / s.chunkBytes();
     if (data.size() != s.chunkSize(index)) {
@@ -160,7 +158,8 @@ public:
     if (data.begin() != at) {
       // Copied, not placed: no read may still be landing on these bytes.
       if (placementsOut > 0 && placedUpTo > offset) {
-        giveUp(kj::str("the chunk at byte ", offset, " came while another was read into its "
+        giveUp(kj::str("the chunk at byte ", offset,
+                       " came while another was read into its "
                        "place"));
       }
       memcpy(at, data.begin(), data.size());
@@ -268,9 +267,9 @@ private:
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { acceptor->handle(kj::mv(blob)); })) {
       log->error("{}: the handler of {} failed: {}", who.cStr(), describe(header).cStr(),
                  e->getDescription().cStr());
-      handlerFailure = makeError(ErrorCode::FAILED, kj::str("the receiver's handler of ",
-                                                           describe(header), " failed: ",
-                                                           e->getDescription()));
+      handlerFailure = makeError(ErrorCode::FAILED,
+                                 kj::str("the receiver's handler of ", describe(header),
+                                         " failed: ", e->getDescription()));
     }
     releaseIfDone();
   }
@@ -315,7 +314,7 @@ private:
   Acceptor* acceptor;      // null once orphaned
   EventLoop& loop;
   std::shared_ptr<spdlog::logger> log;
-  const kj::String who;    // the server, for log lines
+  const kj::String who;  // the server, for log lines
   const BlobHeader header;
   const uint64_t id;
   const BlobParams params;
@@ -326,7 +325,7 @@ private:
   uint64_t placedUpTo = 0;     // chunks below this were placed (or written): see placeChunk()
   uint32_t placementsOut = 0;  // messages being read into the blob's memory, or not yet served
   ChangeSignal placementsDone;
-  bool resuming = false;       // a new sender waits for placements to end: none is made
+  bool resuming = false;  // a new sender waits for placements to end: none is made
 
   kj::Promise<void> whenNotPlacing() {
     if (placementsOut == 0) return kj::READY_NOW;
@@ -384,9 +383,9 @@ protected:
 
   kj::Promise<void> abort(AbortContext context) override {
     if (superseded()) return kj::READY_NOW;
-    transfer->abort(makeError(ErrorCode::BLOB_ABORTED,
-                              kj::str("aborted by its sender: ",
-                                      printable(context.getParams().getReason()))));
+    transfer->abort(
+        makeError(ErrorCode::BLOB_ABORTED,
+                  kj::str("aborted by its sender: ", printable(context.getParams().getReason()))));
     return kj::READY_NOW;
   }
 
@@ -500,15 +499,13 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
       refuse(kj::str(describe(header), " names transfer ", id, ", which is another blob here"));
     }
     auto t = kj::addRef(transfer);
-    return transfer.resume().then(
-        [this, context, t = kj::mv(t), header = kj::mv(header)](
-            capnp::Capability::Client sink) mutable {
-          auto results = context.getResults();
-          results.setSink(sink.castAs<schema::BlobSink>());
-          results.setResumeAt(t->received());
-          log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(),
-                     t->received());
-        });
+    return transfer.resume().then([this, context, t = kj::mv(t), header = kj::mv(header)](
+                                      capnp::Capability::Client sink) mutable {
+      auto results = context.getResults();
+      results.setSink(sink.castAs<schema::BlobSink>());
+      results.setResumeAt(t->received());
+      log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(), t->received());
+    });
   }
 
   auto older = checkNewTransfer(acceptor, header, h);
@@ -518,12 +515,11 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
     refuse(kj::str("the receiver refused ", describe(header), ": ", e->getDescription()));
   }
   if (memory.size() < header.size) {
-    refuse(kj::str("the receiver's allocator gave ", memory.size(), " bytes for ",
-                   describe(header)));
+    refuse(
+        kj::str("the receiver's allocator gave ", memory.size(), " bytes for ", describe(header)));
   }
   KJ_IF_MAYBE(o, older) {
-    o->abort(makeError(ErrorCode::BLOB_ABORTED,
-                       kj::str("superseded by version ", header.version)));
+    o->abort(makeError(ErrorCode::BLOB_ABORTED, kj::str("superseded by version ", header.version)));
   }
   acceptor.transfers.erase(id);  // a failed transfer of the same id: start afresh
 
@@ -536,8 +532,8 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
   forward.stallTimeout = h.getStallMillis() * kj::MILLISECONDS;
   forward.channel = forwarding;
   auto source = kj::refcounted<BlobSource>(kj::mv(memory), header.size, forward.chunkBytes, 0);
-  auto transfer = kj::refcounted<Transfer>(*this, acceptor, header, kj::mv(forward),
-                                           kj::mv(source), kj::mv(hops));
+  auto transfer = kj::refcounted<Transfer>(*this, acceptor, header, kj::mv(forward), kj::mv(source),
+                                           kj::mv(hops));
   auto results = context.getResults();
   results.setSink(Transfer::newSink(kj::addRef(*transfer)).castAs<schema::BlobSink>());
   results.setResumeAt(0);
@@ -557,16 +553,17 @@ BlobReceiver::Acceptor& BlobReceiver::acceptorFor(const BlobHeader& header) {
   return *found->second;
 }
 
-kj::Maybe<BlobReceiver::Transfer&> BlobReceiver::checkNewTransfer(
-    Acceptor& acceptor, const BlobHeader& header, schema::BlobHeader::Reader h) {
+kj::Maybe<BlobReceiver::Transfer&> BlobReceiver::checkNewTransfer(Acceptor& acceptor,
+                                                                  const BlobHeader& header,
+                                                                  schema::BlobHeader::Reader h) {
   uint32_t chunk = h.getChunkBytes();
   if (chunk < MIN_CHUNK_BYTES || chunk > MAX_CHUNK_BYTES || chunk % 8 != 0 ||
       h.getWindowBytes() == 0 || h.getStallMillis() == 0) {
     throwError(ErrorCode::INVALID_ARGUMENT,
                kj::str(describe(header), ": chunks of ", chunk, " bytes, a window of ",
                        h.getWindowBytes(), " bytes and a stall timeout of ", h.getStallMillis(),
-                       " ms are not taken (chunks: a multiple of 8 from ", MIN_CHUNK_BYTES,
-                       " to ", MAX_CHUNK_BYTES, "; the others above 0)"));
+                       " ms are not taken (chunks: a multiple of 8 from ", MIN_CHUNK_BYTES, " to ",
+                       MAX_CHUNK_BYTES, "; the others above 0)"));
   }
   if (header.size > acceptor.options.maxBytes) {
     refuse(kj::str(describe(header), " is larger than this receiver's limit of ",

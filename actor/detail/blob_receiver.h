@@ -10,9 +10,9 @@
 #include <spdlog/logger.h>
 
 #include "troupe/actor/blob.h"
+#include "troupe/base/event_loop.h"
 #include "troupe/net/channel.h"
 #include "troupe/net/segment_placement.h"
-#include "troupe/base/event_loop.h"
 #include "troupe/schemas/actor.capnp.h"
 
 namespace troupe::actor_detail {
@@ -48,8 +48,8 @@ public:
   size_t transferCount() const;
 
   // SegmentPlacement.
-  kj::Maybe<kj::Array<capnp::word>> place(
-      kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> head, size_t lastWords) override;
+  kj::Maybe<kj::Array<capnp::word>> place(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> head,
+                                          size_t lastWords) override;
 
   struct Acceptor;
   class Transfer;
@@ -70,7 +70,7 @@ private:
   kj::Function<kj::String()> who;
   std::map<std::string, kj::Own<Acceptor>> acceptors;
   std::map<uint64_t, Transfer*> byId;  // transfers in the acceptors' records, for place()
-  kj::Own<kj::TaskSet> tasks;  // records of transfers being dropped
+  kj::Own<kj::TaskSet> tasks;          // records of transfers being dropped
 };
 
 }  // namespace troupe::actor_detail

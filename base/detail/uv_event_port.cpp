@@ -10,8 +10,7 @@ void throwUvError(const char* what, int status) {
 
 namespace troupe::base_detail {
 
-UvTimer::UvTimer(uv_loop_t* loop)
-    : clock(kj::systemPreciseMonotonicClock()), impl(clock.now()) {
+UvTimer::UvTimer(uv_loop_t* loop) : clock(kj::systemPreciseMonotonicClock()), impl(clock.now()) {
   checkUv("uv_timer_init", uv_timer_init(loop, handle.get()));
   handle.markInitialised();
   handle->data = this;

@@ -154,8 +154,7 @@ void name(int fd, struct sockaddr* addr, uint* length) {
 
 class OwnedFd {
 public:
-  OwnedFd(int fd, uint flags)
-      : fd(fd), owned(flags & kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP) {
+  OwnedFd(int fd, uint flags) : fd(fd), owned(flags & kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP) {
     setNonblockingCloexec(fd, flags);
   }
   ~OwnedFd() noexcept {
@@ -189,9 +188,8 @@ public:
       // say EAGAIN (one syscall fewer per message when messages come one at a time). Polling
       // is level-triggered, so bytes that came meanwhile wake the wait at once.
       drained = false;
-      return watcher.whenReadable().then([this, bytes, minBytes, maxBytes]() {
-        return readLoop(bytes, minBytes, maxBytes, 0);
-      });
+      return watcher.whenReadable().then(
+          [this, bytes, minBytes, maxBytes]() { return readLoop(bytes, minBytes, maxBytes, 0); });
     }
     return readLoop(bytes, minBytes, maxBytes, 0);
   }
@@ -261,8 +259,7 @@ public:
   }
 
 private:
-  kj::Promise<size_t> readLoop(kj::byte* buffer, size_t minBytes, size_t maxBytes,
-                               size_t already) {
+  kj::Promise<size_t> readLoop(kj::byte* buffer, size_t minBytes, size_t maxBytes, size_t already) {
     for (;;) {
       ssize_t n = ::read(fd, buffer, maxBytes);
       if (n < 0) {
@@ -312,9 +309,8 @@ private:
         int error = errno;
         if (error == EINTR) continue;
         if (error == EAGAIN || error == EWOULDBLOCK) {
-          return watcher.whenWritable().then([this, first, rest]() {
-            return writeLoop(first, rest);
-          });
+          return watcher.whenWritable().then(
+              [this, first, rest]() { return writeLoop(first, rest); });
         }
         return syscallException("write", error);
       }
@@ -363,11 +359,11 @@ public:
           int one = 1;
           ::setsockopt(newFd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         }
-        return kj::Own<kj::AsyncIoStream>(kj::heap<UvStream>(
-            loop, newFd,
-            kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP |
-                kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC |
-                kj::LowLevelAsyncIoProvider::ALREADY_NONBLOCK));
+        return kj::Own<kj::AsyncIoStream>(
+            kj::heap<UvStream>(loop, newFd,
+                               kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP |
+                                   kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC |
+                                   kj::LowLevelAsyncIoProvider::ALREADY_NONBLOCK));
       }
       int error = errno;
       switch (error) {
@@ -468,7 +464,7 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> UvLowLevelIo::wrapConnectingSocketFd(
 }
 
 kj::Own<kj::ConnectionReceiver> UvLowLevelIo::wrapListenSocketFd(int fd, NetworkFilter& filter,
-                                                               uint flags) {
+                                                                 uint flags) {
   return kj::heap<UvListener>(loop, fd, filter, flags);
 }
 

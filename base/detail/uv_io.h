@@ -50,10 +50,12 @@ public:
   kj::Own<kj::AsyncInputStream> wrapInputFd(int fd, uint flags = 0) override;
   kj::Own<kj::AsyncOutputStream> wrapOutputFd(int fd, uint flags = 0) override;
   kj::Own<kj::AsyncIoStream> wrapSocketFd(int fd, uint flags = 0) override;
-  kj::Promise<kj::Own<kj::AsyncIoStream>> wrapConnectingSocketFd(
-      int fd, const struct sockaddr* addr, uint addrlen, uint flags = 0) override;
-  kj::Own<kj::ConnectionReceiver> wrapListenSocketFd(
-      int fd, NetworkFilter& filter, uint flags = 0) override;
+  kj::Promise<kj::Own<kj::AsyncIoStream>> wrapConnectingSocketFd(int fd,
+                                                                 const struct sockaddr* addr,
+                                                                 uint addrlen,
+                                                                 uint flags = 0) override;
+  kj::Own<kj::ConnectionReceiver> wrapListenSocketFd(int fd, NetworkFilter& filter,
+                                                     uint flags = 0) override;
   kj::Timer& getTimer() override;
 
   uv_loop_t* uvLoop() { return loop; }

@@ -31,11 +31,11 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_ref.h"
-#include "bench_echo.capnp.h"
 #include "troupe/net/bytes.h"
-#include "bench/peer_echo/peer_flags.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/fixed_resolver.h"
+#include "bench_echo.capnp.h"
+#include "bench/peer_echo/peer_flags.h"
 
 namespace {
 
@@ -173,7 +173,8 @@ private:
     auto got = reply.getPayload();
     KJ_REQUIRE(got.size() == payload.size(), "echo size mismatch", got.size(), payload.size());
     if (latencies != nullptr) {
-      latencies->push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
+      latencies->push_back(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
     } else {
       KJ_REQUIRE(memcmp(got.begin(), payload.begin(), got.size()) == 0, "echo content mismatch");
     }
@@ -201,8 +202,8 @@ void measure(const Args& a, troupe::EventLoop& loop, kj::ArrayPtr<const kj::byte
   double p99 = percentileMicros(latencies, 0.99);
   printf("{\"peer\":\"%s\",\"payload\":%llu,\"inflight\":%llu,\"calls\":%zu,\"p50_us\":%.1f,"
          "\"p99_us\":%.1f,\"calls_per_s\":%.1f,\"MBps\":%.1f}\n",
-         a.peer(), (unsigned long long)a.payload, (unsigned long long)a.inflight,
-         latencies.size(), p50, p99, perSecond, perSecond * double(a.payload) / 1e6);
+         a.peer(), (unsigned long long)a.payload, (unsigned long long)a.inflight, latencies.size(),
+         p50, p99, perSecond, perSecond * double(a.payload) / 1e6);
   fflush(stdout);
 }
 

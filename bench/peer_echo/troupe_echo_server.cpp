@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
                 job.jobId = "peer";
                 troupe::ActorServer server(loop, job);
                 server.host<troupe::bench::BenchEcho>("echo", kj::heap<troupe::bench::EchoImpl>());
-                auto bound = troupe::Address::parse(server.listen(("tcp://" + addr).c_str()).c_str());
+                auto bound = troupe::Address::parse(
+                    server.listen(("tcp://" + addr).c_str()).c_str());
                 printf("LISTENING %s:%u\n", host.c_str(), unsigned(bound.port));
                 fflush(stdout);
                 loop.onSignal({SIGTERM, SIGINT}).wait(loop.waitScope());

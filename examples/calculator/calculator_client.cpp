@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
                     q.setA(100);
                     q.setB(i);
                     return q.send();
-                  }).then([](auto r) { return r.getValue(); }));
+                  })
+                  .then([](auto r) { return r.getValue(); }));
   }
   auto quotients = kj::joinPromises(calls.finish()).wait(ws);
   printf("100 / 1..4 = %g %g %g %g\n", quotients[0], quotients[1], quotients[2], quotients[3]);
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
                      auto values = q.initValues(1000);
                      for (uint i = 0; i < 1000; ++i) values.set(i, i + 1);
                      return q.send();
-                   }).wait(ws);
+                   })
+                   .wait(ws);
   printf("sum(1..1000) = %g\n", total.getValue());
 
   // An exception raised by the actor comes back as a FAILED error with its message.
@@ -63,7 +65,8 @@ int main(int argc, char** argv) {
           q.setA(1);
           q.setB(0);
           return q.send();
-        }).wait(ws);
+        })
+        .wait(ws);
     printf("divide(1, 0) unexpectedly succeeded\n");
     return 1;
   } catch (const kj::Exception& e) {

@@ -49,9 +49,10 @@ protected:
     std::vector<double> values;
     values.reserve(in.size());
     for (double v : in) values.push_back(v);
-    return loop.offload([values = std::move(values)]() {
-                 return std::accumulate(values.begin(), values.end(), 0.0);
-               })
+    return loop
+        .offload([values = std::move(values)]() {
+          return std::accumulate(values.begin(), values.end(), 0.0);
+        })
         .then([context](double total) mutable { context.getResults().setValue(total); });
   }
 

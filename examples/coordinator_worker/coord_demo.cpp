@@ -64,8 +64,8 @@ int runCoordinator(troupe::EventLoop& loop, std::vector<std::string> args) {
   return troupe::hostActor<coordinator::Coordinator>(
       loop, coordinator::COORDINATOR_ACTOR,
       kj::heap<coordinator::CoordinatorImpl>(
-          loop.timer(), coordinator::CoordinatorOptions{.tasks = *tasks,
-                                                        .lease = *leaseMs * kj::MILLISECONDS}),
+          loop.timer(),
+          coordinator::CoordinatorOptions{.tasks = *tasks, .lease = *leaseMs * kj::MILLISECONDS}),
       {.actor = {.maxConcurrency = 0}});
 }
 

@@ -21,7 +21,7 @@ namespace coordinator {
 int64_t taskValue(uint32_t id);
 
 struct CoordinatorOptions {
-  uint32_t tasks = 200;                        // tasks 0..tasks-1
+  uint32_t tasks = 200;                         // tasks 0..tasks-1
   kj::Duration lease = 500 * kj::MILLISECONDS;  // a lease lapses this long after its last renewal
 };
 
@@ -76,7 +76,7 @@ private:
   uint32_t duplicates = 0;
   uint64_t version = 0;
   troupe::ChangeSignal waiters;  // waitChange() calls
-  kj::Promise<void> sweeper;  // last: it runs while the state above exists
+  kj::Promise<void> sweeper;     // last: it runs while the state above exists
 };
 
 }  // namespace coordinator

@@ -278,16 +278,16 @@ uint32_t verify(Demo& demo, const DriverOptions& options, const Holder& victim,
     ++perWorker[d.getWorker()];
   }
   for (uint32_t id = 0; id < options.tasks; ++id) {
-    check(seen[id] == 1, "task " + std::to_string(id) + " was recorded " +
-                             std::to_string(seen[id]) + " times");
+    check(seen[id] == 1,
+          "task " + std::to_string(id) + " was recorded " + std::to_string(seen[id]) + " times");
   }
   check(r.getPending() == 0 && r.getInFlight().size() == 0, "tasks are left queued or leased");
 
   printf("tasks per worker:\n");
   auto replaced = std::string(WORKERS_JOB.cStr()) + "-" + std::to_string(victim.index) + ".";
   for (auto& [name, count] : perWorker) {
-    const char* note = name == victim.name    ? " (killed)"
-                       : name == stalled.name ? " (stalled, then resumed)"
+    const char* note = name == victim.name            ? " (killed)"
+                       : name == stalled.name         ? " (stalled, then resumed)"
                        : name.rfind(replaced, 0) == 0 ? " (the killed one's replacement)"
                                                       : "";
     printf("  %-22s %3u%s\n", name.c_str(), count, note);
@@ -320,8 +320,7 @@ uint32_t verify(Demo& demo, const DriverOptions& options, const Holder& victim,
   // complete() under the killed worker's revoked lease, as if it had come back: refused.
   bool late = demo.complete(victim.name, victim.leaseId, victim.taskId, taskValue(victim.taskId));
   auto r3 = demo.results();
-  check(!late && r3.getRejected() == r2.getRejected() + 1 &&
-            r3.getDone().size() == options.tasks,
+  check(!late && r3.getRejected() == r2.getRejected() + 1 && r3.getDone().size() == options.tasks,
         "a complete() under a revoked lease was accepted");
   printf("complete() repeated under its lease: acknowledged, counted once; under the killed "
          "worker's revoked lease: refused\n");
@@ -336,9 +335,9 @@ uint32_t drive(troupe::EventLoop& loop, troupe::LocalLauncher& launcher,
   auto group = troupe::createActorGroup<Coordinator>(
       launcher,
       {.name = COORDINATOR_JOB.cStr(),
-       .entrypoint = troupe::Entrypoint::function(
-           "coordinator", {"--tasks", argument(options.tasks), "--lease-ms",
-                           argument(options.lease / kj::MILLISECONDS)}),
+       .entrypoint = troupe::Entrypoint::function("coordinator",
+                                                  {"--tasks", argument(options.tasks), "--lease-ms",
+                                                   argument(options.lease / kj::MILLISECONDS)}),
        .resources = resources,
        .replicas = 1},
       COORDINATOR_ACTOR);

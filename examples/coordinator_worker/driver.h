@@ -11,11 +11,11 @@
 namespace coordinator {
 
 struct DriverOptions {
-  std::string resolver;       // where the jobs publish (an openResolver() URL); "" = the
-                              // launcher's own registry
-  uint32_t tasks = 200;       // tasks 0..tasks-1
-  uint32_t workers = 4;       // worker replicas
-  std::string logDirectory;   // replicas' logs; "" = the launcher's default
+  std::string resolver;      // where the jobs publish (an openResolver() URL); "" = the
+                             // launcher's own registry
+  uint32_t tasks = 200;      // tasks 0..tasks-1
+  uint32_t workers = 4;      // worker replicas
+  std::string logDirectory;  // replicas' logs; "" = the launcher's default
   kj::Duration lease = 500 * kj::MILLISECONDS;
   kj::Duration work = 20 * kj::MILLISECONDS;  // per task
 };

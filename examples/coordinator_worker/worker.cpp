@@ -66,8 +66,8 @@ kj::Promise<void> Worker::compute(uint32_t taskId, uint64_t leaseId) {
           ++accepted;
         } else {
           ++refused;
-          spdlog::warn("{}: result for task {} refused: lease {} was revoked", options.name,
-                       taskId, leaseId);
+          spdlog::warn("{}: result for task {} refused: lease {} was revoked", options.name, taskId,
+                       leaseId);
         }
       });
 }

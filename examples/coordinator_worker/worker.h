@@ -51,7 +51,7 @@ private:
   kj::Timer& timer;
   troupe::ActorPool<Coordinator>& pool;
   const WorkerOptions options;
-  std::set<uint64_t> held;                       // leases being worked on
+  std::set<uint64_t> held;                           // leases being worked on
   kj::Duration renewEvery = 100 * kj::MILLISECONDS;  // lease / 5, once the coordinator said
 };
 

@@ -30,8 +30,8 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
-#include <troupe/base/errors.h>
 #include <troupe/actor/job_context.h>
+#include <troupe/base/errors.h>
 #include <troupe/jobs/launcher.h>
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/pool/actor_pool.h>
@@ -192,8 +192,8 @@ private:
         {.deadline = REQUEST_DEADLINE, .idempotent = true});
     return call
         .then(
-            [this, input = kj::mv(input), sent](
-                capnp::Response<InferenceServer::InferResults>&& response) {
+            [this, input = kj::mv(input),
+             sent](capnp::Response<InferenceServer::InferResults>&& response) {
               answered(input, sent, response);
             },
             [this, index](kj::Exception&& e) { failedCall(index, e); })

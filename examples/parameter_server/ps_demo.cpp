@@ -148,8 +148,7 @@ bool admitted(const troupe::JobHandle& job, const Options& options) {
   if (options.slurm) return true;
   if (job.status() == troupe::JobPhase::PENDING ||
       job.status() == troupe::JobPhase::UNSCHEDULABLE) {
-    printf("job '%s' cannot start on this machine: %s\n", job.id().c_str(),
-           job.reason().c_str());
+    printf("job '%s' cannot start on this machine: %s\n", job.id().c_str(), job.reason().c_str());
     return false;
   }
   return true;
@@ -281,9 +280,8 @@ int main(int argc, char** argv) {
   fflush(stdout);
 
   int status = 1;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                status = train(loop, launcher, machineCpus, options);
-              })) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                     [&]() { status = train(loop, launcher, machineCpus, options); })) {
     printf("demo failed: %s\n", e->getDescription().cStr());
     KJ_IF_MAYBE(shards, launcher.find(options.trainer.shardsJob)) {
       printf("what the shards printed (last %zu lines each):\n", LOG_LINES);

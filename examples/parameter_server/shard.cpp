@@ -26,7 +26,11 @@ namespace {
 class ShardImpl final : public ParameterServer::Server {
 public:
   ShardImpl(troupe::EventLoop& loop, uint32_t dim, uint32_t begin, uint32_t end)
-      : loop(loop), dim(dim), begin(begin), end(end), weights(end - begin, 0.0f),
+      : loop(loop),
+        dim(dim),
+        begin(begin),
+        end(end),
+        weights(end - begin, 0.0f),
         lastUpdate(kj::Promise<void>(kj::READY_NOW).fork()) {}
 
 protected:
@@ -45,8 +49,8 @@ protected:
   kj::Promise<void> push(PushContext context) override {
     auto params = context.getParams();
     auto in = params.getGradient();
-    KJ_REQUIRE(in.size() == weights.size(), "gradient of the wrong size for this shard",
-               in.size(), weights.size());
+    KJ_REQUIRE(in.size() == weights.size(), "gradient of the wrong size for this shard", in.size(),
+               weights.size());
     ++pushes;
     std::vector<float> gradient;
     gradient.reserve(in.size());
@@ -54,21 +58,22 @@ protected:
     float learningRate = params.getLearningRate();
     uint64_t baseVersion = params.getBaseVersion();
 
-    auto applied =
-        lastUpdate.addBranch()
-            .then([this, gradient = std::move(gradient), learningRate]() mutable {
-              return loop.offload([next = weights, gradient = std::move(gradient),
-                                   learningRate]() mutable {
-                for (size_t i = 0; i < next.size(); ++i) next[i] -= learningRate * gradient[i];
-                return next;
-              });
-            })
-            .then([this, baseVersion](std::vector<float>&& next) {
-              weights = std::move(next);
-              maxStaleness = std::max(maxStaleness, version - std::min(version, baseVersion));
-              return ++version;
-            })
-            .fork();
+    auto applied = lastUpdate.addBranch()
+                       .then([this, gradient = std::move(gradient), learningRate]() mutable {
+                         return loop.offload([next = weights, gradient = std::move(gradient),
+                                              learningRate]() mutable {
+                           for (size_t i = 0; i < next.size(); ++i)
+                             next[i] -= learningRate * gradient[i];
+                           return next;
+                         });
+                       })
+                       .then([this, baseVersion](std::vector<float>&& next) {
+                         weights = std::move(next);
+                         maxStaleness = std::max(maxStaleness,
+                                                 version - std::min(version, baseVersion));
+                         return ++version;
+                       })
+                       .fork();
     // The next update waits for this one, whether it succeeded or not. The chain lives in the
     // actor, so an update whose caller gave up (deadline, cancellation) still applies.
     lastUpdate = applied.addBranch().ignoreResult().catch_([](kj::Exception&&) {}).fork();
@@ -96,7 +101,7 @@ private:
   uint64_t version = 0;        // updates applied
   uint64_t pushes = 0;         // updates received
   uint64_t pulls = 0;
-  uint64_t maxStaleness = 0;   // most updates applied between a gradient's pull and its push
+  uint64_t maxStaleness = 0;  // most updates applied between a gradient's pull and its push
   kj::ForkedPromise<void> lastUpdate;
 };
 
@@ -119,8 +124,7 @@ int runShard(troupe::EventLoop& loop, std::vector<std::string> args) {
   printf("shard %u of %u owns weights [%u, %u) of %u\n", job.taskIndex, job.numTasks, begin, end,
          dim);
   fflush(stdout);
-  return troupe::hostActor<ParameterServer>(loop, "ps",
-                                            kj::heap<ShardImpl>(loop, dim, begin, end),
+  return troupe::hostActor<ParameterServer>(loop, "ps", kj::heap<ShardImpl>(loop, dim, begin, end),
                                             {.actor = {.maxConcurrency = 0}});
 }
 

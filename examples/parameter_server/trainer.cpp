@@ -30,9 +30,8 @@ bool parseNumber(const std::string& text, uint32_t& out) {
 
 // Pushes each shard of `snapshot` its slice of `gradient`, all at once, straight to the member
 // that owns the slice. Resolves when every shard has applied its slice.
-kj::Promise<void> pushGradient(troupe::ActorGroup<ParameterServer>& group,
-                               const Snapshot& snapshot, const std::vector<float>& gradient,
-                               float learningRate) {
+kj::Promise<void> pushGradient(troupe::ActorGroup<ParameterServer>& group, const Snapshot& snapshot,
+                               const std::vector<float>& gradient, float learningRate) {
   kj::Vector<kj::Promise<void>> pushes;
   // Members are looked up afresh each step: the snapshot may name one that has restarted since.
   auto members = group.readyMembers();
@@ -80,9 +79,9 @@ bool TrainerConfig::parse(const std::vector<std::string>& args) {
   shardsJob = args[0];
   char* end = nullptr;
   learningRate = strtof(args[5].c_str(), &end);
-  return parseNumber(args[1], shards) && parseNumber(args[2], dim) &&
-         parseNumber(args[3], steps) && parseNumber(args[4], batch) && *end == '\0' &&
-         learningRate > 0 && parseNumber(args[6], printEvery);
+  return parseNumber(args[1], shards) && parseNumber(args[2], dim) && parseNumber(args[3], steps) &&
+         parseNumber(args[4], batch) && *end == '\0' && learningRate > 0 &&
+         parseNumber(args[6], printEvery);
 }
 
 int runTrainer(troupe::EventLoop& loop, std::vector<std::string> args) {

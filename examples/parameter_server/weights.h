@@ -14,9 +14,9 @@ namespace ps {
 
 // One shard's part of a Snapshot.
 struct ShardSlice {
-  std::string name;      // the shard's endpoint name, "<job>/ps-<index>"
-  std::string address;   // where it serves
-  uint32_t begin = 0;    // the weights it owns: [begin, end)
+  std::string name;     // the shard's endpoint name, "<job>/ps-<index>"
+  std::string address;  // where it serves
+  uint32_t begin = 0;   // the weights it owns: [begin, end)
   uint32_t end = 0;
   uint64_t version = 0;  // its version when it answered
 };

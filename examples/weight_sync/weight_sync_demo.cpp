@@ -28,8 +28,8 @@
 #include <spdlog/spdlog.h>
 
 #include <troupe/actor/actor_server.h>
-#include <troupe/base/errors.h>
 #include <troupe/actor/job_context.h>
+#include <troupe/base/errors.h>
 #include <troupe/jobs/launcher.h>
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/pool/actor_pool.h>
@@ -90,8 +90,7 @@ int runReplica(troupe::EventLoop& loop) {
   auto& state = *model;
   server.host<Model>(ACTOR, kj::mv(model));
   server.acceptBlobs(
-      "weights",
-      [](const troupe::BlobHeader& h) { return kj::heapArray<kj::byte>(h.size); },
+      "weights", [](const troupe::BlobHeader& h) { return kj::heapArray<kj::byte>(h.size); },
       [&state](troupe::Blob blob) {
         // One assignment on the loop: a request sees the old version or the new one.
         state.serving = kj::heap<Weights>(Weights{blob.version, kj::mv(blob.bytes)});
@@ -297,8 +296,8 @@ int runTrainer(const Options& o) {
   auto& ws = loop.waitScope();
   kj::Own<troupe::LocalLauncher> launcherOwn;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                launcherOwn = kj::heap<troupe::LocalLauncher>(
-                    loop, troupe::LocalLauncherOptions{.resolver = o.resolver});
+                launcherOwn = kj::heap<troupe::LocalLauncher>(loop, troupe::LocalLauncherOptions{
+                                                                        .resolver = o.resolver});
               })) {
     if (troupe::errorCode(*e) != troupe::ErrorCode::INVALID_ARGUMENT) {
       kj::throwFatalException(kj::mv(*e));
@@ -306,18 +305,18 @@ int runTrainer(const Options& o) {
     usage(o.program, kj::str(troupe::errorMessage(*e)).cStr());
   }
   auto& launcher = *launcherOwn;
-  auto group = troupe::createActorGroup<Model>(
-      launcher,
-      {.name = std::string(JOB.cStr()),
-       .entrypoint = troupe::Entrypoint::function("replica"),
-       .replicas = o.replicas},
-      ACTOR);
+  auto group =
+      troupe::createActorGroup<Model>(launcher,
+                                      {.name = std::string(JOB.cStr()),
+                                       .entrypoint = troupe::Entrypoint::function("replica"),
+                                       .replicas = o.replicas},
+                                      ACTOR);
   auto job = KJ_ASSERT_NONNULL(launcher.find(JOB));
   bool passed = false;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 auto ready = group->waitReady(o.replicas, 30 * kj::SECONDS).wait(ws);
-                printf("%zu replicas ready; publishing %u versions of %llu MiB, %s\n",
-                       ready.size(), o.steps, (unsigned long long)o.mib, fanoutName(o.fanout));
+                printf("%zu replicas ready; publishing %u versions of %llu MiB, %s\n", ready.size(),
+                       o.steps, (unsigned long long)o.mib, fanoutName(o.fanout));
                 fflush(stdout);
                 passed = train(loop, o, *group);
               })) {

@@ -130,8 +130,8 @@ CapacityLedger::CapacityLedger(MachineResources machine)
       freeRam(totalRam) {}
 
 kj::Maybe<std::string> CapacityLedger::compare(const ReplicaNeed& need, uint32_t replicas,
-                                               uint64_t milliCpus, uint64_t ramBytes,
-                                               uint32_t gpus, bool empty) const {
+                                               uint64_t milliCpus, uint64_t ramBytes, uint32_t gpus,
+                                               bool empty) const {
   KJ_IF_MAYBE(device, need.foreignDevice) {
     return "needs a " + *device + " device, which a local machine does not have";
   }
@@ -157,14 +157,12 @@ kj::Maybe<std::string> CapacityLedger::compare(const ReplicaNeed& need, uint32_t
   return text;
 }
 
-kj::Maybe<std::string> CapacityLedger::neverFits(const ReplicaNeed& need,
-                                                 uint32_t replicas) const {
-  return compare(need, replicas, totalMilliCpus, totalRam,
-                 static_cast<uint32_t>(gpuFree.size()), true);
+kj::Maybe<std::string> CapacityLedger::neverFits(const ReplicaNeed& need, uint32_t replicas) const {
+  return compare(need, replicas, totalMilliCpus, totalRam, static_cast<uint32_t>(gpuFree.size()),
+                 true);
 }
 
-kj::Maybe<std::string> CapacityLedger::shortfall(const ReplicaNeed& need,
-                                                 uint32_t replicas) const {
+kj::Maybe<std::string> CapacityLedger::shortfall(const ReplicaNeed& need, uint32_t replicas) const {
   return compare(need, replicas, freeMilliCpus, freeRam, available().gpus, false);
 }
 

@@ -159,7 +159,8 @@ void LocalJob::create(uint32_t attempt) {
                          // replicas wait, so that they never register without the credential.
                          auto delay = CREATE_BACKOFF.delay(attempt, loop.random());
                          reason_ = kj::str("waiting to create the job in the resolver: ",
-                                           errorMessage(e)).cStr();
+                                           errorMessage(e))
+                                       .cStr();
                          settings.logger->warn("job {}: {}; trying again in {} ms", request_.name,
                                                reason_, delay / kj::MILLISECONDS);
                          changed();
@@ -229,8 +230,8 @@ SpawnOptions LocalJob::spawnOptions(const Replica& replica) const {
 
 bool LocalJob::startReplica(Replica& r) {
   ++r.starts;
-  std::string marker = "--- troupe: job " + request_.name + ", replica " +
-                       std::to_string(r.index) + ", start " + std::to_string(r.starts);
+  std::string marker = "--- troupe: job " + request_.name + ", replica " + std::to_string(r.index) +
+                       ", start " + std::to_string(r.starts);
   KJ_IF_MAYBE(previous, r.lastExit) {
     marker += " (its previous run " + describe(*previous) + ")";
   }
@@ -253,10 +254,9 @@ bool LocalJob::startReplica(Replica& r) {
   auto process = kj::mv(KJ_ASSERT_NONNULL(started));
   settings.logger->info("job {}: replica {} started (pid {}, start {})", request_.name, r.index,
                         process->pid(), r.starts);
-  tasks->add(process->exited().then(
-      [this, index = r.index, start = r.starts](ExitStatus status) {
-        replicaExited(index, start, status);
-      }));
+  tasks->add(process->exited().then([this, index = r.index, start = r.starts](ExitStatus status) {
+    replicaExited(index, start, status);
+  }));
   r.process = kj::mv(process);
   changed();
   return true;
@@ -332,9 +332,7 @@ kj::Promise<void> LocalJob::stop(kj::Maybe<kj::Duration> grace, std::string why)
   }
   changed();
   maybeFinish();
-  return whenFinal().then([self = kj::addRef(*this)]() mutable {
-    return self->whenEndReported();
-  });
+  return whenFinal().then([self = kj::addRef(*this)]() mutable { return self->whenEndReported(); });
 }
 
 void LocalJob::beginEnding(JobPhase phase, const char* what, std::string why) {
@@ -355,8 +353,10 @@ void LocalJob::armKill(kj::Duration grace) {
   auto at = loop.timer().now() + grace;
   if (killTimer != nullptr && killAt <= at) return;
   killAt = at;
-  killTimer = loop.timer().atTime(at).then([this]() { signalAll(SIGKILL); }).eagerlyEvaluate(
-      [this](kj::Exception&& e) { taskFailed(kj::mv(e)); });
+  killTimer = loop.timer()
+                  .atTime(at)
+                  .then([this]() { signalAll(SIGKILL); })
+                  .eagerlyEvaluate([this](kj::Exception&& e) { taskFailed(kj::mv(e)); });
 }
 
 void LocalJob::signalAll(int signum) {

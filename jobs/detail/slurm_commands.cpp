@@ -5,13 +5,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <sstream>
 
 #include <capnp/compat/json.h>
 #include <capnp/message.h>
 #include <kj/io.h>
-#include <uv.h>
 
 #include "troupe/base/errors.h"
 #include "troupe/jobs/detail/replica_environment.h"
@@ -66,8 +66,9 @@ std::string findCommand(const std::string& name) {
     return *found;
   }
   const char* path = getenv("PATH");
-  throwError(ErrorCode::FAILED, kj::str("the Slurm command '", name, "' is not on PATH (",
-                                        path != nullptr ? path : "", "); is Slurm installed here?"));
+  throwError(ErrorCode::FAILED,
+             kj::str("the Slurm command '", name, "' is not on PATH (", path != nullptr ? path : "",
+                     "); is Slurm installed here?"));
 }
 
 kj::Promise<CommandOutput> runCommand(EventLoop& loop, std::vector<std::string> argv,
@@ -75,8 +76,8 @@ kj::Promise<CommandOutput> runCommand(EventLoop& loop, std::vector<std::string> 
   KJ_REQUIRE(!argv.empty());
   int fd = ::memfd_create("troupe-command-output", MFD_CLOEXEC);
   if (fd < 0) {
-    throwError(ErrorCode::FAILED, kj::str("cannot run ", argv[0], ": memfd_create: ",
-                                          strerror(errno)));
+    throwError(ErrorCode::FAILED,
+               kj::str("cannot run ", argv[0], ": memfd_create: ", strerror(errno)));
   }
   kj::AutoCloseFd output(fd);
   SpawnOptions options;
@@ -109,8 +110,8 @@ CommandOutput runCommandNow(const std::vector<std::string>& argv,
   auto file = findCommand(argv[0]);
   int fd = ::memfd_create("troupe-command-output", MFD_CLOEXEC);
   if (fd < 0) {
-    throwError(ErrorCode::FAILED, kj::str("cannot run ", argv[0], ": memfd_create: ",
-                                          strerror(errno)));
+    throwError(ErrorCode::FAILED,
+               kj::str("cannot run ", argv[0], ": memfd_create: ", strerror(errno)));
   }
   kj::AutoCloseFd output(fd);
   std::vector<char*> args, envp;
@@ -280,11 +281,11 @@ bool slurmStateIsFinal(kj::StringPtr state) {
 }
 
 bool pendingReasonIsFinal(kj::StringPtr reason) {
-  for (auto never : {"PartitionNodeLimit", "PartitionTimeLimit", "PartitionConfig",
-                     "BadConstraints", "InvalidAccount", "InvalidQOS", "QOSMaxCpuPerJobLimit",
-                     "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit",
-                     "AssocMaxCpuPerJobLimit", "AssocMaxNodePerJobLimit",
-                     "AssocMaxWallDurationPerJobLimit", "DependencyNeverSatisfied"}) {
+  for (auto never :
+       {"PartitionNodeLimit", "PartitionTimeLimit", "PartitionConfig", "BadConstraints",
+        "InvalidAccount", "InvalidQOS", "QOSMaxCpuPerJobLimit", "QOSMaxNodePerJobLimit",
+        "QOSMaxWallDurationPerJobLimit", "AssocMaxCpuPerJobLimit", "AssocMaxNodePerJobLimit",
+        "AssocMaxWallDurationPerJobLimit", "DependencyNeverSatisfied"}) {
     if (reason == never) return true;
   }
   return false;

@@ -38,11 +38,11 @@ std::string firstLine(const std::string& text) { return text.substr(0, text.find
 
 // Whether sbatch's refusal means the request can never run here (rather than a passing fault).
 bool refusalIsFinal(const std::string& text) {
-  for (auto never : {"Requested node configuration is not available", "invalid partition",
-                     "Invalid generic resource", "Invalid account", "Invalid qos",
-                     "More processors requested than permitted",
-                     "Memory specification can not be satisfied",
-                     "Requested time limit is invalid", "Invalid feature specification"}) {
+  for (auto never :
+       {"Requested node configuration is not available", "invalid partition",
+        "Invalid generic resource", "Invalid account", "Invalid qos",
+        "More processors requested than permitted", "Memory specification can not be satisfied",
+        "Requested time limit is invalid", "Invalid feature specification"}) {
     if (text.find(never) != std::string::npos) return true;
   }
   return false;
@@ -55,7 +55,8 @@ std::vector<std::string> sbatchArguments(const JobRequest& request,
   auto& resources = request.resources;
   if (std::holds_alternative<TpuDevice>(resources.device)) {
     throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str("job '", request.name, "' asks for a TPU; the Slurm launcher runs CPU and "
+               kj::str("job '", request.name,
+                       "' asks for a TPU; the Slurm launcher runs CPU and "
                        "GPU jobs"));
   }
   std::vector<std::string> args{"sbatch", "--parsable"};
@@ -156,9 +157,8 @@ void SlurmJob::setPhase(JobPhase phase, std::string why) {
 }
 
 void SlurmJob::submit() {
-  tasks->add(createAndSubmit().catch_([this](kj::Exception&& e) {
-    finish(JobPhase::FAILED, errorMessage(e).cStr());
-  }));
+  tasks->add(createAndSubmit().catch_(
+      [this](kj::Exception&& e) { finish(JobPhase::FAILED, errorMessage(e).cStr()); }));
 }
 
 kj::Promise<void> SlurmJob::createAndSubmit() {
@@ -170,40 +170,43 @@ kj::Promise<void> SlurmJob::createAndSubmit() {
   }
   ::unlink((settings.logDirectory + "/batch.log").c_str());
   auto testArgs = sbatchArguments(request_, settings, true);
-  return h.resolver().createJob(request_.name).then([this, testArgs](std::string credential) {
-    jobCredential = kj::mv(credential);
-    jobTokenFile = writeJobTokenFile(
-        settings.logDirectory.substr(0, settings.logDirectory.rfind('/')), settings.logDirectory,
-        jobCredential);
-    return sbatch(testArgs, {}, loop.timer().now() + settings.submitPatience, 1 * kj::SECONDS);
-  }).then([this, testArgs](CommandOutput tested) -> kj::Promise<void> {
-    if (stopping) {
-      finish(JobPhase::STOPPED, stopReason);
-      return kj::READY_NOW;
-    }
-    if (!tested.status.ok()) {
-      auto why = describeFailure(testArgs, tested);
-      finish(refusalIsFinal(tested.text) ? JobPhase::UNSCHEDULABLE : JobPhase::FAILED, why);
-      return kj::READY_NOW;
-    }
-    ReplicaEnvironment how;
-    how.resolverUrl = settings.resolverUrl;
-    how.jobTokenFile = jobTokenFile;
-    how.numTasks = request_.replicaCount();
-    auto args = sbatchArguments(request_, settings, false);
-    return sbatch(args, replicaEnvironment(request_, how),
-                  loop.timer().now() + settings.submitPatience, 1 * kj::SECONDS)
-        .then([this, args](CommandOutput out) {
-          uint64_t id = out.status.ok() ? strtoull(out.text.c_str(), nullptr, 10) : 0;
-          if (id == 0) {
-            auto why = out.status.ok() ? "sbatch printed no job id: " + firstLine(out.text)
-                                       : describeFailure(args, out);
-            finish(refusalIsFinal(out.text) ? JobPhase::UNSCHEDULABLE : JobPhase::FAILED, why);
-            return;
-          }
-          submitted(id);
-        });
-  });
+  return h.resolver()
+      .createJob(request_.name)
+      .then([this, testArgs](std::string credential) {
+        jobCredential = kj::mv(credential);
+        jobTokenFile =
+            writeJobTokenFile(settings.logDirectory.substr(0, settings.logDirectory.rfind('/')),
+                              settings.logDirectory, jobCredential);
+        return sbatch(testArgs, {}, loop.timer().now() + settings.submitPatience, 1 * kj::SECONDS);
+      })
+      .then([this, testArgs](CommandOutput tested) -> kj::Promise<void> {
+        if (stopping) {
+          finish(JobPhase::STOPPED, stopReason);
+          return kj::READY_NOW;
+        }
+        if (!tested.status.ok()) {
+          auto why = describeFailure(testArgs, tested);
+          finish(refusalIsFinal(tested.text) ? JobPhase::UNSCHEDULABLE : JobPhase::FAILED, why);
+          return kj::READY_NOW;
+        }
+        ReplicaEnvironment how;
+        how.resolverUrl = settings.resolverUrl;
+        how.jobTokenFile = jobTokenFile;
+        how.numTasks = request_.replicaCount();
+        auto args = sbatchArguments(request_, settings, false);
+        return sbatch(args, replicaEnvironment(request_, how),
+                      loop.timer().now() + settings.submitPatience, 1 * kj::SECONDS)
+            .then([this, args](CommandOutput out) {
+              uint64_t id = out.status.ok() ? strtoull(out.text.c_str(), nullptr, 10) : 0;
+              if (id == 0) {
+                auto why = out.status.ok() ? "sbatch printed no job id: " + firstLine(out.text)
+                                           : describeFailure(args, out);
+                finish(refusalIsFinal(out.text) ? JobPhase::UNSCHEDULABLE : JobPhase::FAILED, why);
+                return;
+              }
+              submitted(id);
+            });
+      });
 }
 
 kj::Promise<kj::Maybe<std::string>> SlurmJob::passingRefusal(const CommandOutput& out) {
@@ -231,36 +234,40 @@ kj::Promise<kj::Maybe<std::string>> SlurmJob::passingRefusal(const CommandOutput
 }
 
 kj::Promise<CommandOutput> SlurmJob::sbatch(std::vector<std::string> args,
-                                            std::vector<std::string> env,
-                                            kj::TimePoint deadline, kj::Duration pause) {
+                                            std::vector<std::string> env, kj::TimePoint deadline,
+                                            kj::Duration pause) {
   auto ran = KJ_ASSERT_NONNULL(host).run(args, env);
-  return ran.then([this](CommandOutput out) {
-    auto judged = passingRefusal(out);
-    return judged.then([out = kj::mv(out)](kj::Maybe<std::string> passing) mutable {
-      return std::make_pair(kj::mv(out), kj::mv(passing));
-    });
-  }).then([this, args = kj::mv(args), env = kj::mv(env), deadline,
-           pause](std::pair<CommandOutput, kj::Maybe<std::string>> result) mutable
-          -> kj::Promise<CommandOutput> {
-    auto& [out, passing] = result;
-    KJ_IF_MAYBE(why, passing) {
-      if (!stopping && host != nullptr && loop.timer().now() + pause <= deadline) {
-        auto seconds = std::to_string(pause / kj::SECONDS);
-        settings.logger->warn("slurm launcher: job {}: {}; submitting again in {} s",
-                              request_.name, *why, seconds);
-        setPhase(JobPhase::PENDING, "submitting: " + *why + " (" + firstLine(out.text) +
-                                        "); trying again in " + seconds + " s");
-        auto next = std::min(pause * 2, 30 * kj::SECONDS);
-        return loop.timer().afterDelay(pause).exclusiveJoin(stopRequested.addBranch()).then(
-            [this, out = kj::mv(out), args = kj::mv(args), env = kj::mv(env), deadline,
-             next]() mutable -> kj::Promise<CommandOutput> {
-              if (stopping || host == nullptr) return kj::mv(out);
-              return sbatch(kj::mv(args), kj::mv(env), deadline, next);
-            });
-      }
-    }
-    return kj::mv(out);
-  });
+  return ran
+      .then([this](CommandOutput out) {
+        auto judged = passingRefusal(out);
+        return judged.then([out = kj::mv(out)](kj::Maybe<std::string> passing) mutable {
+          return std::make_pair(kj::mv(out), kj::mv(passing));
+        });
+      })
+      .then([this, args = kj::mv(args), env = kj::mv(env), deadline,
+             pause](std::pair<CommandOutput, kj::Maybe<std::string>> result) mutable
+            -> kj::Promise<CommandOutput> {
+        auto& [out, passing] = result;
+        KJ_IF_MAYBE(why, passing) {
+          if (!stopping && host != nullptr && loop.timer().now() + pause <= deadline) {
+            auto seconds = std::to_string(pause / kj::SECONDS);
+            settings.logger->warn("slurm launcher: job {}: {}; submitting again in {} s",
+                                  request_.name, *why, seconds);
+            setPhase(JobPhase::PENDING, "submitting: " + *why + " (" + firstLine(out.text) +
+                                            "); trying again in " + seconds + " s");
+            auto next = std::min(pause * 2, 30 * kj::SECONDS);
+            return loop.timer()
+                .afterDelay(pause)
+                .exclusiveJoin(stopRequested.addBranch())
+                .then([this, out = kj::mv(out), args = kj::mv(args), env = kj::mv(env), deadline,
+                       next]() mutable -> kj::Promise<CommandOutput> {
+                  if (stopping || host == nullptr) return kj::mv(out);
+                  return sbatch(kj::mv(args), kj::mv(env), deadline, next);
+                });
+          }
+        }
+        return kj::mv(out);
+      });
 }
 
 void SlurmJob::follow(const SlurmJobInfo& info) {
@@ -353,8 +360,7 @@ void SlurmJob::endedInSlurm(const SlurmJobInfo& info) {
     settings.logger->info("slurm launcher: job {}: preempted; requeued", request_.name);
     requeue("preempted; waiting to run again");
   } else {
-    std::string why = state == "TIMEOUT" ? std::string("it reached its time limit")
-                                         : failedTask();
+    std::string why = state == "TIMEOUT" ? std::string("it reached its time limit") : failedTask();
     if (why.empty()) {
       why = "Slurm job " + std::to_string(slurmId_) + " ended " + info.state + " (exit code " +
             std::to_string(info.exitCode) + ":" + std::to_string(info.exitSignal) + ")";
@@ -420,9 +426,7 @@ void SlurmJob::finish(JobPhase phase, std::string why) {
   endFulfiller->fulfill();
 }
 
-kj::Promise<void> SlurmJob::whenFinal() {
-  return KJ_ASSERT_NONNULL(endReported).addBranch();
-}
+kj::Promise<void> SlurmJob::whenFinal() { return KJ_ASSERT_NONNULL(endReported).addBranch(); }
 
 kj::Promise<void> SlurmJob::cancel(bool graceful) {
   KJ_IF_MAYBE(h, host) {
@@ -475,7 +479,7 @@ void SlurmJob::detach() {
   }
   if (endFulfiller->isWaiting()) {
     endFulfiller->reject(makeError(ErrorCode::FAILED, kj::str("job ", request_.name, ": ",
-                                                             "the launcher was destroyed")));
+                                                              "the launcher was destroyed")));
   }
 }
 

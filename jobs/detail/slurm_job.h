@@ -32,10 +32,10 @@ public:
 
 // How the launcher has a job submitted.
 struct SlurmJobSettings {
-  std::string program;          // the executable FUNCTION entrypoints run
-  std::string resolverUrl;      // TROUPE_RESOLVER
-  std::string logDirectory;     // the job's own: <launcher's log directory>/<job>
-  std::string batchScript;      // the launcher's: exec srun "$@"
+  std::string program;       // the executable FUNCTION entrypoints run
+  std::string resolverUrl;   // TROUPE_RESOLVER
+  std::string logDirectory;  // the job's own: <launcher's log directory>/<job>
+  std::string batchScript;   // the launcher's: exec srun "$@"
   std::string partition;
   kj::Duration timeLimit;
   std::vector<std::string> sbatchArgs;

@@ -21,7 +21,7 @@ std::string describe(const ExitStatus& status) {
 Subprocess::Subprocess(uv_loop_t* loop, const SpawnOptions& options) {
   KJ_REQUIRE(!options.file.empty(), "Subprocess needs a program");
   std::string file = options.file.find('/') == std::string::npos ? "./" + options.file
-                                                                  : options.file;
+                                                                 : options.file;
   std::vector<char*> argv;
   for (auto& a : options.args) argv.push_back(const_cast<char*>(a.c_str()));
   if (argv.empty()) argv.push_back(const_cast<char*>(options.file.c_str()));
@@ -59,10 +59,10 @@ Subprocess::Subprocess(uv_loop_t* loop, const SpawnOptions& options) {
   handle->data = this;
   int status = uv_spawn(loop, handle.get(), &spawn);
   if (status < 0) {
-    kj::throwFatalException(kj::Exception(
-        kj::Exception::Type::FAILED, __FILE__, __LINE__,
-        kj::str("cannot start '", file, "': ", uv_strerror(status), " (",
-                uv_err_name(status), ")")));
+    kj::throwFatalException(
+        kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                      kj::str("cannot start '", file, "': ", uv_strerror(status), " (",
+                              uv_err_name(status), ")")));
   }
   pid_ = handle->pid;
 }

@@ -24,7 +24,7 @@ namespace {
 // 16x16x24 (6144 chips) as the largest slice. The v4 docs mention further twisted-torus shapes
 // (12x12x24) that have no accelerator type in xpk; they are left out too.
 constexpr kj::StringPtr V4_TOPOLOGIES[] = {
-    "2x2x1"_kj, "2x2x2"_kj, "2x2x4"_kj, "2x4x4"_kj, "4x4x4"_kj,  "4x4x8"_kj,
+    "2x2x1"_kj, "2x2x2"_kj, "2x2x4"_kj,  "2x4x4"_kj,  "4x4x4"_kj,   "4x4x8"_kj,
     "4x8x8"_kj, "8x8x8"_kj, "8x8x12"_kj, "8x8x16"_kj, "8x16x16"_kj,
 };
 
@@ -145,8 +145,8 @@ kj::Maybe<uint32_t> parseSize(kj::StringPtr text) {
   }
   throwError(ErrorCode::INVALID_ARGUMENT,
              kj::str("TPU type '", printable(type), "' is not a ", family.name,
-                     " slice size (N counts TensorCores, ", family.coresPerChip,
-                     " per chip); ", nearest));
+                     " slice size (N counts TensorCores, ", family.coresPerChip, " per chip); ",
+                     nearest));
 }
 
 }  // namespace

@@ -14,15 +14,15 @@ namespace troupe::jobs_detail {
 // One TPU generation. A slice type is "<name>-<N>", N counting TensorCores (coresPerChip per
 // chip): v4-8 and v5p-8 are 4 chips, v5litepod-8 and v6e-8 are 8.
 struct TpuFamily {
-  kj::StringPtr name;             // as the Cloud TPU API spells it: "v4", "v5p", "v5litepod", "v6e"
-  kj::StringPtr alias;            // another accepted spelling ("v5e" for "v5litepod"), or ""
-  uint32_t coresPerChip;          // TensorCores per chip
-  uint32_t maxSingleVmChips;      // slices up to this many chips are one VM; larger ones have
-                                  // 4 chips per VM
-  uint32_t topologyDims;          // 3 ("2x2x1") or 2 ("4x4")
-  double hostCpus;                // vCPUs of the family's (4-chip) TPU VM
-  uint64_t hostRamBytes;          // RAM of that VM, bytes
-  bool setsLibtpuInitArgs;        // whether replicas get LIBTPU_INIT_ARGS_DEFAULT
+  kj::StringPtr name;         // as the Cloud TPU API spells it: "v4", "v5p", "v5litepod", "v6e"
+  kj::StringPtr alias;        // another accepted spelling ("v5e" for "v5litepod"), or ""
+  uint32_t coresPerChip;      // TensorCores per chip
+  uint32_t maxSingleVmChips;  // slices up to this many chips are one VM; larger ones have
+                              // 4 chips per VM
+  uint32_t topologyDims;      // 3 ("2x2x1") or 2 ("4x4")
+  double hostCpus;            // vCPUs of the family's (4-chip) TPU VM
+  uint64_t hostRamBytes;      // RAM of that VM, bytes
+  bool setsLibtpuInitArgs;    // whether replicas get LIBTPU_INIT_ARGS_DEFAULT
   kj::ArrayPtr<const kj::StringPtr> topologies;  // every slice shape, smallest first
 };
 
@@ -33,7 +33,7 @@ struct TpuSlice {
   std::string topology;  // "2x2x1", "4x4", ...
   uint32_t chips;        // chips in the slice
   uint32_t chipsPerVm;
-  uint32_t vmCount;      // VMs per slice
+  uint32_t vmCount;  // VMs per slice
 };
 
 // LIBTPU_INIT_ARGS for the families with setsLibtpuInitArgs (v5e, v5p, v6e); see tpu_types.cpp.

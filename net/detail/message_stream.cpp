@@ -235,13 +235,15 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
                      "the server's budget (ConnectionLimits::maxIncompleteMessageBytes)",
                      l->peer, totalBytes, l->budget.held());
       }
-      return l->budget.reserve(totalBytes).then([this, options, segmentCount, table, totalWords](
-                               kj::Own<IncomingBudget::Reservation> reservation) {
-        auto& l = KJ_ASSERT_NONNULL(limits);
-        deadline = l.timer.now() + l.messageTimeout;  // waiting for the budget is not stalling
-        deadlineIsFirst = false;
-        return readSegments(options, segmentCount, table, totalWords).attach(kj::mv(reservation));
-      });
+      return l->budget.reserve(totalBytes)
+          .then([this, options, segmentCount, table,
+                 totalWords](kj::Own<IncomingBudget::Reservation> reservation) {
+            auto& l = KJ_ASSERT_NONNULL(limits);
+            deadline = l.timer.now() + l.messageTimeout;  // waiting for the budget is not stalling
+            deadlineIsFirst = false;
+            return readSegments(options, segmentCount, table, totalWords)
+                .attach(kj::mv(reservation));
+          });
     }
   }
   return readSegments(options, segmentCount, table, totalWords);
@@ -315,11 +317,10 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
     }
     segments[segments.size() - 1] = last;
     auto lastBytes = last.asBytes();
-    return readInto(lastBytes).then(
-        [this, options, head = kj::mv(head), segments = kj::mv(segments),
-         last = kj::mv(last)]() mutable {
-          return complete(kj::mv(head), kj::mv(segments), options, kj::mv(last));
-        });
+    return readInto(lastBytes).then([this, options, head = kj::mv(head),
+                                     segments = kj::mv(segments), last = kj::mv(last)]() mutable {
+      return complete(kj::mv(head), kj::mv(segments), options, kj::mv(last));
+    });
   });
 }
 
@@ -359,15 +360,16 @@ kj::Promise<void> BoundedMessageStream::afterWrites() { return lastWrite.addBran
 
 kj::Promise<void> BoundedMessageStream::track(kj::Promise<void> write) {
   ++writesInFlight;
-  auto done = write.then([this]() -> kj::Promise<void> {
-                           --writesInFlight;
-                           return kj::READY_NOW;
-                         },
-                         [this](kj::Exception&& e) -> kj::Promise<void> {
-                           --writesInFlight;
-                           if (writeFailure == nullptr) writeFailure = kj::cp(e);
-                           return kj::mv(e);
-                         });
+  auto done = write.then(
+      [this]() -> kj::Promise<void> {
+        --writesInFlight;
+        return kj::READY_NOW;
+      },
+      [this](kj::Exception&& e) -> kj::Promise<void> {
+        --writesInFlight;
+        if (writeFailure == nullptr) writeFailure = kj::cp(e);
+        return kj::mv(e);
+      });
   lastWrite = done.fork();
   return lastWrite.addBranch();
 }
@@ -419,9 +421,8 @@ kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
   if (bytes > COALESCE_MAX_MESSAGE_BYTES) {
     // Large: after the batch, from the message's own segments.
     flush();
-    return track(afterWrites().then([this, segments]() {
-      return capnp::writeMessage(stream, segments);
-    }));
+    return track(
+        afterWrites().then([this, segments]() { return capnp::writeMessage(stream, segments); }));
   }
 
   size_t at = batch.size();
@@ -457,9 +458,8 @@ kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
 kj::Maybe<int> BoundedMessageStream::getSendBufferSize() {
   int size = 0;
   uint len = sizeof(size);
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                stream.getsockopt(SOL_SOCKET, SO_SNDBUF, &size, &len);
-              })) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                     [&]() { stream.getsockopt(SOL_SOCKET, SO_SNDBUF, &size, &len); })) {
     (void)e;
     return nullptr;
   }

@@ -61,9 +61,9 @@ private:
 // What a server bounds each of its connections' reads by (ConnectionLimits).
 struct ReadLimits {
   kj::Timer& timer;
-  kj::TimePoint firstMessageBy;  // the first whole message must have arrived by then
+  kj::TimePoint firstMessageBy;      // the first whole message must have arrived by then
   kj::Duration firstMessageTimeout;  // what firstMessageBy is after the connection, for logs
-  kj::Duration messageTimeout;   // a message begun must be complete within this
+  kj::Duration messageTimeout;       // a message begun must be complete within this
   IncomingBudget& budget;
   std::shared_ptr<spdlog::logger> log;
   std::string peer;  // "actor server: connection from 127.0.0.1:5555", for log lines
@@ -88,7 +88,6 @@ constexpr size_t KEPT_BATCH_CAPACITY = 64 * 1024;
 // A batch that grows past this is handed to the stream without waiting for the end of the turn.
 constexpr size_t BATCH_FLUSH_BYTES = 1024 * 1024;
 
-
 // Borrows `stream`, which must outlive it. Loop thread only.
 class BoundedMessageStream {
 public:
@@ -101,12 +100,12 @@ public:
   ~BoundedMessageStream() noexcept(false);
   KJ_DISALLOW_COPY(BoundedMessageStream);
 
-  // The next message, ready for Cap'n Proto's RPC system. Rejects (closing the connection, as any read error does) with
-  // MESSAGE_TOO_LARGE when the segment table announces more than maxMessageBytes, before
-  // reading the segments; with FAILED for a malformed segment table; with DISCONNECTED when the
-  // stream ends mid-message. Resolves to null on a clean end of stream. When the buffer already
-  // holds the whole message, the promise is ready at once. Large bodies are read into memory
-  // from buffer_cache.h.
+  // The next message, ready for Cap'n Proto's RPC system. Rejects (closing the connection, as any
+  // read error does) with MESSAGE_TOO_LARGE when the segment table announces more than
+  // maxMessageBytes, before reading the segments; with FAILED for a malformed segment table; with
+  // DISCONNECTED when the stream ends mid-message. Resolves to null on a clean end of stream. When
+  // the buffer already holds the whole message, the promise is ready at once. Large bodies are read
+  // into memory from buffer_cache.h.
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readMessage(
       capnp::ReaderOptions options);
 
@@ -144,12 +143,11 @@ private:
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readHeader(
       capnp::ReaderOptions options);
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readBody(capnp::ReaderOptions options,
-                                                              uint32_t segmentCount,
-                                                              size_t tableBytes);
+                                                                      uint32_t segmentCount,
+                                                                      size_t tableBytes);
   // The body of a message whose segment table is at the start of the buffer.
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readSegments(
-      capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes,
-      uint64_t totalWords);
+      capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes, uint64_t totalWords);
   // The same for a message whose last segment is offered to `placement`: the others first.
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readPlaced(
       capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes, uint64_t totalWords,
@@ -188,13 +186,13 @@ private:
   size_t readBegin = 0;  // unread bytes are [readBegin, readEnd)
   size_t readEnd = 0;
 
-  int socketFd = -1;                        // the stream's socket, written directly when idle
-  kj::Vector<kj::byte> batch;               // framed messages not yet handed to the stream
-  kj::ForkedPromise<void> lastWrite;        // the latest write handed to the stream
+  int socketFd = -1;                  // the stream's socket, written directly when idle
+  kj::Vector<kj::byte> batch;         // framed messages not yet handed to the stream
+  kj::ForkedPromise<void> lastWrite;  // the latest write handed to the stream
   size_t writesInFlight = 0;
   kj::Maybe<kj::Exception> writeFailure;
   bool flushQueued = false;
-  kj::Promise<void> flushLater = nullptr;   // the end-of-turn flush
+  kj::Promise<void> flushLater = nullptr;  // the end-of-turn flush
 };
 
 }  // namespace troupe::net_detail

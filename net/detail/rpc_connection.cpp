@@ -4,10 +4,8 @@
 
 namespace troupe::net_detail {
 
-
-RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream,
-                             capnp::Capability::Client bootstrap, uint64_t maxMessageBytes,
-                             bool direct, kj::Maybe<ReadLimits> limits)
+RpcConnection::RpcConnection(kj::Own<kj::AsyncIoStream> stream, capnp::Capability::Client bootstrap,
+                             uint64_t maxMessageBytes, bool direct, kj::Maybe<ReadLimits> limits)
     : stream(kj::mv(stream)),
       messages(*this->stream, maxMessageBytes, direct, kj::mv(limits)),
       network(messages, capnp::rpc::twoparty::Side::SERVER, maxMessageBytes),

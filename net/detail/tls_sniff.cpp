@@ -61,10 +61,9 @@ kj::Promise<kj::Maybe<kj::Own<kj::AsyncIoStream>>> sniffTls(kj::Own<kj::AsyncIoS
   auto first = kj::heap<kj::byte>(0);
   auto& stream_ = *stream;
   auto& byte = *first;
-  return stream_.tryRead(&byte, 1, 1).then(
-      [stream = kj::mv(stream), first = kj::mv(first),
-       address = kj::str(tlsAddress)](size_t n) mutable
-      -> kj::Promise<kj::Maybe<kj::Own<kj::AsyncIoStream>>> {
+  return stream_.tryRead(&byte, 1, 1)
+      .then([stream = kj::mv(stream), first = kj::mv(first), address = kj::str(tlsAddress)](
+                size_t n) mutable -> kj::Promise<kj::Maybe<kj::Own<kj::AsyncIoStream>>> {
         if (n == 0) return kj::Maybe<kj::Own<kj::AsyncIoStream>>(nullptr);
         if (*first == TLS_HANDSHAKE_RECORD) {
           return kj::Maybe<kj::Own<kj::AsyncIoStream>>(kj::heap<Unread>(kj::mv(stream), *first));

@@ -11,8 +11,8 @@ namespace troupe::pool_detail {
 
 struct MemberHealth::Record {
   uint64_t incarnation = 0;
-  uint32_t failures = 0;   // attempts failed in a row
-  uint32_t ejections = 0;  // ejections in a row (forgotten after maxEjectionTime in)
+  uint32_t failures = 0;                  // attempts failed in a row
+  uint32_t ejections = 0;                 // ejections in a row (forgotten after maxEjectionTime in)
   kj::Maybe<kj::TimePoint> ejectedUntil;  // while ejected, and while the readmission ping runs
   kj::Maybe<kj::TimePoint> lastEjected;
   bool pinging = false;
@@ -81,8 +81,7 @@ bool MemberHealth::available(const GroupMember& member) {
                           if (!answered) return;
                           record.ejectedUntil = nullptr;
                           record.failures = 0;
-                          loop.logger()->info("{} answered a ping; it takes calls again",
-                                              name);
+                          loop.logger()->info("{} answered a ping; it takes calls again", name);
                         })
                         .eagerlyEvaluate(nullptr);
     return false;
@@ -147,8 +146,7 @@ kj::Promise<bool> MemberHealth::probe(const GroupMember& member) {
                         .then([](uint64_t) { return kj::str(); },
                               [](kj::Exception&& e) { return kj::str(errorMessage(e)); });
     r.ping = answered
-                 .then([this, m = share(member)](
-                           kj::String error) -> bool {
+                 .then([this, m = share(member)](kj::String error) -> bool {
                    auto found = records.find(m->endpoint.name);
                    bool ok = error.size() == 0;
                    if (found == records.end()) return ok;
@@ -157,8 +155,8 @@ kj::Promise<bool> MemberHealth::probe(const GroupMember& member) {
                    record.pinging = false;
                    if (!ok) {
                      eject(record, *m,
-                           kj::str("it did not answer a ping within ",
-                                   millis(options.probeTimeout), " ms: ", error));
+                           kj::str("it did not answer a ping within ", millis(options.probeTimeout),
+                                   " ms: ", error));
                    }
                    return ok;
                  })
@@ -249,7 +247,8 @@ kj::Maybe<kj::TimePoint> MemberHealth::sweep() {
     if (!probing) continue;
     if (now >= w.checkFrom + o.probeAfter) {
       bool listed = false;
-      for (auto* p : toProbe) listed = listed || p->member->endpoint.name == w.member->endpoint.name;
+      for (auto* p : toProbe)
+        listed = listed || p->member->endpoint.name == w.member->endpoint.name;
       if (!listed) toProbe.add(&w);
       // Until the probe answers, it says nothing new about this attempt.
       w.checkFrom = now + o.probeTimeout;

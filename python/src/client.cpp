@@ -5,11 +5,11 @@
 
 #include <kj/debug.h>
 
-#include "python/src/errors.h"
-#include "python/src/values.h"
 #include "troupe/actor/dynamic_actor.h"
 #include "troupe/base/errors.h"
 #include "troupe/resolver/open_resolver.h"
+#include "python/src/errors.h"
+#include "python/src/values.h"
 
 namespace py = pybind11;
 
@@ -220,19 +220,21 @@ std::shared_ptr<PreparedCall> Methods::prepare(const std::string& method, py::ha
 kj::Own<CallCompletion> startCall(std::shared_ptr<PreparedCall> prepared, Send send) {
   auto completion = kj::atomicRefcounted<CallCompletion>();
   completion->resultType = prepared->method.method.getResultType();
-  python::start(*completion, [prepared = kj::mv(prepared), send = kj::mv(send)](
-                                 EventLoop&, Completion& c) mutable -> kj::Promise<void> {
-    auto& done = static_cast<CallCompletion&>(c);
-    auto& call = *prepared;
-    return send(call)
-        .then([&done](capnp::Response<capnp::DynamicStruct>&& r) { done.results = copyOf(r); },
-              [&done, &call](kj::Exception&& e) {
-                // A pool call's error concerns the member of its last attempt.
-                if (!call.member.empty()) done.endpoint = call.member;
-                kj::throwFatalException(kj::mv(e));
-              })
-        .attach(kj::mv(prepared), kj::mv(send));
-  });
+  python::start(
+      *completion,
+      [prepared = kj::mv(prepared),
+       send = kj::mv(send)](EventLoop&, Completion& c) mutable -> kj::Promise<void> {
+        auto& done = static_cast<CallCompletion&>(c);
+        auto& call = *prepared;
+        return send(call)
+            .then([&done](capnp::Response<capnp::DynamicStruct>&& r) { done.results = copyOf(r); },
+                  [&done, &call](kj::Exception&& e) {
+                    // A pool call's error concerns the member of its last attempt.
+                    if (!call.member.empty()) done.endpoint = call.member;
+                    kj::throwFatalException(kj::mv(e));
+                  })
+            .attach(kj::mv(prepared), kj::mv(send));
+      });
   return completion;
 }
 
@@ -283,11 +285,9 @@ kj::Function<Methods::Fetch()> PyPool::fetchFromAMember() {
   };
 }
 
-kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle params,
-                                      py::dict fields, bool idempotent,
-                                      std::optional<double> timeout) {
-  auto prepared =
-      methods.prepare(method, params, fields, idempotent, timeout, fetchFromAMember());
+kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle params, py::dict fields,
+                                      bool idempotent, std::optional<double> timeout) {
+  auto prepared = methods.prepare(method, params, fields, idempotent, timeout, fetchFromAMember());
   return startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
     return self->pool.get().callCapability(
         [&call](capnp::Capability::Client cap) { return send(call, cap); }, call.options,
@@ -304,9 +304,9 @@ py::object PyPool::call(const std::string& method, py::handle params, py::dict f
 
 std::shared_ptr<PyBroadcast> PyPool::broadcast(const std::string& method, py::handle params,
                                                py::dict fields, std::optional<double> timeout) {
-  return std::make_shared<PyBroadcast>(
-      shared_from_this(),
-      methods.prepare(method, params, fields, false, timeout, fetchFromAMember()));
+  return std::make_shared<PyBroadcast>(shared_from_this(),
+                                       methods.prepare(method, params, fields, false, timeout,
+                                                       fetchFromAMember()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,8 +316,8 @@ PyRef::PyRef(const std::string& address, const std::string& actor)
     : address(address), methods(actor) {
   auto done = kj::atomicRefcounted<Completion>();
   runOn<Completion>(done, [this](EventLoop& loop, Completion&) {
-    ref.set(kj::heap<ActorRefBase>(Channel::open(loop, this->address.c_str()),
-                                   methods.actor.c_str()));
+    ref.set(
+        kj::heap<ActorRefBase>(Channel::open(loop, this->address.c_str()), methods.actor.c_str()));
     return kj::READY_NOW;
   });
 }
@@ -331,9 +331,8 @@ kj::Function<Methods::Fetch()> PyRef::fetchFromIt() {
   };
 }
 
-kj::Own<CallCompletion> PyRef::start(const std::string& method, py::handle params,
-                                     py::dict fields, bool idempotent,
-                                     std::optional<double> timeout) {
+kj::Own<CallCompletion> PyRef::start(const std::string& method, py::handle params, py::dict fields,
+                                     bool idempotent, std::optional<double> timeout) {
   auto prepared = methods.prepare(method, params, fields, idempotent, timeout, fetchFromIt());
   auto completion = startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
     auto& ref = self->ref.get();
@@ -392,25 +391,26 @@ py::list PyBroadcast::waitAll(double timeout) {
   runOn<BroadcastCompletion>(
       done,
       [self = shared_from_this(), limit](EventLoop&, BroadcastCompletion& c) {
-    auto& future = self->future;
-    return future.get().waitAll(limit).then(
-        [&c](kj::Array<CallResult<capnp::Response<capnp::DynamicStruct>>> all) {
-          for (auto& r : all) {
-            MemberResult m{r.endpoint.name, {}, kj::mv(r.error)};
-            KJ_IF_MAYBE(v, r.value) {
-              m.results = copyOf(*v);
-            }
-            c.results.push_back(kj::mv(m));
-          }
-        }).attach(kj::mv(self));
+        auto& future = self->future;
+        return future.get()
+            .waitAll(limit)
+            .then([&c](kj::Array<CallResult<capnp::Response<capnp::DynamicStruct>>> all) {
+              for (auto& r : all) {
+                MemberResult m{r.endpoint.name, {}, kj::mv(r.error)};
+                KJ_IF_MAYBE(v, r.value) {
+                  m.results = copyOf(*v);
+                }
+                c.results.push_back(kj::mv(m));
+              }
+            })
+            .attach(kj::mv(self));
       },
       true);
   py::list out;
   auto resultType = call->method.method.getResultType();
   for (auto& m : done->results) {
     KJ_IF_MAYBE(e, m.error) {
-      out.append(py::make_tuple(m.endpoint, py::none(),
-                                errorObject(*e, m.endpoint)));
+      out.append(py::make_tuple(m.endpoint, py::none(), errorObject(*e, m.endpoint)));
     } else {
       auto root = m.results->getRoot<capnp::DynamicStruct>(resultType);
       out.append(py::make_tuple(m.endpoint, toPython(root.asReader()), py::none()));
@@ -450,8 +450,8 @@ py::list PyPool::broadcastBlob(const std::string& name, uint64_t version, py::ha
       done,
       [self = shared_from_this(), name, version, limit, bytes = kj::mv(bytes),
        options = kj::mv(options)](EventLoop&, BlobCompletion& c) mutable {
-        auto transfer = kj::heap(self->pool.get().broadcastBlob(name.c_str(), version,
-                                                                kj::mv(bytes), kj::mv(options)));
+        auto transfer = kj::heap(
+            self->pool.get().broadcastBlob(name.c_str(), version, kj::mv(bytes), kj::mv(options)));
         auto& t = *transfer;
         return t.waitAll(limit)
             .then([&c](kj::Array<BlobResult> results) { c.results = kj::mv(results); })
@@ -464,8 +464,8 @@ py::list PyPool::broadcastBlob(const std::string& name, uint64_t version, py::ha
     KJ_IF_MAYBE(e, r.error) {
       error = errorObject(*e, r.endpoint);
     }
-    out.append(py::make_tuple(r.endpoint, error, r.bytes,
-                              double(r.latency / kj::NANOSECONDS) / 1e9));
+    out.append(
+        py::make_tuple(r.endpoint, error, r.bytes, double(r.latency / kj::NANOSECONDS) / 1e9));
   }
   return out;
 }

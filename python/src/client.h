@@ -19,10 +19,10 @@
 #include <capnp/schema-loader.h>
 #include <pybind11/pybind11.h>
 
-#include "python/src/runtime.h"
-#include "python/src/values.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/resolver.h"
+#include "python/src/runtime.h"
+#include "python/src/values.h"
 
 namespace troupe::python {
 
@@ -95,7 +95,7 @@ struct MethodRef {
 struct PreparedCall {
   explicit PreparedCall(MethodRef method) : method(kj::mv(method)) {}
   MethodRef method;
-  Borrowed borrowed;  // the buffers `params` refers to: it goes first
+  Borrowed borrowed;                       // the buffers `params` refers to: it goes first
   capnp::MallocMessageBuilder params{64};  // small calls need no more; large ones grow
   CallOptions options;
   std::string member;  // a pool call's latest attempt's member (loop thread)
@@ -115,8 +115,7 @@ public:
   // `fetch` is called (on the loop) only while the interface is not known yet.
   std::shared_ptr<PreparedCall> prepare(const std::string& method, pybind11::handle params,
                                         pybind11::dict fields, bool idempotent,
-                                        std::optional<double> timeout,
-                                        kj::Function<Fetch()> fetch);
+                                        std::optional<double> timeout, kj::Function<Fetch()> fetch);
 
   // Whether the interface is known (prepare() then never waits). Any thread.
   bool known();
@@ -170,17 +169,17 @@ public:
   kj::Own<CallCompletion> start(const std::string& method, pybind11::handle params,
                                 pybind11::dict fields, bool idempotent,
                                 std::optional<double> timeout);
-  pybind11::object call(const std::string& method, pybind11::handle params,
-                        pybind11::dict fields, bool idempotent, std::optional<double> timeout);
+  pybind11::object call(const std::string& method, pybind11::handle params, pybind11::dict fields,
+                        bool idempotent, std::optional<double> timeout);
   std::shared_ptr<PyBroadcast> broadcast(const std::string& method, pybind11::handle params,
                                          pybind11::dict fields, std::optional<double> timeout);
 
   // Sends `data` (any buffer, not copied) as blob `name` at `version` to every READY member
   // (ActorPool::broadcastBlob) and waits, the GIL released, up to `timeout` seconds: one tuple
   // (endpoint, error or None, bytes, seconds) per member, in name order.
-  pybind11::list broadcastBlob(const std::string& name, uint64_t version,
-                               pybind11::handle data, const std::string& fanout,
-                               uint32_t treeFanout, std::optional<uint32_t> chunkBytes,
+  pybind11::list broadcastBlob(const std::string& name, uint64_t version, pybind11::handle data,
+                               const std::string& fanout, uint32_t treeFanout,
+                               std::optional<uint32_t> chunkBytes,
                                std::optional<uint64_t> windowBytes, double timeout);
 
   std::shared_ptr<PyGroup> group;
@@ -198,8 +197,8 @@ public:
   kj::Own<CallCompletion> start(const std::string& method, pybind11::handle params,
                                 pybind11::dict fields, bool idempotent,
                                 std::optional<double> timeout);
-  pybind11::object call(const std::string& method, pybind11::handle params,
-                        pybind11::dict fields, bool idempotent, std::optional<double> timeout);
+  pybind11::object call(const std::string& method, pybind11::handle params, pybind11::dict fields,
+                        bool idempotent, std::optional<double> timeout);
 
   const std::string address;
   LoopOwned<ActorRefBase> ref;

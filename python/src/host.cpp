@@ -7,13 +7,13 @@
 #include <kj/debug.h>
 #include <kj/filesystem.h>
 
-#include "python/src/errors.h"
-#include "python/src/values.h"
 #include "troupe/actor/actor_server.h"
-#include "troupe/base/errors.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/job_context.h"
+#include "troupe/base/errors.h"
 #include "troupe/resolver/host_actor.h"
+#include "python/src/errors.h"
+#include "python/src/values.h"
 
 namespace py = pybind11;
 
@@ -61,9 +61,9 @@ public:
     impl.reset();
   }
 
-  kj::Promise<void> call(capnp::InterfaceSchema::Method method,
-                         capnp::CallContext<capnp::DynamicStruct, capnp::DynamicStruct> context)
-      override {
+  kj::Promise<void> call(
+      capnp::InterfaceSchema::Method method,
+      capnp::CallContext<capnp::DynamicStruct, capnp::DynamicStruct> context) override {
     auto name = method.getProto().getName();
     auto where = std::string(interfaceName.cStr()) + "." + name.cStr();
     Held held;
@@ -72,10 +72,10 @@ public:
       try {
         py::object fn = py::getattr(*impl, name.cStr(), py::none());
         if (fn.is_none()) {
-          return KJ_EXCEPTION(UNIMPLEMENTED,
-                              kj::str(std::string(py::str(py::type::of(*impl).attr("__name__")))
-                                          .c_str(),
-                                      " has no method '", name, "'"));
+          return KJ_EXCEPTION(
+              UNIMPLEMENTED,
+              kj::str(std::string(py::str(py::type::of(*impl).attr("__name__"))).c_str(),
+                      " has no method '", name, "'"));
         }
         held.fn = kj::mv(fn);
         held.params = toPython(context.getParams());
@@ -170,8 +170,7 @@ capnp::InterfaceSchema parseInterface(const capnp::SchemaParser& parser, SchemaF
                 file = parser.parseFromDirectory(root, kj::mv(absolute),
                                                  kj::arrayPtr(imports.data(), imports.size()));
               })) {
-    raiseInvalidArgument("cannot read schema '" + schemaPath +
-                         "': " + e->getDescription().cStr());
+    raiseInvalidArgument("cannot read schema '" + schemaPath + "': " + e->getDescription().cStr());
   }
   auto& parsed = KJ_ASSERT_NONNULL(file);
   KJ_IF_MAYBE(nested, parsed.findNested(interfaceName.c_str())) {
@@ -204,10 +203,9 @@ void serve(const std::string& schemaPath, const std::string& interfaceName, py::
       actor.maxConcurrency = options.maxConcurrency;
       {
         py::gil_scoped_acquire gil;  // the actor holds the object
-        server.hostCapability(options.name.c_str(), schema,
-                              kj::heap<PythonActor>(loop, schema, kj::mv(impl),
-                                                     options.maxConcurrency != 1),
-                              actor);
+        server.hostCapability(
+            options.name.c_str(), schema,
+            kj::heap<PythonActor>(loop, schema, kj::mv(impl), options.maxConcurrency != 1), actor);
       }
       if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
       serveReplica(loop, server);

@@ -21,8 +21,8 @@ struct ServeOptions {
 // SIGINT. Blocks the calling thread, which runs an event loop of its own meanwhile and calls
 // `impl`'s methods with the GIL held; returns once the replica stopped. Raises InvalidArgument
 // for a bad schema, interface or name, and what starting the replica failed with.
-void serve(const std::string& schemaPath, const std::string& interfaceName,
-           pybind11::object impl, const ServeOptions& options);
+void serve(const std::string& schemaPath, const std::string& interfaceName, pybind11::object impl,
+           const ServeOptions& options);
 
 // Raises InvalidArgument unless `name` is a valid actor name.
 void validateActorNameOrRaise(const std::string& name);

@@ -19,10 +19,10 @@ template <typename T, typename Fn>
 T onLoop(Fn&& fn) {
   auto done = kj::atomicRefcounted<ValueCompletion<T>>();
   runOn<ValueCompletion<T>>(done,
-                              [&fn](EventLoop& loop, ValueCompletion<T>& c) -> kj::Promise<void> {
-                                c.value = fn(loop);
-                                return kj::READY_NOW;
-                              });
+                            [&fn](EventLoop& loop, ValueCompletion<T>& c) -> kj::Promise<void> {
+                              c.value = fn(loop);
+                              return kj::READY_NOW;
+                            });
   return kj::mv(done->value);
 }
 
@@ -66,8 +66,8 @@ std::shared_ptr<PyJob> PyLauncher::submit(const std::string& name, std::vector<s
   if (argv.empty()) raiseInvalidArgument("submit: argv must name the program to run");
   JobRequest request;
   request.name = name;
-  request.entrypoint =
-      Entrypoint::binary(argv[0], std::vector<std::string>(argv.begin() + 1, argv.end()));
+  request.entrypoint = Entrypoint::binary(argv[0],
+                                          std::vector<std::string>(argv.begin() + 1, argv.end()));
   if (resources) request.resources = *resources;
   request.environment = kj::mv(environment);
   request.replicas = replicas;
@@ -95,8 +95,7 @@ uint64_t PyLauncher::slurmJobId(const std::string& name) {
   return onLoop<uint64_t>([&](EventLoop&) { return slurmId(name); });
 }
 
-PyJob::PyJob(std::shared_ptr<PyLauncher> l, std::string id)
-    : launcher(kj::mv(l)), id(kj::mv(id)) {}
+PyJob::PyJob(std::shared_ptr<PyLauncher> l, std::string id) : launcher(kj::mv(l)), id(kj::mv(id)) {}
 
 std::string PyJob::status() {
   return onLoop<std::string>([&](EventLoop&) { return toString(handle.get().status()).cStr(); });

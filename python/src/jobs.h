@@ -10,9 +10,9 @@
 
 #include <pybind11/pybind11.h>
 
-#include "python/src/client.h"
 #include "troupe/jobs/local_launcher.h"
 #include "troupe/jobs/slurm_launcher.h"
+#include "python/src/client.h"
 
 namespace troupe::python {
 

@@ -1,12 +1,11 @@
 // The extension module troupe._troupe; troupe/__init__.py is its public face.
 
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
-
 #include <functional>
 #include <optional>
 
 #include <kj/exception.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "python/src/client.h"
 #include "python/src/errors.h"
@@ -49,7 +48,8 @@ Pending pendingCall(kj::Own<CallCompletion> call) {
 
 // For asyncio: null when calls of `self` know the interface, else fetching it.
 template <typename Caller>
-std::optional<Pending> pendingSchema(std::shared_ptr<Caller> self, kj::Function<Methods::Fetch()> fetch) {
+std::optional<Pending> pendingSchema(std::shared_ptr<Caller> self,
+                                     kj::Function<Methods::Fetch()> fetch) {
   if (self->methods.known()) return std::nullopt;
   return Pending{self->methods.startFetch(kj::mv(fetch)), [self](Completion& c) {
                    self->methods.learn(c);
@@ -103,10 +103,10 @@ void bindClient(py::module_& m) {
   py::class_<PyResolver, std::shared_ptr<PyResolver>>(m, "Resolver")
       .def(py::init<std::string>())
       .def_readonly("url", &PyResolver::url)
-      .def("group", [](std::shared_ptr<PyResolver> self, const std::string& job,
-                       const std::string& actor) {
-        return std::make_shared<PyGroup>(kj::mv(self), job, actor);
-      });
+      .def("group",
+           [](std::shared_ptr<PyResolver> self, const std::string& job, const std::string& actor) {
+             return std::make_shared<PyGroup>(kj::mv(self), job, actor);
+           });
 
   py::class_<PyGroup, std::shared_ptr<PyGroup>>(m, "Group")
       .def_readonly("job", &PyGroup::job)
@@ -121,14 +121,16 @@ void bindClient(py::module_& m) {
 
   py::class_<PyPool, std::shared_ptr<PyPool>>(m, "Pool")
       .def("call", &PyPool::call)
-      .def("start", [](PyPool& self, const std::string& method, py::handle params,
-                       py::dict fields, bool idempotent, std::optional<double> timeout) {
-        return pendingCall(self.start(method, params, fields, idempotent, timeout));
-      })
-      .def("fetch_schema", [](std::shared_ptr<PyPool> self) {
-        auto fetch = self->fetchFromAMember();
-        return pendingSchema(kj::mv(self), kj::mv(fetch));
-      })
+      .def("start",
+           [](PyPool& self, const std::string& method, py::handle params, py::dict fields,
+              bool idempotent, std::optional<double> timeout) {
+             return pendingCall(self.start(method, params, fields, idempotent, timeout));
+           })
+      .def("fetch_schema",
+           [](std::shared_ptr<PyPool> self) {
+             auto fetch = self->fetchFromAMember();
+             return pendingSchema(kj::mv(self), kj::mv(fetch));
+           })
       .def("broadcast", &PyPool::broadcast)
       .def("broadcast_blob", &PyPool::broadcastBlob);
 
@@ -136,16 +138,18 @@ void bindClient(py::module_& m) {
       .def(py::init<std::string, std::string>())
       .def_readonly("address", &PyRef::address)
       .def("call", &PyRef::call)
-      .def("start", [](PyRef& self, const std::string& method, py::handle params,
-                       py::dict fields, bool idempotent, std::optional<double> timeout) {
-        return pendingCall(self.start(method, params, fields, idempotent, timeout));
-      })
+      .def("start",
+           [](PyRef& self, const std::string& method, py::handle params, py::dict fields,
+              bool idempotent, std::optional<double> timeout) {
+             return pendingCall(self.start(method, params, fields, idempotent, timeout));
+           })
       .def("fetch_schema", [](std::shared_ptr<PyRef> self) {
         auto fetch = self->fetchFromIt();
         return pendingSchema(kj::mv(self), kj::mv(fetch));
       });
 
-  py::class_<PyBroadcast, std::shared_ptr<PyBroadcast>>(m, "Broadcast").def("wait_all", &PyBroadcast::waitAll);
+  py::class_<PyBroadcast, std::shared_ptr<PyBroadcast>>(m, "Broadcast")
+      .def("wait_all", &PyBroadcast::waitAll);
 }
 
 void bindResourceConfig(py::module_& m) {
@@ -186,35 +190,36 @@ void bindResourceConfig(py::module_& m) {
 // Launching jobs: launchers (local and Slurm) and the jobs they submit.
 void bindJobs(py::module_& m) {
   py::class_<PyLauncher, std::shared_ptr<PyLauncher>>(m, "Launcher")
-      .def_static("local", [](const std::string& resolver, const std::string& logDirectory,
-                              std::optional<double> grace, double cpus, uint64_t ramBytes,
-                              int32_t gpus) {
-        troupe::LocalLauncherOptions o;
-        o.resolver = resolver;
-        o.logDirectory = logDirectory;
-        if (grace) o.terminateGrace = durationOf(*grace, "terminate_grace");
-        o.cpus = cpus;
-        o.ramBytes = ramBytes;
-        o.gpus = gpus;
-        return std::make_shared<PyLauncher>(kj::mv(o));
-      })
-      .def_static("slurm", [](const std::string& resolver, const std::string& partition,
-                              std::optional<double> timeLimit, const std::string& logDirectory,
-                              std::optional<double> grace, std::optional<double> pollInitial,
-                              std::optional<double> pollMax, std::vector<std::string> sbatchArgs,
-                              const std::string& program) {
-        troupe::SlurmLauncherOptions o;
-        o.resolver = resolver;
-        o.partition = partition;
-        if (timeLimit) o.timeLimit = durationOf(*timeLimit, "time_limit");
-        o.logDirectory = logDirectory;
-        if (grace) o.terminateGrace = durationOf(*grace, "terminate_grace");
-        if (pollInitial) o.pollInitial = durationOf(*pollInitial, "poll_initial");
-        if (pollMax) o.pollMax = durationOf(*pollMax, "poll_max");
-        o.sbatchArgs = kj::mv(sbatchArgs);
-        o.program = program;
-        return std::make_shared<PyLauncher>(kj::mv(o));
-      })
+      .def_static("local",
+                  [](const std::string& resolver, const std::string& logDirectory,
+                     std::optional<double> grace, double cpus, uint64_t ramBytes, int32_t gpus) {
+                    troupe::LocalLauncherOptions o;
+                    o.resolver = resolver;
+                    o.logDirectory = logDirectory;
+                    if (grace) o.terminateGrace = durationOf(*grace, "terminate_grace");
+                    o.cpus = cpus;
+                    o.ramBytes = ramBytes;
+                    o.gpus = gpus;
+                    return std::make_shared<PyLauncher>(kj::mv(o));
+                  })
+      .def_static("slurm",
+                  [](const std::string& resolver, const std::string& partition,
+                     std::optional<double> timeLimit, const std::string& logDirectory,
+                     std::optional<double> grace, std::optional<double> pollInitial,
+                     std::optional<double> pollMax, std::vector<std::string> sbatchArgs,
+                     const std::string& program) {
+                    troupe::SlurmLauncherOptions o;
+                    o.resolver = resolver;
+                    o.partition = partition;
+                    if (timeLimit) o.timeLimit = durationOf(*timeLimit, "time_limit");
+                    o.logDirectory = logDirectory;
+                    if (grace) o.terminateGrace = durationOf(*grace, "terminate_grace");
+                    if (pollInitial) o.pollInitial = durationOf(*pollInitial, "poll_initial");
+                    if (pollMax) o.pollMax = durationOf(*pollMax, "poll_max");
+                    o.sbatchArgs = kj::mv(sbatchArgs);
+                    o.program = program;
+                    return std::make_shared<PyLauncher>(kj::mv(o));
+                  })
       .def_readonly("resolver_url", &PyLauncher::resolverUrl)
       .def_readonly("log_directory", &PyLauncher::logDirectory)
       .def("submit", &PyLauncher::submit)

@@ -13,9 +13,9 @@
 #include <pybind11/pybind11.h>
 #include <spdlog/spdlog.h>
 
-#include "python/src/errors.h"
 #include "troupe/base/errors.h"
 #include "troupe/base/uv_handle.h"
+#include "python/src/errors.h"
 
 namespace py = pybind11;
 
@@ -86,7 +86,13 @@ void withGilSoon(kj::Function<void()> fn) {
   }
   // Needs neither the GIL nor a thread state. If Python's queue is full, the next wait() runs
   // it.
-  if (first) Py_AddPendingCall([](void*) { runGilQueue(); return 0; }, nullptr);
+  if (first)
+    Py_AddPendingCall(
+        [](void*) {
+          runGilQueue();
+          return 0;
+        },
+        nullptr);
 }
 
 void runGilQueue() {
@@ -210,16 +216,13 @@ thread_local LoopState* loopState = nullptr;
 void Completion::track(kj::Promise<void> promise) {
   auto self = kj::atomicAddRef(*this);
   auto run = canceler.wrap(kj::mv(promise))
-                 .then([self = kj::atomicAddRef(*this)]() mutable {
-                         self->succeed();
-                       },
+                 .then([self = kj::atomicAddRef(*this)]() mutable { self->succeed(); },
                        [self = kj::atomicAddRef(*this)](kj::Exception&& e) mutable {
                          self->fail(kj::mv(e));
                        })
                  .attach(kj::defer([self = kj::mv(self)]() mutable {
                    // Dropped with the loop before it settled.
-                   self->fail(
-                       makeError(ErrorCode::FAILED, "troupe's event loop stopped"));
+                   self->fail(makeError(ErrorCode::FAILED, "troupe's event loop stopped"));
                  }));
   KJ_ASSERT_NONNULL(loopState).tasks->add(kj::mv(run));
 }
@@ -395,8 +398,7 @@ struct Unstarted {
 
 }  // namespace
 
-void start(Completion& completion,
-           kj::Function<kj::Promise<void>(EventLoop&, Completion&)> fn) {
+void start(Completion& completion, kj::Function<kj::Promise<void>(EventLoop&, Completion&)> fn) {
   auto posted = Runtime::get().post(
       [unstarted = Unstarted(completion), fn = kj::mv(fn)](EventLoop& loop) mutable {
         auto c = unstarted.take();

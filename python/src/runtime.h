@@ -20,8 +20,8 @@
 #include <kj/function.h>
 #include <kj/refcount.h>
 
-#include "python/src/errors.h"
 #include "troupe/base/event_loop.h"
+#include "python/src/errors.h"
 
 namespace troupe::python {
 
@@ -152,8 +152,7 @@ void withGilSoon(kj::Function<void()> fn);
 void runGilQueue();
 
 // Posts `fn(loop)` and has `completion` track the promise it returns. Any thread.
-void start(Completion& completion,
-           kj::Function<kj::Promise<void>(EventLoop&, Completion&)> fn);
+void start(Completion& completion, kj::Function<kj::Promise<void>(EventLoop&, Completion&)> fn);
 
 // Runs `fn` on the loop, waits for `completion` and raises what it failed with (Python thread,
 // GIL held). Quick work waits without interruption and may borrow the caller's objects;

@@ -6,10 +6,10 @@
 #include <capnp/schema.h>
 #include <kj/debug.h>
 
+#include "troupe/actor/dynamic_actor.h"
+#include "troupe/net/bytes.h"
 #include "python/src/errors.h"
 #include "python/src/runtime.h"
-#include "troupe/net/bytes.h"
-#include "troupe/actor/dynamic_actor.h"
 
 namespace py = pybind11;
 
@@ -28,8 +28,7 @@ struct Where {
   Borrowed* borrowed;
 
   Where field(kj::StringPtr name) const {
-    return {context, path.empty() ? std::string(name.cStr()) : path + "." + name.cStr(),
-            borrowed};
+    return {context, path.empty() ? std::string(name.cStr()) : path + "." + name.cStr(), borrowed};
   }
   Where element(size_t i) const {
     return {context, path + "[" + std::to_string(i) + "]", borrowed};
@@ -53,7 +52,8 @@ int64_t signedIn(py::handle v, int64_t min, int64_t max, const Where& where, cap
   int overflow = 0;
   long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
   if (overflow != 0 || x < min || x > max) {
-    where.fail("is out of range for " + capnpTypeName(type) + ": " + py::str(v).cast<std::string>());
+    where.fail("is out of range for " + capnpTypeName(type) + ": " +
+               py::str(v).cast<std::string>());
   }
   return x;
 }
@@ -63,7 +63,8 @@ uint64_t unsignedIn(py::handle v, uint64_t max, const Where& where, capnp::Type 
   unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
   if (PyErr_Occurred() != nullptr || x > max) {
     PyErr_Clear();
-    where.fail("is out of range for " + capnpTypeName(type) + ": " + py::str(v).cast<std::string>());
+    where.fail("is out of range for " + capnpTypeName(type) + ": " +
+               py::str(v).cast<std::string>());
   }
   return x;
 }
@@ -142,14 +143,22 @@ void withScalar(capnp::Type type, py::handle v, const Where& where, Set&& set) {
     case Type::BOOL:
       if (!PyBool_Check(v.ptr())) wrongType(where, type, v);
       return set(v.ptr() == Py_True);
-    case Type::INT8: return set(signedIn(v, INT8_MIN, INT8_MAX, where, type));
-    case Type::INT16: return set(signedIn(v, INT16_MIN, INT16_MAX, where, type));
-    case Type::INT32: return set(signedIn(v, INT32_MIN, INT32_MAX, where, type));
-    case Type::INT64: return set(signedIn(v, INT64_MIN, INT64_MAX, where, type));
-    case Type::UINT8: return set(unsignedIn(v, UINT8_MAX, where, type));
-    case Type::UINT16: return set(unsignedIn(v, UINT16_MAX, where, type));
-    case Type::UINT32: return set(unsignedIn(v, UINT32_MAX, where, type));
-    case Type::UINT64: return set(unsignedIn(v, UINT64_MAX, where, type));
+    case Type::INT8:
+      return set(signedIn(v, INT8_MIN, INT8_MAX, where, type));
+    case Type::INT16:
+      return set(signedIn(v, INT16_MIN, INT16_MAX, where, type));
+    case Type::INT32:
+      return set(signedIn(v, INT32_MIN, INT32_MAX, where, type));
+    case Type::INT64:
+      return set(signedIn(v, INT64_MIN, INT64_MAX, where, type));
+    case Type::UINT8:
+      return set(unsignedIn(v, UINT8_MAX, where, type));
+    case Type::UINT16:
+      return set(unsignedIn(v, UINT16_MAX, where, type));
+    case Type::UINT32:
+      return set(unsignedIn(v, UINT32_MAX, where, type));
+    case Type::UINT64:
+      return set(unsignedIn(v, UINT64_MAX, where, type));
     case Type::FLOAT32:
     case Type::FLOAT64: {
       if (!PyFloat_Check(v.ptr()) && !isInt(v)) wrongType(where, type, v);
@@ -165,12 +174,14 @@ void withScalar(capnp::Type type, py::handle v, const Where& where, Set&& set) {
       }
       return set(x);
     }
-    case Type::TEXT: return set(textOf(v, where, type));
+    case Type::TEXT:
+      return set(textOf(v, where, type));
     case Type::DATA: {
       Bytes bytes(v, where, type);
       return set(bytes.data());
     }
-    case Type::ENUM: return set(enumOf(v, where, type));
+    case Type::ENUM:
+      return set(enumOf(v, where, type));
     case Type::INTERFACE:
     case Type::ANY_POINTER:
       where.fail("is of type " + capnpTypeName(type) + ", which cannot be sent from Python");
@@ -196,14 +207,12 @@ void adoptData(capnp::DynamicList::Builder list, uint i, capnp::Orphan<capnp::Da
   list.as<capnp::List<capnp::Data>>().adopt(i, kj::mv(data));
 }
 
-capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes,
-                                      const Where& where);
+capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes, const Where& where);
 
 bool isSequence(py::handle v) {
   return (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr()) ||
           (PySequence_Check(v.ptr()) && !PyUnicode_Check(v.ptr()) && !PyBytes_Check(v.ptr()) &&
-           !PyByteArray_Check(v.ptr()) && !PyMemoryView_Check(v.ptr()) &&
-           !PyDict_Check(v.ptr())));
+           !PyByteArray_Check(v.ptr()) && !PyMemoryView_Check(v.ptr()) && !PyDict_Check(v.ptr())));
 }
 
 void fillFields(capnp::DynamicStruct::Builder target, py::handle fields, const Where& where);
@@ -224,7 +233,8 @@ void setField(capnp::DynamicStruct::Builder s, capnp::StructSchema::Field f, py:
     }
     case Type::DATA: {
       Bytes bytes(v, where, type);
-      return adoptData(s, f, dataOrphan(capnp::Orphanage::getForMessageContaining(s), bytes, where));
+      return adoptData(s, f,
+                       dataOrphan(capnp::Orphanage::getForMessageContaining(s), bytes, where));
     }
     default:
       return withScalar(type, v, where, [&](capnp::DynamicValue::Reader r) { s.set(f, r); });
@@ -291,8 +301,8 @@ void fillFields(capnp::DynamicStruct::Builder target, py::handle fields, const W
         names += (names.empty() ? "" : ", ") + std::string(field.getProto().getName().cStr());
       }
       if (where.path.empty()) {
-        raiseInvalidArgument(where.context + ": no parameter '" + name + "' (its parameters: " +
-                             (names.empty() ? "none" : names) + ")");
+        raiseInvalidArgument(where.context + ": no parameter '" + name +
+                             "' (its parameters: " + (names.empty() ? "none" : names) + ")");
       }
       at.fail("is not a field of " + std::string(schema.getShortDisplayName().cStr()) + " (" +
               (names.empty() ? "none" : names) + ")");
@@ -337,7 +347,8 @@ kj::Array<const kj::byte> borrowBuffer(py::handle buffer, const std::string& wha
   Py_buffer view;
   if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
     PyErr_Clear();
-    raiseInvalidArgument(what + " must be a contiguous buffer (bytes, bytearray, memoryview, "
+    raiseInvalidArgument(what +
+                         " must be a contiguous buffer (bytes, bytearray, memoryview, "
                          "a NumPy array), not " +
                          py::str(py::type::of(buffer).attr("__name__")).cast<std::string>());
   }
@@ -365,8 +376,8 @@ capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes,
 
 }  // namespace
 
-void fillStruct(capnp::DynamicStruct::Builder target, py::handle fields,
-                const std::string& context, Borrowed* borrowed) {
+void fillStruct(capnp::DynamicStruct::Builder target, py::handle fields, const std::string& context,
+                Borrowed* borrowed) {
   fillFields(target, fields, Where{context, "", borrowed});
 }
 
@@ -448,8 +459,8 @@ void copyField(capnp::DynamicStruct::Reader from, capnp::DynamicStruct::Builder 
       return adoptData(to, f, kj::mv(*orphan));
     }
   } else if (type.isStruct()) {
-    return copyStruct(from.get(f).as<capnp::DynamicStruct>(),
-                      to.init(f).as<capnp::DynamicStruct>(), &borrowed);
+    return copyStruct(from.get(f).as<capnp::DynamicStruct>(), to.init(f).as<capnp::DynamicStruct>(),
+                      &borrowed);
   } else if (type.isList() && type.asList().getElementType().isData()) {
     auto items = from.get(f).as<capnp::DynamicList>();
     auto list = to.init(f, items.size()).as<capnp::DynamicList>();

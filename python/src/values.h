@@ -14,9 +14,8 @@
 #include <string>
 #include <vector>
 
-#include <kj/array.h>
-
 #include <capnp/dynamic.h>
+#include <kj/array.h>
 #include <pybind11/pybind11.h>
 
 namespace troupe::python {

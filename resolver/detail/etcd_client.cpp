@@ -13,8 +13,7 @@ namespace {
 
 void checkRoot(kj::StringPtr root) {
   auto bad = [&](kj::StringPtr why) {
-    throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str("etcd root '", printable(root), "' ", why));
+    throwError(ErrorCode::INVALID_ARGUMENT, kj::str("etcd root '", printable(root), "' ", why));
   };
   if (root.size() == 0) bad("is empty");
   if (root.size() > 256) bad("is longer than 256 bytes");
@@ -48,19 +47,20 @@ public:
     if (buffer.size() > limit) {
       return KJ_EXCEPTION(FAILED, "an object on etcd's watch stream is over the size limit");
     }
-    return body->tryRead(chunk, 1, sizeof(chunk)).then([this](size_t n) -> kj::Promise<kj::Maybe<kj::String>> {
-      if (n == 0) {
-        if (buffer.find_first_not_of(" \r\t\n") == std::string::npos) {
-          return kj::Maybe<kj::String>(nullptr);
-        }
-        auto rest = kj::heapString(buffer.data(), buffer.size());
-        buffer.clear();
-        scanned = 0;
-        return kj::Maybe<kj::String>(kj::mv(rest));
-      }
-      buffer.append(chunk, n);
-      return next();
-    });
+    return body->tryRead(chunk, 1, sizeof(chunk))
+        .then([this](size_t n) -> kj::Promise<kj::Maybe<kj::String>> {
+          if (n == 0) {
+            if (buffer.find_first_not_of(" \r\t\n") == std::string::npos) {
+              return kj::Maybe<kj::String>(nullptr);
+            }
+            auto rest = kj::heapString(buffer.data(), buffer.size());
+            buffer.clear();
+            scanned = 0;
+            return kj::Maybe<kj::String>(kj::mv(rest));
+          }
+          buffer.append(chunk, n);
+          return next();
+        });
   }
 
 private:
@@ -109,8 +109,7 @@ private:
 kj::StringPtr hintFor(const Address& address, const kj::Exception& e) {
   auto says = [&](const char* part) { return strstr(e.getDescription().cStr(), part) != nullptr; };
   bool closed = says("disconnected prematurely") || says("reset by peer") ||
-                says("connection ended") || says("bad certificate") ||
-                says("certificate required");
+                says("connection ended") || says("bad certificate") || says("certificate required");
   if (address.kind == Address::Kind::TLS && closed && !says("TLS handshake with")) {
     return "; if etcd requires client certificates (--client-cert-auth), set TROUPE_TLS_CERT and "
            "TROUPE_TLS_KEY to one signed by the CA of its --trusted-ca-file";
@@ -139,13 +138,20 @@ struct EtcdClient::Member {
 
 ErrorCode errorCodeOfGrpc(int code) {
   switch (code) {
-    case 3: return ErrorCode::INVALID_ARGUMENT;
-    case 4: return ErrorCode::DEADLINE_EXCEEDED;
-    case 7: return ErrorCode::PERMISSION_DENIED;
-    case 8: return ErrorCode::OVERLOADED;
-    case 14: return ErrorCode::UNREACHABLE;
-    case 16: return ErrorCode::UNAUTHENTICATED;
-    default: return ErrorCode::FAILED;
+    case 3:
+      return ErrorCode::INVALID_ARGUMENT;
+    case 4:
+      return ErrorCode::DEADLINE_EXCEEDED;
+    case 7:
+      return ErrorCode::PERMISSION_DENIED;
+    case 8:
+      return ErrorCode::OVERLOADED;
+    case 14:
+      return ErrorCode::UNREACHABLE;
+    case 16:
+      return ErrorCode::UNAUTHENTICATED;
+    default:
+      return ErrorCode::FAILED;
   }
 }
 
@@ -171,7 +177,8 @@ EtcdClient::EtcdClient(EventLoop& loop, EtcdResolverOptions optionsIn)
             "EtcdResolverOptions' backoffInitial and backoffMax"),
       tasks(*this) {
   if (options.maxRequestsInFlight == 0) {
-    throwError(ErrorCode::INVALID_ARGUMENT, "EtcdResolverOptions::maxRequestsInFlight must be positive");
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               "EtcdResolverOptions::maxRequestsInFlight must be positive");
   }
   if (options.members.empty()) {
     throwError(ErrorCode::INVALID_ARGUMENT, "an etcd resolver needs at least one member");
@@ -226,26 +233,27 @@ kj::Promise<kj::HttpClient::Response> EtcdClient::send(size_t index, kj::StringP
   auto& m = member(index);
   kj::Promise<void> ready = kj::READY_NOW;
   if (m.connection == nullptr) {
-    ready = loop.network().parseAddress(m.address.toKjAddress()).then(
-        [this, &m](kj::Own<kj::NetworkAddress> resolved) {
-          if (m.address.kind == Address::Kind::TLS) {
-            resolved = kj::heap<TlsMemberAddress>(kj::mv(resolved), credentials, loop.timer(),
-                                                  m.address);
-          }
-          // Keeps idle connections for reuse (kj-http's default, 5 s).
-          auto connection = kj::refcounted<HttpConnection>();
-          connection->http = kj::newHttpClient(loop.timer(), headerTable, *resolved);
-          connection->address = kj::mv(resolved);
-          m.connection = kj::mv(connection);
-        });
+    ready = loop.network()
+                .parseAddress(m.address.toKjAddress())
+                .then([this, &m](kj::Own<kj::NetworkAddress> resolved) {
+                  if (m.address.kind == Address::Kind::TLS) {
+                    resolved = kj::heap<TlsMemberAddress>(kj::mv(resolved), credentials,
+                                                          loop.timer(), m.address);
+                  }
+                  // Keeps idle connections for reuse (kj-http's default, 5 s).
+                  auto connection = kj::refcounted<HttpConnection>();
+                  connection->http = kj::newHttpClient(loop.timer(), headerTable, *resolved);
+                  connection->address = kj::mv(resolved);
+                  m.connection = kj::mv(connection);
+                });
   }
   return ready.then([this, &m, path, body]() {
     auto& connection = *KJ_ASSERT_NONNULL(m.connection);
     kj::HttpHeaders headers(headerTable);
     headers.set(kj::HttpHeaderId::HOST, "etcd");
     headers.set(kj::HttpHeaderId::CONTENT_TYPE, "application/json");
-    auto request =
-        connection.http->request(kj::HttpMethod::POST, path, headers, uint64_t{body.size()});
+    auto request = connection.http->request(kj::HttpMethod::POST, path, headers,
+                                            uint64_t{body.size()});
     auto written = request.body->write(body.begin(), body.size()).attach(kj::mv(request.body));
     return written
         .then([response = kj::mv(request.response)]() mutable { return kj::mv(response); })
@@ -302,23 +310,22 @@ kj::Promise<kj::String> EtcdClient::postJson(kj::StringPtr path, kj::String body
 kj::Promise<kj::String> EtcdClient::tryFrom(size_t index, size_t tried, kj::StringPtr path,
                                             kj::String body) {
   auto& m = member(index);
-  auto attempt =
-      send(index, path, body).then([this, path](kj::HttpClient::Response&& response) {
-        auto status = response.statusCode;
-        return response.body->readAllText(options.maxResponseBytes)
-            .attach(kj::mv(response.body))
-            .then(
-                  [status](kj::String text) -> kj::Promise<std::pair<uint, kj::String>> {
-                    return std::make_pair(status, kj::mv(text));
-                  },
-                  [this, path](kj::Exception&& e) -> kj::Promise<std::pair<uint, kj::String>> {
-                    if (e.getType() == kj::Exception::Type::DISCONNECTED) return kj::mv(e);
-                    return makeError(ErrorCode::MESSAGE_TOO_LARGE,
-                                     kj::str("etcd's answer to ", path, " is over the limit of ",
-                                             options.maxResponseBytes,
-                                             " bytes (EtcdResolverOptions::maxResponseBytes)"));
-                  });
-      });
+  auto attempt = send(index, path, body).then([this, path](kj::HttpClient::Response&& response) {
+    auto status = response.statusCode;
+    return response.body->readAllText(options.maxResponseBytes)
+        .attach(kj::mv(response.body))
+        .then(
+            [status](kj::String text) -> kj::Promise<std::pair<uint, kj::String>> {
+              return std::make_pair(status, kj::mv(text));
+            },
+            [this, path](kj::Exception&& e) -> kj::Promise<std::pair<uint, kj::String>> {
+              if (e.getType() == kj::Exception::Type::DISCONNECTED) return kj::mv(e);
+              return makeError(ErrorCode::MESSAGE_TOO_LARGE,
+                               kj::str("etcd's answer to ", path, " is over the limit of ",
+                                       options.maxResponseBytes,
+                                       " bytes (EtcdResolverOptions::maxResponseBytes)"));
+            });
+  });
   auto timed = loop.timer().timeoutAfter(options.requestTimeout, kj::mv(attempt));
   return timed.then(
       [this, index, path](std::pair<uint, kj::String>&& reply) -> kj::Promise<kj::String> {
@@ -370,8 +377,8 @@ kj::Promise<kj::Own<EtcdStream>> EtcdClient::stream(kj::StringPtr path, kj::Stri
         m.connection = nullptr;
         current = (index + 1) % members.size();  // the next attempt goes elsewhere
         return makeError(ErrorCode::UNREACHABLE,
-                         kj::str("etcd member ", m.text, " did not open a watch: ",
-                                 e.getDescription()));
+                         kj::str("etcd member ", m.text,
+                                 " did not open a watch: ", e.getDescription()));
       });
 }
 

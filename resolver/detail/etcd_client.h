@@ -8,17 +8,17 @@
 #include <string>
 
 #include <capnp/compat/json.h>
-#include <spdlog/spdlog.h>
 #include <capnp/message.h>
 #include <kj/async.h>
 #include <kj/compat/http.h>
 #include <kj/refcount.h>
+#include <spdlog/spdlog.h>
 
 #include "troupe/base/backoff.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/etcd_resolver.h"
 #include "troupe/schemas/etcd_gateway.capnp.h"
-#include "troupe/net/credentials.h"
 
 namespace troupe::resolver_detail {
 
@@ -116,10 +116,8 @@ private:
   struct Member;
 
   void taskFailed(kj::Exception&& exception) override;
-  kj::Promise<kj::HttpClient::Response> send(size_t member, kj::StringPtr path,
-                                             kj::StringPtr body);
-  kj::Promise<kj::String> tryFrom(size_t member, size_t tried, kj::StringPtr path,
-                                  kj::String body);
+  kj::Promise<kj::HttpClient::Response> send(size_t member, kj::StringPtr path, kj::StringPtr body);
+  kj::Promise<kj::String> tryFrom(size_t member, size_t tried, kj::StringPtr path, kj::String body);
   Member& member(size_t index);
   // Resolves once this request may be sent (fewer than maxRequestsInFlight were in flight),
   // setting `granted` as it takes its place.

@@ -37,7 +37,8 @@ void authorizeJob(const EtcdJobRecord& job, kj::StringPtr jobId,
   if (credential.size() == 0 ||
       !sameSecret(kj::StringPtr(presented).asBytes(), kj::StringPtr(job.owner).asBytes())) {
     throwError(ErrorCode::PERMISSION_DENIED,
-               kj::str("only the owner of job '", jobId, "' may ", what, ", and the job credential ",
+               kj::str("only the owner of job '", jobId, "' may ", what,
+                       ", and the job credential ",
                        credential.size() == 0 ? "was not presented (TROUPE_JOB_TOKEN_FILE)"
                                               : "presented is not the job's"));
   }
@@ -94,8 +95,8 @@ EtcdRegistration::EtcdRegistration(kj::Own<EtcdClient> clientIn, Endpoint endpoi
     attempt();
   } else {
     phase = Phase::STOPPED;
-    registeredFulfiller->reject(makeError(ErrorCode::INVALID_ARGUMENT,
-                                          errorMessage(endpointNameError(endpoint.name))));
+    registeredFulfiller->reject(
+        makeError(ErrorCode::INVALID_ARGUMENT, errorMessage(endpointNameError(endpoint.name))));
   }
 }
 
@@ -201,9 +202,9 @@ kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
         auto what = kj::str("register '", endpoint.name, "'");
         authorizeJob(job, endpoint.jobId, presented, what);
         if (job.state == JobState::ENDED) {
-          throwError(ErrorCode::JOB_ENDED, kj::str("job '", endpoint.jobId, "' has ended (",
-                                                   printable(job.reason),
-                                                   "); its endpoints cannot register"));
+          throwError(ErrorCode::JOB_ENDED,
+                     kj::str("job '", endpoint.jobId, "' has ended (", printable(job.reason),
+                             "); its endpoints cannot register"));
         }
         int64_t held = 0;
         auto current = responses[1].getResponseRange().getKvs();
@@ -215,8 +216,10 @@ kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
             KJ_IF_MAYBE(other, decodeEndpoint(*client, key.c_str(), current[0].getValue())) {
               if (endpoint.incarnation <= other->incarnation) {
                 throwError(ErrorCode::NAME_TAKEN,
-                           kj::str("'", endpoint.name, "' is held by a live registration of "
-                                   "incarnation ", other->incarnation, " at ", other->address,
+                           kj::str("'", endpoint.name,
+                                   "' is held by a live registration of "
+                                   "incarnation ",
+                                   other->incarnation, " at ", other->address,
                                    " (this one has incarnation ", endpoint.incarnation,
                                    "); only a newer incarnation replaces it"));
               }
@@ -224,8 +227,8 @@ kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
           }
         }
 
-        endpoint.registeredAtMillis =
-            (client->loop.calendarNow() - kj::UNIX_EPOCH) / kj::MILLISECONDS;
+        endpoint.registeredAtMillis = (client->loop.calendarNow() - kj::UNIX_EPOCH) /
+                                      kj::MILLISECONDS;
         capnp::MallocMessageBuilder valueMessage;
         endpoint.toCapnp(valueMessage.initRoot<schema::Endpoint>());
         auto value = client->encode(valueMessage.getRoot<schema::Endpoint>().asReader());
@@ -293,14 +296,13 @@ void EtcdRegistration::failed(kj::Exception&& e) {
       ((code == ErrorCode::JOB_ENDED || code == ErrorCode::NAME_TAKEN) && !everRegistered)) {
     phase = Phase::STOPPED;
     ++generation;
-    client->log->warn("etcd: '{}' is not registered: {}", endpoint.name,
-                      e.getDescription().cStr());
+    client->log->warn("etcd: '{}' is not registered: {}", endpoint.name, e.getDescription().cStr());
     if (!everRegistered) registeredFulfiller->reject(kj::mv(e));
     return;
   }
   if (wasHeld && code == ErrorCode::LEASE_LOST) {
-    client->log->warn("etcd: lost the registration of '{}' ({}); registering again",
-                      endpoint.name, e.getDescription().cStr());
+    client->log->warn("etcd: lost the registration of '{}' ({}); registering again", endpoint.name,
+                      e.getDescription().cStr());
     attempt();
     return;
   }

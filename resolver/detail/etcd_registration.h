@@ -75,10 +75,10 @@ private:
   std::string key;
   Phase phase = Phase::REGISTERING;
   bool everRegistered = false;
-  int64_t lease = 0;          // the lease its key was last written on; 0: none
-  int64_t writtenAt = 0;      // the revision of its last write
+  int64_t lease = 0;      // the lease its key was last written on; 0: none
+  int64_t writtenAt = 0;  // the revision of its last write
   uint32_t failures = 0;
-  uint64_t generation = 0;    // callbacks of an earlier attempt do nothing
+  uint64_t generation = 0;                        // callbacks of an earlier attempt do nothing
   kj::Maybe<kj::ForkedPromise<int64_t>> writing;  // the last write sent: its revision, 0 if refused
   kj::ForkedPromise<void> registered;
   kj::Own<kj::PromiseFulfiller<void>> registeredFulfiller;

@@ -99,8 +99,7 @@ kj::Promise<int64_t> EtcdSession::lease() {
                       }
                       current = granted.getId();
                       failures = 0;
-                      client.log->info("etcd: lease {} granted (TTL {} s)", current,
-                                       ttlSeconds());
+                      client.log->info("etcd: lease {} granted (TTL {} s)", current, ttlSeconds());
                       scheduleKeepAlive(interval());
                       return current;
                     },
@@ -138,8 +137,8 @@ kj::Promise<void> EtcdSession::keepAlive() {
   return client
       .post<schema::etcd::LeaseKeepAliveResult>(
           "/v3/lease/keepalive", message.getRoot<schema::etcd::LeaseKeepAliveRequest>().asReader())
-      .then([this, lease](
-                EtcdReply<schema::etcd::LeaseKeepAliveResult>&& reply) -> kj::Promise<void> {
+      .then([this,
+             lease](EtcdReply<schema::etcd::LeaseKeepAliveResult>&& reply) -> kj::Promise<void> {
         if (lease != current) return kj::READY_NOW;
         if (reply.get().getResult().getTtl() <= 0) {
           dropLease(lease, "etcd no longer has it: it lapsed, or etcd lost its data");

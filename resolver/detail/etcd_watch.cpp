@@ -44,20 +44,20 @@ kj::Maybe<Endpoint> decodeEndpoint(EtcdClient& client, kj::StringPtr key,
 kj::Maybe<EtcdJobValue> decodeJob(EtcdClient& client, kj::StringPtr jobId,
                                   capnp::Data::Reader value) {
   kj::Maybe<EtcdJobValue> result;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                validateJobId(jobId);
-                auto reply = client.decode<schema::etcd::Job>(value.asChars());
-                auto job = reply.get();
-                EtcdJobValue decoded{{jobId.cStr(), JobState::RUNNING, job.getReason()},
-                                     job.getOwner()};
-                if (job.getState() == "ended") {
-                  decoded.status.state = JobState::ENDED;
-                } else if (job.getState() != "running") {
-                  throwError(ErrorCode::INVALID_ARGUMENT,
-                             kj::str("its state is '", printable(job.getState()), "'"));
-                }
-                result = kj::mv(decoded);
-              })) {
+  KJ_IF_MAYBE(
+      e, kj::runCatchingExceptions([&]() {
+        validateJobId(jobId);
+        auto reply = client.decode<schema::etcd::Job>(value.asChars());
+        auto job = reply.get();
+        EtcdJobValue decoded{{jobId.cStr(), JobState::RUNNING, job.getReason()}, job.getOwner()};
+        if (job.getState() == "ended") {
+          decoded.status.state = JobState::ENDED;
+        } else if (job.getState() != "running") {
+          throwError(ErrorCode::INVALID_ARGUMENT,
+                     kj::str("its state is '", printable(job.getState()), "'"));
+        }
+        result = kj::mv(decoded);
+      })) {
     client.log->warn("etcd: the value of job '{}' is not troupe's ({}); the job counts as open "
                      "and running",
                      printable(jobId).cStr(), errorMessage(*e).cStr());
@@ -170,7 +170,7 @@ void EtcdWatch::applyOne(const EtcdChange& change) {
 }
 
 void EtcdWatch::reconcile(const EtcdSnapshot& snapshot, bool afterBreak) {
-  if (!started) return;  // its own first snapshot is on its way
+  if (!started) return;                   // its own first snapshot is on its way
   if (snapshot.revision < since) return;  // older than what it reported already
   bool changed = false;
   auto report = [&](WatchEvent event) {
@@ -277,8 +277,7 @@ std::vector<EtcdChange> EtcdWatchHub::changesIn(schema::etcd::WatchResponse::Rea
       auto jobId = key.substr(client.jobsPrefix.size());
       KJ_IF_MAYBE(job, decodeJob(client, jobId.c_str(), kv.getValue())) {
         if (job->status.state == JobState::ENDED) {
-          jobs.push_back(
-              EtcdChange{EtcdChange::Kind::JOB_ENDED, rev, {}, {}, kj::mv(job->status)});
+          jobs.push_back(EtcdChange{EtcdChange::Kind::JOB_ENDED, rev, {}, {}, kj::mv(job->status)});
         }
       }
     }
@@ -299,7 +298,8 @@ kj::Promise<void> EtcdWatchHub::run() {
         create.setKey(bytesOf(client.rootPrefix));
         create.setRangeEnd(bytesOf(prefixRangeEnd(client.rootPrefix)));
         create.setStartRevision(revision + 1);
-        return client.stream("/v3/watch", client.encode(message.getRoot<schema::etcd::WatchRequest>().asReader()));
+        return client.stream(
+            "/v3/watch", client.encode(message.getRoot<schema::etcd::WatchRequest>().asReader()));
       })
       .then([this](kj::Own<EtcdStream> stream) {
         auto member = stream->member;
@@ -324,8 +324,7 @@ kj::Promise<void> EtcdWatchHub::follow(kj::Own<EtcdStream> stream) {
       if (response.getCanceled()) {
         return makeError(ErrorCode::DISCONNECTED,
                          kj::str("etcd cancelled the watch (compacted to revision ",
-                                 response.getCompactRevision(), "): ",
-                                 response.getCancelReason()));
+                                 response.getCompactRevision(), "): ", response.getCancelReason()));
       }
       failures = 0;
       auto changes = changesIn(response);

@@ -79,9 +79,9 @@ private:
 
   kj::Own<EtcdClient> client;
   WatchQueue queue;
-  bool started = false;             // the first snapshot is in
-  int64_t since = 0;                // changes up to this revision are reflected
-  std::vector<EtcdChange> pending;  // changes that came before the first snapshot
+  bool started = false;                  // the first snapshot is in
+  int64_t since = 0;                     // changes up to this revision are reflected
+  std::vector<EtcdChange> pending;       // changes that came before the first snapshot
   std::map<std::string, Endpoint> view;  // what this watch has reported, by name
   uint32_t failures = 0;
   kj::Promise<void> starting = nullptr;  // last: refers to the members above
@@ -114,7 +114,7 @@ private:
   kj::List<EtcdWatch, &EtcdWatch::link> watches;
   int64_t revision = 0;  // read up to here
   uint32_t failures = 0;
-  bool broke = false;  // the stream broke since the last read of everything
+  bool broke = false;                   // the stream broke since the last read of everything
   kj::Promise<void> running = nullptr;  // last: refers to the members above
 };
 

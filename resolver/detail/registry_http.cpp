@@ -7,8 +7,8 @@
 #include <kj/encoding.h>
 #include <spdlog/spdlog.h>
 
-#include "troupe/net/address.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/address.h"
 #include "troupe/resolver/detail/dashboard_assets.h"
 #include "troupe/resolver/detail/url_query.h"
 #include "troupe/resolver/registry_wire.h"
@@ -95,7 +95,9 @@ class EventSession {
 public:
   EventSession(RegistryHttp& http, kj::Own<kj::AsyncOutputStream> out,
                kj::Own<kj::PromiseFulfiller<void>> done)
-      : http(http), out(kj::mv(out)), done(kj::mv(done)),
+      : http(http),
+        out(kj::mv(out)),
+        done(kj::mv(done)),
         lastWrite(kj::Promise<void>(kj::READY_NOW).fork()) {
     ++http.streams;
   }
@@ -188,7 +190,10 @@ kj::Promise<void> EventStream::events(EventsContext context) {
 RegistryHttp::RegistryHttp(EventLoop& loop, kj::Own<RegistryTable> table,
                            std::shared_ptr<Credentials> credentials,
                            std::shared_ptr<spdlog::logger> log)
-    : loop(loop), registry(kj::mv(table)), credentials(kj::mv(credentials)), log(kj::mv(log)),
+    : loop(loop),
+      registry(kj::mv(table)),
+      credentials(kj::mv(credentials)),
+      log(kj::mv(log)),
       clientHeaders(kj::heap<kj::HttpHeaderTable>()) {
   tlsNetwork = this->credentials->clientTlsContext().wrapNetwork(loop.network());
   client = kj::newHttpClient(loop.timer(), *clientHeaders, loop.network(), *tlsNetwork);
@@ -204,9 +209,8 @@ const kj::HttpHeaderTable& RegistryHttp::table() const {
   return KJ_ASSERT_NONNULL(endpoint).headerTable();
 }
 
-kj::Promise<void> RegistryHttp::request(kj::HttpMethod, kj::StringPtr url,
-                                        const kj::HttpHeaders&, kj::AsyncInputStream&,
-                                        Response& response) {
+kj::Promise<void> RegistryHttp::request(kj::HttpMethod, kj::StringPtr url, const kj::HttpHeaders&,
+                                        kj::AsyncInputStream&, Response& response) {
   auto path = url.slice(0, url.findFirst('?').orDefault(url.size()));
   for (auto& asset : dashboardAssets()) {
     if (path == asset.path || (path == "/"_kj && asset.path == "/index.html"_kj)) {
@@ -292,44 +296,43 @@ kj::Promise<void> RegistryHttp::endpointMetrics(kj::StringPtr url, Response& res
   auto host = httpUrlHost(metricsUrl);
   if (!endpointAddress.isInet() || host == nullptr ||
       KJ_ASSERT_NONNULL(host) != endpointAddress.host) {
-    return fail(502, kj::str("endpoint '", name, "' publishes its metrics at ",
-                             printable(metricsUrl),
-                             ", not on the host of its address; the registry fetches only from "
-                             "an endpoint's own host"));
+    return fail(502,
+                kj::str("endpoint '", name, "' publishes its metrics at ", printable(metricsUrl),
+                        ", not on the host of its address; the registry fetches only from "
+                        "an endpoint's own host"));
   }
 
   kj::HttpHeaders headers(*clientHeaders);
   if (credentials->hasToken()) {
     auto token = credentials->token();
     headers.add("Authorization",
-                kj::str("Bearer ", kj::StringPtr(reinterpret_cast<const char*>(token.begin()),
-                                                 token.size())));
+                kj::str("Bearer ",
+                        kj::StringPtr(reinterpret_cast<const char*>(token.begin()), token.size())));
   }
   auto target = kj::str(metricsUrl.c_str(), "/metrics");
-  auto fetched =
-      client->request(kj::HttpMethod::GET, target, headers, uint64_t{0})
-          .response.then([](kj::HttpClient::Response&& r) {
-            auto read = r.body->readAllText(MAX_METRICS_BYTES);
-            uint status = r.statusCode;
-            return read.attach(kj::mv(r.body)).then([status](kj::String text) {
-              return kj::tuple(status, kj::mv(text));
-            });
-          })
-          .exclusiveJoin(loop.timer().afterDelay(METRICS_FETCH_TIMEOUT).then([]() {
-            return kj::Promise<kj::Tuple<uint, kj::String>>(
-                KJ_EXCEPTION(OVERLOADED, "no answer within 5 s"));
-          }));
+  auto fetched = client->request(kj::HttpMethod::GET, target, headers, uint64_t{0})
+                     .response
+                     .then([](kj::HttpClient::Response&& r) {
+                       auto read = r.body->readAllText(MAX_METRICS_BYTES);
+                       uint status = r.statusCode;
+                       return read.attach(kj::mv(r.body)).then([status](kj::String text) {
+                         return kj::tuple(status, kj::mv(text));
+                       });
+                     })
+                     .exclusiveJoin(loop.timer().afterDelay(METRICS_FETCH_TIMEOUT).then([]() {
+                       return kj::Promise<kj::Tuple<uint, kj::String>>(
+                           KJ_EXCEPTION(OVERLOADED, "no answer within 5 s"));
+                     }));
   auto sent = kj::str(name);
   return fetched.then(
       [this, &response, sent = kj::mv(sent)](kj::Tuple<uint, kj::String>&& result) mutable {
         auto status = kj::get<0>(result);
         if (status != 200) {
           return sendHttpText(response, table(), 502, TEXT,
-                              kj::str("endpoint '", sent, "' answered /metrics with HTTP ",
-                                      status, "\n"));
+                              kj::str("endpoint '", sent, "' answered /metrics with HTTP ", status,
+                                      "\n"));
         }
-        return sendHttpText(response, table(), 200,
-                            "text/plain; version=0.0.4; charset=utf-8",
+        return sendHttpText(response, table(), 200, "text/plain; version=0.0.4; charset=utf-8",
                             kj::mv(kj::get<1>(result)));
       },
       [this, &response, name = kj::mv(name)](kj::Exception&& e) {

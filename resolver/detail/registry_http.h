@@ -19,9 +19,9 @@
 
 #include <kj/compat/http.h>
 
+#include "troupe/net/credentials.h"
 #include "troupe/observe/http_endpoint.h"
 #include "troupe/resolver/detail/registry_table.h"
-#include "troupe/net/credentials.h"
 
 namespace troupe::resolver_detail {
 

@@ -49,7 +49,8 @@ RegistryLink::RegistryLink(EventLoop& loop, kj::StringPtr address, RegistryResol
       reconnect(this->options.reconnectBackoffInitial, this->options.reconnectBackoffMax,
                 "RegistryResolverOptions' reconnectBackoffInitial and reconnectBackoffMax"),
       tasks(kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this))) {
-  KJ_REQUIRE(this->options.ttl >= 0 * kj::SECONDS, "RegistryResolverOptions: ttl must not be negative");
+  KJ_REQUIRE(this->options.ttl >= 0 * kj::SECONDS,
+             "RegistryResolverOptions: ttl must not be negative");
 }
 
 RegistryLink::~RegistryLink() noexcept(false) {
@@ -62,9 +63,7 @@ void RegistryLink::taskFailed(kj::Exception&& exception) {
   log->warn("registry client task failed: {}", exception.getDescription().cStr());
 }
 
-schema::Registry::Client RegistryLink::registry() {
-  return channel->bootstrap<schema::Registry>();
-}
+schema::Registry::Client RegistryLink::registry() { return channel->bootstrap<schema::Registry>(); }
 
 void RegistryLink::connectionBroken(uint64_t brokenEpoch) {
   if (channel->epoch() == brokenEpoch) channel->disconnect();
@@ -116,10 +115,9 @@ void RegistryLink::ensureProbe() {
                        } else if (id == probeId) {
                          // A registry that refuses the watch: registrations then learn of a
                          // broken connection at their next renewal instead.
-                         log->warn(
-                             "the registry at {} refused the liveness watch ({}); lost "
-                             "connections will be noticed at the next renewal",
-                             addressText, e.getDescription().cStr());
+                         log->warn("the registry at {} refused the liveness watch ({}); lost "
+                                   "connections will be noticed at the next renewal",
+                                   addressText, e.getDescription().cStr());
                          stopProbe();
                          probeRefused = true;
                        }

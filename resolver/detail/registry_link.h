@@ -11,11 +11,11 @@
 #include <kj/refcount.h>
 
 #include "troupe/base/backoff.h"
-#include "troupe/net/channel.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/channel.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/registry_resolver.h"
 #include "troupe/schemas/registry.capnp.h"
-#include "troupe/net/credentials.h"
 
 namespace troupe::resolver_detail {
 

@@ -91,8 +91,7 @@ void RegistryRegistration::attempt() {
                  .then(
                      [this, gen, epoch](RegisterResponse&& response) {
                        if (gen != generation) return;  // dropping `response` releases the lease
-                       held(response.getLease(), response.getTtlMillis() * kj::MILLISECONDS,
-                            epoch);
+                       held(response.getLease(), response.getTtlMillis() * kj::MILLISECONDS, epoch);
                      },
                      [this, gen, epoch](kj::Exception&& e) {
                        if (gen != generation) return;

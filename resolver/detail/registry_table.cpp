@@ -2,14 +2,13 @@
 
 #include <malloc.h>
 
-
 #include <kj/debug.h>
 #include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
+#include "troupe/base/errors.h"
 #include "troupe/net/address.h"
 #include "troupe/net/credentials.h"
-#include "troupe/base/errors.h"
 #include "troupe/resolver/registry_wire.h"
 
 namespace troupe::resolver_detail {
@@ -36,7 +35,6 @@ size_t eventBytes(const WatchEvent& event) {
 }
 
 int64_t millis(kj::Duration d) { return d / kj::MILLISECONDS; }
-
 
 }  // namespace
 
@@ -76,19 +74,17 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
   auto event = WatchEvent::Type::ADDED;
   if (it != entries.end()) {
     auto& old = it->second;
-    log->info(
-        "'{}' replaced by incarnation {} at {} (was incarnation {} at {}); the old lease is "
-        "revoked",
-        endpoint.name, endpoint.incarnation, endpoint.address, old.endpoint.incarnation,
-        old.endpoint.address);
+    log->info("'{}' replaced by incarnation {} at {} (was incarnation {} at {}); the old lease is "
+              "revoked",
+              endpoint.name, endpoint.incarnation, endpoint.address, old.endpoint.incarnation,
+              old.endpoint.address);
     leaseNames.erase(old.leaseId);
     deadlines.erase({old.deadline, old.leaseId});
     old = Entry{kj::mv(endpoint), leaseId, ttl, deadline};
     event = WatchEvent::Type::CHANGED;
   } else {
     log->info("registered '{}' at {} (incarnation {}, {}, ttl {} ms)", endpoint.name,
-              endpoint.address, endpoint.incarnation, toString(endpoint.state).cStr(),
-              millis(ttl));
+              endpoint.address, endpoint.incarnation, toString(endpoint.state).cStr(), millis(ttl));
     std::string name = endpoint.name;
     it = entries.emplace(kj::mv(name), Entry{kj::mv(endpoint), leaseId, ttl, deadline}).first;
   }
@@ -103,8 +99,7 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
 void RegistryTable::checkRegistration(Endpoint& endpoint,
                                       kj::ArrayPtr<const kj::byte> jobCredential) {
   auto refuse = [&](ErrorCode code, kj::StringPtr message) {
-    log->warn("refused registration of '{}': {}", printable(endpoint.name).cStr(),
-              message.cStr());
+    log->warn("refused registration of '{}': {}", printable(endpoint.name).cStr(), message.cStr());
     throwError(code, message);
   };
 
@@ -122,9 +117,8 @@ void RegistryTable::checkRegistration(Endpoint& endpoint,
                    " bytes (name, address and metadata); the registry's limit is ",
                    options.maxEndpointBytes));
   }
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                endpoint.address = Address::parse(endpoint.address).toString();
-              })) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                     [&]() { endpoint.address = Address::parse(endpoint.address).toString(); })) {
     refuse(ErrorCode::INVALID_ARGUMENT,
            kj::str("endpoint '", endpoint.name, "' has a bad address: ", errorMessage(*e)));
   }
@@ -151,8 +145,8 @@ void RegistryTable::checkRegistration(Endpoint& endpoint,
                    "); only a newer incarnation replaces it"));
   }
   if (it == entries.end() && entries.size() >= options.maxEndpoints) {
-    refuse(ErrorCode::OVERLOADED, kj::str("the registry holds ", entries.size(),
-                                          " endpoints, its limit (maxEndpoints)"));
+    refuse(ErrorCode::OVERLOADED,
+           kj::str("the registry holds ", entries.size(), " endpoints, its limit (maxEndpoints)"));
   }
   // Last: it claims an unowned job for this registrant, which only a registration let in may do.
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
@@ -279,8 +273,8 @@ uint64_t RegistryTable::addWatcher(kj::StringPtr prefix, schema::Watcher::Client
   if (watchers.size() >= options.maxWatchers) {
     log->warn("refused a watch on '{}': {} watchers, the limit (maxWatchers)", prefix.cStr(),
               watchers.size());
-    throwError(ErrorCode::OVERLOADED, kj::str("the registry has ", watchers.size(),
-                                              " watchers, its limit (maxWatchers)"));
+    throwError(ErrorCode::OVERLOADED,
+               kj::str("the registry has ", watchers.size(), " watchers, its limit (maxWatchers)"));
   }
   uint64_t id = nextWatcherId++;
   auto& watcher =
@@ -350,11 +344,11 @@ void RegistryTable::shedWatchers() {
     // One watcher alone is bounded by maxQueuedEvents; cutting it off would only make it
     // subscribe again for the same snapshot.
     if (held == queuedBytes) return;
-    dropWatcher(victim->first,
-                kj::str("overloaded: it is furthest behind, with ", held, " bytes of events "
-                        "queued, and watchers together had ", queuedBytes, " bytes, past ",
-                        options.maxQueuedEventBytes,
-                        " (RegistryServerOptions::maxQueuedEventBytes)"));
+    dropWatcher(victim->first, kj::str("overloaded: it is furthest behind, with ", held,
+                                       " bytes of events "
+                                       "queued, and watchers together had ",
+                                       queuedBytes, " bytes, past ", options.maxQueuedEventBytes,
+                                       " (RegistryServerOptions::maxQueuedEventBytes)"));
   }
 }
 
@@ -369,8 +363,8 @@ void RegistryTable::send(uint64_t id, Watcher& watcher) {
     bytes += more;
     ++count;
   }
-  auto request =
-      watcher.client.eventsRequest(capnp::MessageSize{bytes / sizeof(capnp::word) + 16, 0});
+  auto request = watcher.client.eventsRequest(
+      capnp::MessageSize{bytes / sizeof(capnp::word) + 16, 0});
   auto list = request.initEvents(count);
   for (size_t i = 0; i < count; ++i) {
     toCapnp(watcher.queue.front(), list[i]);
@@ -435,7 +429,8 @@ void RegistryTable::authorize(const std::string& jobId, kj::ArrayPtr<const kj::b
     log->warn("refused to let a client {}: {} job credential", what.cStr(),
               presented.size() == 0 ? "no" : "a wrong");
     throwError(ErrorCode::PERMISSION_DENIED,
-               kj::str("only the owner of job '", jobId, "' may ", what, ", and the job credential ",
+               kj::str("only the owner of job '", jobId, "' may ", what,
+                       ", and the job credential ",
                        presented.size() == 0 ? "was not presented (TROUPE_JOB_TOKEN_FILE)"
                                              : "presented is not the job's"));
   }
@@ -481,8 +476,7 @@ void RegistryTable::claimIfOpen(const std::string& jobId, kj::ArrayPtr<const kj:
   auto it = jobs.find(jobId);
   if (it != jobs.end() && !it->second.credential.empty()) return;
   jobRecord(jobId, what).credential = std::string(presented.asChars().begin(), presented.size());
-  log->info("job '{}' is claimed by the credential of a client that could {}", jobId,
-            what.cStr());
+  log->info("job '{}' is claimed by the credential of a client that could {}", jobId, what.cStr());
 }
 
 bool RegistryTable::hasEndpoints(kj::StringPtr jobId) const {
@@ -614,15 +608,16 @@ void RegistryTable::collectMetrics(MetricsSnapshot& out) const {
   };
   gauge("troupe_registry_leases", "Leases held now (one per endpoint).",
         static_cast<double>(leaseNames.size()));
-  gauge("troupe_registry_watchers", "Watchers subscribed now.", static_cast<double>(watchers.size()));
+  gauge("troupe_registry_watchers", "Watchers subscribed now.",
+        static_cast<double>(watchers.size()));
   gauge("troupe_registry_queued_event_bytes", "Bytes of events queued for watchers now.",
         static_cast<double>(queuedBytes));
   size_t ended = endedOrder.size();
   gauge("troupe_registry_jobs_ended", "Ended jobs the registry remembers.",
         static_cast<double>(ended));
   counter("troupe_registry_registrations_total", "Registrations accepted.", registrations);
-  counter("troupe_registry_leases_expired_total", "Entries removed because no renewal came in time.",
-          expiredCount);
+  counter("troupe_registry_leases_expired_total",
+          "Entries removed because no renewal came in time.", expiredCount);
   counter("troupe_registry_events_pushed_total", "Watch events queued for watchers.", eventsPushed);
   counter("troupe_registry_watchers_dropped_total",
           "Watchers cut off for falling behind or failing.", watchersDropped);

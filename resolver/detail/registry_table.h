@@ -180,7 +180,7 @@ private:
   bool trimQueued = false;
 
   std::map<std::string, Job, std::less<>> jobs;  // created, claimed or ended
-  std::map<uint64_t, std::string> endedOrder;     // ended jobs, oldest first
+  std::map<uint64_t, std::string> endedOrder;    // ended jobs, oldest first
   uint64_t nextEndedSeq = 1;
 
   kj::Own<kj::TaskSet> tasks;  // expiry timers, events() calls in flight

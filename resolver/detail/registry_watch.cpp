@@ -129,8 +129,8 @@ void RegistryWatch::lost(uint64_t id, kj::Exception&& why) {
   // The registry refuses this prefix, or a watch that never got going is refused our
   // credentials: no point in asking again. (Refused after it ran, the registry's credentials
   // may be rotating: that one retries.)
-  bool refusedCredentials =
-      code == ErrorCode::UNAUTHENTICATED || code == ErrorCode::PERMISSION_DENIED;
+  bool refusedCredentials = code == ErrorCode::UNAUTHENTICATED ||
+                            code == ErrorCode::PERMISSION_DENIED;
   if (code == ErrorCode::INVALID_ARGUMENT || (refusedCredentials && !everSynced)) {
     link->log->warn("the registry at {} refused the watch on '{}': {}", link->addressText, prefix,
                     why.getDescription().cStr());

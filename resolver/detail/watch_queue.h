@@ -32,8 +32,8 @@ public:
 private:
   std::deque<WatchEvent> queue;
   kj::Maybe<kj::Exception> endError;
-  ChangeSignal pushed;    // an event was pushed, or the queue ended
-  kj::Canceler waiting;   // last: a pending next() refers to the queue
+  ChangeSignal pushed;   // an event was pushed, or the queue ended
+  kj::Canceler waiting;  // last: a pending next() refers to the queue
 };
 
 }  // namespace troupe::resolver_detail

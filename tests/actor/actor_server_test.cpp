@@ -27,7 +27,8 @@ TEST_F(ActorServerTest, CallReturnsTheActorsResult) {
                  q.setA(40);
                  q.setB(2);
                  return q.send();
-               }).wait(ws());
+               })
+               .wait(ws());
   EXPECT_EQ(r.getSum(), 42);
   EXPECT_EQ(KJ_ASSERT_NONNULL(calc.incarnation()), server->incarnation());
 }
@@ -88,7 +89,8 @@ TEST_F(ActorServerTest, ActorExceptionReachesTheCallerAsFailedWithItsMessage) {
                  q.setA(9);
                  q.setB(3);
                  return q.send();
-               }).wait(ws());
+               })
+               .wait(ws());
   EXPECT_EQ(r.getQuotient(), 3);
 }
 

@@ -14,9 +14,9 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "tests/support/child_process.h"
 #include "troupe/actor/blob.h"
 #include "troupe/base/errors.h"
+#include "tests/support/child_process.h"
 
 namespace troupe {
 namespace {
@@ -67,8 +67,8 @@ public:
           EventLoop loop;
           setLoopCredentials(loop, Credentials::none());
           kj::Array<const kj::byte> copy = kj::heapArray<kj::byte>(bytes);
-          auto transfer = sendBlob(loop, kj::arrayPtr(targets.data(), targets.size()), "weights",
-                                   1, kj::mv(copy), kj::mv(options));
+          auto transfer = sendBlob(loop, kj::arrayPtr(targets.data(), targets.size()), "weights", 1,
+                                   kj::mv(copy), kj::mv(options));
           for (auto& r : transfer.waitAll(deadline).wait(loop.waitScope())) {
             results.push_back(kj::mv(r));
           }
@@ -161,8 +161,8 @@ TEST(BlobProcessTest, TheDeadlineGivesTheTransferUpEverywhereItRuns) {
   // Member 1 stalls (its loop stops) but stays within the stall timeout: the deadline ends it.
   std::vector<std::unique_ptr<Member>> members;
   members.push_back(std::make_unique<Member>());
-  members.push_back(std::make_unique<Member>(
-      std::vector<std::string>{"--pause-at", std::to_string(1 << 20)}));
+  members.push_back(
+      std::make_unique<Member>(std::vector<std::string>{"--pause-at", std::to_string(1 << 20)}));
   members.push_back(std::make_unique<Member>());
   auto bytes = pattern(BLOB_BYTES);
   SenderThread sender(targetsOf(members), bytes,

@@ -12,10 +12,10 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_server.h"
+#include "troupe/actor/detail/blob_fanout.h"
+#include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
 #include "troupe/net/channel.h"
-#include "troupe/base/errors.h"
-#include "troupe/actor/detail/blob_fanout.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe {
@@ -363,8 +363,8 @@ TEST_F(BlobWireTest, AChunkReadStraightIntoPlaceIsCheckedLikeAnyOther) {
     request.setOffset(offset);
     request.setChecksum(checksum.orDefault(actor_detail::blobChecksum(chunk)));
     kj::Array<const kj::byte> copy = kj::heapArray<kj::byte>(chunk);
-    EXPECT_TRUE(adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData,
-                           kj::mv(copy)));
+    EXPECT_TRUE(
+        adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData, kj::mv(copy)));
     return request.send();
   };
   await(loop, placed(0, nullptr, 21));

@@ -173,9 +173,9 @@ TEST(ParseEndpointName, InvertsEndpointName) {
     const char* actor;
     uint32_t index;
   };
-  for (auto c : {Case{"local", "calc", 0}, Case{"job-1", "my-actor", 17},
-                 Case{"a.b_c", "x-", 999999999u}, Case{"j", "a", 1000000000u},
-                 Case{"j", "a", 4294967295u}}) {
+  for (auto c :
+       {Case{"local", "calc", 0}, Case{"job-1", "my-actor", 17}, Case{"a.b_c", "x-", 999999999u},
+        Case{"j", "a", 1000000000u}, Case{"j", "a", 4294967295u}}) {
     auto name = endpointName(c.job, c.actor, c.index);
     SCOPED_TRACE(name);
     KJ_IF_MAYBE(parts, parseEndpointName(ptr(name))) {
@@ -212,13 +212,13 @@ TEST(ParseEndpointName, RejectsIndexOverflow) {
 }
 
 TEST(ParseEndpointName, RejectsInvalidJobOrActor) {
-  EXPECT_TRUE(parseEndpointName("/calc-3") == nullptr);       // empty job
-  EXPECT_TRUE(parseEndpointName("j/-3") == nullptr);          // empty actor
-  EXPECT_TRUE(parseEndpointName("_j/calc-3") == nullptr);     // job starts badly
-  EXPECT_TRUE(parseEndpointName("j/.calc-3") == nullptr);     // actor starts badly
-  EXPECT_TRUE(parseEndpointName("j/a/b-3") == nullptr);       // a second slash
-  EXPECT_TRUE(parseEndpointName("j b/calc-3") == nullptr);    // space in the job
-  EXPECT_TRUE(parseEndpointName("j/ca\tlc-3") == nullptr);    // control char in the actor
+  EXPECT_TRUE(parseEndpointName("/calc-3") == nullptr);     // empty job
+  EXPECT_TRUE(parseEndpointName("j/-3") == nullptr);        // empty actor
+  EXPECT_TRUE(parseEndpointName("_j/calc-3") == nullptr);   // job starts badly
+  EXPECT_TRUE(parseEndpointName("j/.calc-3") == nullptr);   // actor starts badly
+  EXPECT_TRUE(parseEndpointName("j/a/b-3") == nullptr);     // a second slash
+  EXPECT_TRUE(parseEndpointName("j b/calc-3") == nullptr);  // space in the job
+  EXPECT_TRUE(parseEndpointName("j/ca\tlc-3") == nullptr);  // control char in the actor
   EXPECT_TRUE(parseEndpointName(ptr(std::string(129, 'j') + "/a-1")) == nullptr);
   EXPECT_TRUE(parseEndpointName(ptr("j/" + std::string(129, 'a') + "-1")) == nullptr);
   EXPECT_TRUE(parseEndpointName(ptr(std::string(128, 'j') + "/" + std::string(128, 'a') + "-1")) !=

@@ -178,8 +178,8 @@ TEST(JobContextTest, AllEmptyIsTheDefault) {
 }
 
 TEST(JobContextTest, NonNumericIndexNamesTheVariable) {
-  for (const char* value : {"abc", "-1", "+1", " 1", "1 ", "1.0", "0x1", "4294967296",
-                            "99999999999"}) {
+  for (const char* value :
+       {"abc", "-1", "+1", " 1", "1 ", "1.0", "0x1", "4294967296", "99999999999"}) {
     SCOPED_TRACE(value);
     auto msg = invalidArgument({{"TROUPE_TASK_INDEX", value}, {"TROUPE_NUM_TASKS", "4"}});
     EXPECT_TRUE(contains(msg, "TROUPE_TASK_INDEX")) << msg;
@@ -235,8 +235,8 @@ TEST(JobContextTest, BadTroupeJobIdIsNotMaskedBySlurm) {
 }
 
 TEST(JobContextTest, ResolverAndAdvertiseHostAreTakenVerbatim) {
-  auto ctx = fromEnv({{"TROUPE_RESOLVER", "fixed:job/a-0=tcp://h:1"},
-                      {"TROUPE_ADVERTISE_HOST", "[::1]"}});
+  auto ctx = fromEnv(
+      {{"TROUPE_RESOLVER", "fixed:job/a-0=tcp://h:1"}, {"TROUPE_ADVERTISE_HOST", "[::1]"}});
   EXPECT_EQ(ctx.resolver, "fixed:job/a-0=tcp://h:1");
   EXPECT_EQ(ctx.advertiseHost, "[::1]");
 }
@@ -250,9 +250,8 @@ TEST(JobContextTest, LooksUpOnlyTheDocumentedVariables) {
   for (auto& [name, count] : asked) {
     EXPECT_TRUE(name == "TROUPE_JOB_ID" || name == "SLURM_JOB_ID" || name == "TROUPE_TASK_INDEX" ||
                 name == "SLURM_PROCID" || name == "JOB_COMPLETION_INDEX" ||
-                name == "TROUPE_NUM_TASKS" || name == "SLURM_NTASKS" ||
-                name == "TROUPE_RESOLVER" || name == "TROUPE_ADVERTISE_HOST" ||
-                name == "TROUPE_METRICS")
+                name == "TROUPE_NUM_TASKS" || name == "SLURM_NTASKS" || name == "TROUPE_RESOLVER" ||
+                name == "TROUPE_ADVERTISE_HOST" || name == "TROUPE_METRICS")
         << name;
   }
   EXPECT_EQ(asked.size(), 10u);
@@ -264,8 +263,8 @@ TEST(JobContextTest, TroupeMetricsSaysWhereTheServerServesHttp) {
 }
 
 TEST(JobContextTest, EndpointNameUsesJobAndIndex) {
-  auto ctx = fromEnv({{"TROUPE_JOB_ID", "job-1"}, {"TROUPE_TASK_INDEX", "3"},
-                      {"TROUPE_NUM_TASKS", "4"}});
+  auto ctx = fromEnv(
+      {{"TROUPE_JOB_ID", "job-1"}, {"TROUPE_TASK_INDEX", "3"}, {"TROUPE_NUM_TASKS", "4"}});
   EXPECT_EQ(ctx.endpointName("calc"), "job-1/calc-3");
   EXPECT_EQ(ctx.endpointName("my-actor"), "job-1/my-actor-3");
   EXPECT_EQ(fromEnv({}).endpointName("calc"), "local/calc-0");

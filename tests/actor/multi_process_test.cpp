@@ -10,8 +10,8 @@
 #include "troupe/actor/actor_ref.h"
 #include "troupe/base/errors.h"
 #include "tests/support/child_process.h"
-#include "tests/support/test_server.h"
 #include "tests/support/test_actors.h"
+#include "tests/support/test_server.h"
 
 namespace troupe {
 namespace {
@@ -37,7 +37,8 @@ TEST(MultiProcess, CallsReachAnotherProcess) {
                  q.setA(1);
                  q.setB(2);
                  return q.send();
-               }).wait(loop.waitScope());
+               })
+               .wait(loop.waitScope());
   EXPECT_EQ(r.getSum(), 3);
 
   auto echo = ActorRef<Echo>(calc.channel().addRef(), "echo");
@@ -57,7 +58,8 @@ TEST(MultiProcess, AnActorsExceptionCrossesProcesses) {
           q.setA(1);
           q.setB(0);
           return q.send();
-        }).wait(loop.waitScope());
+        })
+        .wait(loop.waitScope());
     FAIL();
   } catch (const kj::Exception& e) {
     EXPECT_EQ(errorCode(e), ErrorCode::FAILED);
@@ -94,8 +96,7 @@ TEST(MultiProcess, ACallerKilledMidCallHasItsCallCancelledOnTheServer) {
   test::TestServer server;
   // A second process makes a call that blocks, then dies with it in flight.
   {
-    test::ChildProcess caller(
-        TROUPE_TEST_CALLER_PATH, {server.address, "hold"});
+    test::ChildProcess caller(TROUPE_TEST_CALLER_PATH, {server.address, "hold"});
     ASSERT_EQ(caller.readLine(), "HOLDING");
     caller.kill(SIGKILL);
     caller.wait();
@@ -109,8 +110,8 @@ TEST(MultiProcess, ACallerKilledMidCallHasItsCallCancelledOnTheServer) {
         return q.send();
       })
       .wait(loop.waitScope());
-  auto stats =
-      blocker.call([](Blocker::Client c) { return c.statsRequest().send(); }).wait(loop.waitScope());
+  auto stats = blocker.call([](Blocker::Client c) { return c.statsRequest().send(); })
+                   .wait(loop.waitScope());
   EXPECT_EQ(stats.getStarted(), 1u);
   EXPECT_EQ(stats.getCancelled(), 1u);
   EXPECT_EQ(stats.getFinished(), 0u);

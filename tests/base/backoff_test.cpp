@@ -54,8 +54,9 @@ TEST(BackoffTest, ABadRangeIsRefusedNamingIt) {
                   Backoff(initial, 1 * kj::SECONDS, "FooOptions' retryMin and retryMax");
                 })) {
       EXPECT_EQ(errorCode(*e), ErrorCode::INVALID_ARGUMENT);
-      EXPECT_TRUE(kj::StringPtr(e->getDescription()).startsWith(
-          "troupe.invalid_argument: FooOptions' retryMin and retryMax need 0 < initial <= max"))
+      EXPECT_TRUE(kj::StringPtr(e->getDescription())
+                      .startsWith("troupe.invalid_argument: FooOptions' retryMin and retryMax need "
+                                  "0 < initial <= max"))
           << e->getDescription().cStr();
     } else {
       ADD_FAILURE() << "accepted " << (initial / kj::SECONDS) << " s";

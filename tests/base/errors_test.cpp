@@ -90,11 +90,11 @@ TEST(ErrorsTest, CallNeverRanFollowsTheTable) {
 TEST(ErrorsTest, MayRetryFollowsTheTable) {
   // Retrying cannot help what the actor or the caller got wrong, nor a call a pool already gave
   // up on.
-  for (auto code : {ErrorCode::FAILED, ErrorCode::UNIMPLEMENTED, ErrorCode::INVALID_ARGUMENT,
-                    ErrorCode::MESSAGE_TOO_LARGE, ErrorCode::ADDRESS_IN_USE, ErrorCode::JOB_ENDED,
-                    ErrorCode::NAME_TAKEN, ErrorCode::MAY_HAVE_RUN,
-                    ErrorCode::JOB_ALREADY_EXISTS, ErrorCode::UNAUTHENTICATED,
-                    ErrorCode::PERMISSION_DENIED, ErrorCode::BLOB_REFUSED}) {
+  for (auto code :
+       {ErrorCode::FAILED, ErrorCode::UNIMPLEMENTED, ErrorCode::INVALID_ARGUMENT,
+        ErrorCode::MESSAGE_TOO_LARGE, ErrorCode::ADDRESS_IN_USE, ErrorCode::JOB_ENDED,
+        ErrorCode::NAME_TAKEN, ErrorCode::MAY_HAVE_RUN, ErrorCode::JOB_ALREADY_EXISTS,
+        ErrorCode::UNAUTHENTICATED, ErrorCode::PERMISSION_DENIED, ErrorCode::BLOB_REFUSED}) {
     EXPECT_FALSE(mayRetry(code)) << str(errorCodeName(code));
   }
   for (auto code : {ErrorCode::OVERLOADED, ErrorCode::DISCONNECTED, ErrorCode::ACTOR_NOT_FOUND,
@@ -121,7 +121,8 @@ TEST(ErrorsTest, MakeErrorBuildsTypeAndPrefixedDescription) {
     SCOPED_TRACE(row.name);
     auto e = makeError(row.code, "something went wrong");
     EXPECT_EQ(e.getType(), row.type);
-    EXPECT_EQ(str(e.getDescription()), std::string("troupe.") + row.name + ": something went wrong");
+    EXPECT_EQ(str(e.getDescription()),
+              std::string("troupe.") + row.name + ": something went wrong");
     EXPECT_EQ(errorCode(e), row.code);
   }
 }
@@ -163,11 +164,13 @@ TEST(ErrorsTest, CodeSurvivesCapnpRemoteExceptionPrefix) {
   for (auto& row : TABLE) {
     SCOPED_TRACE(row.name);
     auto original = makeError(row.code, "detail");
-    auto remote = plain(original.getType(), kj::str("remote exception: ", original.getDescription()));
+    auto remote = plain(original.getType(),
+                        kj::str("remote exception: ", original.getDescription()));
     EXPECT_EQ(errorCode(remote), row.code);
   }
   // Passed on by an actor from a call of its own (a second prefix): not about this call.
-  auto forwarded = plain(Type::OVERLOADED, "remote exception: remote exception: troupe.draining: x");
+  auto forwarded = plain(Type::OVERLOADED,
+                         "remote exception: remote exception: troupe.draining: x");
   EXPECT_EQ(errorCode(forwarded), ErrorCode::OVERLOADED);
   EXPECT_TRUE(raisedByActor(forwarded));
 }
@@ -253,7 +256,8 @@ TEST(ErrorsTest, LookalikesAreNotCodes) {
   // A longer name that starts with a code's name.
   EXPECT_EQ(errorCode(plain(Type::FAILED, "troupe.draining_soon: no")), ErrorCode::FAILED);
   // An unknown code.
-  EXPECT_EQ(errorCode(plain(Type::DISCONNECTED, "troupe.no_such_code: x")), ErrorCode::DISCONNECTED);
+  EXPECT_EQ(errorCode(plain(Type::DISCONNECTED, "troupe.no_such_code: x")),
+            ErrorCode::DISCONNECTED);
   // Just the prefix.
   EXPECT_EQ(errorCode(plain(Type::OVERLOADED, "troupe.")), ErrorCode::OVERLOADED);
   EXPECT_EQ(errorCode(plain(Type::OVERLOADED, "troupe.:")), ErrorCode::OVERLOADED);
@@ -278,7 +282,8 @@ TEST(ErrorsTest, CapnpSizeLimitMessagesAreMessageTooLarge) {
   EXPECT_EQ(errorCode(receiving), ErrorCode::MESSAGE_TOO_LARGE);
   // troupe's own framing reports a receiver's refusal with its tag; Cap'n Proto's text coming
   // back from a server is an actor's business.
-  auto remote = plain(Type::DISCONNECTED, kj::str("remote exception: ", receiving.getDescription()));
+  auto remote = plain(Type::DISCONNECTED,
+                      kj::str("remote exception: ", receiving.getDescription()));
   EXPECT_EQ(errorCode(remote), ErrorCode::DISCONNECTED);
 }
 

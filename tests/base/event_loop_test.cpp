@@ -110,7 +110,9 @@ TEST(EventLoop, OffloadVoidAndDroppedWorkLeaveTheLoopClean) {
     EXPECT_EQ(ran.load(), 1);
     // Dropped at once: either cancelled before starting or finished and discarded. The loop's
     // destructor waits for it and must find no handle leaked.
-    { auto dropped = loop.offload([&]() { ran++; }); }
+    {
+      auto dropped = loop.offload([&]() { ran++; });
+    }
   }
   EXPECT_GE(ran.load(), 1);
 }
@@ -158,10 +160,14 @@ TEST(EventLoop, UnixSocketLargeTransferAndEof) {
   auto data = kj::heapArray<kj::byte>(SIZE);
   for (size_t i = 0; i < SIZE; ++i) data[i] = static_cast<kj::byte>(i * 7);
 
-  auto sender = listener->accept().then([&](kj::Own<kj::AsyncIoStream> stream) {
-    auto& s = *stream;
-    return s.write(data.begin(), data.size()).then([&s]() { s.shutdownWrite(); }).attach(kj::mv(stream));
-  }).eagerlyEvaluate(nullptr);
+  auto sender = listener->accept()
+                    .then([&](kj::Own<kj::AsyncIoStream> stream) {
+                      auto& s = *stream;
+                      return s.write(data.begin(), data.size())
+                          .then([&s]() { s.shutdownWrite(); })
+                          .attach(kj::mv(stream));
+                    })
+                    .eagerlyEvaluate(nullptr);
   auto client = loop.network().parseAddress(kj::str("unix:", path)).wait(ws)->connect().wait(ws);
   auto received = client->readAllBytes().wait(ws);
   sender.wait(ws);

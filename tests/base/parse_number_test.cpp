@@ -15,7 +15,8 @@ TEST(ParseNumberTest, ReadsDecimalDigits) {
 }
 
 TEST(ParseNumberTest, RefusesAnythingElse) {
-  for (auto text : {"", " 1", "1 ", "+1", "-1", "0x10", "1e3", "1.5", "12a", "18446744073709551616"}) {
+  for (auto text :
+       {"", " 1", "1 ", "+1", "-1", "0x10", "1e3", "1.5", "12a", "18446744073709551616"}) {
     EXPECT_EQ(parseWholeNumber(kj::StringPtr(text)), nullptr) << text;
   }
 }

@@ -8,8 +8,7 @@ const char* toString(CallKind kind) {
   return kind == CallKind::IDEMPOTENT ? "idempotentOp" : "recordOnce";
 }
 
-CallLoad::CallLoad(EventLoop& loop, ActorPool<Chaos>& pool, Random& random,
-                   CallLoadOptions options)
+CallLoad::CallLoad(EventLoop& loop, ActorPool<Chaos>& pool, Random& random, CallLoadOptions options)
     : loop(loop), pool(pool), random(random), options_(kj::mv(options)) {}
 
 kj::Promise<void> CallLoad::run(kj::TimePoint until) {
@@ -35,17 +34,23 @@ kj::Promise<CallRecord> CallLoad::call(uint64_t id, CallKind kind) {
   CallOptions options{.deadline = options_.deadline, .idempotent = kind == CallKind::IDEMPOTENT};
   kj::Promise<void> sent = nullptr;
   if (kind == CallKind::IDEMPOTENT) {
-    sent = pool.call([id](Chaos::Client c) {
-                 auto request = c.idempotentOpRequest();
-                 request.setCallId(id);
-                 return request.send();
-               }, options).ignoreResult();
+    sent = pool.call(
+                   [id](Chaos::Client c) {
+                     auto request = c.idempotentOpRequest();
+                     request.setCallId(id);
+                     return request.send();
+                   },
+                   options)
+               .ignoreResult();
   } else {
-    sent = pool.call([id](Chaos::Client c) {
-                 auto request = c.recordOnceRequest();
-                 request.setCallId(id);
-                 return request.send();
-               }, options).ignoreResult();
+    sent = pool.call(
+                   [id](Chaos::Client c) {
+                     auto request = c.recordOnceRequest();
+                     request.setCallId(id);
+                     return request.send();
+                   },
+                   options)
+               .ignoreResult();
   }
   // The limit fires first only when the call's promise has not settled: it hung, and dropping
   // it here keeps the run bounded.
@@ -53,8 +58,13 @@ kj::Promise<CallRecord> CallLoad::call(uint64_t id, CallKind kind) {
     bool settled;
     kj::Maybe<kj::Exception> error;
   };
-  auto settled = sent.then([]() { return Outcome{true, nullptr}; },
-                           [](kj::Exception&& e) { return Outcome{true, kj::mv(e)}; });
+  auto settled = sent.then(
+      []() {
+        return Outcome{true, nullptr};
+      },
+      [](kj::Exception&& e) {
+        return Outcome{true, kj::mv(e)};
+      });
   auto limit = loop.timer().afterDelay(options_.deadline + options_.hangLimit).then([]() {
     return Outcome{false, nullptr};
   });

@@ -17,8 +17,8 @@
 
 #include "troupe/base/parse_number.h"
 #include "troupe/resolver/host_actor.h"
-#include "tests/chaos/ledger.h"
 #include "chaos.capnp.h"
+#include "tests/chaos/ledger.h"
 
 namespace troupe::chaos {
 namespace {
@@ -42,9 +42,8 @@ protected:
   kj::Promise<void> recordOnce(RecordOnceContext context) override {
     auto callId = context.getParams().getCallId();
     ledger.record(callId);
-    return serviceTime(callId).then([context]() mutable {
-      context.getResults().setPid(static_cast<uint32_t>(getpid()));
-    });
+    return serviceTime(callId).then(
+        [context]() mutable { context.getResults().setPid(static_cast<uint32_t>(getpid())); });
   }
 
 private:

@@ -24,9 +24,8 @@ kj::Maybe<uint64_t> wholeVariable(const char* name, uint64_t min) {
   KJ_IF_MAYBE(value, parseWholeNumber(kj::StringPtr(text))) {
     if (*value >= min) return *value;
   }
-  throwError(ErrorCode::INVALID_ARGUMENT,
-             kj::str(name, " must be a whole number of at least ", min, ", not '",
-                     printable(std::string(text)), "'"));
+  throwError(ErrorCode::INVALID_ARGUMENT, kj::str(name, " must be a whole number of at least ", min,
+                                                  ", not '", printable(std::string(text)), "'"));
 }
 
 uint64_t seedFromClock() {

@@ -135,9 +135,9 @@ void stopEverything(ChaosRun& run, JobHandle& job, ActorPool<Chaos>& pool) {
 }
 
 std::string describeChaos(const ChaosCounts& counts, size_t starts, uint64_t seed) {
-  return std::to_string(counts.kills) + " kills, " + std::to_string(counts.freezes) +
-         " freezes, " + std::to_string(counts.registryTerms + counts.registryKills) +
-         " registry restarts (" + std::to_string(counts.registryTerms) + " after SIGTERM, " +
+  return std::to_string(counts.kills) + " kills, " + std::to_string(counts.freezes) + " freezes, " +
+         std::to_string(counts.registryTerms + counts.registryKills) + " registry restarts (" +
+         std::to_string(counts.registryTerms) + " after SIGTERM, " +
          std::to_string(counts.registryKills) + " after SIGKILL), " +
          std::to_string(counts.skipped) + " actions skipped; " + std::to_string(starts) +
          " replica starts; seed " + std::to_string(seed);
@@ -173,8 +173,8 @@ void reportFailure(uint64_t seed, const ChaosDriver& driver, ChaosRun& run, JobH
 TEST(Chaos, CallsKeepTheirPromisesWhileReplicasDieAndFreezeAndTheRegistryRestarts) {
   auto settings = ChaosSettings::fromEnvironment();
   report("seed " + std::to_string(settings.seed) + " (replay: --seed " +
-         std::to_string(settings.seed) + "), " +
-         std::to_string(settings.chaosTime / kj::SECONDS) + " s of chaos");
+         std::to_string(settings.seed) + "), " + std::to_string(settings.chaosTime / kj::SECONDS) +
+         " s of chaos");
   ChaosRun run(settings);
   auto& loop = run.loop;
   auto job = KJ_ASSERT_NONNULL(run.job);

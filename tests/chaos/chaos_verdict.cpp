@@ -81,15 +81,16 @@ private:
     if (runs > 1) {
       std::string where;
       for (auto f : it->second) where += " " + ledger.files[f];
-      fail(call, "ran " + std::to_string(runs) + " times, in" + where + " (" + outcomeOf(call) +
-                     ")");
+      fail(call,
+           "ran " + std::to_string(runs) + " times, in" + where + " (" + outcomeOf(call) + ")");
     }
     KJ_IF_MAYBE(code, call.error) {
       if (runs > 0) ++ranThoughFailed;
       if (*code == ErrorCode::MAY_HAVE_RUN || *code == ErrorCode::DEADLINE_EXCEEDED) return;
       if (!callNeverRan(*code)) {
         fail(call, "failed with a code that is neither may_have_run, deadline_exceeded nor one "
-                   "that says it never ran: " + call.message);
+                   "that says it never ran: " +
+                       call.message);
       } else if (runs > 0) {
         fail(call, "ran, though its error says it never did: " + call.message);
       }
@@ -144,11 +145,10 @@ Verdict judge(const std::vector<CallRecord>& calls, const LedgerContents& ledger
   verdict.violations = kj::mv(judge.violations);
   verdict.counts.push_back(countsOf(CallKind::IDEMPOTENT, calls));
   verdict.counts.push_back(countsOf(CallKind::RECORD_ONCE, calls));
-  verdict.counts.push_back("ledgers: " + std::to_string(ledger.runs.size()) + " call ids in " +
-                           std::to_string(ledger.files.size()) + " files (" +
-                           std::to_string(judge.ranThoughFailed) +
-                           " of them ran for calls that failed), " +
-                           std::to_string(ledger.tornLines) + " torn lines");
+  verdict.counts.push_back(
+      "ledgers: " + std::to_string(ledger.runs.size()) + " call ids in " +
+      std::to_string(ledger.files.size()) + " files (" + std::to_string(judge.ranThoughFailed) +
+      " of them ran for calls that failed), " + std::to_string(ledger.tornLines) + " torn lines");
   return verdict;
 }
 

@@ -20,7 +20,7 @@ namespace troupe::chaos {
 struct ReplicaExit {
   uint32_t index = 0;
   pid_t pid = 0;
-  std::string how;             // "was killed by signal 9 (SIGKILL)", "exited with status 0"
+  std::string how;              // "was killed by signal 9 (SIGKILL)", "exited with status 0"
   bool duringShutdown = false;  // it ended after markShutdown()
 };
 

@@ -30,9 +30,7 @@ RegistryDaemon::RegistryDaemon(EventLoop& loop)
 
 RegistryDaemon::~RegistryDaemon() noexcept(false) {}
 
-std::string RegistryDaemon::url() const {
-  return "registry+" + listen;
-}
+std::string RegistryDaemon::url() const { return "registry+" + listen; }
 
 kj::Promise<int> RegistryDaemon::restart(int signal) {
   KJ_REQUIRE(!restarting(), "the registry is restarting already");

@@ -1,14 +1,15 @@
 // parsePrometheusText: what toPrometheusText() writes reads back the same; other exporters' text
 // reads within what a snapshot holds; bad text is refused with its line, and kept within bounds.
 
-#include <gtest/gtest.h>
+#include "tools/troupe/metrics_text.h"
 
 #include <cmath>
 #include <string>
 
-#include "tools/troupe/metrics_text.h"
-#include "tests/support/registry_helpers.h"
+#include <gtest/gtest.h>
+
 #include "tests/support/calculator_calls.h"
+#include "tests/support/registry_helpers.h"
 #include "tests/support/server_fixture.h"
 
 namespace troupe::test {
@@ -38,7 +39,6 @@ void expectSameSnapshot(const MetricsSnapshot& expected, const MetricsSnapshot& 
 Failure refusalOf(kj::StringPtr text, const PrometheusTextLimits& limits = {}) {
   return thrownBy([&]() { parsePrometheusText(text, limits); });
 }
-
 
 using MetricsTextServerTest = ServerFixture;
 
@@ -88,16 +88,16 @@ TEST(MetricsTextTest, HistogramsAreReassembledFromCumulativeBuckets) {
 TEST(MetricsTextTest, OtherBoundsGoToTheNearestTroupeBucketAtOrAboveThem) {
   auto parsed = parsePrometheusText(
       "# TYPE rpc_seconds histogram\n"
-      "rpc_seconds_bucket{le=\"0.003\"} 1\n"    // into (2.5 ms, 5 ms]
-      "rpc_seconds_bucket{le=\"0.005\"} 3\n"    // exactly 5 ms
-      "rpc_seconds_bucket{le=\"1.0e-1\"} 4\n"   // 100 ms, written otherwise
-      "rpc_seconds_bucket{le=\"120\"} 6\n"      // past 60 s: +Inf
+      "rpc_seconds_bucket{le=\"0.003\"} 1\n"   // into (2.5 ms, 5 ms]
+      "rpc_seconds_bucket{le=\"0.005\"} 3\n"   // exactly 5 ms
+      "rpc_seconds_bucket{le=\"1.0e-1\"} 4\n"  // 100 ms, written otherwise
+      "rpc_seconds_bucket{le=\"120\"} 6\n"     // past 60 s: +Inf
       "rpc_seconds_bucket{le=\"+Inf\"} 7\n"
       "rpc_seconds_sum 130.5\n"
       "rpc_seconds_count 7\n");
   auto h = parsed.histogram("rpc_seconds");
   EXPECT_EQ(h.count, 7u);
-  EXPECT_EQ(h.counts[9], 3u);  // 5 ms
+  EXPECT_EQ(h.counts[9], 3u);   // 5 ms
   EXPECT_EQ(h.counts[13], 1u);  // 100 ms
   EXPECT_EQ(h.counts.back(), 3u);
   EXPECT_EQ(h.sumNanos, 130'500'000'000);
@@ -154,23 +154,22 @@ TEST(MetricsTextTest, ValuesReadBackExactlyAsTheyWerePrinted) {
 }
 
 TEST(MetricsTextTest, OtherExportersTextReadsAsGauges) {
-  auto parsed = parsePrometheusText(
-      "# A comment, and an unknown keyword:\n"
-      "# UNIT go_info seconds\n"
-      "\n"
-      "go_goroutines 12\r\n"
-      "  spaced { a = \"1\" , b=\"2\", } 3 1700000000000\n"
-      "# HELP rpc_latency Latency of RPCs.\n"
-      "# TYPE rpc_latency summary\n"
-      "rpc_latency{quantile=\"0.5\"} 0.25\n"
-      "rpc_latency_sum 17\n"
-      "rpc_latency_count 40\n"
-      "# TYPE up untyped\n"
-      "up NaN\n"
-      "# TYPE big gauge\n"
-      "big -Inf -5\n"
-      "# TYPE done counter\n"
-      "done 4.5e3\n");
+  auto parsed = parsePrometheusText("# A comment, and an unknown keyword:\n"
+                                    "# UNIT go_info seconds\n"
+                                    "\n"
+                                    "go_goroutines 12\r\n"
+                                    "  spaced { a = \"1\" , b=\"2\", } 3 1700000000000\n"
+                                    "# HELP rpc_latency Latency of RPCs.\n"
+                                    "# TYPE rpc_latency summary\n"
+                                    "rpc_latency{quantile=\"0.5\"} 0.25\n"
+                                    "rpc_latency_sum 17\n"
+                                    "rpc_latency_count 40\n"
+                                    "# TYPE up untyped\n"
+                                    "up NaN\n"
+                                    "# TYPE big gauge\n"
+                                    "big -Inf -5\n"
+                                    "# TYPE done counter\n"
+                                    "done 4.5e3\n");
   EXPECT_EQ(parsed.value("go_goroutines"), 12);
   EXPECT_EQ(parsed.family("go_goroutines")->type, MetricType::GAUGE);
   EXPECT_EQ(parsed.value("spaced", {{"b", "2"}, {"a", "1"}}), 3);
@@ -251,8 +250,8 @@ TEST(MetricsTextTest, MalformedLinesAreRefusedWithTheirNumberAndText) {
 }
 
 TEST(MetricsTextTest, WhatIsKeptIsBounded) {
-  PrometheusTextLimits small{.maxBytes = 64, .maxSeries = 3, .maxSeriesPerFamily = 2,
-                             .maxLabels = 2, .maxBuckets = 2};
+  PrometheusTextLimits small{
+      .maxBytes = 64, .maxSeries = 3, .maxSeriesPerFamily = 2, .maxLabels = 2, .maxBuckets = 2};
   auto bytes = refusalOf((std::string(65, '#') + "\n").c_str(), small);
   EXPECT_TRUE(bytes.mentions("metrics text of 66 bytes is over the limit of 64 bytes"))
       << bytes.text;
@@ -262,11 +261,10 @@ TEST(MetricsTextTest, WhatIsKeptIsBounded) {
   EXPECT_TRUE(refusalOf("a{x=\"\",y=\"\",z=\"\"} 1\n", small).mentions("more than 2 labels"));
   EXPECT_TRUE(refusalOf("# TYPE a gauge\n# TYPE b gauge\n# TYPE c gauge\n# TYPE d gauge\n", small)
                   .mentions("more than 3 metrics are declared"));
-  EXPECT_TRUE(
-      refusalOf("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"2\"} 1\n"
-                "h_bucket{le=\"3\"} 1\n",
-                {.maxBuckets = 2})
-          .mentions("line 4: a histogram has more than 2 buckets"));
+  EXPECT_TRUE(refusalOf("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"2\"} 1\n"
+                        "h_bucket{le=\"3\"} 1\n",
+                        {.maxBuckets = 2})
+                  .mentions("line 4: a histogram has more than 2 buckets"));
   EXPECT_TRUE(refusalOf(("x " + std::string(200, '1') + "\n").c_str()).mentions("is not a number"));
 
   // The default: 16 MiB.
@@ -281,8 +279,8 @@ TEST(MetricsTextTest, WhatIsKeptIsBounded) {
     many += "m" + std::to_string(i % 50) + "{i=\"" + std::to_string(i) + "\"} 1\n";
   }
   EXPECT_EQ(parsePrometheusText(many.c_str()).sum("m3"), 2'000);
-  EXPECT_TRUE(refusalOf((many + "one_more 1\n").c_str())
-                  .mentions("line 100001: more than 100000 series"));
+  EXPECT_TRUE(
+      refusalOf((many + "one_more 1\n").c_str()).mentions("line 100001: more than 100000 series"));
 }
 
 TEST(MetricsTextTest, EveryCutOfValidTextParsesOrIsRefused) {

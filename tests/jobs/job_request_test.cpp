@@ -1,8 +1,9 @@
 // JobRequest validation and Entrypoints' registry of functions.
 
+#include "troupe/jobs/job_request.h"
+
 #include <gtest/gtest.h>
 
-#include "troupe/jobs/job_request.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe {

@@ -1,5 +1,6 @@
-// main() of the launcher tests (local and Slurm): the test binary is also the program its FUNCTION entrypoints
-// run. A replica the launcher started takes over in runIfReplica(); otherwise GoogleTest runs.
+// main() of the launcher tests (local and Slurm): the test binary is also the program its FUNCTION
+// entrypoints run. A replica the launcher started takes over in runIfReplica(); otherwise
+// GoogleTest runs.
 //
 // Functions:
 //   print-args   prints "ARGS <n>", then "[<arg>]" per argument, "TASK <index>" and whether

@@ -96,8 +96,7 @@ TEST_F(LocalLauncherTest, LogsKeepEachReplicasOutputAndErrors) {
   auto job = launcher.submit(request("lines", replica({"lines", "50"}), 2));
   ASSERT_EQ(finalPhase(job), JobPhase::SUCCEEDED) << job.reason();
   EXPECT_EQ(job.logs(3), (std::vector<std::string>{"[0] line 49", "[0] line 50", "[0] err done",
-                                                   "[1] line 49", "[1] line 50",
-                                                   "[1] err done"}));
+                                                   "[1] line 49", "[1] line 50", "[1] err done"}));
   // The whole file: a start marker, then everything the replica wrote.
   auto all = job.logs(1000);
   ASSERT_EQ(all.size(), 2u * 52u);
@@ -353,11 +352,10 @@ TEST_F(LocalLauncherTest, CreateActorGroupThenWaitReadyThenCallsEndToEnd) {
 
   ActorPool<test::Member> pool(*group);
   auto names = test::memberNames(loop, pool, PATIENCE);
-  EXPECT_EQ(names, (std::set<std::string>{"members/member-0", "members/member-1",
-                                          "members/member-2"}));
-  auto one = await(loop, pool.call([](test::Member::Client c) {
-                   return c.whoamiRequest().send();
-                 }).then([](auto r) { return std::string(r.getName().cStr()); }));
+  EXPECT_EQ(names,
+            (std::set<std::string>{"members/member-0", "members/member-1", "members/member-2"}));
+  auto one = await(loop, pool.call([](test::Member::Client c) { return c.whoamiRequest().send(); })
+                             .then([](auto r) { return std::string(r.getName().cStr()); }));
   EXPECT_EQ(names.count(one), 1u);
 
   // Terminating the job ends it in the resolver: the group learns, and waiting fails fast.
@@ -387,8 +385,8 @@ TEST_F(LocalLauncherTest, AKilledReplicaRestartsWithANewIncarnationAndFreshState
   auto before = KJ_ASSERT_NONNULL(memberZero());
   auto ref = ActorRef<test::Member>::connect(loop, before.address, "member");
   for (int i = 0; i < 3; ++i) {
-    await(loop, ref.call([](test::Member::Client c) { return c.whoamiRequest().send(); })
-                    .ignoreResult());
+    await(loop,
+          ref.call([](test::Member::Client c) { return c.whoamiRequest().send(); }).ignoreResult());
   }
   auto calls = await(loop, ref.call([](test::Member::Client c) { return c.callsRequest().send(); })
                                .then([](auto r) { return r.getCount(); }));
@@ -417,8 +415,10 @@ TEST_F(LocalLauncherTest, AKilledReplicaRestartsWithANewIncarnationAndFreshState
 
   auto fresh = ActorRef<test::Member>::connect(loop, now.address, "member");
   auto freshCalls = await(
-      loop, fresh.call([](test::Member::Client c) { return c.callsRequest().send(); })
-                .then([](auto r) { return r.getCount(); }));
+      loop,
+      fresh.call([](test::Member::Client c) { return c.callsRequest().send(); }).then([](auto r) {
+        return r.getCount();
+      }));
   EXPECT_EQ(freshCalls, 0u);  // a new process: nothing of the old one's state
 
   // The retry budget is spent: the next failure fails the job.

@@ -106,9 +106,9 @@ TEST(ParseBytesTest, FractionsWithAUnit) {
 }
 
 TEST(ParseBytesTest, FractionsRoundUpToAWholeByte) {
-  EXPECT_EQ(parseBytes("0.0001k"), 1u);   // 0.1 byte
-  EXPECT_EQ(parseBytes("1.0001k"), 1001u);  // 1000.1 bytes
-  EXPECT_EQ(parseBytes("0.1Ki"), 103u);   // 102.4 bytes
+  EXPECT_EQ(parseBytes("0.0001k"), 1u);         // 0.1 byte
+  EXPECT_EQ(parseBytes("1.0001k"), 1001u);      // 1000.1 bytes
+  EXPECT_EQ(parseBytes("0.1Ki"), 103u);         // 102.4 bytes
   EXPECT_EQ(parseBytes("1.3Gi"), 1395864372u);  // 1395864371.2 bytes
 }
 
@@ -152,8 +152,8 @@ TEST(ParseBytesTest, BadFractionsAreRefused) {
   EXPECT_TRUE(contains(badSize("1.5"), "'1.5' is not a size: a fraction needs a unit"));
   EXPECT_TRUE(contains(badSize("1."), "it has no digits after the point"));
   EXPECT_TRUE(contains(badSize("1.g"), "it has no digits after the point"));
-  EXPECT_TRUE(contains(badSize("1.0000000000000000001g"),
-                       "it has more than 18 digits after the point"));
+  EXPECT_TRUE(
+      contains(badSize("1.0000000000000000001g"), "it has more than 18 digits after the point"));
 }
 
 TEST(ParseBytesTest, OverflowIsRefused) {
@@ -409,8 +409,8 @@ TEST(WithTpuTest, UnknownSizesNameTheNearest) {
   EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withTpu("v5p-24"); }),
                        "TPU type 'v5p-24' is not a v5p slice size (N counts TensorCores, 2 per "
                        "chip); the nearest are v5p-16 and v5p-32"));
-  EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withTpu("v4-4"); }),
-                       "the smallest is v4-8"));
+  EXPECT_TRUE(
+      contains(invalidArgument([] { ResourceConfig::withTpu("v4-4"); }), "the smallest is v4-8"));
   EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withTpu("v4-8192"); }),
                        "the largest is v4-4096"));
   EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withTpu("v5p-24576"); }),
@@ -421,8 +421,8 @@ TEST(WithTpuTest, UnknownSizesNameTheNearest) {
                        "'v5e-512' is not a v5litepod slice size"));
   EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withTpu("v6e-12"); }),
                        "the nearest are v6e-8 and v6e-16"));
-  EXPECT_TRUE(contains(invalidArgument([] { ResourceConfig::withTpu("v6e-0"); }),
-                       "the smallest is v6e-1"));
+  EXPECT_TRUE(
+      contains(invalidArgument([] { ResourceConfig::withTpu("v6e-0"); }), "the smallest is v6e-1"));
 }
 
 TEST(WithTpuTest, NonNumericSizesAreRefused) {
@@ -456,18 +456,15 @@ TEST(WithTpuTest, AlternativesThatAgree) {
   auto rc = ResourceConfig::withTpu({"v5p-8", "v4-8", "v5litepod-4", "v6e-4"}, 2);
   EXPECT_EQ(tpuOf(rc).variant, "v5p-8");
   ASSERT_EQ(rc.alternatives.size(), 3u);
-  EXPECT_EQ(rc.alternatives[0], Device(TpuDevice{.variant = "v4-8",
-                                                 .topology = "2x2x1",
-                                                 .chipsPerVm = 4,
-                                                 .vmCount = 1}));
-  EXPECT_EQ(rc.alternatives[1], Device(TpuDevice{.variant = "v5litepod-4",
-                                                 .topology = "2x2",
-                                                 .chipsPerVm = 4,
-                                                 .vmCount = 1}));
-  EXPECT_EQ(rc.alternatives[2], Device(TpuDevice{.variant = "v6e-4",
-                                                 .topology = "2x2",
-                                                 .chipsPerVm = 4,
-                                                 .vmCount = 1}));
+  EXPECT_EQ(rc.alternatives[0],
+            Device(
+                TpuDevice{.variant = "v4-8", .topology = "2x2x1", .chipsPerVm = 4, .vmCount = 1}));
+  EXPECT_EQ(rc.alternatives[1],
+            Device(TpuDevice{
+                .variant = "v5litepod-4", .topology = "2x2", .chipsPerVm = 4, .vmCount = 1}));
+  EXPECT_EQ(rc.alternatives[2],
+            Device(
+                TpuDevice{.variant = "v6e-4", .topology = "2x2", .chipsPerVm = 4, .vmCount = 1}));
   EXPECT_EQ(rc.replicas, 2u);
   EXPECT_EQ(rc.chipCount(), 4u);
   // A replica may land on any of them: the smallest host (v5e: 112 / 192 GB) halved.
@@ -671,8 +668,8 @@ TEST(ValidateTest, TpuAlternativesMustAgree) {
   EXPECT_TRUE(contains(invalidConfig(rc),
                        "TPU alternatives must agree on VMs per slice and chips per VM: v5p-8 is "
                        "1 VM(s) x 4 chips, v6e-8 is 1 VM(s) x 8 chips"));
-  rc.alternatives = {TpuDevice{.variant = "v9-8", .topology = "2x2", .chipsPerVm = 4,
-                               .vmCount = 1}};
+  rc.alternatives = {
+      TpuDevice{.variant = "v9-8", .topology = "2x2", .chipsPerVm = 4, .vmCount = 1}};
   EXPECT_TRUE(contains(invalidConfig(rc), "alternative 1: unknown TPU type 'v9-8'"));
   rc.alternatives = {ResourceConfig::withTpu("v6e-4").device};
   rc.validate();
@@ -701,27 +698,32 @@ TEST(DeviceEnvironmentTest, GpuIndexesMustMatchTheDevice) {
   auto rc = ResourceConfig::withGpu("H100", 2);
   EXPECT_TRUE(contains(invalidArgument([&] { rc.deviceEnvironment({0}); }),
                        "a gpu H100x2 replica needs 2 distinct GPU indexes, got 0"));
-  EXPECT_TRUE(contains(invalidArgument([&] { rc.deviceEnvironment({0, 1, 2}); }),
+  EXPECT_TRUE(contains(invalidArgument([&] {
+                         rc.deviceEnvironment({0, 1, 2});
+                       }),
                        "needs 2 distinct GPU indexes, got 0,1,2"));
-  EXPECT_TRUE(contains(invalidArgument([&] { rc.deviceEnvironment({1, 1}); }),
+  EXPECT_TRUE(contains(invalidArgument([&] {
+                         rc.deviceEnvironment({1, 1});
+                       }),
                        "needs 2 distinct GPU indexes, got 1,1"));
   auto cpu = ResourceConfig::withCpu(1);
   EXPECT_TRUE(contains(invalidArgument([&] { cpu.deviceEnvironment({0}); }),
                        "a cpu replica is given no GPUs, but got 1 GPU index(es)"));
   auto tpu = ResourceConfig::withTpu("v5p-8");
-  EXPECT_TRUE(contains(invalidArgument([&] { tpu.deviceEnvironment({0, 1}); }),
+  EXPECT_TRUE(contains(invalidArgument([&] {
+                         tpu.deviceEnvironment({0, 1});
+                       }),
                        "a tpu replica is given no GPUs, but got 2 GPU index(es)"));
 }
 
 TEST(DeviceEnvironmentTest, TpuV5eV5pV6eGetLibtpuInitArgs) {
-  const std::string flags =
-      "--xla_tpu_enable_data_parallel_all_reduce_opt=true"
-      " --xla_tpu_data_parallel_opt_different_sized_ops=true"
-      " --xla_tpu_enable_async_collective_fusion=true"
-      " --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
-      " --xla_tpu_enable_async_collective_fusion_multiple_steps=true"
-      " --xla_tpu_overlap_compute_collective_tc=true"
-      " --xla_enable_async_all_gather=true";
+  const std::string flags = "--xla_tpu_enable_data_parallel_all_reduce_opt=true"
+                            " --xla_tpu_data_parallel_opt_different_sized_ops=true"
+                            " --xla_tpu_enable_async_collective_fusion=true"
+                            " --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
+                            " --xla_tpu_enable_async_collective_fusion_multiple_steps=true"
+                            " --xla_tpu_overlap_compute_collective_tc=true"
+                            " --xla_enable_async_all_gather=true";
   EXPECT_EQ(str(jobs_detail::LIBTPU_INIT_ARGS_DEFAULT), flags);
   for (auto type : {"v5p-8", "v5litepod-16", "v5e-4", "v6e-256"}) {
     SCOPED_TRACE(type);
@@ -731,8 +733,7 @@ TEST(DeviceEnvironmentTest, TpuV5eV5pV6eGetLibtpuInitArgs) {
 }
 
 TEST(DeviceEnvironmentTest, TpuV4GetsNoLibtpuInitArgs) {
-  EXPECT_EQ(ResourceConfig::withTpu("v4-32").deviceEnvironment({}),
-            (Env{{"JAX_PLATFORMS", ""}}));
+  EXPECT_EQ(ResourceConfig::withTpu("v4-32").deviceEnvironment({}), (Env{{"JAX_PLATFORMS", ""}}));
 }
 
 TEST(DeviceEnvironmentTest, UserValuesWin) {

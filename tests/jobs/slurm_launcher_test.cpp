@@ -75,9 +75,7 @@ protected:
     launcher = makeLauncher();
   }
 
-  kj::Own<SlurmLauncher> makeLauncher() {
-    return kj::heap<SlurmLauncher>(loop, options());
-  }
+  kj::Own<SlurmLauncher> makeLauncher() { return kj::heap<SlurmLauncher>(loop, options()); }
 
   SlurmLauncherOptions options() {
     return SlurmLauncherOptions{.resolver = url,
@@ -89,9 +87,8 @@ protected:
   }
   ~SlurmLauncherTest() noexcept override {
     // Nothing a test submitted outlives it.
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  launcher->drain(1 * kj::SECONDS).wait(loop.waitScope());
-                })) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                       [&]() { launcher->drain(1 * kj::SECONDS).wait(loop.waitScope()); })) {
       ADD_FAILURE() << "drain: " << e->getDescription().cStr();
     }
   }
@@ -131,20 +128,19 @@ protected:
 
 TEST_F(SlurmLauncherTest, AJobOfThreeReplicasPublishesAndIsCalledThroughAPool) {
   auto group = createActorGroup<test::Member>(
-      *launcher, request("members", Entrypoint::binary(TROUPE_TEST_HOST_ACTOR_PATH), 3),
-      "member");
+      *launcher, request("members", Entrypoint::binary(TROUPE_TEST_HOST_ACTOR_PATH), 3), "member");
   auto job = KJ_ASSERT_NONNULL(launcher->find("members"));
   auto ready = await(loop, group->waitReady(3, PATIENCE));
   ASSERT_EQ(ready.size(), 3u);
   EXPECT_GT(launcher->slurmJobId("members"), 0u);  // submitted, since its replicas run
-  awaitPhase(job, JobPhase::RUNNING);  // the launcher sees it at its next look at Slurm
+  awaitPhase(job, JobPhase::RUNNING);              // the launcher sees it at its next look at Slurm
   EXPECT_EQ(job.status(), JobPhase::RUNNING) << job.reason();
 
   ActorPool<test::Member> pool(*group);
   auto names = test::memberNames(loop, pool, PATIENCE);
   // Each task's index is its SLURM_PROCID.
-  EXPECT_EQ(names, (std::set<std::string>{"members/member-0", "members/member-1",
-                                          "members/member-2"}));
+  EXPECT_EQ(names,
+            (std::set<std::string>{"members/member-0", "members/member-1", "members/member-2"}));
 
   // Terminating the job ends it in the resolver: the group learns, and waiting fails fast.
   await(loop, job.terminate());
@@ -184,9 +180,9 @@ TEST_F(SlurmLauncherTest, AFunctionEntrypointRunsInEachTaskWithItsArgumentsVerba
   ASSERT_EQ(finalPhase(job), JobPhase::SUCCEEDED) << job.reason();
   for (std::string task : {"[0] ", "[1] "}) {
     auto lines = job.logs(100);
-    std::vector<std::string> expected{task + "ARGS 3", task + "[two words]",
-                                      task + "[$(echo injected)]", task + "[]",
-                                      task + "TASK ?", task + "TROUPE_ENTRYPOINT unset"};
+    std::vector<std::string> expected{
+        task + "ARGS 3", task + "[two words]", task + "[$(echo injected)]",
+        task + "[]",     task + "TASK ?",      task + "TROUPE_ENTRYPOINT unset"};
     std::vector<std::string> mine;
     for (auto& line : lines) {
       if (line.rfind(task, 0) == 0) mine.push_back(line);
@@ -198,8 +194,7 @@ TEST_F(SlurmLauncherTest, AFunctionEntrypointRunsInEachTaskWithItsArgumentsVerba
 TEST_F(SlurmLauncherTest, ARequestLargerThanTheNodeIsUnschedulableAtOnce) {
   auto job = launcher->submit(request("huge", replica({"exit", "0"}), 1, nodeCpus() * 4));
   ASSERT_EQ(finalPhase(job), JobPhase::UNSCHEDULABLE);
-  EXPECT_NE(job.reason().find("Requested node configuration is not available"),
-            std::string::npos)
+  EXPECT_NE(job.reason().find("Requested node configuration is not available"), std::string::npos)
       << job.reason();
   EXPECT_EQ(launcher->slurmJobId("huge"), 0u);  // never submitted
   auto status = await(loop, launcher->resolver().jobStatus("huge"));
@@ -271,8 +266,8 @@ TEST_F(SlurmLauncherTest, LogsHoldEachTasksOutput) {
   auto job = launcher->submit(request("chatty", replica({"lines", "3"}), 2));
   ASSERT_EQ(finalPhase(job), JobPhase::SUCCEEDED) << job.reason();
   auto lines = job.logs(2);
-  EXPECT_EQ(lines, (std::vector<std::string>{"[0] line 3", "[0] err done", "[1] line 3",
-                                             "[1] err done"}));
+  EXPECT_EQ(lines,
+            (std::vector<std::string>{"[0] line 3", "[0] err done", "[1] line 3", "[1] err done"}));
   EXPECT_EQ(test::grepLogs(job, "line 1").size(), 2u);
 }
 
@@ -385,17 +380,16 @@ TEST_F(SlurmLauncherTest, APreemptibleJobIsRequeuableAndComesBackAfterAPreemptio
 TEST(SlurmLauncherSetupTest, WithoutSbatchOrAResolverTheLauncherIsRefusedClearly) {
   EventLoop loop;
   test::TempDir dir;
-  auto noResolver = test::thrownBy([&]() {
-    SlurmLauncher launcher(loop, SlurmLauncherOptions{.logDirectory = dir.path});
-  });
+  auto noResolver = test::thrownBy(
+      [&]() { SlurmLauncher launcher(loop, SlurmLauncherOptions{.logDirectory = dir.path}); });
   EXPECT_EQ(noResolver.code, ErrorCode::INVALID_ARGUMENT);
   EXPECT_TRUE(noResolver.mentions("resolver is required")) << noResolver.text;
 
   std::string path = getenv("PATH");
   setenv("PATH", dir.path.c_str(), 1);
   auto noSbatch = test::thrownBy([&]() {
-    SlurmLauncher launcher(
-        loop, SlurmLauncherOptions{.resolver = "registry://127.0.0.1:1", .logDirectory = dir.path});
+    SlurmLauncher launcher(loop, SlurmLauncherOptions{.resolver = "registry://127.0.0.1:1",
+                                                      .logDirectory = dir.path});
   });
   setenv("PATH", path.c_str(), 1);
   EXPECT_EQ(noSbatch.code, ErrorCode::FAILED);

@@ -78,9 +78,9 @@ TEST(AddressTest, PortZeroAndPortLimits) {
 }
 
 TEST(AddressTest, CanonicalTextParsesBackToTheSameAddress) {
-  for (const char* text : {"tcp://h:1", "h:2", "tcp://[::1]:3", "[2001:db8::5]:4",
-                           "tcp://10.1.2.3:65535", "unix:/tmp/x.sock", "unix:///run/a",
-                           "unix:relative.sock"}) {
+  for (const char* text :
+       {"tcp://h:1", "h:2", "tcp://[::1]:3", "[2001:db8::5]:4", "tcp://10.1.2.3:65535",
+        "unix:/tmp/x.sock", "unix:///run/a", "unix:relative.sock"}) {
     SCOPED_TRACE(text);
     auto a = Address::parse(text);
     EXPECT_EQ(Address::parse(ptr(a.toString())), a);

@@ -2,9 +2,8 @@
 // connection presents it, tells a client without it or with a wrong one UNAUTHENTICATED, closes
 // a connection after 3 refusals, and never logs a token. One process, over loopback.
 
-#include <gtest/gtest.h>
-
 #include <capnp/rpc-twoparty.h>
+#include <gtest/gtest.h>
 
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
@@ -26,8 +25,7 @@ std::shared_ptr<Credentials> withToken(const std::string& token) {
 
 class AuthenticationTest : public ::testing::Test {
 protected:
-  AuthenticationTest()
-      : sink(std::make_shared<test::LineSink>()) {
+  AuthenticationTest() : sink(std::make_shared<test::LineSink>()) {
     setLoopCredentials(loop, Credentials::none());
   }
   ~AuthenticationTest() noexcept override {}
@@ -37,9 +35,9 @@ protected:
                               kj::StringPtr listen = "tcp://127.0.0.1:0") {
     JobContext job;
     job.jobId = "auth";
-    auto s = kj::heap<ActorServer>(
-        loop, job,
-        ActorServerOptions{.logger = test::loggerFor(sink), .credentials = kj::mv(credentials)});
+    auto s = kj::heap<ActorServer>(loop, job,
+                                   ActorServerOptions{.logger = test::loggerFor(sink),
+                                                      .credentials = kj::mv(credentials)});
     s->host<Echo>("echo", kj::heap<test::EchoImpl>(7));
     address = s->listen(listen);
     return s;
@@ -89,8 +87,7 @@ TEST_F(AuthenticationTest, AWrongTokenIsRefusedAndNoTokenAppearsInMessagesOrLogs
   const std::string wrong = "guess-0001";
   auto failure = test::awaitError(loop, whoami(withToken(wrong)));
   EXPECT_EQ(failure.code, ErrorCode::UNAUTHENTICATED);
-  EXPECT_TRUE(failure.mentions("the cluster token presented is not this server's"))
-      << failure.text;
+  EXPECT_TRUE(failure.mentions("the cluster token presented is not this server's")) << failure.text;
   EXPECT_FALSE(failure.mentions(TOKEN.c_str()));
   EXPECT_FALSE(failure.mentions(wrong.c_str()));
   test::await(loop, sink->whenLogged("refused a connection from 127.0.0.1:"));
@@ -184,10 +181,9 @@ TEST(OpenListenerTest, AnOpenAddressNeedsCredentialsThatAuthenticateClients) {
   EXPECT_TRUE(refused.mentions("or say --x to allow it")) << refused.text;
   // A server certificate alone proves the server, not its clients.
   auto& c = test::testCerts();
-  EXPECT_EQ(test::thrownBy([&]() {
-              refuseOpenListener(open, *test::serverCredentials(), "--x");
-            }).code,
-            ErrorCode::INVALID_ARGUMENT);
+  EXPECT_EQ(
+      test::thrownBy([&]() { refuseOpenListener(open, *test::serverCredentials(), "--x"); }).code,
+      ErrorCode::INVALID_ARGUMENT);
   // A token lets it listen; client certificates only on tls://, where they are asked for; so
   // does loopback.
   refuseOpenListener(open, *withToken("t"), "--x");

@@ -148,8 +148,8 @@ TEST_F(BadInputTest, ACallRightAfterThePeerAbortedTheConnectionConnectsAgain) {
     });
   };
   auto serving = serve().eagerlyEvaluate(nullptr);
-  auto echo = ActorRef<Echo>::connect(
-      loop, kj::str("tcp://127.0.0.1:", listener->getPort()).cStr(), "echo");
+  auto echo = ActorRef<Echo>::connect(loop, kj::str("tcp://127.0.0.1:", listener->getPort()).cStr(),
+                                      "echo");
   for (size_t call = 1; call <= 3; ++call) {
     auto e = kj::runCatchingExceptions([&]() { echoBytes(echo, 100).wait(ws()); });
     ASSERT_NE(e, nullptr) << "a call to a server that aborts every connection succeeded";

@@ -77,7 +77,8 @@ protected:
                    auto q = c.echoRequest();
                    q.setPayload(kj::StringPtr("still here").asBytes());
                    return q.send();
-                 }).wait(ws());
+                 })
+                 .wait(ws());
     EXPECT_EQ(r.getPayload().size(), 10u);
   }
 

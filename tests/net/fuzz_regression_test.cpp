@@ -3,9 +3,9 @@
 
 #include <string.h>
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
+
+#include <gtest/gtest.h>
 
 #include "tests/support/server_fixture.h"
 

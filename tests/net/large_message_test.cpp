@@ -1,13 +1,12 @@
 // Large messages: their memory is reused from one message to the next, which must never show
 // one message's bytes in another, nor change a message its holder still reads.
 
-#include <gtest/gtest.h>
-
 #include <capnp/message.h>
+#include <gtest/gtest.h>
 #include <kj/vector.h>
 
-#include "troupe/net/bytes.h"
 #include "troupe/base/buffer_cache.h"
+#include "troupe/net/bytes.h"
 #include "tests/support/manual_clock.h"
 #include "tests/support/server_fixture.h"
 
@@ -83,7 +82,8 @@ TEST_F(LargeMessageTest, AdoptedRequestBytesAreSentWithoutACopyAndFreedAfterTheS
                    adopted = adoptBytes(q, &Echo::EchoParams::Builder::adoptPayload,
                                         patternBytes(size, 9, 0, &freed));
                    return q.send();
-                 }).wait(ws());
+                 })
+                 .wait(ws());
     EXPECT_TRUE(adopted) << size;
     ASSERT_EQ(r.getPayload().size(), size);
     EXPECT_EQ(firstMismatch(r.getPayload(), 9), size);
@@ -106,7 +106,8 @@ TEST_F(LargeMessageTest, BytesThatCannotBeReferencedAreCopiedAndFreedAtOnce) {
                                         patternBytes(c.size, 10, c.offset, &freed));
                    EXPECT_TRUE(freed);
                    return q.send();
-                 }).wait(ws());
+                 })
+                 .wait(ws());
     EXPECT_FALSE(adopted);
     ASSERT_EQ(r.getPayload().size(), c.size);
     EXPECT_EQ(firstMismatch(r.getPayload(), 10), c.size);
@@ -146,7 +147,8 @@ TEST_F(LargeMessageTest, AMessageBuiltInReusedMemoryStartsZeroed) {
                  auto q = c.echoRequest(capnp::MessageSize{4 * MiB / sizeof(capnp::word) + 16, 0});
                  q.initPayload(4 * MiB);
                  return q.send();
-               }).wait(ws());
+               })
+               .wait(ws());
   auto data = r.getPayload();
   ASSERT_EQ(data.size(), 4 * MiB);
   size_t nonZero = 0;

@@ -2,17 +2,15 @@
 // made for the test with the openssl command (tests/support/test_certs.h). Server and client
 // each hold their own Credentials; the loop's stay empty.
 
-#include "troupe/net/credentials.h"
-
 #include <stdlib.h>
 #include <sys/stat.h>
-
 
 #include <gtest/gtest.h>
 
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/credentials.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/test_actors.h"
 #include "tests/support/test_certs.h"
@@ -49,12 +47,13 @@ protected:
     ActorRefOptions options;
     options.channel.credentials = kj::mv(credentials);
     auto ref = ActorRef<Echo>::connect(loop, address.c_str(), "echo", options);
-    return ref.call([bytes](Echo::Client c) {
-                auto r = c.echoRequest();
-                auto payload = r.initPayload(bytes);
-                for (size_t i = 0; i < bytes; ++i) payload[i] = static_cast<kj::byte>(i % 251);
-                return r.send();
-              })
+    return ref
+        .call([bytes](Echo::Client c) {
+          auto r = c.echoRequest();
+          auto payload = r.initPayload(bytes);
+          for (size_t i = 0; i < bytes; ++i) payload[i] = static_cast<kj::byte>(i % 251);
+          return r.send();
+        })
         .then([bytes](auto&& response) {
           auto payload = response.getPayload();
           if (payload.size() != bytes) return std::string("wrong size");
@@ -97,7 +96,8 @@ TEST_F(TlsTest, TheDefaultListenAddressIsTlsWhenTheServerHasACertificate) {
   ActorServer withCert(loop, TlsServer::job(),
                        ActorServerOptions{.credentials = test::serverCredentials()});
   EXPECT_EQ(withCert.defaultListenAddress(), "tls://127.0.0.1:0");
-  ActorServer without(loop, TlsServer::job(), ActorServerOptions{.credentials = Credentials::none()});
+  ActorServer without(loop, TlsServer::job(),
+                      ActorServerOptions{.credentials = Credentials::none()});
   EXPECT_EQ(without.defaultListenAddress(), "tcp://127.0.0.1:0");
 }
 

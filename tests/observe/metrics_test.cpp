@@ -1,17 +1,17 @@
 // An ActorServer's metrics: what server.metrics() and its HTTP endpoint say after known traffic.
 
-#include <gtest/gtest.h>
+#include "troupe/base/metrics.h"
 
 #include <cstdio>
 #include <fstream>
 
 #include <capnp/compat/json.h>
+#include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/base/metrics.h"
+#include "tests/support/calculator_calls.h"
 #include "tests/support/http_get.h"
 #include "tests/support/registry_helpers.h"
-#include "tests/support/calculator_calls.h"
 #include "tests/support/server_fixture.h"
 
 namespace troupe::test {
@@ -25,7 +25,6 @@ MetricLabels withCode(MetricLabels labels, const char* code) {
   labels.emplace_back("code", code);
   return labels;
 }
-
 
 using MetricsTest = ServerFixture;
 
@@ -82,9 +81,9 @@ TEST_F(MetricsTest, CallsInFlightQueuedAndCancelledAreSeen) {
   EXPECT_EQ(m.value("troupe_calls_total", withCode(callLabels("serial", "hold"), "ok")), 1);
   EXPECT_EQ(m.value("troupe_calls_total", withCode(callLabels("serial", "hold"), "cancelled")), 1);
   // Only the call that ran waited for, and got, a place.
-  EXPECT_EQ(m.histogram("troupe_actor_queue_wait_seconds", {{"job", "job-1"}, {"actor", "serial"}})
-                .count,
-            1u);
+  EXPECT_EQ(
+      m.histogram("troupe_actor_queue_wait_seconds", {{"job", "job-1"}, {"actor", "serial"}}).count,
+      1u);
 }
 
 TEST_F(MetricsTest, CallsRefusedWhileDrainingCountWithTheirCode) {
@@ -140,7 +139,9 @@ TEST_F(MetricsTest, CallsThroughAnActorRefAreCountedByOutcomeOnTheCallersSide) {
   EXPECT_EQ(awaitError(loop, hold(b, "late", {.deadline = 1 * kj::MILLISECONDS})).code,
             ErrorCode::DEADLINE_EXCEEDED);
   auto dropped = hold(b, "dropped");
-  EXPECT_EQ(b.metrics().value("troupe_ref_calls_in_flight", {{"peer", address}, {"actor", "blocker"}}), 1);
+  EXPECT_EQ(b.metrics().value("troupe_ref_calls_in_flight",
+                              {{"peer", address}, {"actor", "blocker"}}),
+            1);
   dropped = nullptr;
 
   MetricLabels labels = {{"peer", address}, {"actor", "calc"}};
@@ -199,7 +200,8 @@ TEST_F(ManualClockMetricsTest, LatencyLandsInTheBucketOfTheTimeTheCallTook) {
   EXPECT_EQ(latency.sumNanos, (30 + 2030) * 1'000'000);
   EXPECT_NEAR(latency.quantileSeconds(0.5), 0.050, 1e-9);
   // The second call waited 30 ms for the first to finish.
-  auto wait = m.histogram("troupe_actor_queue_wait_seconds", {{"job", "job-1"}, {"actor", "serial"}});
+  auto wait = m.histogram("troupe_actor_queue_wait_seconds",
+                          {{"job", "job-1"}, {"actor", "serial"}});
   ASSERT_EQ(wait.count, 2u);
   EXPECT_EQ(wait.sumNanos, 30 * 1'000'000);
   // The caller saw both calls from the start: 30 ms and 2.03 s.
@@ -243,12 +245,10 @@ TEST(MetricsSnapshotTest, SeriesWithTheSameLabelsSumAndOthersStayApart) {
 
 TEST(MetricsSnapshotTest, LabelValuesAreEscapedAsTheFormatSays) {
   MetricsSnapshot m;
-  m.add("troupe_z", "help with \\ and\nnewline", MetricType::GAUGE,
-        {{"member", "a\"b\\c\nd"}}, 1);
+  m.add("troupe_z", "help with \\ and\nnewline", MetricType::GAUGE, {{"member", "a\"b\\c\nd"}}, 1);
   auto text = m.toPrometheusText();
   EXPECT_NE(text.find("troupe_z{member=\"a\\\"b\\\\c\\nd\"} 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("# HELP troupe_z help with \\\\ and\\nnewline\n"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("# HELP troupe_z help with \\\\ and\\nnewline\n"), std::string::npos) << text;
 }
 
 TEST(MetricsSnapshotTest, SinceGivesWhatWasRecordedBetweenTwoReads) {
@@ -284,9 +284,9 @@ protected:
     JobContext job;
     job.jobId = "job-1";
     job.taskIndex = 2;
-    server = kj::heap<ActorServer>(
-        loop, job,
-        ActorServerOptions{.credentials = kj::mv(credentials), .httpAddress = "127.0.0.1:0"});
+    server = kj::heap<ActorServer>(loop, job,
+                                   ActorServerOptions{.credentials = kj::mv(credentials),
+                                                      .httpAddress = "127.0.0.1:0"});
     server->host<ScientificCalculator>("calc", kj::heap<CalculatorImpl>());
     server->host<Blocker>("blocker", kj::heap<BlockerImpl>(blocker), {.maxConcurrency = 0});
     address = server->listen("tcp://127.0.0.1:0");
@@ -315,8 +315,8 @@ TEST_F(HttpMetricsTest, MetricsAreServedInThePrometheusFormatAndPromtoolAcceptsT
   auto r = httpGet(loop, url("/metrics"));
   EXPECT_EQ(r.status, 200u);
   EXPECT_EQ(r.contentType, "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_TRUE(r.contains(
-      "troupe_calls_total{job=\"job-1\",actor=\"calc\",method=\"add\",code=\"ok\"} 1\n"))
+  EXPECT_TRUE(
+      r.contains("troupe_calls_total{job=\"job-1\",actor=\"calc\",method=\"add\",code=\"ok\"} 1\n"))
       << r.body;
   EXPECT_TRUE(r.contains(
       "troupe_calls_total{job=\"job-1\",actor=\"calc\",method=\"divide\",code=\"failed\"} 1\n"))
@@ -402,9 +402,8 @@ TEST_F(HttpMetricsTest, WithAClusterTokenOnlyHealthzIsOpen) {
 
 TEST_F(HttpMetricsTest, ABadHttpAddressIsRefusedWithItsReason) {
   JobContext job;
-  auto failure = thrownBy([&]() {
-    ActorServer s(loop, job, ActorServerOptions{.httpAddress = "unix:/tmp/x"});
-  });
+  auto failure = thrownBy(
+      [&]() { ActorServer s(loop, job, ActorServerOptions{.httpAddress = "unix:/tmp/x"}); });
   EXPECT_EQ(failure.code, ErrorCode::INVALID_ARGUMENT);
   EXPECT_TRUE(failure.mentions("HOST:PORT")) << failure.text;
 }

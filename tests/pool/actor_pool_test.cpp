@@ -75,9 +75,8 @@ TEST_F(ActorPoolTest, RoundRobinVisitsMembersInNameOrder) {
   ActorPool<Member> pool(group);
   kj::Vector<kj::String> order;
   for (int i = 0; i < 6; ++i) order.add(kj::str(whoami(pool).wait(ws()).c_str()));
-  EXPECT_EQ(kj::strArray(order, ","),
-            "job-1/member-0,job-1/member-1,job-1/member-2,"
-            "job-1/member-0,job-1/member-1,job-1/member-2");
+  EXPECT_EQ(kj::strArray(order, ","), "job-1/member-0,job-1/member-1,job-1/member-2,"
+                                      "job-1/member-0,job-1/member-1,job-1/member-2");
 }
 
 TEST_F(ActorPoolTest, BroadcastReturnsOneResultPerMember) {
@@ -133,10 +132,14 @@ TEST_F(ActorPoolClockTest, WaitAllReturnsAtTheDeadlineWithTheSlowMemberMarked) {
   group.waitReady(3, 10 * kj::SECONDS).wait(ws());
   ActorPool<Blocker> pool(group);
   // Member 1 holds its call; the others are released as soon as they start.
-  replicas[0]->blocker.whenStarted(1).then([&]() { replicas[0]->blocker.release("t"); }).detach(
-      [](kj::Exception&&) {});
-  replicas[2]->blocker.whenStarted(1).then([&]() { replicas[2]->blocker.release("t"); }).detach(
-      [](kj::Exception&&) {});
+  replicas[0]
+      ->blocker.whenStarted(1)
+      .then([&]() { replicas[0]->blocker.release("t"); })
+      .detach([](kj::Exception&&) {});
+  replicas[2]
+      ->blocker.whenStarted(1)
+      .then([&]() { replicas[2]->blocker.release("t"); })
+      .detach([](kj::Exception&&) {});
   auto all = pool.broadcast([](Blocker::Client c) {
                    auto q = c.holdRequest();
                    q.setTag("t");
@@ -288,9 +291,11 @@ TEST_F(ActorPoolTest, CallCapabilityNamesTheMemberOfTheLastAttempt) {
   };
   for (auto expected : {"job-1/member-0", "job-1/member-1"}) {
     std::string member;
-    auto result = pool.callCapability(raise, {}, &member).then(
-        [](auto&&) { return std::string("answered"); },
-        [](kj::Exception&& e) { return std::string(e.getDescription().cStr()); });
+    auto result = pool.callCapability(raise, {}, &member)
+                      .then([](auto&&) { return std::string("answered"); },
+                            [](kj::Exception&& e) {
+                              return std::string(e.getDescription().cStr());
+                            });
     EXPECT_NE(result.wait(ws()).find("bad batch"), std::string::npos);
     EXPECT_EQ(member, expected);
   }
@@ -396,7 +401,7 @@ class ActorPoolDrainTest : public ActorPoolTest {
 protected:
   ActorPoolDrainTest()
       : ActorPoolTest({}, std::make_shared<Credentials>(CredentialsOptions{
-                                .jobId = "job-1", .jobToken = "job-1's credential"})) {}
+                              .jobId = "job-1", .jobToken = "job-1's credential"})) {}
 };
 
 TEST_F(ActorPoolDrainTest, DrainMembersDrainsEveryMemberAndTheyLeave) {

@@ -40,8 +40,8 @@ kj::Vector<kj::Own<test::TestServer>> startReplicas(FixedResolver& resolver, uin
 }
 
 kj::Promise<std::string> whoami(ActorPool<Member>& pool, bool idempotent) {
-  return pool.call([](Member::Client c) { return c.whoamiRequest().send(); },
-                   {.idempotent = idempotent})
+  return pool
+      .call([](Member::Client c) { return c.whoamiRequest().send(); }, {.idempotent = idempotent})
       .then([](auto r) { return std::string(r.getName().cStr()); });
 }
 
@@ -61,11 +61,13 @@ TEST(PoolFailover, AMemberKilledMidCallFailsThatCallAsMayHaveRunAndThePoolKeepsS
     return q.send();
   });
   auto direct = ActorRef<Blocker>::connect(loop, servers[0]->address.c_str(), "blocker");
-  direct.call([](Blocker::Client c) {
-          auto q = c.waitStartedRequest();
-          q.setCount(1);
-          return q.send();
-        }).wait(ws);
+  direct
+      .call([](Blocker::Client c) {
+        auto q = c.waitStartedRequest();
+        q.setCount(1);
+        return q.send();
+      })
+      .wait(ws);
   servers[0]->process.kill(SIGKILL);
   servers[0]->process.wait();
   try {

@@ -65,8 +65,8 @@ protected:
 };
 
 TEST_F(PoolHealthTest, AnIdempotentAttemptPastTheAttemptTimeoutGoesToAnotherMember) {
-  ActorPool<Member> pool(*group, {.attemptTimeout = 100 * kj::MILLISECONDS,
-                                  .probeAfter = 0 * kj::SECONDS});
+  ActorPool<Member> pool(*group,
+                         {.attemptTimeout = 100 * kj::MILLISECONDS, .probeAfter = 0 * kj::SECONDS});
   // Round robin starts with member 0.
   auto moved = whoami(pool, {.idempotent = true});
   ws().poll();
@@ -91,9 +91,9 @@ TEST_F(PoolHealthTest, AnIdempotentAttemptPastTheAttemptTimeoutGoesToAnotherMemb
 
 TEST_F(PoolHealthTest, AMemberThatDoesNotAnswerAPingIsEjectedAndItsIdempotentCallsMove) {
   ActorPool<Member> pool(*group);  // probes after 1 s, for 1 s; ejects for 1 s, then 2 s
-  auto moved = whoami(pool, {.idempotent = true});                 // member 0
-  EXPECT_EQ(whoami(pool).wait(ws()), "job-1/member-1");            // member 1
-  auto stuck = whoami(pool, {.deadline = 10 * kj::SECONDS});       // member 0, not idempotent
+  auto moved = whoami(pool, {.idempotent = true});            // member 0
+  EXPECT_EQ(whoami(pool).wait(ws()), "job-1/member-1");       // member 1
+  auto stuck = whoami(pool, {.deadline = 10 * kj::SECONDS});  // member 0, not idempotent
   ws().poll();
   EXPECT_EQ(pool.outstanding("job-1/member-0"), 2u);
 
@@ -200,8 +200,7 @@ TEST(PoolFrozenMemberTest, OneFrozenMemberOfThreeFailsNoIdempotentCallAndKeepsHa
   for (uint32_t i = 0; i < 3; ++i) {
     servers.add(kj::heap<test::TestServer>(
         std::vector<std::string>{},
-        std::vector<std::string>{"TROUPE_TASK_INDEX=" + std::to_string(i),
-                                 "TROUPE_NUM_TASKS=3"}));
+        std::vector<std::string>{"TROUPE_TASK_INDEX=" + std::to_string(i), "TROUPE_NUM_TASKS=3"}));
     Endpoint e;
     e.name = "test/member-" + std::to_string(i);
     e.address = servers.back()->address;

@@ -3,12 +3,11 @@
 // members handed out by a group are owned snapshots. Also how pool and broadcast errors name
 // the member they concern, and what waitReady says when a job ends.
 
-#include "troupe/pool/actor_pool.h"
-
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
 #include "troupe/base/errors.h"
+#include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "tests/support/pool_replica.h"
 #include "tests/support/test_actors.h"
@@ -192,7 +191,6 @@ TEST_F(PoolLifetimeTest, BroadcastErrorsOfTheActorNameTheMemberAndKeepTheirCode)
     EXPECT_NE(strstr(text.cStr(), r.endpoint.address.c_str()), nullptr) << text.cStr();
     EXPECT_NE(strstr(text.cStr(), "no weights yet"), nullptr) << text.cStr();
   }
-
 }
 
 TEST_F(PoolLifetimeTest, WaitReadySaysWhoWasReadyWhenTheJobEnds) {

@@ -1,11 +1,10 @@
 // What an ActorPool's metrics say after known traffic.
 
-#include "troupe/pool/actor_pool.h"
-
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
 #include "troupe/base/errors.h"
+#include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "tests/support/pool_replica.h"
 #include "tests/support/test_actors.h"
@@ -63,10 +62,12 @@ TEST_F(PoolMetricsTest, CallsErrorsAndEachMembersAttemptsAreCountedExactly) {
   EXPECT_EQ(m.value("troupe_client_attempts_total", labels({{"member", "job-1/member-0"}})), 2);
   EXPECT_EQ(m.value("troupe_client_attempts_total", labels({{"member", "job-1/member-1"}})), 1);
   EXPECT_EQ(m.value("troupe_client_attempts_total", labels({{"member", "job-1/member-2"}})), 1);
-  EXPECT_EQ(m.value("troupe_client_attempt_failures_total",
-                    labels({{"member", "job-1/member-0"}})), 1);
+  EXPECT_EQ(m.value("troupe_client_attempt_failures_total", labels({{"member", "job-1/member-0"}})),
+            1);
   EXPECT_EQ(m.histogram("troupe_client_attempt_duration_seconds",
-                        labels({{"member", "job-1/member-0"}})).count, 2u);
+                        labels({{"member", "job-1/member-0"}}))
+                .count,
+            2u);
   EXPECT_EQ(m.value("troupe_client_retries_total", labels()), 0);
   EXPECT_EQ(m.value("troupe_client_calls_in_flight", labels()), 0);
   // The same series are in the loop's metrics, beside the servers'.
@@ -99,8 +100,8 @@ TEST_F(PoolMetricsTest, AFailoverIsCountedAsARetryOnAnotherMember) {
   auto m = pool.metrics();
   EXPECT_EQ(m.value("troupe_client_retries_total", labels()), 1);
   EXPECT_EQ(m.value("troupe_client_failovers_total", labels()), 1);
-  EXPECT_EQ(m.value("troupe_client_attempt_failures_total",
-                    labels({{"member", "job-1/member-0"}})), 1);
+  EXPECT_EQ(m.value("troupe_client_attempt_failures_total", labels({{"member", "job-1/member-0"}})),
+            1);
   EXPECT_EQ(m.value("troupe_client_calls_total", labels({{"code", "ok"}})), 1);
 
   replicas[0]->blocker.release("keep");
@@ -117,7 +118,9 @@ TEST_F(PoolMetricsTest, BroadcastMembersAreCountedByOutcome) {
                        auto r = c.raiseRequest();
                        r.setMessage("all fail");
                        return r.send();
-                     }).waitAll(10 * kj::SECONDS).wait(ws());
+                     })
+                     .waitAll(10 * kj::SECONDS)
+                     .wait(ws());
   ASSERT_EQ(results.size(), 3u);
   pool.broadcast([](Member::Client c) { return c.whoamiRequest().send(); })
       .waitAll(10 * kj::SECONDS)
@@ -127,8 +130,8 @@ TEST_F(PoolMetricsTest, BroadcastMembersAreCountedByOutcome) {
   EXPECT_EQ(m.value("troupe_client_broadcast_members_total", labels({{"code", "failed"}})), 3);
   EXPECT_EQ(m.value("troupe_client_broadcast_members_total", labels({{"code", "ok"}})), 3);
   EXPECT_EQ(m.value("troupe_client_attempts_total", labels({{"member", "job-1/member-2"}})), 2);
-  EXPECT_EQ(m.value("troupe_client_attempt_failures_total",
-                    labels({{"member", "job-1/member-2"}})), 1);
+  EXPECT_EQ(m.value("troupe_client_attempt_failures_total", labels({{"member", "job-1/member-2"}})),
+            1);
 }
 
 }  // namespace

@@ -31,8 +31,7 @@ kj::Own<test::TestServer> replica(const std::string& resolverUrl, uint32_t index
   return kj::heap<test::TestServer>(
       std::vector<std::string>{},
       std::vector<std::string>{"TROUPE_RESOLVER=" + resolverUrl,
-                               "TROUPE_TASK_INDEX=" + std::to_string(index),
-                               "TROUPE_NUM_TASKS=8"});
+                               "TROUPE_TASK_INDEX=" + std::to_string(index), "TROUPE_NUM_TASKS=8"});
 }
 
 // Waits (boundedly) until `group` has `count` READY members.
@@ -41,8 +40,8 @@ void awaitReadyCount(EventLoop& loop, ActorGroupBase& group, size_t count) {
 }
 
 kj::Promise<std::string> whoami(ActorPool<Member>& pool, bool idempotent = false) {
-  return pool.call([](Member::Client c) { return c.whoamiRequest().send(); },
-                   {.idempotent = idempotent})
+  return pool
+      .call([](Member::Client c) { return c.whoamiRequest().send(); }, {.idempotent = idempotent})
       .then([](auto r) { return std::string(r.getName().cStr()); });
 }
 
@@ -187,8 +186,7 @@ TEST_F(PoolRegistryTest, ARestartedReplicaReplacesItsEntryWithTheNewIncarnation)
   auto replacement = startReplica(0);
   ASSERT_GT(replacement->incarnation, old->incarnation);
   while (group.members().size() != 1 ||
-         group.members()[0].incarnation != replacement->incarnation ||
-         group.readyCount() != 1) {
+         group.members()[0].incarnation != replacement->incarnation || group.readyCount() != 1) {
     test::await(loop, group.whenChanged());
   }
   EXPECT_EQ(group.members()[0].address, replacement->address);
@@ -197,8 +195,7 @@ TEST_F(PoolRegistryTest, ARestartedReplicaReplacesItsEntryWithTheNewIncarnation)
   EXPECT_EQ(fresh[0].incarnation, replacement->incarnation);
 
   ActorPool<Echo> pool(group);
-  auto who = test::await(
-      loop, pool.call([](Echo::Client c) { return c.whoamiRequest().send(); }));
+  auto who = test::await(loop, pool.call([](Echo::Client c) { return c.whoamiRequest().send(); }));
   EXPECT_EQ(who.getPid(), static_cast<uint32_t>(replacement->process.pid()));
   EXPECT_EQ(who.getIncarnation(), replacement->incarnation);
 }

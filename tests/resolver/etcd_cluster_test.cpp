@@ -57,8 +57,7 @@ TEST(EtcdClusterTest, APutIsReadBackAndMovesTheRevision) {
   EXPECT_EQ(cluster.get("troupe/empty"), "");
 
   // The same through the gateway by hand: keys and values in base64.
-  auto range = cluster.post(0, "/v3/kv/range",
-                            "{\"key\":\"" + base64("troupe/greeting") + "\"}");
+  auto range = cluster.post(0, "/v3/kv/range", "{\"key\":\"" + base64("troupe/greeting") + "\"}");
   ASSERT_EQ(range.status, 200) << range.body;
   EXPECT_EQ(jsonString(range.body, "value"), base64("hello")) << range.body;
   EXPECT_EQ(jsonString(range.body, "mod_revision"), std::to_string(written)) << range.body;
@@ -143,11 +142,12 @@ TEST(EtcdClusterTest, AWatchFromACompactedRevisionIsCancelled) {
   auto third = cluster.put("k", "3");
   cluster.compact(third);
   auto watchFrom = [&](int64_t revision, const char* until) {
-    return cluster.postUntil(
-        0, "/v3/watch",
-        "{\"create_request\":{\"key\":\"" + base64("k") + "\",\"start_revision\":\"" +
-            std::to_string(revision) + "\"}}",
-        [&](const std::string& body) { return body.find(until) != std::string::npos; });
+    return cluster.postUntil(0, "/v3/watch",
+                             "{\"create_request\":{\"key\":\"" + base64("k") +
+                                 "\",\"start_revision\":\"" + std::to_string(revision) + "\"}}",
+                             [&](const std::string& body) {
+                               return body.find(until) != std::string::npos;
+                             });
   };
   auto cancelled = watchFrom(first, "\"canceled\":true");
   EXPECT_EQ(cancelled.status, 200);

@@ -72,8 +72,7 @@ TEST(EtcdUrlTest, AUrlThatDoesNotParseIsRefusedNamingThePart) {
     const char* url;
     const char* says;
   };
-  for (auto c : {Case{"etcd://", "names no etcd member"},
-                 Case{"etcd://a,,b", "empty member"},
+  for (auto c : {Case{"etcd://", "names no etcd member"}, Case{"etcd://a,,b", "empty member"},
                  Case{"etcd://a?ttl_ms=0", "ttl_ms must be positive"},
                  Case{"etcd://a?ttl_ms=soon", "ttl_ms takes a number"},
                  Case{"etcd://a?color=red", "unknown option 'color=red'"},
@@ -91,8 +90,7 @@ TEST(EtcdUrlTest, AUrlThatDoesNotParseIsRefusedNamingThePart) {
 
 class EtcdResolverTest : public ::testing::Test {
 protected:
-  explicit EtcdResolverTest(size_t members = 1)
-      : cluster(members) {
+  explicit EtcdResolverTest(size_t members = 1) : cluster(members) {
     setLoopCredentials(loop, Credentials::none());
   }
   ~EtcdResolverTest() noexcept override {}
@@ -139,8 +137,7 @@ TEST_F(EtcdResolverTest, AnEtcdThatIsDownAtStartIsRetriedUntilItAnswers) {
   auto registration = resolver->registerEndpoint(endpoint("calc/calc-0"));
   auto registered = registration->whenRegistered().fork();
   runFor(loop, 500 * kj::MILLISECONDS);
-  EXPECT_FALSE(registered.addBranch().poll(loop.waitScope()))
-      << "registered with no etcd running";
+  EXPECT_FALSE(registered.addBranch().poll(loop.waitScope())) << "registered with no etcd running";
   cluster.restart(0);
   await(loop, registered.addBranch());
   auto found = await(loop, resolver->resolve("calc/"));
@@ -194,8 +191,8 @@ TEST_F(EtcdResolverTest, CompactionDuringAWatchLosesNothing) {
 TEST_F(EtcdResolverTest, ValuesUnderTheRootThatAreNotTroupesAreSkipped) {
   auto resolver = open();
   auto garbage = [&](const std::string& key, const std::string& value) {
-    auto reply = cluster.post(0, "/v3/kv/put",
-                              "{\"key\":\"" + base64(key) + "\",\"value\":\"" + base64(value) + "\"}");
+    auto reply = cluster.post(
+        0, "/v3/kv/put", "{\"key\":\"" + base64(key) + "\",\"value\":\"" + base64(value) + "\"}");
     ASSERT_EQ(reply.status, 200) << reply.body;
   };
   garbage("troupe/endpoints/calc/calc-9", "not json");
@@ -348,8 +345,7 @@ TEST_F(EtcdClusterOfThreeTest, KillingTheMemberAClientTalksToLosesNoRegistration
 class EtcdOverTlsTest : public ::testing::Test {
 protected:
   EtcdOverTlsTest()
-      : certs(test::testCerts()),
-        cluster(1, test::EtcdTls{certs.cert, certs.key, certs.ca}) {
+      : certs(test::testCerts()), cluster(1, test::EtcdTls{certs.cert, certs.key, certs.ca}) {
     setLoopCredentials(loop, Credentials::none());
   }
   ~EtcdOverTlsTest() noexcept override {}

@@ -415,8 +415,8 @@ TEST(FixedResolverRegistration, SetStateChangesAndDropRemoves) {
   auto watch = resolver.watch("job-1/");
   EXPECT_EQ(nextEvent(loop, *watch), "SYNCED");
 
-  auto registration =
-      resolver.registerEndpoint(endpoint("job-1/ps-0", "tcp://h:1", EndpointState::STARTING));
+  auto registration = resolver.registerEndpoint(
+      endpoint("job-1/ps-0", "tcp://h:1", EndpointState::STARTING));
   auto registered = registration->whenRegistered();
   settled(loop, registered);
   EXPECT_EQ(nextEvent(loop, *watch), "ADDED job-1/ps-0 starting");

@@ -3,13 +3,12 @@
 // their entries. The registry runs in-process; the owner and the stranger are RegistryResolver
 // clients over a unix socket with credentials of their own.
 
-#include "troupe/resolver/registry_server.h"
-
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
 #include "troupe/base/errors.h"
 #include "troupe/resolver/registry_resolver.h"
+#include "troupe/resolver/registry_server.h"
 #include "tests/support/registry_helpers.h"
 
 namespace troupe {
@@ -110,8 +109,7 @@ TEST_F(JobOwnershipTest, AWrongCredentialIsRefusedLikeNone) {
 }
 
 TEST_F(JobOwnershipTest, AStrangerCannotEndTheJob) {
-  auto failure =
-      awaitError(loop, stranger->setJobStatus({"calc", JobState::ENDED, "mischief"}));
+  auto failure = awaitError(loop, stranger->setJobStatus({"calc", JobState::ENDED, "mischief"}));
   EXPECT_EQ(failure.code, ErrorCode::PERMISSION_DENIED);
   EXPECT_TRUE(failure.mentions("only the owner of job 'calc' may set its state")) << failure.text;
   EXPECT_EQ(await(loop, stranger->jobStatus("calc")).state, JobState::RUNNING);

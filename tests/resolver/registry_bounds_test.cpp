@@ -4,8 +4,6 @@
 // and the registry keeps serving. In-process, through the raw Cap'n Proto interface, except
 // where a RegistryResolver client shows it retries by itself.
 
-#include "troupe/resolver/registry_server.h"
-
 #include <cstdio>
 #include <string>
 
@@ -14,6 +12,7 @@
 
 #include "troupe/base/errors.h"
 #include "troupe/resolver/registry_resolver.h"
+#include "troupe/resolver/registry_server.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/resident_memory.h"
 
@@ -28,8 +27,7 @@ std::shared_ptr<spdlog::logger> quiet() { return std::make_shared<spdlog::logger
 
 class RegistryBoundsTest : public ::testing::Test {
 protected:
-  RegistryBoundsTest()
-      : loop(EventLoopOptions{.manualClock = true}) {
+  RegistryBoundsTest() : loop(EventLoopOptions{.manualClock = true}) {
     setLoopCredentials(loop, Credentials::none());
   }
   ~RegistryBoundsTest() noexcept override {}

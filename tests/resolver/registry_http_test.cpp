@@ -1,10 +1,9 @@
 // The registry's HTTP side: the dashboard's API (state, live events, an endpoint's metrics
 // through the registry), its own /metrics, and who may read them.
 
-#include <gtest/gtest.h>
-
 #include <fstream>
 
+#include <gtest/gtest.h>
 #include <kj/debug.h>
 
 #include "troupe/actor/actor_server.h"
@@ -71,9 +70,9 @@ TEST_F(RegistryHttpTest, StateListsJobsAndEndpointsAndEventsFollowChangesLive) {
   kj::HttpHeaderTable table;
   auto client = kj::newHttpClient(loop.timer(), table, loop.network(), nullptr);
   kj::HttpHeaders headers(table);
-  auto response = await(loop, client->request(kj::HttpMethod::GET, kj::str(url, "/api/events"),
-                                              headers, uint64_t{0})
-                                  .response);
+  auto response = await(
+      loop, client->request(kj::HttpMethod::GET, kj::str(url, "/api/events"), headers, uint64_t{0})
+                .response);
   EXPECT_EQ(response.statusCode, 200u);
   EXPECT_EQ(KJ_ASSERT_NONNULL(response.headers->get(kj::HttpHeaderId::CONTENT_TYPE)),
             "text/event-stream");
@@ -113,8 +112,8 @@ TEST_F(RegistryHttpTest, TheRegistrysMetricsPassPromtoolAndCountRefusals) {
   auto path = std::string(testing::TempDir()) + "troupe-registry-metrics-" +
               std::to_string(getpid());
   std::ofstream(path) << r.body;
-  ChildProcess promtool(
-      "/bin/sh", {"-c", std::string(TROUPE_PROMTOOL_PATH) + " check metrics < " + path + " 2>&1"});
+  ChildProcess promtool("/bin/sh", {"-c", std::string(TROUPE_PROMTOOL_PATH) + " check metrics < " +
+                                              path + " 2>&1"});
   std::string out;
   for (std::string line; !(line = promtool.readLine()).empty();) out += line + "\n";
   int status = promtool.wait();
@@ -135,7 +134,8 @@ TEST_F(RegistryHttpTest, AnEndpointsMetricsComeThroughTheRegistryFromItsOwnHostO
 
   auto r = httpGet(loop, url + "/api/metrics?endpoint=calc%2Fcalc-0");
   EXPECT_EQ(r.status, 200u) << r.body;
-  EXPECT_TRUE(r.contains("troupe_calls_started_total{job=\"calc\",actor=\"calc\",method=\"add\"} 0"))
+  EXPECT_TRUE(
+      r.contains("troupe_calls_started_total{job=\"calc\",actor=\"calc\",method=\"add\"} 0"))
       << r.body;
 
   // An endpoint that names another host for its metrics is not fetched from.

@@ -205,8 +205,8 @@ TEST_F(RegistryResolverTest, RefusalsRejectWhenRegistered) {
 
   auto holder = registered(endpoint("job-1/a-0", "tcp://127.0.0.1:4000", 5));
   for (uint64_t incarnation : {5, 4}) {
-    auto twin =
-        resolver->registerEndpoint(endpoint("job-1/a-0", "tcp://127.0.0.1:5000", incarnation));
+    auto twin = resolver->registerEndpoint(
+        endpoint("job-1/a-0", "tcp://127.0.0.1:5000", incarnation));
     e = awaitError(loop, twin->whenRegistered());
     EXPECT_EQ(e.code, ErrorCode::NAME_TAKEN) << e.text;
   }
@@ -216,9 +216,9 @@ TEST_F(RegistryResolverTest, RefusalsRejectWhenRegistered) {
 }
 
 TEST_F(RegistryResolverTest, RenewalsKeepAShortLeaseAlivePastItsTtl) {
-  RegistryResolver shortLease(
-      loop, registryUrl(address).c_str(),
-      {.ttl = 1000 * kj::MILLISECONDS, .renewInterval = 100 * kj::MILLISECONDS});
+  RegistryResolver shortLease(loop, registryUrl(address).c_str(),
+                              {.ttl = 1000 * kj::MILLISECONDS,
+                               .renewInterval = 100 * kj::MILLISECONDS});
   auto kept = registered(endpoint("job/kept-0"), shortLease);
   // A clock: a raw lease nobody renews, expiring after two of kept-0's TTLs.
   auto request = server->capability().registerRequest();

@@ -6,14 +6,13 @@
 
 #include <sys/stat.h>
 
-
 #include <set>
 
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/net/channel.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/channel.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/resident_memory.h"
 
@@ -102,8 +101,8 @@ protected:
   JobStatus jobStatus(kj::StringPtr jobId) {
     auto request = registry().jobStatusRequest();
     request.setJobId(jobId);
-    auto response =
-        await<capnp::Response<schema::Registry::JobStatusResults>>(loop, request.send());
+    auto response = await<capnp::Response<schema::Registry::JobStatusResults>>(loop,
+                                                                               request.send());
     return fromCapnp(response.getStatus());
   }
 
@@ -475,8 +474,8 @@ Endpoint heavy(std::string name, size_t bytes) {
 
 TEST_F(RegistryServerTest, WatchersThatNeverReadHoldNoMoreThanTheTotalAndAReaderKeepsUp) {
   constexpr size_t MiB = size_t{1} << 20;
-  server = kj::heap<RegistryServer>(
-      loop, RegistryServerOptions{.maxQueuedEventBytes = 4 * MiB, .logger = quiet()});
+  server = kj::heap<RegistryServer>(loop, RegistryServerOptions{.maxQueuedEventBytes = 4 * MiB,
+                                                                .logger = quiet()});
   // Ten watchers that never answer after the first batch, and one that reads everything.
   kj::Vector<schema::WatchHandle::Client> handles;
   kj::Vector<RecordingWatcher::State*> stuck;

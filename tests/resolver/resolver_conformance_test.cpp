@@ -17,9 +17,9 @@
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
-#include "troupe/net/credentials.h"
 #include "troupe/base/errors.h"
 #include "troupe/base/event_loop.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/etcd_resolver.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "troupe/resolver/open_resolver.h"
@@ -286,9 +286,8 @@ TEST_P(ResolverConformanceTest, ARegisteredEndpointIsResolvedByPrefixSortedByNam
   EXPECT_EQ(found[2].state, EndpointState::STARTING);
 
   // A prefix is a prefix of the name, not of a path: "job-1/ps-" takes both shards.
-  EXPECT_EQ(entries("job-1/ps-"), (Lines{
-                                      "job-1/ps-0@1 tcp://127.0.0.1:4000 ready",
-                                      "job-1/ps-1@7 tcp://127.0.0.1:4001 ready"}));
+  EXPECT_EQ(entries("job-1/ps-"), (Lines{"job-1/ps-0@1 tcp://127.0.0.1:4000 ready",
+                                         "job-1/ps-1@7 tcp://127.0.0.1:4001 ready"}));
   EXPECT_EQ(entries("").size(), 4u);
   EXPECT_EQ(entries("job-3/").size(), 0u);
   // The registrant's own client sees the same.
@@ -297,8 +296,8 @@ TEST_P(ResolverConformanceTest, ARegisteredEndpointIsResolvedByPrefixSortedByNam
 
 TEST_P(ResolverConformanceTest, AWatchStartedAfterRegistrationsSeesThemInItsSnapshot) {
   auto a = registered(*publisher, endpoint("job-1/a-0", "tcp://127.0.0.1:4000"));
-  auto b = registered(*publisher, endpoint("job-1/b-0", "tcp://127.0.0.1:4001", 1,
-                                           EndpointState::STARTING));
+  auto b = registered(*publisher,
+                      endpoint("job-1/b-0", "tcp://127.0.0.1:4001", 1, EndpointState::STARTING));
   auto outside = registered(*publisher, endpoint("job-2/a-0", "tcp://127.0.0.1:4002"));
 
   auto watch = observer->watch("job-1/");
@@ -315,9 +314,8 @@ TEST_P(ResolverConformanceTest, AWatchStartedAfterRegistrationsSeesThemInItsSnap
 
   // Another watch of everything sees all three.
   auto all = observer->watch("");
-  EXPECT_EQ(snapshot(*all), (Lines{"ADDED job-1/a-0 ready",
-                                                      "ADDED job-1/b-0 starting",
-                                                      "ADDED job-2/a-0 ready"}));
+  EXPECT_EQ(snapshot(*all),
+            (Lines{"ADDED job-1/a-0 ready", "ADDED job-1/b-0 starting", "ADDED job-2/a-0 ready"}));
 }
 
 TEST_P(ResolverConformanceTest, AWatchReportsRegistrationsStateChangesAndRemovalsAsTheyHappen) {
@@ -422,8 +420,7 @@ TEST_P(ResolverConformanceTest, EndingAJobRemovesItsEndpointsAndRefusesItsRegist
   for (auto* w : {watch.get(), everything.get()}) {
     Lines removed{next(loop, *w), next(loop, *w)};
     std::sort(removed.begin(), removed.end());
-    EXPECT_EQ(removed, (Lines{"REMOVED job-1/a-0 ready",
-                                                 "REMOVED job-1/b-0 ready"}));
+    EXPECT_EQ(removed, (Lines{"REMOVED job-1/a-0 ready", "REMOVED job-1/b-0 ready"}));
     auto ended = test::nextEvent(loop, *w);
     EXPECT_EQ(test::describe(ended), "JOB_ENDED job-1 done");
     EXPECT_EQ(ended.job, (JobStatus{"job-1", JobState::ENDED, "done"}));
@@ -498,8 +495,7 @@ TEST_P(ResolverConformanceTest, BadNamesAndPrefixesAreInvalidArgument) {
   auto status = refusalOf(loop, [&]() { return observer->jobStatus("bad job"); });
   EXPECT_EQ(status.code, ErrorCode::INVALID_ARGUMENT) << status.text;
   for (const char* job : {"", "bad job", "job/1"}) {
-    auto thrown = test::thrownBy(
-        [&]() { publisher->setJobStatus({job, JobState::ENDED, "no"}); });
+    auto thrown = test::thrownBy([&]() { publisher->setJobStatus({job, JobState::ENDED, "no"}); });
     EXPECT_EQ(thrown.code, ErrorCode::INVALID_ARGUMENT) << "'" << job << "': " << thrown.text;
   }
 }
@@ -527,8 +523,7 @@ TEST_P(ResolverConformanceTest, ACreatedJobHasOneOwnerUntilItEnds) {
 
   // Once its owner ended it, the name may be created again, with a new credential.
   await(loop, observer->setJobStatus({"calc", JobState::ENDED, "done"}, credential));
-  EXPECT_EQ(await(loop, observer->jobStatus("calc")),
-            (JobStatus{"calc", JobState::ENDED, "done"}));
+  EXPECT_EQ(await(loop, observer->jobStatus("calc")), (JobStatus{"calc", JobState::ENDED, "done"}));
   auto again = await(loop, backend->client()->createJob("calc"));
   EXPECT_NE(again, credential);
   EXPECT_EQ(await(loop, observer->jobStatus("calc")).state, JobState::RUNNING);
@@ -565,8 +560,8 @@ TEST_P(ResolverConformanceTest, WatchesOfTwoPrefixesEachSeeOnlyTheirOwnEndpoints
   auto shards = syncedWatch("job-1/ps-");
   // Registered in this order through one client, so reported in this order.
   kj::Vector<kj::Own<Registration>> held;
-  for (const char* name : {"job-1/ps-0", "job-10/ps-0", "job-1/worker-0", "job-10/ps-1",
-                           "job-1/ps-1", "job-2/ps-0"}) {
+  for (const char* name :
+       {"job-1/ps-0", "job-10/ps-0", "job-1/worker-0", "job-10/ps-1", "job-1/ps-1", "job-2/ps-0"}) {
     held.add(registered(*publisher, endpoint(name)));
   }
   held.add(registered(*publisher, endpoint("job-1/last-0")));
@@ -586,9 +581,8 @@ TEST_P(ResolverConformanceTest, WatchesOfTwoPrefixesEachSeeOnlyTheirOwnEndpoints
   Lines removed;
   for (int i = 0; i < 3; ++i) removed.push_back(next(loop, *ten));
   std::sort(removed.begin(), removed.end());
-  EXPECT_EQ(removed, (Lines{"REMOVED job-10/last-0 ready",
-                                               "REMOVED job-10/ps-0 ready",
-                                               "REMOVED job-10/ps-1 ready"}));
+  EXPECT_EQ(removed, (Lines{"REMOVED job-10/last-0 ready", "REMOVED job-10/ps-0 ready",
+                            "REMOVED job-10/ps-1 ready"}));
   auto marker = registered(*publisher, endpoint("job-10/marker-0"));
   EXPECT_EQ(next(loop, *ten), "ADDED job-10/marker-0 ready");
 }

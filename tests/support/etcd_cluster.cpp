@@ -1,11 +1,11 @@
 #include "tests/support/etcd_cluster.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -40,24 +40,24 @@ struct EtcdCluster::Logs {
 };
 
 struct EtcdCluster::Member {
-  std::string name;        // "t1"
-  std::string client;      // "c1:1", the client socket, relative to the cluster's directory
-  std::string peer;        // "p1:1"
-  std::string dataDir;     // absolute
+  std::string name;               // "t1"
+  std::string client;             // "c1:1", the client socket, relative to the cluster's directory
+  std::string peer;               // "p1:1"
+  std::string dataDir;            // absolute
   kj::Own<ChildProcess> process;  // null when it does not run
-  std::thread reader;      // reads `process`'s output while it runs
+  std::thread reader;             // reads `process`'s output while it runs
   bool frozen = false;
 
   // Written by `reader`, under Logs::mutex.
   std::deque<std::string> tail;  // the last lines it logged, for error messages
-  uint16_t tlsPort = 0;    // its TLS client listener's (EtcdTls)
-  int listeners = 1;       // client listeners it serves: 2 with TLS
+  uint16_t tlsPort = 0;          // its TLS client listener's (EtcdTls)
+  int listeners = 1;             // client listeners it serves: 2 with TLS
 
-  bool ready = false;            // it logged that it serves clients on every listener
-  int serving = 0;               // client listeners it logged it serves
-  bool exited = false;           // its output ended and it exited (not yet reaped, perhaps)
-  std::string self;              // its raft id (hex), from its log lines
-  std::string leader;            // the leader it last logged (hex); "" when it has none
+  bool ready = false;                 // it logged that it serves clients on every listener
+  int serving = 0;                    // client listeners it logged it serves
+  bool exited = false;                // its output ended and it exited (not yet reaped, perhaps)
+  std::string self;                   // its raft id (hex), from its log lines
+  std::string leader;                 // the leader it last logged (hex); "" when it has none
   std::set<std::string> activePeers;  // the peers its transport counts as up (hex ids)
 };
 
@@ -310,8 +310,8 @@ EtcdCluster::Reply exchange(const std::string& socketPath, const std::string& pa
       continue;
     }
     reply.status = head->status;
-    bool complete =
-        decodeBody(raw, head->bodyStart, head->chunked, head->contentLength, reply.body);
+    bool complete = decodeBody(raw, head->bodyStart, head->chunked, head->contentLength,
+                               reply.body);
     if (complete || n == 0 || (done && done(reply.body))) return reply;
   }
 }
@@ -439,10 +439,9 @@ void EtcdCluster::start(size_t member, bool newCluster) {
   std::string clientUrls = "unix://" + m.client;
   if (tls) clientUrls += ",https://127.0.0.1:" + std::to_string(m.tlsPort);
   std::vector<std::string> args{
-      "--name", m.name, "--data-dir", m.dataDir,
-      "--listen-client-urls", clientUrls, "--advertise-client-urls", "unix://" + m.client,
-      "--listen-peer-urls", "unix://" + m.peer, "--initial-advertise-peer-urls", "unix://" + m.peer,
-      "--initial-cluster", initialCluster,
+      "--name", m.name, "--data-dir", m.dataDir, "--listen-client-urls", clientUrls,
+      "--advertise-client-urls", "unix://" + m.client, "--listen-peer-urls", "unix://" + m.peer,
+      "--initial-advertise-peer-urls", "unix://" + m.peer, "--initial-cluster", initialCluster,
       "--initial-cluster-state", newCluster ? "new" : "existing",
       // JSON lines on stdout (etcd 3.4 logs with capnslog to stderr unless told otherwise).
       "--logger=zap", "--log-outputs=stdout"};
@@ -451,8 +450,8 @@ void EtcdCluster::start(size_t member, bool newCluster) {
       args.push_back(arg);
     }
     if (!tls->clientCa.empty()) {
-      for (auto& arg : std::vector<std::string>{"--trusted-ca-file", tls->clientCa,
-                                                "--client-cert-auth"}) {
+      for (auto& arg :
+           std::vector<std::string>{"--trusted-ca-file", tls->clientCa, "--client-cert-auth"}) {
         args.push_back(arg);
       }
     }
@@ -482,8 +481,8 @@ void EtcdCluster::awaitReady(const kj::Vector<size_t>& started) {
       logs->changed.wait_until(lock, deadline, [&]() { return m.ready || m.exited; });
       if (!m.ready) {
         throw std::runtime_error(
-            "etcd member " + m.name + (m.exited ? " exited before it served clients"
-                                                : " did not serve clients in time") +
+            "etcd member " + m.name +
+            (m.exited ? " exited before it served clients" : " did not serve clients in time") +
             " (in " + dir + "); it logged last:" + lastLines(m));
       }
     }
@@ -596,9 +595,9 @@ int64_t headerRevision(const EtcdCluster::Reply& reply) {
 }  // namespace
 
 int64_t EtcdCluster::put(const std::string& key, const std::string& value, size_t member) const {
-  return headerRevision(checked(*this, member, "/v3/kv/put",
-                                "{\"key\":\"" + base64(key) + "\",\"value\":\"" + base64(value) +
-                                    "\"}"));
+  return headerRevision(
+      checked(*this, member, "/v3/kv/put",
+              "{\"key\":\"" + base64(key) + "\",\"value\":\"" + base64(value) + "\"}"));
 }
 
 std::optional<std::string> EtcdCluster::get(const std::string& key, size_t member) const {
@@ -638,8 +637,7 @@ void EtcdCluster::freeze(size_t member) {
   // It had exited, and freeze() reaped it: its reader ends at once.
   m.reader.join();
   m.process = nullptr;
-  throw std::runtime_error("etcd member " + m.name + " had exited; it logged last:" +
-                           lastLines(m));
+  throw std::runtime_error("etcd member " + m.name + " had exited; it logged last:" + lastLines(m));
 }
 
 void EtcdCluster::thaw(size_t member) {

@@ -132,9 +132,9 @@ public:
   void thaw(size_t member);
 
   // Starts the member again with the data it had (stopping it first if it runs: with SIGTERM,
-  // or SIGKILL when it is frozen), as a member of the existing cluster, and returns once it serves clients again (it
-  // logged so and answered). A member of a larger cluster is ready only once it reached a
-  // quorum of the others. Throws like the constructor.
+  // or SIGKILL when it is frozen), as a member of the existing cluster, and returns once it serves
+  // clients again (it logged so and answered). A member of a larger cluster is ready only once it
+  // reached a quorum of the others. Throws like the constructor.
   void restart(size_t member);
 
   // For a one-member cluster: stops it (SIGTERM), removes its data and starts a new cluster on
@@ -173,8 +173,8 @@ private:
   Member& at(size_t member);
   const Member& at(size_t member) const;
   size_t firstServing() const;
-  std::optional<size_t> agreedLeader() const;              // under Logs::mutex
-  bool leadsWithAStoppedPeerUp(const Member& m) const;     // under Logs::mutex
+  std::optional<size_t> agreedLeader() const;           // under Logs::mutex
+  bool leadsWithAStoppedPeerUp(const Member& m) const;  // under Logs::mutex
 
   std::string dir;
   std::optional<EtcdTls> tls;

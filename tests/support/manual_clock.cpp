@@ -18,9 +18,8 @@ public:
     // Rounded up, from a fresh reading of libuv's clock: never early.
     auto ms = (delay + kj::MILLISECONDS - 1 * kj::NANOSECONDS) / kj::MILLISECONDS;
     uv_update_time(loop);
-    checkUv("uv_timer_start",
-                    uv_timer_start(handle.get(), &RealTimeAdapter::onFire,
-                                   static_cast<uint64_t>(kj::max(ms, int64_t{0})), 0));
+    checkUv("uv_timer_start", uv_timer_start(handle.get(), &RealTimeAdapter::onFire,
+                                             static_cast<uint64_t>(kj::max(ms, int64_t{0})), 0));
   }
 
 private:

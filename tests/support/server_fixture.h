@@ -34,7 +34,8 @@ protected:
     job.jobId = "job-1";
     job.taskIndex = 3;
     job.numTasks = 4;
-    server = kj::heap<ActorServer>(loop, job, ActorServerOptions{.drainGracePeriod = 5 * kj::SECONDS});
+    server = kj::heap<ActorServer>(loop, job,
+                                   ActorServerOptions{.drainGracePeriod = 5 * kj::SECONDS});
     server->host<ScientificCalculator>("calc", kj::heap<CalculatorImpl>());
     server->host<Echo>("echo", kj::heap<EchoImpl>());
     server->host<Blocker>("blocker", kj::heap<BlockerImpl>(blocker), {.maxConcurrency = 0});
@@ -49,7 +50,7 @@ protected:
   }
 
   kj::Promise<capnp::Response<Blocker::HoldResults>> hold(ActorRef<Blocker>& b, kj::StringPtr tag,
-                                                         CallOptions options = {}) {
+                                                          CallOptions options = {}) {
     return b.call(
         [tag](Blocker::Client c) {
           auto r = c.holdRequest();
@@ -68,7 +69,8 @@ protected:
                    auto q = c.echoRequest();
                    q.setPayload(kj::StringPtr("still here").asBytes());
                    return q.send();
-                 }).wait(ws());
+                 })
+                 .wait(ws());
     EXPECT_EQ(kj::StringPtr(reinterpret_cast<const char*>(r.getPayload().begin()),
                             r.getPayload().size()),
               "still here");

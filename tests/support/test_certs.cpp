@@ -60,8 +60,7 @@ const TestCerts& testCerts() {
 }
 
 std::shared_ptr<Credentials> tlsCredentials(const std::string& ca, const std::string& cert,
-                                            const std::string& key,
-                                            bool requireClientCertificates,
+                                            const std::string& key, bool requireClientCertificates,
                                             const std::string& token) {
   TlsOptions tls;
   tls.caFile = ca;

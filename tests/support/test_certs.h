@@ -12,12 +12,12 @@ namespace troupe::test {
 
 struct TestCerts {
   std::string dir;
-  std::string ca;                            // the CA that signed cert, expired and wrongName
-  std::string cert, key;                     // valid for localhost, 127.0.0.1 and ::1
-  std::string otherCa;                       // a second CA
-  std::string otherCert, otherKey;           // signed by otherCa, for the same names
-  std::string expiredCert, expiredKey;       // signed by ca, valid only in 2020
-  std::string wrongNameCert, wrongNameKey;   // signed by ca, for elsewhere.invalid only
+  std::string ca;                           // the CA that signed cert, expired and wrongName
+  std::string cert, key;                    // valid for localhost, 127.0.0.1 and ::1
+  std::string otherCa;                      // a second CA
+  std::string otherCert, otherKey;          // signed by otherCa, for the same names
+  std::string expiredCert, expiredKey;      // signed by ca, valid only in 2020
+  std::string wrongNameCert, wrongNameKey;  // signed by ca, for elsewhere.invalid only
 };
 
 // Made once per process; throws if openssl fails.

@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   server.host<troupe::test::Echo>("echo", kj::heap<troupe::test::EchoImpl>(server.incarnation()));
   server.host<troupe::test::Blocker>("blocker", kj::heap<troupe::test::BlockerImpl>(blocker),
                                      {.maxConcurrency = 0});
-  server.host<troupe::test::Member>(
-      "member", kj::heap<troupe::test::MemberImpl>(server.job().endpointName("member")));
+  server.host<troupe::test::Member>("member", kj::heap<troupe::test::MemberImpl>(
+                                                  server.job().endpointName("member")));
   auto bound = server.listen(listen);
   printf("LISTENING %s %llu\n", bound.c_str(), (unsigned long long)server.incarnation());
   fflush(stdout);

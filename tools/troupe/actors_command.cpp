@@ -9,8 +9,8 @@
 
 #include <capnp/schema-loader.h>
 
-#include "troupe/net/channel.h"
 #include "troupe/base/event_loop.h"
+#include "troupe/net/channel.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
@@ -52,15 +52,17 @@ void listServer(EventLoop& loop, const std::string& address,
 class ActorsCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return credentialFlags.addTo(kj::MainBuilder(
-               context, VERSION_TEXT,
-               "Lists the actors hosted where TARGET points, each with its interface and methods "
-               "(parameter and result fields with their types). TARGET is an address "
-               "(tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or a prefix of "
-               "endpoint names (every server under it).")
-        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
-                          "For endpoint names (default: $TROUPE_RESOLVER).")
-        .expectArg("TARGET", storeIn(target)))
+    return credentialFlags
+        .addTo(
+            kj::MainBuilder(
+                context, VERSION_TEXT,
+                "Lists the actors hosted where TARGET points, each with its interface and methods "
+                "(parameter and result fields with their types). TARGET is an address "
+                "(tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or a prefix of "
+                "endpoint names (every server under it).")
+                .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+                                  "For endpoint names (default: $TROUPE_RESOLVER).")
+                .expectArg("TARGET", storeIn(target)))
         .build();
   }
 

@@ -12,9 +12,9 @@
 #include <capnp/schema-loader.h>
 #include <kj/debug.h>
 
-#include "troupe/net/channel.h"
 #include "troupe/base/errors.h"
 #include "troupe/base/event_loop.h"
+#include "troupe/net/channel.h"
 #include "troupe/pool/actor_group.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/open_resolver.h"
@@ -35,10 +35,9 @@ struct Target {
 template <typename T>
 kj::Promise<T> by(EventLoop& loop, kj::TimePoint until, kj::Duration limit, kj::String what,
                   kj::Promise<T> promise) {
-  auto expired = loop.timer().atTime(until).then(
-      [what = kj::mv(what), limit]() -> kj::Promise<T> {
-        return makeError(ErrorCode::DEADLINE_EXCEEDED, kj::str(what, " within ", limit));
-      });
+  auto expired = loop.timer().atTime(until).then([what = kj::mv(what), limit]() -> kj::Promise<T> {
+    return makeError(ErrorCode::DEADLINE_EXCEEDED, kj::str(what, " within ", limit));
+  });
   return promise.exclusiveJoin(kj::mv(expired));
 }
 
@@ -48,44 +47,54 @@ kj::Promise<std::string> callOne(EventLoop& loop, const Target& target, std::str
   auto channel = Channel::open(loop, target.address.c_str());
   auto loader = kj::heap<capnp::SchemaLoader>();
   auto opened = openDynamicActor(*channel, actor.c_str(), *loader);
-  auto call = opened.then([&loop, method = kj::mv(method), json = kj::mv(json),
-                           deadline](DynamicActor actor) {
-    auto holder = kj::heap<DynamicActor>(kj::mv(actor));
-    auto promise = callWithJson(*holder, method.c_str(), json.c_str(), deadline, loop.timer());
-    return promise.attach(kj::mv(holder));
-  });
+  auto call = opened.then(
+      [&loop, method = kj::mv(method), json = kj::mv(json), deadline](DynamicActor actor) {
+        auto holder = kj::heap<DynamicActor>(kj::mv(actor));
+        auto promise = callWithJson(*holder, method.c_str(), json.c_str(), deadline, loop.timer());
+        return promise.attach(kj::mv(holder));
+      });
   // Connecting and fetching the schema count against the deadline too.
-  return by(loop, loop.timer().now() + deadline, deadline,
-            kj::str(target.name, " gave no answer"), kj::mv(call))
+  return by(loop, loop.timer().now() + deadline, deadline, kj::str(target.name, " gave no answer"),
+            kj::mv(call))
       .attach(kj::mv(channel), kj::mv(loader));
 }
 
 class CallCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return credentialFlags.addTo(kj::MainBuilder(
-               context, VERSION_TEXT,
-               "Calls METHOD of the actor named ACTOR with the parameters in JSON (an object; "
-               "default {}) and prints the results as JSON; Data travels as base64 strings. The "
-               "server sends the actor's schema: no generated code is needed. TARGET is an "
-               "address (tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or a prefix "
-               "of endpoint names: then one READY member is called, or with --all every member, "
-               "printing \"<endpoint> <json>\" per member (exit 1 if any failed).")
-        .addOption({"all"}, [this]() { all = true; return true; },
-                   "Call every READY member of the job TARGET names for ACTOR (its endpoints "
-                   "<job>/ACTOR-<index>) at once, through a pool's broadcast; TARGET is then the "
-                   "job (calc/), or a prefix of all its members, or one endpoint.")
-        .addOptionWithArg({"timeout"}, [this](kj::StringPtr text) {
-              deadline = parseSeconds("--timeout", text);
-              return true;
-            }, "SECONDS",
-            "Deadline of the call, connecting and fetching the schema included; with --all, of "
-            "finding the members and calling them all (default 30).")
-        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
-                          "For endpoint names (default: $TROUPE_RESOLVER).")
-        .expectArg("TARGET", storeIn(target))
-        .expectArg("ACTOR.METHOD", KJ_BIND_METHOD(*this, setActorMethod))
-        .expectOptionalArg("JSON", storeIn(json)))
+    return credentialFlags
+        .addTo(
+            kj::MainBuilder(
+                context, VERSION_TEXT,
+                "Calls METHOD of the actor named ACTOR with the parameters in JSON (an object; "
+                "default {}) and prints the results as JSON; Data travels as base64 strings. The "
+                "server sends the actor's schema: no generated code is needed. TARGET is an "
+                "address (tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or a prefix "
+                "of endpoint names: then one READY member is called, or with --all every member, "
+                "printing \"<endpoint> <json>\" per member (exit 1 if any failed).")
+                .addOption(
+                    {"all"},
+                    [this]() {
+                      all = true;
+                      return true;
+                    },
+                    "Call every READY member of the job TARGET names for ACTOR (its endpoints "
+                    "<job>/ACTOR-<index>) at once, through a pool's broadcast; TARGET is then the "
+                    "job (calc/), or a prefix of all its members, or one endpoint.")
+                .addOptionWithArg(
+                    {"timeout"},
+                    [this](kj::StringPtr text) {
+                      deadline = parseSeconds("--timeout", text);
+                      return true;
+                    },
+                    "SECONDS",
+                    "Deadline of the call, connecting and fetching the schema included; with "
+                    "--all, of finding the members and calling them all (default 30).")
+                .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+                                  "For endpoint names (default: $TROUPE_RESOLVER).")
+                .expectArg("TARGET", storeIn(target))
+                .expectArg("ACTOR.METHOD", KJ_BIND_METHOD(*this, setActorMethod))
+                .expectOptionalArg("JSON", storeIn(json)))
         .build();
   }
 
@@ -120,9 +129,9 @@ private:
       return 0;
     }
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-      auto results = call.wait(loop.waitScope());
-      printf("%s %s\n", one.name.c_str(), results.c_str());
-    })) {
+                  auto results = call.wait(loop.waitScope());
+                  printf("%s %s\n", one.name.c_str(), results.c_str());
+                })) {
       printf("%s error: %s\n", one.name.c_str(), errorMessage(*e).cStr());
       return 1;
     }
@@ -191,16 +200,15 @@ private:
     if (jobs.size() > 1) {
       std::string names;
       for (auto& j : jobs) names += (names.empty() ? "" : ", ") + j;
-      throw UsageError{"--all calls the members of one job, and '" + target +
-                       "' spans several (" + names + "): name the job, e.g. '" +
-                       *jobs.begin() + "/'"};
+      throw UsageError{"--all calls the members of one job, and '" + target + "' spans several (" +
+                       names + "): name the job, e.g. '" + *jobs.begin() + "/'"};
     }
     auto job = *jobs.begin();
     auto groupPrefix = job + "/" + actor + "-";
     if (groupPrefix.rfind(target, 0) != 0) {
       throw UsageError{"--all calls every member of job '" + job + "' for actor '" + actor +
-                       "', and '" + target + "' names only some of them: name the job ('" +
-                       job + "/') or one endpoint"};
+                       "', and '" + target + "' names only some of them: name the job ('" + job +
+                       "/') or one endpoint"};
     }
     return job;
   }

@@ -151,8 +151,8 @@ private:
     if (at == end) {
       error = kj::str("it ends where ", what, " should be");
     } else {
-      error = kj::str("'", printable(kj::arrayPtr(at, 1)), "' at byte ", at - begin + 1,
-                      " where ", what, " should be");
+      error = kj::str("'", printable(kj::arrayPtr(at, 1)), "' at byte ", at - begin + 1, " where ",
+                      what, " should be");
     }
     return false;
   }
@@ -246,14 +246,14 @@ void CallJson::decodeParam(capnp::StructSchema::Field field, capnp::JsonValue::R
     if (field.getProto().isGroup()) {
       codec.decode(value, params.init(field).as<capnp::DynamicStruct>());
     } else {
-      params.adopt(field, codec.decode(value, type, capnp::Orphanage::getForMessageContaining(
-                                                        params)));
+      params.adopt(field,
+                   codec.decode(value, type, capnp::Orphanage::getForMessageContaining(params)));
     }
   });
   if (failed != nullptr) {
     throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str("parameter '", name, "' of ", method, " is ", describeType(type),
-                       "; got ", printable(codec.encodeRaw(value))));
+               kj::str("parameter '", name, "' of ", method, " is ", describeType(type), "; got ",
+                       printable(codec.encodeRaw(value))));
   }
 }
 

@@ -15,8 +15,7 @@ class Base64DataHandler final : public capnp::JsonCodec::Handler<capnp::Data> {
 public:
   void encode(const capnp::JsonCodec& codec, capnp::Data::Reader input,
               capnp::JsonValue::Builder output) const override;
-  capnp::Orphan<capnp::Data> decode(const capnp::JsonCodec& codec,
-                                    capnp::JsonValue::Reader input,
+  capnp::Orphan<capnp::Data> decode(const capnp::JsonCodec& codec, capnp::JsonValue::Reader input,
                                     capnp::Orphanage orphanage) const override;
 };
 

@@ -143,8 +143,8 @@ kj::Array<kj::StringPtr> paramsOf(int argc, char** argv) {
 
 // Reads the arguments with the parser `top` builds, then runs the command `chosen` names (set
 // while reading). Turns what is thrown into messages and an exit status.
-int parseAndRun(CommandContext& context, ParserFactory& top, kj::Maybe<Command&>& chosen,
-                int argc, char** argv) {
+int parseAndRun(CommandContext& context, ParserFactory& top, kj::Maybe<Command&>& chosen, int argc,
+                char** argv) {
   auto params = paramsOf(argc, argv);
   try {
     top(context)(context.getProgramName(), params);
@@ -170,9 +170,8 @@ int parseAndRun(CommandContext& context, ParserFactory& top, kj::Maybe<Command&>
 
 int runCommand(kj::StringPtr programName, Command& command, int argc, char** argv) {
   CommandContext context(programName);
-  context.enter(kj::str(programName), [&command](kj::ProcessContext& c) {
-    return command.parser(c);
-  });
+  context.enter(kj::str(programName),
+                [&command](kj::ProcessContext& c) { return command.parser(c); });
   ParserFactory top = [&command](kj::ProcessContext& c) { return command.parser(c); };
   kj::Maybe<Command&> chosen = command;
   return parseAndRun(context, top, chosen, argc, argv);
@@ -295,13 +294,14 @@ kj::MainBuilder& CredentialFlags::addTo(kj::MainBuilder& builder, bool server) {
       .addOptionWithArg({"token-file"}, storeIn(tokenFile), "FILE",
                         "A file holding the cluster token ($TROUPE_TOKEN_FILE).");
   if (server) {
-    builder.addOption({"tls-require-client-cert"},
-                      [this]() {
-                        requireClientCertificates = true;
-                        return true;
-                      },
-                      "Mutual TLS: accept only clients with a certificate from the CA "
-                      "($TROUPE_TLS_REQUIRE_CLIENT_CERT=1).");
+    builder.addOption(
+        {"tls-require-client-cert"},
+        [this]() {
+          requireClientCertificates = true;
+          return true;
+        },
+        "Mutual TLS: accept only clients with a certificate from the CA "
+        "($TROUPE_TLS_REQUIRE_CLIENT_CERT=1).");
   }
   return builder;
 }

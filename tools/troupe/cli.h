@@ -16,8 +16,8 @@
 #include <kj/time.h>
 
 #include "troupe/actor/endpoint.h"
-#include "troupe/resolver/resolver.h"
 #include "troupe/net/credentials.h"
+#include "troupe/resolver/resolver.h"
 
 namespace troupe::cli {
 
@@ -104,7 +104,8 @@ bool stdoutIsTerminal();
 // "2h03m", "4d"; "-" for 0 (the resolver did not say).
 std::string formatAge(uint64_t registeredAtMillis, kj::Date now);
 
-// "tcp://...", "tls://..." and "unix:..." are addresses; anything else is an endpoint name or prefix.
+// "tcp://...", "tls://..." and "unix:..." are addresses; anything else is an endpoint name or
+// prefix.
 bool isAddress(const std::string& text);
 
 // The endpoints `target` names in `resolver`: the one named exactly `target` if there is one,

@@ -30,14 +30,14 @@ std::string JsonCall::resultsJson(capnp::DynamicStruct::Reader results) const {
   return codec.encodeResults(results).cStr();
 }
 
-kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method,
-                                      kj::StringPtr json, kj::Duration deadline,
-                                      kj::Timer& timer) {
+kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method, kj::StringPtr json,
+                                      kj::Duration deadline, kj::Timer& timer) {
   auto call = kj::heap<JsonCall>(actor, method, json);
   auto sent = call->send(actor.capability);
   auto results = sent.then([&call = *call](capnp::Response<capnp::DynamicStruct> response) {
                        return call.resultsJson(response);
-                     }).attach(kj::mv(call));
+                     })
+                     .attach(kj::mv(call));
   return timer.timeoutAfter(deadline, kj::mv(results))
       .catch_([deadline](kj::Exception&& e) -> kj::Promise<std::string> {
         if (e.getType() == kj::Exception::Type::OVERLOADED &&

@@ -5,14 +5,14 @@
 
 #include <string>
 
-#include <capnp/schema-loader.h>
 #include <capnp/capability.h>
 #include <capnp/dynamic.h>
+#include <capnp/schema-loader.h>
 #include <capnp/schema.h>
 #include <kj/async.h>
 
-#include "troupe/net/channel.h"
 #include "troupe/actor/dynamic_actor.h"
+#include "troupe/net/channel.h"
 #include "tools/troupe/call_json.h"
 
 namespace troupe::cli {
@@ -45,7 +45,7 @@ private:
 // Calls `method` of `actor` with the parameters in `json` (see JsonCall, whose errors it throws)
 // and resolves with the results as JSON; DEADLINE_EXCEEDED when no answer came within
 // `deadline`.
-kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method,
-                                      kj::StringPtr json, kj::Duration deadline, kj::Timer& timer);
+kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method, kj::StringPtr json,
+                                      kj::Duration deadline, kj::Timer& timer);
 
 }  // namespace troupe::cli

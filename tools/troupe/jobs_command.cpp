@@ -27,8 +27,8 @@ public:
   int run() override {
     auto jobs = listSlurmJobs();
     if (jobs.empty()) return 0;
-    printf("%-24s %10s  %-12s %8s %8s  %s\n", "NAME", "SLURM_ID", "STATE", "REPLICAS",
-           "RESTARTS", "REASON");
+    printf("%-24s %10s  %-12s %8s %8s  %s\n", "NAME", "SLURM_ID", "STATE", "REPLICAS", "RESTARTS",
+           "REASON");
     for (auto& job : jobs) {
       printf("%-24s %10llu  %-12s %8u %8u  %s\n", job.name.c_str(),
              static_cast<unsigned long long>(job.slurmId), job.state.c_str(), job.tasks,

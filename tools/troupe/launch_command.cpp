@@ -38,8 +38,8 @@ std::string nameFrom(const std::string& program) {
   auto slash = program.rfind('/');
   std::string base = slash == std::string::npos ? program : program.substr(slash + 1);
   std::string out;
-  for (char c : base) out += (isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
-                              c == '-') ? c : '-';
+  for (char c : base)
+    out += (isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '-';
   while (!out.empty() && !isalnum(static_cast<unsigned char>(out[0]))) out.erase(0, 1);
   return out.empty() ? "job" : out.substr(0, 64);
 }
@@ -116,49 +116,69 @@ public:
     builder
         .addOptionWithArg({"name"}, storeIn(name), "NAME",
                           "The job's name and id (default: BINARY's file name).")
-        .addOptionWithArg({"replicas"}, [this](kj::StringPtr text) {
+        .addOptionWithArg(
+            {"replicas"},
+            [this](kj::StringPtr text) {
               replicas = static_cast<uint32_t>(parseWhole("--replicas", text, 1));
               return true;
-            }, "N", "How many replicas (default 1).")
-        .addOptionWithArg({"cpu"}, [this](kj::StringPtr text) {
+            },
+            "N", "How many replicas (default 1).")
+        .addOptionWithArg(
+            {"cpu"},
+            [this](kj::StringPtr text) {
               cpu = parseCores("--cpu", text);
               return true;
-            }, "C", "Cores reserved per replica (default 0: none; replicas share the "
-                    "machine).")
+            },
+            "C",
+            "Cores reserved per replica (default 0: none; replicas share the "
+            "machine).")
         .addOptionWithArg({"ram"}, storeIn(ram), "SIZE",
                           "Memory reserved per replica (default 0: none).")
-        .addOptionWithArg({"gpu"}, [this](kj::StringPtr text) {
+        .addOptionWithArg(
+            {"gpu"},
+            [this](kj::StringPtr text) {
               gpu = parseGpu(text);
               return true;
-            }, "TYPE:COUNT", "GPUs per replica, e.g. H100:8.")
-        .addOptionWithArg({"max-retries"}, [this](kj::StringPtr text) {
+            },
+            "TYPE:COUNT", "GPUs per replica, e.g. H100:8.")
+        .addOptionWithArg(
+            {"max-retries"},
+            [this](kj::StringPtr text) {
               maxRetries = static_cast<uint32_t>(parseWhole("--max-retries", text));
               return true;
-            }, "N", "Restarts of failed replicas before the job fails (default 0).")
+            },
+            "N", "Restarts of failed replicas before the job fails (default 0).")
         .addOptionWithArg({"log-dir"}, storeIn(logDir), "DIR",
                           "Where the replicas' logs go (default: $TMPDIR/troupe-<pid>; on "
                           "Slurm, $HOME/.troupe/slurm, which every node must see).")
-        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+        .addOptionWithArg(
+            {"resolver"}, storeIn(resolver), "URL",
             "Where replicas publish (default: $TROUPE_RESOLVER, else, with the local launcher, "
             "a registry this command runs for the job, whose URL it prints).")
-        .addOptionWithArg({"launcher"}, [this](kj::StringPtr text) {
+        .addOptionWithArg(
+            {"launcher"},
+            [this](kj::StringPtr text) {
               if (text != "local" && text != "slurm") {
-                throw UsageError{kj::str("--launcher is local or slurm, not '",
-                                         printable(text), "'").cStr()};
+                throw UsageError{
+                    kj::str("--launcher is local or slurm, not '", printable(text), "'").cStr()};
               }
               launcherKind = text.cStr();
               return true;
-            }, "local|slurm", "Where the replicas run (default local).")
+            },
+            "local|slurm", "Where the replicas run (default local).")
         .addOptionWithArg({"partition"}, storeIn(partition), "NAME",
                           "Slurm: the partition (default: the cluster's default).")
-        .addOptionWithArg({"time"}, [this](kj::StringPtr text) {
+        .addOptionWithArg(
+            {"time"},
+            [this](kj::StringPtr text) {
               timeMinutes = static_cast<uint32_t>(parseWhole("--time", text, 1));
               return true;
-            }, "MINUTES", "Slurm: the job's time limit (default: the partition's).")
+            },
+            "MINUTES", "Slurm: the job's time limit (default: the partition's).")
         .expectOneOrMoreArgs("-- BINARY ARGS", [this](kj::StringPtr arg) {
-              program.push_back(arg.cStr());
-              return true;
-            });
+          program.push_back(arg.cStr());
+          return true;
+        });
     credentialFlags.addTo(builder);
     // MainBuilder hands over the arguments before and after "--" alike; the program must come
     // after it, so that its own options are not read as ours.
@@ -207,22 +227,20 @@ public:
     kj::Own<LocalLauncher> local;
     kj::Own<SlurmLauncher> slurm;
     if (onSlurm) {
-      slurm = kj::heap<SlurmLauncher>(
-          loop, SlurmLauncherOptions{.resolver = resolver,
-                                     .partition = partition,
-                                     .timeLimit = timeMinutes * kj::MINUTES,
-                                     .logDirectory = logDir});
+      slurm = kj::heap<SlurmLauncher>(loop,
+                                      SlurmLauncherOptions{.resolver = resolver,
+                                                           .partition = partition,
+                                                           .timeLimit = timeMinutes * kj::MINUTES,
+                                                           .logDirectory = logDir});
     } else {
-      local = kj::heap<LocalLauncher>(
-          loop, LocalLauncherOptions{.resolver = resolver,
-                                     .logDirectory = logDir,
-                                     .stopJobsOnSignal = false});
+      local = kj::heap<LocalLauncher>(loop, LocalLauncherOptions{.resolver = resolver,
+                                                                 .logDirectory = logDir,
+                                                                 .stopJobsOnSignal = false});
     }
     Launcher& launcher = onSlurm ? static_cast<Launcher&>(*slurm) : *local;
     auto drain = [&]() { return onSlurm ? slurm->drain() : local->drain(); };
     printf("resolver %s; logs in %s/%s\n", launcher.resolverUrl().c_str(),
-           (onSlurm ? slurm->logDirectory() : local->logDirectory()).c_str(),
-           request.name.c_str());
+           (onSlurm ? slurm->logDirectory() : local->logDirectory()).c_str(), request.name.c_str());
     auto job = launcher.submit(kj::mv(request));
     Reporter reporter(job);
 
@@ -269,7 +287,7 @@ private:
   std::string partition;
   uint32_t timeMinutes = 0;
   CredentialFlags credentialFlags;
-  std::vector<std::string> program;  // BINARY, then its arguments
+  std::vector<std::string> program;   // BINARY, then its arguments
   kj::Maybe<size_t> afterDoubleDash;  // how many arguments followed "--", if one was given
 };
 

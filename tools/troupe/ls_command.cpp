@@ -37,8 +37,7 @@ void printTable(const kj::Array<Endpoint>& endpoints, kj::Date now) {
   }
   for (auto& row : rows) {
     for (size_t i = 0; i < row.size(); ++i) {
-      printf(i + 1 < row.size() ? "%-*s  " : "%-*s\n", static_cast<int>(widths[i]),
-             row[i].c_str());
+      printf(i + 1 < row.size() ? "%-*s  " : "%-*s\n", static_cast<int>(widths[i]), row[i].c_str());
     }
   }
   if (endpoints.size() == 0) printf("(no endpoints)\n");
@@ -71,18 +70,26 @@ kj::Promise<void> printEvents(Watch& watch) {
 class LsCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return credentialFlags.addTo(kj::MainBuilder(
-               context, VERSION_TEXT,
-               "Lists the endpoints whose names start with PREFIX (default: all): name, address, "
-               "state, incarnation and age. With --watch, prints them and then each change as it "
-               "happens (ADDED, CHANGED, REMOVED, JOB_ENDED) until interrupted.")
-        .addOption({"watch"}, [this]() { watching = true; return true; },
-                   "Print each change as it happens, until interrupted.")
-        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
-            "registry://HOST:PORT, registry+unix:PATH, etcd://HOST:PORT, etcds://HOST:PORT, "
-            "etcd+unix:PATH, fixed:..., file:PATH (default: "
-            "$TROUPE_RESOLVER).")
-        .expectOptionalArg("PREFIX", storeIn(prefix)))
+    return credentialFlags
+        .addTo(
+            kj::MainBuilder(
+                context, VERSION_TEXT,
+                "Lists the endpoints whose names start with PREFIX (default: all): name, address, "
+                "state, incarnation and age. With --watch, prints them and then each change as it "
+                "happens (ADDED, CHANGED, REMOVED, JOB_ENDED) until interrupted.")
+                .addOption(
+                    {"watch"},
+                    [this]() {
+                      watching = true;
+                      return true;
+                    },
+                    "Print each change as it happens, until interrupted.")
+                .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+                                  "registry://HOST:PORT, registry+unix:PATH, etcd://HOST:PORT, "
+                                  "etcds://HOST:PORT, "
+                                  "etcd+unix:PATH, fixed:..., file:PATH (default: "
+                                  "$TROUPE_RESOLVER).")
+                .expectOptionalArg("PREFIX", storeIn(prefix)))
         .build();
   }
 

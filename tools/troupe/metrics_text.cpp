@@ -50,8 +50,8 @@ struct Bucket {
 
 struct Series {
   MetricLabels labels;
-  LineRef first;  // where the series first appeared
-  double value = 0;  // counters and gauges
+  LineRef first;                // where the series first appeared
+  double value = 0;             // counters and gauges
   std::vector<Bucket> buckets;  // histograms: as given, in any order
   std::optional<double> sum;
   std::optional<uint64_t> count;
@@ -139,8 +139,7 @@ private:
 
 class TextParser {
 public:
-  TextParser(kj::StringPtr text, const PrometheusTextLimits& limits)
-      : text(text), limits(limits) {}
+  TextParser(kj::StringPtr text, const PrometheusTextLimits& limits) : text(text), limits(limits) {}
 
   MetricsSnapshot parse() {
     if (text.size() > limits.maxBytes) {
@@ -239,8 +238,8 @@ private:
     if (d.type == Declared::HISTOGRAM) {
       for (auto suffix : {"_bucket", "_sum", "_count"}) {
         if (familyIndex.count(name + suffix) != 0) {
-          fail(kj::str("histogram '", name.c_str(), "' would take the samples of '",
-                       name.c_str(), suffix, "', given before"));
+          fail(kj::str("histogram '", name.c_str(), "' would take the samples of '", name.c_str(),
+                       suffix, "', given before"));
         }
       }
     }

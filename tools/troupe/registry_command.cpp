@@ -11,8 +11,8 @@
 // certificate, tcp://127.0.0.1:7700 without. An address other machines may reach needs
 // credentials that authenticate clients (a cluster token, or mutual TLS), or --insecure.
 // Prints "LISTENING <address>" on stdout for each address once it listens (scripts and tests
-// wait for it), and "HTTP <url>" once the dashboard serves (--http), logs to stderr, and stops cleanly on SIGTERM or SIGINT (exit status 0). Exits 1
-// when it cannot listen, 2 on bad usage.
+// wait for it), and "HTTP <url>" once the dashboard serves (--http), logs to stderr, and stops
+// cleanly on SIGTERM or SIGINT (exit status 0). Exits 1 when it cannot listen, 2 on bad usage.
 
 #include <signal.h>
 #include <stdio.h>
@@ -38,53 +38,68 @@ namespace {
 class RegistryCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return credentialFlags.addTo(kj::MainBuilder(
-               context, VERSION_TEXT,
-               "Runs the registry (troupe's default resolver) in the foreground until SIGTERM or "
-               "SIGINT. Prints \"LISTENING <address>\" for each address it listens on; logs to "
-               "stderr.")
-        .addOptionWithArg({"listen"}, KJ_BIND_METHOD(*this, addListen), "ADDRESS",
-                          "Listen on ADDRESS: tcp://HOST:PORT, tls://HOST:PORT (port 0 picks a "
-                          "free one) or unix:PATH; may be given more than once. Default: "
-                          "127.0.0.1:7700, over TLS when given a certificate.")
-        .addOptionWithArg({"http"}, KJ_BIND_METHOD(*this, setHttp), "HOST:PORT",
-                          "Serve the dashboard (/) and the registry's metrics (/metrics) over "
-                          "HTTP on HOST:PORT (port 0 picks a free one). Like --listen, an "
-                          "address other machines may reach needs a cluster token or "
-                          "--insecure; with a token, the dashboard asks for it.")
-        .addOption({"insecure"}, [this]() { insecure = true; return true; },
-                   "Allow listening where other machines may connect without a cluster token "
-                   "or client certificates: anyone who reaches the port can then change every "
-                   "job's endpoints.")
-        .addOptionWithArg({"default-ttl-ms"}, KJ_BIND_METHOD(*this, setDefaultTtl), "N",
-                          "The lease of registrations that ask for none, in milliseconds "
-                          "(default 10000): every troupe client's, unless its resolver URL "
-                          "ends in ?ttl_ms=N.")
-        .addOptionWithArg({"max-endpoint-bytes"}, KJ_BIND_METHOD(*this, setMaxEndpointBytes),
-                          "N", "The largest endpoint a registrant may publish, in bytes.")
-        .addOptionWithArg({"max-connections"}, KJ_BIND_METHOD(*this, setMaxConnections), "N",
-                          "Connections open at once (default 4096); one past it is closed as "
-                          "it comes.")
-        .addOptionWithArg({"max-incomplete-bytes"}, KJ_BIND_METHOD(*this, setMaxIncomplete),
-                          "N",
-                          "Bytes that messages still arriving may hold across connections "
-                          "(default 268435456); a message past it waits.")
-        .addOptionWithArg({"max-queued-event-bytes"},
-                          KJ_BIND_METHOD(*this, setMaxQueuedEventBytes), "N",
-                          "Bytes of watch events queued for all watchers together (default "
-                          "67108864); past it the watcher furthest behind is cut off, and "
-                          "subscribes again.")
-        .addOptionWithArg({"max-endpoints"}, KJ_BIND_METHOD(*this, setMaxEndpoints), "N",
-                          "Endpoints registered at once (default 100000); past it new names "
-                          "are refused as overloaded.")
-        .addOptionWithArg({"max-watchers"}, KJ_BIND_METHOD(*this, setMaxWatchers), "N",
-                          "Watches open at once (default 10000); past it new ones are refused "
-                          "as overloaded.")
-        .addOptionWithArg({"max-jobs"}, KJ_BIND_METHOD(*this, setMaxJobs), "N",
-                          "Jobs remembered, live and ended (default 100000); past it the job "
-                          "that ended first is forgotten.")
-        .addOptionWithArg({"log-level"}, KJ_BIND_METHOD(*this, setLogLevel), "LEVEL",
-                          "trace, debug, info (the default), warn, error or off."), true)
+    return credentialFlags
+        .addTo(
+            kj::MainBuilder(
+                context, VERSION_TEXT,
+                "Runs the registry (troupe's default resolver) in the foreground until SIGTERM or "
+                "SIGINT. Prints \"LISTENING <address>\" for each address it listens on; logs to "
+                "stderr.")
+                .addOptionWithArg(
+                    {"listen"}, KJ_BIND_METHOD(*this, addListen), "ADDRESS",
+                    "Listen on ADDRESS: tcp://HOST:PORT, tls://HOST:PORT (port 0 picks a "
+                    "free one) or unix:PATH; may be given more than once. Default: "
+                    "127.0.0.1:7700, over TLS when given a certificate.")
+                .addOptionWithArg(
+                    {"http"}, KJ_BIND_METHOD(*this, setHttp), "HOST:PORT",
+                    "Serve the dashboard (/) and the registry's metrics (/metrics) over "
+                    "HTTP on HOST:PORT (port 0 picks a free one). Like --listen, an "
+                    "address other machines may reach needs a cluster token or "
+                    "--insecure; with a token, the dashboard asks for it.")
+                .addOption(
+                    {"insecure"},
+                    [this]() {
+                      insecure = true;
+                      return true;
+                    },
+                    "Allow listening where other machines may connect without a cluster token "
+                    "or client certificates: anyone who reaches the port can then change every "
+                    "job's endpoints.")
+                .addOptionWithArg({"default-ttl-ms"}, KJ_BIND_METHOD(*this, setDefaultTtl), "N",
+                                  "The lease of registrations that ask for none, in milliseconds "
+                                  "(default 10000): every troupe client's, unless its resolver URL "
+                                  "ends in ?ttl_ms=N.")
+                .addOptionWithArg({"max-endpoint-bytes"},
+                                  KJ_BIND_METHOD(*this, setMaxEndpointBytes), "N",
+                                  "The largest endpoint a registrant may publish, in bytes.")
+                .addOptionWithArg(
+                    {"max-connections"}, KJ_BIND_METHOD(*this, setMaxConnections), "N",
+                    "Connections open at once (default 4096); one past it is closed as "
+                    "it comes.")
+                .addOptionWithArg({"max-incomplete-bytes"}, KJ_BIND_METHOD(*this, setMaxIncomplete),
+                                  "N",
+                                  "Bytes that messages still arriving may hold across connections "
+                                  "(default 268435456); a message past it waits.")
+                .addOptionWithArg({"max-queued-event-bytes"},
+                                  KJ_BIND_METHOD(*this, setMaxQueuedEventBytes), "N",
+                                  "Bytes of watch events queued for all watchers together (default "
+                                  "67108864); past it the watcher furthest behind is cut off, and "
+                                  "subscribes again.")
+                .addOptionWithArg(
+                    {"max-endpoints"}, KJ_BIND_METHOD(*this, setMaxEndpoints), "N",
+                    "Endpoints registered at once (default 100000); past it new names "
+                    "are refused as overloaded.")
+                .addOptionWithArg(
+                    {"max-watchers"}, KJ_BIND_METHOD(*this, setMaxWatchers), "N",
+                    "Watches open at once (default 10000); past it new ones are refused "
+                    "as overloaded.")
+                .addOptionWithArg(
+                    {"max-jobs"}, KJ_BIND_METHOD(*this, setMaxJobs), "N",
+                    "Jobs remembered, live and ended (default 100000); past it the job "
+                    "that ended first is forgotten.")
+                .addOptionWithArg({"log-level"}, KJ_BIND_METHOD(*this, setLogLevel), "LEVEL",
+                                  "trace, debug, info (the default), warn, error or off."),
+            true)
         .build();
   }
 
@@ -156,8 +171,8 @@ private:
   }
 
   kj::MainBuilder::Validity setDefaultTtl(kj::StringPtr text) {
-    options.defaultTtl =
-        static_cast<int64_t>(parseWhole("--default-ttl-ms", text, 1)) * kj::MILLISECONDS;
+    options.defaultTtl = static_cast<int64_t>(parseWhole("--default-ttl-ms", text, 1)) *
+                         kj::MILLISECONDS;
     return true;
   }
 

@@ -12,16 +12,16 @@
 #include <kj/compat/http.h>
 #include <kj/debug.h>
 
-#include "troupe/net/address.h"
-#include "troupe/net/credentials.h"
 #include "troupe/base/errors.h"
 #include "troupe/base/event_loop.h"
-#include "troupe/observe/http_endpoint.h"
 #include "troupe/base/metrics.h"
-#include "tools/troupe/metrics_text.h"
+#include "troupe/net/address.h"
+#include "troupe/net/credentials.h"
+#include "troupe/observe/http_endpoint.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
+#include "tools/troupe/metrics_text.h"
 
 namespace troupe::cli {
 
@@ -102,8 +102,8 @@ kj::String bearer(kj::ArrayPtr<const kj::byte> token) {
                  "the cluster token has bytes an HTTP header cannot carry");
     }
   }
-  return kj::str("Bearer ", kj::arrayPtr(reinterpret_cast<const char*>(token.begin()),
-                                         token.size()));
+  return kj::str("Bearer ",
+                 kj::arrayPtr(reinterpret_cast<const char*>(token.begin()), token.size()));
 }
 
 std::string shortError(const kj::Exception& e) {
@@ -143,7 +143,7 @@ struct Member {
   kj::Maybe<Scrape> previous;
   std::string error;  // why the last fetch failed; "" when it worked
   bool fetching = false;
-  uint64_t round = 0;  // the refresh that started the fetch under way
+  uint64_t round = 0;                    // the refresh that started the fetch under way
   kj::Promise<void> inFlight = nullptr;  // dropping it cancels the fetch
 };
 
@@ -158,7 +158,9 @@ struct TopOptions {
 class Top {
 public:
   Top(EventLoop& loop, Resolver& resolver, TopOptions options)
-      : loop(loop), resolver(resolver), options(kj::mv(options)),
+      : loop(loop),
+        resolver(resolver),
+        options(kj::mv(options)),
         table(kj::heap<kj::HttpHeaderTable>()),
         tlsNetwork(loopCredentials(loop)->clientTlsContext().wrapNetwork(loop.network())),
         client(kj::newHttpClient(loop.timer(), *table, loop.network(), *tlsNetwork)) {}
@@ -268,13 +270,12 @@ private:
   // Fetches `m`'s metrics into it. Never rejects.
   kj::Promise<void> scrape(Member& m) {
     return fetch(m.url)
-        .then(
-            [this, &m](kj::String text) {
-              Scrape s{totalsOf(parsePrometheusText(text), m.endpoint), loop.timer().now()};
-              m.previous = kj::mv(m.latest);
-              m.latest = kj::mv(s);
-              m.error.clear();
-            })
+        .then([this, &m](kj::String text) {
+          Scrape s{totalsOf(parsePrometheusText(text), m.endpoint), loop.timer().now()};
+          m.previous = kj::mv(m.latest);
+          m.latest = kj::mv(s);
+          m.error.clear();
+        })
         .catch_([&m](kj::Exception&& e) { m.error = "error: " + shortError(e); })
         .then([this, &m]() {
           m.fetching = false;
@@ -293,9 +294,8 @@ private:
           .response.then([](kj::HttpClient::Response&& r) -> kj::Promise<kj::String> {
             if (r.statusCode != 200) {
               return makeError(ErrorCode::FAILED,
-                               kj::str("HTTP ", r.statusCode, r.statusCode == 401
-                                                                   ? " (no or a wrong token)"
-                                                                   : ""));
+                               kj::str("HTTP ", r.statusCode,
+                                       r.statusCode == 401 ? " (no or a wrong token)" : ""));
             }
             auto read = r.body->readAllText(MAX_METRICS_BYTES);
             return read.attach(kj::mv(r.body));
@@ -322,14 +322,14 @@ private:
         double seconds = (latest->at - before->at) / kj::NANOSECONDS / 1e9;
         auto recent = since(now.latency, before->totals.latency);
         bool timed = recent.count > 0 && seconds > 0;
-        r.push_back(seconds > 0 ? formatNumber("%.1f", delta(now.calls, before->totals.calls) /
-                                                           seconds)
-                                : "-");
+        r.push_back(seconds > 0
+                        ? formatNumber("%.1f", delta(now.calls, before->totals.calls) / seconds)
+                        : "-");
         r.push_back(timed ? formatMillis(recent.quantileSeconds(0.5)) : "-");
         r.push_back(timed ? formatMillis(recent.quantileSeconds(0.99)) : "-");
-        r.push_back(seconds > 0 ? formatNumber("%.1f", delta(now.errors, before->totals.errors) /
-                                                           seconds)
-                                : "-");
+        r.push_back(seconds > 0
+                        ? formatNumber("%.1f", delta(now.errors, before->totals.errors) / seconds)
+                        : "-");
       } else {
         // The first answer: no rates yet, and the latency of every call so far.
         bool timed = now.latency.count > 0;
@@ -398,32 +398,42 @@ private:
 class TopCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return credentialFlags.addTo(kj::MainBuilder(
-               context, VERSION_TEXT,
-               "Shows the endpoints whose names start with PREFIX, refreshed every interval, "
-               "with what their servers' /metrics say of each one's calls: calls per second, "
-               "the median and 99th percentile latency over the interval (ms), errors per "
-               "second, errors in all, and calls in flight. The first screen has totals and '-' "
-               "for rates. A member whose server serves no metrics (TROUPE_METRICS unset) says "
-               "so; one that cannot be reached shows why. On a terminal the screen is redrawn in "
-               "place; otherwise one block per refresh is printed. Runs until interrupted, or "
-               "for --iterations refreshes.")
-        .addOptionWithArg({"interval-ms"}, [this](kj::StringPtr text) {
-              auto ms = parseWhole("--interval-ms", text, MIN_INTERVAL_MS);
-              if (ms > MAX_INTERVAL_MS) {
-                throw UsageError{kj::str("--interval-ms needs a whole number from ",
-                                         MIN_INTERVAL_MS, " to ", MAX_INTERVAL_MS, ", not '",
-                                         printable(text), "'").cStr()};
-              }
-              options.interval = static_cast<int64_t>(ms) * kj::MILLISECONDS;
-              return true;
-            }, "N", "Milliseconds between refreshes (default 1000).")
-        .addOptionWithArg({"iterations"}, [this](kj::StringPtr text) {
-              options.iterations = parseWhole("--iterations", text);
-              return true;
-            }, "N", "Stop after N refreshes (default 0: until interrupted).")
-        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL", "Default: $TROUPE_RESOLVER.")
-        .expectArg("PREFIX", storeIn(options.prefix)))
+    return credentialFlags
+        .addTo(
+            kj::MainBuilder(
+                context, VERSION_TEXT,
+                "Shows the endpoints whose names start with PREFIX, refreshed every interval, "
+                "with what their servers' /metrics say of each one's calls: calls per second, "
+                "the median and 99th percentile latency over the interval (ms), errors per "
+                "second, errors in all, and calls in flight. The first screen has totals and '-' "
+                "for rates. A member whose server serves no metrics (TROUPE_METRICS unset) says "
+                "so; one that cannot be reached shows why. On a terminal the screen is redrawn in "
+                "place; otherwise one block per refresh is printed. Runs until interrupted, or "
+                "for --iterations refreshes.")
+                .addOptionWithArg(
+                    {"interval-ms"},
+                    [this](kj::StringPtr text) {
+                      auto ms = parseWhole("--interval-ms", text, MIN_INTERVAL_MS);
+                      if (ms > MAX_INTERVAL_MS) {
+                        throw UsageError{kj::str("--interval-ms needs a whole number from ",
+                                                 MIN_INTERVAL_MS, " to ", MAX_INTERVAL_MS,
+                                                 ", not '", printable(text), "'")
+                                             .cStr()};
+                      }
+                      options.interval = static_cast<int64_t>(ms) * kj::MILLISECONDS;
+                      return true;
+                    },
+                    "N", "Milliseconds between refreshes (default 1000).")
+                .addOptionWithArg(
+                    {"iterations"},
+                    [this](kj::StringPtr text) {
+                      options.iterations = parseWhole("--iterations", text);
+                      return true;
+                    },
+                    "N", "Stop after N refreshes (default 0: until interrupted).")
+                .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+                                  "Default: $TROUPE_RESOLVER.")
+                .expectArg("PREFIX", storeIn(options.prefix)))
         .build();
   }
 

@@ -3,8 +3,8 @@
 #include <signal.h>
 #include <stdio.h>
 
-#include <set>
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include <kj/debug.h>
@@ -23,8 +23,8 @@ namespace {
 // "job 'calc' ended: stopped".
 kj::Exception jobEnded(const JobStatus& job) {
   return makeError(ErrorCode::JOB_ENDED,
-                   kj::str("job '", job.jobId.c_str(), "' ended",
-                           job.reason.empty() ? "" : ": ", job.reason.c_str()));
+                   kj::str("job '", job.jobId.c_str(), "' ended", job.reason.empty() ? "" : ": ",
+                           job.reason.c_str()));
 }
 
 // The READY endpoints under a watch's prefix, as its events arrive.
@@ -103,22 +103,31 @@ kj::Promise<void> failIfEnded(Resolver& resolver, const std::string& prefix) {
 class WaitCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
-    return credentialFlags.addTo(kj::MainBuilder(
-               context, VERSION_TEXT,
-               "Waits until --count N endpoints whose names start with PREFIX are READY, then "
-               "prints their names. Exits 1 when the timeout passes first, or when the job under "
-               "PREFIX ends or has ended.")
-        .addOptionWithArg({"count"}, [this](kj::StringPtr text) {
-              count = parseWhole("--count", text, 1);
-              return true;
-            }, "N", "How many endpoints must be READY (needed).")
-        .addOptionWithArg({"timeout"}, [this](kj::StringPtr text) {
-              timeoutText = text.cStr();
-              timeout = parseSeconds("--timeout", text);
-              return true;
-            }, "SECONDS", "How long to wait (default 60).")
-        .addOptionWithArg({"resolver"}, storeIn(resolver), "URL", "Default: $TROUPE_RESOLVER.")
-        .expectArg("PREFIX", storeIn(prefix)))
+    return credentialFlags
+        .addTo(
+            kj::MainBuilder(
+                context, VERSION_TEXT,
+                "Waits until --count N endpoints whose names start with PREFIX are READY, then "
+                "prints their names. Exits 1 when the timeout passes first, or when the job under "
+                "PREFIX ends or has ended.")
+                .addOptionWithArg(
+                    {"count"},
+                    [this](kj::StringPtr text) {
+                      count = parseWhole("--count", text, 1);
+                      return true;
+                    },
+                    "N", "How many endpoints must be READY (needed).")
+                .addOptionWithArg(
+                    {"timeout"},
+                    [this](kj::StringPtr text) {
+                      timeoutText = text.cStr();
+                      timeout = parseSeconds("--timeout", text);
+                      return true;
+                    },
+                    "SECONDS", "How long to wait (default 60).")
+                .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+                                  "Default: $TROUPE_RESOLVER.")
+                .expectArg("PREFIX", storeIn(prefix)))
         .build();
   }
 
