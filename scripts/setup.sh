@@ -14,6 +14,8 @@ packages=(
   # scripts/fuzz.sh: clang with its sanitizer and libFuzzer runtimes (which clang only
   # recommends, and recommendations are not installed), and llvm-symbolizer for the reports.
   clang libfuzzer-14-dev libclang-rt-14-dev llvm
+  # scripts/format.sh: the layout of the code (.clang-format), checked in CI.
+  clang-format
   # The etcd tests (tests/support/etcd_cluster.h) start real etcd members.
   etcd-server
   # The Slurm tests run on a one-node cluster of real daemons (scripts/slurm-local.sh).
