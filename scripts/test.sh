@@ -12,7 +12,10 @@ scripts/setup.sh
 flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WERROR=ON)
 if [ "${TROUPE_SANITIZE:-0}" = 1 ]; then
   dir=${BUILD_DIR:-build-sanitize}
-  flags+=(-DTROUPE_SANITIZE=ON -DTROUPE_BUILD_BENCH=OFF -DTROUPE_BUILD_PYTHON=OFF)
+  # -O1, as the sanitizers' own documentation advises: their checks are the same, and the
+  # instrumented code compiles in about half the time it takes at -O2.
+  flags+=(-DTROUPE_SANITIZE=ON -DTROUPE_BUILD_BENCH=OFF -DTROUPE_BUILD_PYTHON=OFF
+          "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG")
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 else
