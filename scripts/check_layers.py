@@ -219,20 +219,25 @@ def _top_level_single(s, depths, ch):
     return found
 
 
+def _open_paren(text):
+    """The index of the '(' that matches the ')' ending text (0 if unmatched)."""
+    depth = 0
+    for k in range(len(text) - 1, -1, -1):
+        if text[k] == ')':
+            depth += 1
+        elif text[k] == '(':
+            depth -= 1
+            if depth == 0:
+                return k
+    return 0
+
+
 def _strip_qualifiers(head):
     while True:
         head = head.rstrip()
         if head.endswith(')'):
             # noexcept(...) or throw(...)
-            depth = 0
-            for k in range(len(head) - 1, -1, -1):
-                if head[k] == ')':
-                    depth += 1
-                elif head[k] == '(':
-                    depth -= 1
-                    if depth == 0:
-                        break
-            before = head[:k].rstrip()
+            before = head[:_open_paren(head)].rstrip()
             if re.search(r'\b(noexcept|throw)$', before):
                 head = before[:-len(re.search(r'\w+$', before).group())]
                 continue
@@ -353,15 +358,7 @@ def classify(stmt):
         if head.endswith(']'):
             return 'function', '<lambda>'
         return 'other', ''
-    depth = 0
-    for k in range(len(head) - 1, -1, -1):
-        if head[k] == ')':
-            depth += 1
-        elif head[k] == '(':
-            depth -= 1
-            if depth == 0:
-                break
-    prefix = head[:k]
+    prefix = head[:_open_paren(head)]
     if prefix.rstrip().endswith(']'):
         return 'function', '<lambda>'
     named = _name_before(prefix)

@@ -186,6 +186,23 @@ kj::Promise<bool> EtcdRegistration::send(kj::String txn) {
   });
 }
 
+int64_t EtcdRegistration::heldAt(RangeResponse::Reader range) {
+  auto current = range.getKvs();
+  if (current.size() == 0) return 0;
+  int64_t held = current[0].getModRevision();
+  // Its own last write is rewritten; anyone else's entry only by a newer incarnation.
+  if (current[0].getLease() == lease && held == writtenAt) return held;
+  KJ_IF_MAYBE(other, decodeEndpoint(*client, key.c_str(), current[0].getValue())) {
+    if (endpoint.incarnation <= other->incarnation) {
+      throwError(ErrorCode::NAME_TAKEN,
+                 kj::str("'", endpoint.name, "' is held by a live registration of incarnation ",
+                         other->incarnation, " at ", other->address, " (this one has incarnation ",
+                         endpoint.incarnation, "); only a newer incarnation replaces it"));
+    }
+  }
+  return held;
+}
+
 kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
   // Read the job's record and the key's holder, decide, then write only if neither changed.
   capnp::MallocMessageBuilder message;
@@ -206,26 +223,7 @@ kj::Promise<void> EtcdRegistration::write(uint32_t tries) {
                      kj::str("job '", endpoint.jobId, "' has ended (", printable(job.reason),
                              "); its endpoints cannot register"));
         }
-        int64_t held = 0;
-        auto current = responses[1].getResponseRange().getKvs();
-        if (current.size() > 0) {
-          held = current[0].getModRevision();
-          // Its own last write is rewritten; anyone else's entry only by a newer incarnation.
-          bool own = current[0].getLease() == lease && held == writtenAt;
-          if (!own) {
-            KJ_IF_MAYBE(other, decodeEndpoint(*client, key.c_str(), current[0].getValue())) {
-              if (endpoint.incarnation <= other->incarnation) {
-                throwError(ErrorCode::NAME_TAKEN,
-                           kj::str("'", endpoint.name,
-                                   "' is held by a live registration of "
-                                   "incarnation ",
-                                   other->incarnation, " at ", other->address,
-                                   " (this one has incarnation ", endpoint.incarnation,
-                                   "); only a newer incarnation replaces it"));
-              }
-            }
-          }
-        }
+        int64_t held = heldAt(responses[1].getResponseRange());
 
         endpoint.registeredAtMillis = (client->loop.calendarNow() - kj::UNIX_EPOCH) /
                                       kj::MILLISECONDS;

@@ -59,6 +59,9 @@ private:
   // failed() decides.
   void attempt();
   kj::Promise<void> write(uint32_t tries);
+  // The revision of the entry `range` holds under this registration's key, 0 for none. Throws
+  // NAME_TAKEN when it is another registration's, of the same or a newer incarnation.
+  int64_t heldAt(schema::etcd::RangeResponse::Reader range);
   // Sends a write transaction, remembered until answered so that a drop can wait for it.
   kj::Promise<bool> send(kj::String txn);
   void failed(kj::Exception&& e);

@@ -116,38 +116,17 @@ public:
     builder
         .addOptionWithArg({"name"}, storeIn(name), "NAME",
                           "The job's name and id (default: BINARY's file name).")
-        .addOptionWithArg(
-            {"replicas"},
-            [this](kj::StringPtr text) {
-              replicas = static_cast<uint32_t>(parseWhole("--replicas", text, 1));
-              return true;
-            },
-            "N", "How many replicas (default 1).")
-        .addOptionWithArg(
-            {"cpu"},
-            [this](kj::StringPtr text) {
-              cpu = parseCores("--cpu", text);
-              return true;
-            },
-            "C",
-            "Cores reserved per replica (default 0: none; replicas share the "
-            "machine).")
+        .addOptionWithArg({"replicas"}, KJ_BIND_METHOD(*this, setReplicas), "N",
+                          "How many replicas (default 1).")
+        .addOptionWithArg({"cpu"}, KJ_BIND_METHOD(*this, setCpu), "C",
+                          "Cores reserved per replica (default 0: none; replicas share the "
+                          "machine).")
         .addOptionWithArg({"ram"}, storeIn(ram), "SIZE",
                           "Memory reserved per replica (default 0: none).")
-        .addOptionWithArg(
-            {"gpu"},
-            [this](kj::StringPtr text) {
-              gpu = parseGpu(text);
-              return true;
-            },
-            "TYPE:COUNT", "GPUs per replica, e.g. H100:8.")
-        .addOptionWithArg(
-            {"max-retries"},
-            [this](kj::StringPtr text) {
-              maxRetries = static_cast<uint32_t>(parseWhole("--max-retries", text));
-              return true;
-            },
-            "N", "Restarts of failed replicas before the job fails (default 0).")
+        .addOptionWithArg({"gpu"}, KJ_BIND_METHOD(*this, setGpu), "TYPE:COUNT",
+                          "GPUs per replica, e.g. H100:8.")
+        .addOptionWithArg({"max-retries"}, KJ_BIND_METHOD(*this, setMaxRetries), "N",
+                          "Restarts of failed replicas before the job fails (default 0).")
         .addOptionWithArg({"log-dir"}, storeIn(logDir), "DIR",
                           "Where the replicas' logs go (default: $TMPDIR/troupe-<pid>; on "
                           "Slurm, $HOME/.troupe/slurm, which every node must see).")
@@ -155,26 +134,12 @@ public:
             {"resolver"}, storeIn(resolver), "URL",
             "Where replicas publish (default: $TROUPE_RESOLVER, else, with the local launcher, "
             "a registry this command runs for the job, whose URL it prints).")
-        .addOptionWithArg(
-            {"launcher"},
-            [this](kj::StringPtr text) {
-              if (text != "local" && text != "slurm") {
-                throw UsageError{
-                    kj::str("--launcher is local or slurm, not '", printable(text), "'").cStr()};
-              }
-              launcherKind = text.cStr();
-              return true;
-            },
-            "local|slurm", "Where the replicas run (default local).")
+        .addOptionWithArg({"launcher"}, KJ_BIND_METHOD(*this, setLauncher), "local|slurm",
+                          "Where the replicas run (default local).")
         .addOptionWithArg({"partition"}, storeIn(partition), "NAME",
                           "Slurm: the partition (default: the cluster's default).")
-        .addOptionWithArg(
-            {"time"},
-            [this](kj::StringPtr text) {
-              timeMinutes = static_cast<uint32_t>(parseWhole("--time", text, 1));
-              return true;
-            },
-            "MINUTES", "Slurm: the job's time limit (default: the partition's).")
+        .addOptionWithArg({"time"}, KJ_BIND_METHOD(*this, setTime), "MINUTES",
+                          "Slurm: the job's time limit (default: the partition's).")
         .expectOneOrMoreArgs("-- BINARY ARGS", [this](kj::StringPtr arg) {
           program.push_back(arg.cStr());
           return true;
@@ -193,6 +158,35 @@ public:
       }
       inner(name, params);
     };
+  }
+
+  // The options that parse their value (MainBuilder's callbacks: true, or a UsageError).
+  bool setReplicas(kj::StringPtr text) {
+    replicas = static_cast<uint32_t>(parseWhole("--replicas", text, 1));
+    return true;
+  }
+  bool setCpu(kj::StringPtr text) {
+    cpu = parseCores("--cpu", text);
+    return true;
+  }
+  bool setGpu(kj::StringPtr text) {
+    gpu = parseGpu(text);
+    return true;
+  }
+  bool setMaxRetries(kj::StringPtr text) {
+    maxRetries = static_cast<uint32_t>(parseWhole("--max-retries", text));
+    return true;
+  }
+  bool setLauncher(kj::StringPtr text) {
+    if (text != "local" && text != "slurm") {
+      throw UsageError{kj::str("--launcher is local or slurm, not '", printable(text), "'").cStr()};
+    }
+    launcherKind = text.cStr();
+    return true;
+  }
+  bool setTime(kj::StringPtr text) {
+    timeMinutes = static_cast<uint32_t>(parseWhole("--time", text, 1));
+    return true;
   }
 
   int run() override {
