@@ -29,7 +29,6 @@ constexpr uint64_t FRESH_CHECK_EVERY = 64;
 EventLoopOptions loopOptions() {
   EventLoopOptions options;
   options.randomSeed = 1;
-  options.credentials = noCredentials();
   return options;
 }
 
@@ -43,6 +42,7 @@ JobContext job() {
 // tearing a server down then would only add ways to fail that no input caused.
 struct Target {
   EventLoop loop{loopOptions()};
+  bool withoutCredentials = (setLoopCredentials(loop, noCredentials()), true);
   ActorServer server{loop, job(), {.maxMessageBytes = MAX_MESSAGE_BYTES}};
   std::string address;
   kj::Own<kj::NetworkAddress> raw;

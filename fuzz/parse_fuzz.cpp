@@ -92,7 +92,11 @@ void numbers(kj::ArrayPtr<const char> text) {
 
 EventLoop& loop() {
   // Never destroyed: see actor_server_fuzz.cpp.
-  static auto& loop = *new EventLoop({.randomSeed = uint64_t{1}, .credentials = noCredentials()});
+  static auto& loop = []() -> EventLoop& {
+    auto& made = *new EventLoop({.randomSeed = uint64_t{1}});
+    setLoopCredentials(made, noCredentials());
+    return made;
+  }();
   return loop;
 }
 
