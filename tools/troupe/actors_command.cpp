@@ -67,8 +67,8 @@ public:
   }
 
   int run() override {
-    credentialFlags.applyToEnvironment();
     EventLoop loop;
+    setLoopCredentials(loop, credentialFlags.credentials());
     // Servers by address, with the endpoint names that point at each.
     std::map<std::string, std::vector<std::string>> servers;
     if (isAddress(target)) {

@@ -99,8 +99,8 @@ public:
   }
 
   int run() override {
-    credentialFlags.applyToEnvironment();
     EventLoop loop;
+    setLoopCredentials(loop, credentialFlags.credentials());
     if (isAddress(target)) return callOneAndPrint(loop, {target, target});
     auto opened = openResolver(loop, resolverUrl(resolver).c_str());
     auto found = endpointsNamed(*opened, target.c_str()).wait(loop.waitScope());

@@ -306,18 +306,40 @@ kj::MainBuilder& CredentialFlags::addTo(kj::MainBuilder& builder, bool server) {
   return builder;
 }
 
-void CredentialFlags::applyToEnvironment() const {
-  auto set = [](const char* name, const std::string& value) {
-    if (!value.empty()) ::setenv(name, value.c_str(), 1);
+std::shared_ptr<Credentials> CredentialFlags::credentials() const {
+  auto options = Credentials::optionsFromEnvironment();
+  if (!caFile.empty() || !certFile.empty() || !keyFile.empty() || requireClientCertificates) {
+    TlsOptions tls;
+    KJ_IF_MAYBE(given, options.tls) {
+      tls = *given;
+    }
+    if (!caFile.empty()) tls.caFile = caFile;
+    if (!certFile.empty()) tls.certFile = certFile;
+    if (!keyFile.empty()) tls.keyFile = keyFile;
+    if (requireClientCertificates) tls.requireClientCertificates = true;
+    options.tls = kj::mv(tls);
+  }
+  if (!tokenFile.empty()) {
+    options.token.clear();  // the flag wins over a token from the environment
+    options.tokenFile = tokenFile;
+  }
+  return std::make_shared<Credentials>(kj::mv(options));
+}
+
+std::map<std::string, std::string> CredentialFlags::environment() const {
+  std::map<std::string, std::string> out;
+  auto set = [&out](const char* name, const std::string& value) {
+    if (!value.empty()) out[name] = value;
   };
   set("TROUPE_TLS_CA", caFile);
   set("TROUPE_TLS_CERT", certFile);
   set("TROUPE_TLS_KEY", keyFile);
   if (!tokenFile.empty()) {
-    ::unsetenv("TROUPE_TOKEN");  // the flag wins over a token from the environment
-    ::setenv("TROUPE_TOKEN_FILE", tokenFile.c_str(), 1);
+    out["TROUPE_TOKEN"] = "";  // an empty token is none: the file wins over an inherited one
+    out["TROUPE_TOKEN_FILE"] = tokenFile;
   }
-  if (requireClientCertificates) ::setenv("TROUPE_TLS_REQUIRE_CLIENT_CERT", "1", 1);
+  if (requireClientCertificates) out["TROUPE_TLS_REQUIRE_CLIENT_CERT"] = "1";
+  return out;
 }
 
 bool isAddress(const std::string& text) {

@@ -7,6 +7,8 @@
 // stderr). `--help` prints the usage on stdout and exits 0; `--version` prints troupe's version.
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 
 #include <kj/async.h>
@@ -86,9 +88,15 @@ struct CredentialFlags {
   // Declares the flags on `builder`, which it returns.
   kj::MainBuilder& addTo(kj::MainBuilder& builder, bool server = false);
 
-  // Sets the variables the flags given stand for, so that this process's loops and the
-  // processes it starts (a launch's replicas) use them. Call before making an EventLoop.
-  void applyToEnvironment() const;
+  // The credentials of this command: the environment's (Credentials::fromEnvironment), with
+  // what the flags say in place of what the variables say. Throws INVALID_ARGUMENT as
+  // Credentials' constructor does.
+  std::shared_ptr<Credentials> credentials() const;
+
+  // The variables the flags given stand for, for the processes a command starts (a launch's
+  // replicas). A --token-file also sets TROUPE_TOKEN empty, so that it wins over an inherited
+  // token, as it does here.
+  std::map<std::string, std::string> environment() const;
 
   std::string caFile, certFile, keyFile, tokenFile;
   bool requireClientCertificates = false;

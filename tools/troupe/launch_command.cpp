@@ -204,6 +204,8 @@ public:
         .replicas = replicas,
         .maxRetriesFailure = maxRetries,
     };
+    // The replicas prove themselves with what this command does.
+    request.environment = credentialFlags.environment();
     const char* fromEnvironment = getenv("TROUPE_RESOLVER");
     if (resolver.empty() && fromEnvironment != nullptr) resolver = fromEnvironment;
 
@@ -216,8 +218,8 @@ public:
                        "replicas run on the cluster's nodes, which must reach it"};
     }
 
-    credentialFlags.applyToEnvironment();
     EventLoop loop;
+    setLoopCredentials(loop, credentialFlags.credentials());
     kj::Own<LocalLauncher> local;
     kj::Own<SlurmLauncher> slurm;
     if (onSlurm) {

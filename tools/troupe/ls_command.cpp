@@ -95,8 +95,8 @@ public:
 
   int run() override {
     auto url = resolverUrl(resolver);
-    credentialFlags.applyToEnvironment();
     EventLoop loop;
+    setLoopCredentials(loop, credentialFlags.credentials());
     auto opened = openResolver(loop, url.c_str());
     if (!watching) {
       auto endpoints = opened->resolve(prefix.c_str()).wait(loop.waitScope());

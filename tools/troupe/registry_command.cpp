@@ -104,8 +104,6 @@ public:
   }
 
   int run() override {
-    credentialFlags.applyToEnvironment();
-
     // A daemon's logs go to stderr; stdout carries only the LISTENING lines.
     auto logger = spdlog::stderr_color_mt("registry");
     logger->set_level(level);
@@ -113,6 +111,7 @@ public:
     options.logger = spdlog::default_logger();
 
     EventLoop loop(EventLoopOptions{.logger = spdlog::default_logger()});
+    setLoopCredentials(loop, credentialFlags.credentials());
     auto& credentials = *loopCredentials(loop);
     if (addresses.empty()) {
       addresses.push_back(credentials.canServeTls() ? "tls://127.0.0.1:7700"

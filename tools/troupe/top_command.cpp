@@ -439,8 +439,8 @@ public:
 
   int run() override {
     auto url = resolverUrl(resolver);
-    credentialFlags.applyToEnvironment();
     EventLoop loop;
+    setLoopCredentials(loop, credentialFlags.credentials());
     auto opened = openResolver(loop, url.c_str());
     Top top(loop, *opened, options);
     auto stopped = loop.onSignal({SIGINT, SIGTERM}).ignoreResult();

@@ -135,8 +135,8 @@ public:
     if (count == 0) throw UsageError{"--count N is needed"};
     auto url = resolverUrl(resolver);
 
-    credentialFlags.applyToEnvironment();
     EventLoop loop;
+    setLoopCredentials(loop, credentialFlags.credentials());
     auto opened = openResolver(loop, url.c_str());
     // The watch first: a job that ends after it started is reported by the watch itself.
     auto watch = opened->watch(prefix.c_str());
