@@ -67,15 +67,15 @@ public:
   }
 
   int run() override {
-    EventLoop loop;
-    setLoopCredentials(loop, credentialFlags.credentials());
+    CommandLoop command(credentialFlags);
+    auto& loop = command.loop;
     // Servers by address, with the endpoint names that point at each.
     std::map<std::string, std::vector<std::string>> servers;
     if (isAddress(target)) {
       servers[target];
     } else {
-      auto opened = openResolver(loop, resolverUrl(resolver).c_str());
-      for (auto& e : endpointsNamed(*opened, target.c_str()).wait(loop.waitScope())) {
+      auto& opened = command.resolver(resolver);
+      for (auto& e : endpointsNamed(opened, target.c_str()).wait(loop.waitScope())) {
         servers[e.address].push_back(e.name);
       }
     }

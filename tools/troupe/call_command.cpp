@@ -99,11 +99,11 @@ public:
   }
 
   int run() override {
-    EventLoop loop;
-    setLoopCredentials(loop, credentialFlags.credentials());
+    CommandLoop command(credentialFlags);
+    auto& loop = command.loop;
     if (isAddress(target)) return callOneAndPrint(loop, {target, target});
-    auto opened = openResolver(loop, resolverUrl(resolver).c_str());
-    auto found = endpointsNamed(*opened, target.c_str()).wait(loop.waitScope());
+    auto& opened = command.resolver(resolver);
+    auto found = endpointsNamed(opened, target.c_str()).wait(loop.waitScope());
     std::vector<Endpoint> ready;
     for (auto& e : found) {
       if (e.state == EndpointState::READY) ready.push_back(e);
@@ -114,7 +114,7 @@ public:
                          "' is READY"));
     }
     bool oneEndpoint = ready.size() == 1 && ready[0].name == target;
-    if (all && !oneEndpoint) return broadcast(loop, *opened, ready);
+    if (all && !oneEndpoint) return broadcast(loop, opened, ready);
     // Any one member: a different one each time, as a pool would spread calls.
     auto& chosen = ready[loop.random().below(ready.size())];
     return callOneAndPrint(loop, {chosen.name, chosen.address});

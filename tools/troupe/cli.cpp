@@ -11,6 +11,7 @@
 
 #include "troupe/base/errors.h"
 #include "troupe/base/parse_number.h"
+#include "troupe/resolver/open_resolver.h"
 #include "troupe/version.h"
 
 namespace troupe::cli {
@@ -260,6 +261,16 @@ std::string resolverUrl(const std::string& flag) {
   if (env != nullptr && env[0] != '\0') return env;
   throw UsageError{"no resolver: pass --resolver URL or set TROUPE_RESOLVER "
                    "(e.g. registry://127.0.0.1:7700)"};
+}
+
+CommandLoop::CommandLoop(const CredentialFlags& credentials, EventLoopOptions options)
+    : loop(kj::mv(options)) {
+  setLoopCredentials(loop, credentials.credentials());
+}
+
+Resolver& CommandLoop::resolver(const std::string& flag) {
+  if (opened.get() == nullptr) opened = openResolver(loop, resolverUrl(flag).c_str());
+  return *opened;
 }
 
 bool stdoutIsTerminal() { return isatty(STDOUT_FILENO) == 1; }

@@ -105,6 +105,23 @@ struct CredentialFlags {
 // The resolver URL: `flag` (--resolver) when given, else $TROUPE_RESOLVER, else UsageError.
 std::string resolverUrl(const std::string& flag);
 
+// What a command that talks to troupe sets up first: a loop on this thread whose components use
+// the command's credentials and, opened on the first call of resolver(), the resolver its
+// --resolver flag (or $TROUPE_RESOLVER) names. Lives for the command's run().
+class CommandLoop {
+public:
+  explicit CommandLoop(const CredentialFlags& credentials, EventLoopOptions options = {});
+  KJ_DISALLOW_COPY(CommandLoop);
+
+  // The resolver `flag` names (see resolverUrl()), opened once; throws UsageError without one.
+  Resolver& resolver(const std::string& flag);
+
+  EventLoop loop;
+
+private:
+  kj::Own<Resolver> opened;
+};
+
 // Whether standard output is a terminal (progress lines, colours, tables are for people).
 bool stdoutIsTerminal();
 

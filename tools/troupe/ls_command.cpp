@@ -94,16 +94,15 @@ public:
   }
 
   int run() override {
-    auto url = resolverUrl(resolver);
-    EventLoop loop;
-    setLoopCredentials(loop, credentialFlags.credentials());
-    auto opened = openResolver(loop, url.c_str());
+    CommandLoop command(credentialFlags);
+    auto& loop = command.loop;
+    auto& opened = command.resolver(resolver);
     if (!watching) {
-      auto endpoints = opened->resolve(prefix.c_str()).wait(loop.waitScope());
+      auto endpoints = opened.resolve(prefix.c_str()).wait(loop.waitScope());
       printTable(endpoints, loop.calendarNow());
       return 0;
     }
-    auto watch = opened->watch(prefix.c_str());
+    auto watch = opened.watch(prefix.c_str());
     auto stopped = loop.onSignal({SIGINT, SIGTERM}).ignoreResult();
     printEvents(*watch).exclusiveJoin(kj::mv(stopped)).wait(loop.waitScope());
     return 0;

@@ -438,11 +438,9 @@ public:
   }
 
   int run() override {
-    auto url = resolverUrl(resolver);
-    EventLoop loop;
-    setLoopCredentials(loop, credentialFlags.credentials());
-    auto opened = openResolver(loop, url.c_str());
-    Top top(loop, *opened, options);
+    CommandLoop command(credentialFlags);
+    auto& loop = command.loop;
+    Top top(loop, command.resolver(resolver), options);
     auto stopped = loop.onSignal({SIGINT, SIGTERM}).ignoreResult();
     top.run().exclusiveJoin(kj::mv(stopped)).wait(loop.waitScope());
     return 0;

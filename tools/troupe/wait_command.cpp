@@ -133,15 +133,13 @@ public:
 
   int run() override {
     if (count == 0) throw UsageError{"--count N is needed"};
-    auto url = resolverUrl(resolver);
-
-    EventLoop loop;
-    setLoopCredentials(loop, credentialFlags.credentials());
-    auto opened = openResolver(loop, url.c_str());
+    CommandLoop command(credentialFlags);
+    auto& loop = command.loop;
+    auto& opened = command.resolver(resolver);
     // The watch first: a job that ends after it started is reported by the watch itself.
-    auto watch = opened->watch(prefix.c_str());
+    auto watch = opened.watch(prefix.c_str());
     ReadyTracker tracker(*watch, count);
-    auto ended = failIfEnded(*opened, prefix);
+    auto ended = failIfEnded(opened, prefix);
     auto expired = loop.timer().afterDelay(timeout).then([&]() -> kj::Promise<void> {
       return makeError(ErrorCode::DEADLINE_EXCEEDED,
                        kj::str(tracker.ready.size(), " of ", count, " endpoints under '",
