@@ -21,7 +21,7 @@ struct RegistryResolverOptions {
   // Lease TTL asked of the registry for each registration: the registry removes an endpoint
   // whose process stopped renewing (frozen, partitioned) this long after the last renewal. The
   // registry clamps it to its own bounds. Default 0: the registry's default (10 s unless
-  // `troupe registry --default-ttl-ms` says otherwise).
+  // `troupe registry --default-ttl` says otherwise).
   kj::Duration ttl = 0 * kj::SECONDS;
 
   // How often registrations renew their lease; 0 (the default) means a third of the TTL the

@@ -14,7 +14,7 @@ namespace {
 // lease of LEASE_MS for registrations that ask for none (the replicas'), so that a freeze longer
 // than that drops the frozen member and its thaw brings it back.
 std::vector<std::string> daemonFlags() {
-  return {"--log-level", "warn", "--default-ttl-ms", std::to_string(RegistryDaemon::LEASE_MS)};
+  return {"--log-level", "warn", "--default-ttl", std::to_string(RegistryDaemon::LEASE_MS) + "ms"};
 }
 
 // The daemon listening on `listen`. A daemon that was killed leaves its socket file; the next

@@ -24,7 +24,7 @@ public:
   KJ_DISALLOW_COPY(RegistryDaemon);
 
   // The lease the daemon gives registrations that ask for none, in milliseconds (troupe
-  // registry --default-ttl-ms): a replica frozen longer leaves the registry until it is thawed.
+  // registry --default-ttl): a replica frozen longer leaves the registry until it is thawed.
   static constexpr uint32_t LEASE_MS = 3000;
 
   // "registry+unix:<path>", for TROUPE_RESOLVER and openResolver().

@@ -43,15 +43,15 @@ exec 4< "$out/launch.out"
 await_line 4 "job calc: running" > /dev/null
 
 echo "== troupe wait"
-expect_status 0 "$troupe" wait calc/ --count 2 --timeout 20
+expect_status 0 "$troupe" wait calc/ --count 2 --timeout 20s
 [ "$output" = $'calc/calc-0\ncalc/calc-1' ] || fail "wait printed: $output"
-expect_status 1 "$troupe" wait calc/ --count 3 --timeout 0.3
-grep -q "2 of 3 endpoints under 'calc/' ready after 0.3 s" <<< "$output" || fail "$output"
+expect_status 1 "$troupe" wait calc/ --count 3 --timeout 300ms
+grep -q "2 of 3 endpoints under 'calc/' ready after 300ms" <<< "$output" || fail "$output"
 
 echo "== a second launch of a live job's name is refused, and leaves the job alone"
 expect_status 1 "$troupe" launch --name calc --log-dir "$out/logs2" -- "$server"
 grep -q "job calc: failed: job 'calc' already exists and is live" <<< "$output" || fail "$output"
-expect_status 0 "$troupe" wait calc/ --count 2 --timeout 20
+expect_status 0 "$troupe" wait calc/ --count 2 --timeout 20s
 [ "$output" = $'calc/calc-0\ncalc/calc-1' ] || fail "wait after the refused launch printed: $output"
 
 echo "== troupe ls"
@@ -173,8 +173,17 @@ expect_status 2 "$troupe" wait calc/ --count x
 grep -q "^troupe wait: --count needs a whole number of at least 1, not 'x'$" <<< "$output" ||
   fail "$output"
 grep -q "^Usage: troupe wait " <<< "$output" || fail "no usage after a usage error: $output"
+echo "== every duration flag takes one format: a number and its unit"
 expect_status 2 "$troupe" call calc/ calc.add --timeout=soon
-grep -q "^troupe call: --timeout needs a positive number, not 'soon'$" <<< "$output" || fail "$output"
+grep -q "^troupe call: --timeout needs a duration from 1ms to 1000000h such as 500ms, 30s, 2m or 1h, not 'soon'$" \
+  <<< "$output" || fail "$output"
+expect_status 2 "$troupe" wait calc/ --count 1 --timeout 30
+grep -q "^troupe wait: --timeout needs a duration .* not '30'$" <<< "$output" || fail "$output"
+expect_status 2 "$troupe" registry --default-ttl 0.5ms
+grep -q "^troupe registry: --default-ttl needs a duration from 1ms .* not '0.5ms'$" <<< "$output" ||
+  fail "$output"
+expect_status 0 "$troupe" call calc/ calc.add '{"a": 1, "b": 2}' --timeout 1.5m
+[ "$output" = '{"value":3}' ] || fail "call with --timeout 1.5m printed: $output"
 help=$("$troupe" --help 2>/dev/null) || fail "troupe --help failed"
 grep -q "^  call " <<< "$help" || fail "troupe --help printed: $help"
 help=$("$troupe" call --help 2>/dev/null) || fail "troupe call --help failed"
@@ -208,9 +217,9 @@ kill -TERM "$watch_pid"
 wait "$watch_pid" || fail "troupe ls --watch did not stop cleanly on SIGTERM"
 
 echo "== troupe wait after the job ended fails at once, not at its timeout"
-expect_status 1 "$troupe" wait calc/ --count 2 --timeout 3600
+expect_status 1 "$troupe" wait calc/ --count 2 --timeout 1h
 grep -q "^troupe wait: job 'calc' ended: stopped" <<< "$output" || fail "$output"
-expect_status 1 "$troupe" wait calc --count 1 --timeout 3600
+expect_status 1 "$troupe" wait calc --count 1 --timeout 1h
 grep -q "^troupe wait: job 'calc' ended: stopped" <<< "$output" || fail "$output"
 
 kill -TERM "$registry_pid"

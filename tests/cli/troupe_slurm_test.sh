@@ -42,13 +42,13 @@ grep -q "job calc-nowhere: unschedulable: sbatch .*invalid partition" <<< "$outp
 
 echo "== troupe launch --launcher slurm: job calc-slurm, 3 tasks"
 mkfifo "$out/launch.out"
-"$troupe" launch --launcher slurm --partition debug --time 10 --name calc-slurm --replicas 3 \
+"$troupe" launch --launcher slurm --partition debug --time 10m --name calc-slurm --replicas 3 \
   --cpu 1 --ram 64m --log-dir "$out/logs" -- "$server" > "$out/launch.out" 2>&1 &
 launch_pid=$!
 pids+=("$launch_pid")
 exec 4< "$out/launch.out"
 await_line 4 "job calc-slurm: running" > /dev/null
-expect_status 0 "$troupe" wait calc-slurm/ --count 3 --timeout 30
+expect_status 0 "$troupe" wait calc-slurm/ --count 3 --timeout 30s
 [ "$output" = $'calc-slurm/calc-0\ncalc-slurm/calc-1\ncalc-slurm/calc-2' ] ||
   fail "wait printed: $output"
 jobid=$(squeue --noheader --name=calc-slurm --format=%i)
@@ -79,7 +79,7 @@ case $state in COMPLETED | CANCELLED) ;; *) fail "Slurm job $jobid is $state" ;;
 expect_status 0 "$troupe" jobs
 grep -Eq "^calc-slurm +$jobid +(COMPLETED|CANCELLED) " <<< "$output" ||
   fail "troupe jobs printed: $output"
-expect_status 1 "$troupe" wait calc-slurm/ --count 1 --timeout 3600
+expect_status 1 "$troupe" wait calc-slurm/ --count 1 --timeout 1h
 grep -q "^troupe wait: job 'calc-slurm' ended: stopped" <<< "$output" || fail "$output"
 
 kill -TERM "$registry_pid"

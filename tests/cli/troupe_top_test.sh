@@ -60,7 +60,7 @@ TROUPE_JOB_ID=topjob TROUPE_TASK_INDEX=0 TROUPE_METRICS=127.0.0.1:0 "$host_actor
 pids+=($!)
 TROUPE_JOB_ID=topjob TROUPE_TASK_INDEX=1 "$host_actor" > "$out/member-1.log" 2>&1 &
 pids+=($!)
-expect_status 0 "$troupe" wait topjob/ --count 2 --timeout 20
+expect_status 0 "$troupe" wait topjob/ --count 2 --timeout 20s
 
 echo "== three calls, one of which fails"
 expect_status 0 "$troupe" call topjob/member-0 member.whoami '{}'
@@ -70,7 +70,7 @@ expect_status 1 "$troupe" call topjob/member-0 member.raise '{"message": "on pur
 grep -q "on purpose" <<< "$output" || fail "raise printed: $output"
 
 echo "== troupe top --iterations 2: a header, the columns and a row per member in each block"
-expect_top 0 topjob/ --iterations 2 --interval-ms 200
+expect_top 0 topjob/ --iterations 2 --interval 200ms
 [ "$(grep -c '^troupe top topjob/  2 members  [0-9][0-9]:[0-9][0-9]:[0-9][0-9]$' \
       <<< "$output")" -eq 2 ] || fail "top's headers: $output"
 [ "$(grep -c '^NAME  *STATE  *CALLS/S  *P50(ms)  *P99(ms)  *ERR/S  *ERRORS  *INFLIGHT$' \
@@ -93,7 +93,7 @@ read -r _ state rate p50 p99 error_rate errors in_flight rest \
 
 echo "== a call between two screens shows as a rate; SIGTERM stops top with status 0"
 mkfifo "$out/top.out"
-"$troupe" top topjob/ --interval-ms 100 > "$out/top.out" 2>&1 &
+"$troupe" top topjob/ --interval 100ms > "$out/top.out" 2>&1 &
 top_pid=$!
 pids+=("$top_pid")
 exec 4< "$out/top.out"
@@ -124,12 +124,11 @@ echo "== bad usage exits 2; a resolver that cannot be reached, 1"
 expect_top 2
 grep -q "^troupe top: missing argument PREFIX$" <<< "$output" || fail "$output"
 grep -q "^Usage: troupe top " <<< "$output" || fail "no usage after a usage error: $output"
-expect_top 2 topjob/ --interval-ms 0
-grep -q -- "^troupe top: --interval-ms needs a whole number of at least 10, not '0'$" \
+expect_top 2 topjob/ --interval 0s
+grep -q -- "^troupe top: --interval needs a duration from 10ms to 24h such as 500ms, 30s, 2m or 1h, not '0s'$" \
   <<< "$output" || fail "$output"
-expect_top 2 topjob/ --interval-ms 86400001
-grep -q -- "--interval-ms needs a whole number from 10 to 86400000, not '86400001'" \
-  <<< "$output" || fail "$output"
+expect_top 2 topjob/ --interval 25h
+grep -q -- "--interval needs a duration from 10ms to 24h .* not '25h'" <<< "$output" || fail "$output"
 expect_top 2 topjob/ --iterations many
 grep -q -- "^troupe top: --iterations needs a whole number, not 'many'$" <<< "$output" ||
   fail "$output"

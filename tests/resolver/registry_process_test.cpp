@@ -135,7 +135,7 @@ TEST_F(RegistryProcessTest, AKilledRegistrantIsRemovedAtOnce) {
 }
 
 // A registrant that asks for no TTL gets the registry's default (troupe registry
-// --default-ttl-ms) and renews within it: frozen, it leaves one default TTL after its last
+// --default-ttl) and renews within it: frozen, it leaves one default TTL after its last
 // renewal.
 TEST_F(RegistryProcessTest, ARegistrantAskingForNoTtlGetsTheRegistrysDefault) {
   test::TempSocket socket("default-ttl");

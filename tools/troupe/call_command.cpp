@@ -84,12 +84,12 @@ public:
                 .addOptionWithArg(
                     {"timeout"},
                     [this](kj::StringPtr text) {
-                      deadline = parseSeconds("--timeout", text);
+                      deadline = parseDuration("--timeout", text);
                       return true;
                     },
-                    "SECONDS",
+                    "DURATION",
                     "Deadline of the call, connecting and fetching the schema included; with "
-                    "--all, of finding the members and calling them all (default 30).")
+                    "--all, of finding the members and calling them all (default 30s).")
                 .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
                                   "For endpoint names (default: $TROUPE_RESOLVER).")
                 .expectArg("TARGET", storeIn(target))

@@ -244,15 +244,48 @@ double parsePositive(kj::StringPtr flag, kj::StringPtr text) {
 
 double parseCores(kj::StringPtr flag, kj::StringPtr text) { return parseDecimal(flag, text, true); }
 
-kj::Duration parseSeconds(kj::StringPtr flag, kj::StringPtr text) {
-  // From a millisecond to about 31 years: a kj::Duration (int64 nanoseconds) holds that.
-  double seconds = parsePositive(flag, text);
-  if (seconds < 0.001 || seconds > 1e9) {
-    throw UsageError{kj::str(flag, " needs a number of seconds from 0.001 to 1000000000, not '",
+kj::Duration parseDuration(kj::StringPtr flag, kj::StringPtr text, kj::Duration min,
+                           kj::Duration max) {
+  struct Unit {
+    const char* suffix;
+    kj::Duration size;
+  };
+  // "ms" before "m" and "s", which it ends with too.
+  static constexpr Unit UNITS[] = {{"ms", 1 * kj::MILLISECONDS},
+                                   {"s", 1 * kj::SECONDS},
+                                   {"m", 1 * kj::MINUTES},
+                                   {"h", 1 * kj::HOURS}};
+  auto refuse = [&]() -> kj::Duration {
+    throw UsageError{kj::str(flag, " needs a duration from ", durationText(min), " to ",
+                             durationText(max), " such as 500ms, 30s, 2m or 1h, not '",
                              printable(text), "'")
                          .cStr()};
+  };
+  for (auto& unit : UNITS) {
+    if (!text.endsWith(unit.suffix)) continue;
+    auto number = kj::heapString(text.slice(0, text.size() - strlen(unit.suffix)));
+    double value = 0;
+    auto failed = kj::runCatchingExceptions([&]() { value = number.parseAs<double>(); });
+    // Bounded in doubles first, so that no product below overflows a kj::Duration.
+    double millis = value * static_cast<double>(unit.size / kj::MILLISECONDS);
+    if (failed != nullptr || !std::isfinite(value) || millis < 0 ||
+        millis > static_cast<double>(max / kj::MILLISECONDS)) {
+      return refuse();
+    }
+    // Whole milliseconds, cut down: "0.5ms" is below any minimum rather than rounded up to one.
+    auto duration = static_cast<int64_t>(millis) * kj::MILLISECONDS;
+    return duration < min ? refuse() : duration;
   }
-  return static_cast<int64_t>(seconds * 1000) * kj::MILLISECONDS;
+  return refuse();
+}
+
+kj::String durationText(kj::Duration duration) {
+  int64_t millis = duration / kj::MILLISECONDS;
+  if (millis == 0 || millis % 1000 != 0) return kj::str(millis, "ms");
+  int64_t seconds = millis / 1000;
+  if (seconds % 60 != 0) return kj::str(seconds, "s");
+  if (seconds % 3600 != 0) return kj::str(seconds / 60, "m");
+  return kj::str(seconds / 3600, "h");
 }
 
 std::string resolverUrl(const std::string& flag) {

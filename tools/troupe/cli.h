@@ -76,8 +76,15 @@ uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min = 0);
 double parsePositive(kj::StringPtr flag, kj::StringPtr text);
 // A number of cores: a decimal, 0 or more.
 double parseCores(kj::StringPtr flag, kj::StringPtr text);
-// Seconds (a decimal from 0.001 to 1e9, "0.5") as a kj::Duration, to the millisecond.
-kj::Duration parseSeconds(kj::StringPtr flag, kj::StringPtr text);
+// A duration, the one format every flag takes: a decimal and its unit, ms, s, m or h ("500ms",
+// "30s", "1.5m", "2h"), in whole milliseconds (cut down), from `min` to `max`. Throws UsageError
+// naming `flag`, the format and the bounds.
+kj::Duration parseDuration(kj::StringPtr flag, kj::StringPtr text,
+                           kj::Duration min = 1 * kj::MILLISECONDS,
+                           kj::Duration max = 1000000 * kj::HOURS);
+// `duration` as parseDuration() reads it, in the largest unit that keeps it whole ("500ms",
+// "30s", "2m", "1500ms").
+kj::String durationText(kj::Duration duration);
 
 // The TLS and token flags every command takes, each standing for the environment variable of the
 // same meaning (Credentials::fromEnvironment): --tls-ca FILE (TROUPE_TLS_CA), --tls-cert FILE

@@ -138,8 +138,9 @@ public:
                           "Where the replicas run (default local).")
         .addOptionWithArg({"partition"}, storeIn(partition), "NAME",
                           "Slurm: the partition (default: the cluster's default).")
-        .addOptionWithArg({"time"}, KJ_BIND_METHOD(*this, setTime), "MINUTES",
-                          "Slurm: the job's time limit (default: the partition's).")
+        .addOptionWithArg({"time"}, KJ_BIND_METHOD(*this, setTime), "DURATION",
+                          "Slurm: the job's time limit, rounded up to whole minutes (default: "
+                          "the partition's).")
         .expectOneOrMoreArgs("-- BINARY ARGS", [this](kj::StringPtr arg) {
           program.push_back(arg.cStr());
           return true;
@@ -185,7 +186,7 @@ public:
     return true;
   }
   bool setTime(kj::StringPtr text) {
-    timeMinutes = static_cast<uint32_t>(parseWhole("--time", text, 1));
+    timeLimit = parseDuration("--time", text, 1 * kj::MINUTES);
     return true;
   }
 
@@ -210,7 +211,7 @@ public:
     if (resolver.empty() && fromEnvironment != nullptr) resolver = fromEnvironment;
 
     bool onSlurm = launcherKind == "slurm";
-    if (!onSlurm && (!partition.empty() || timeMinutes != 0)) {
+    if (!onSlurm && (!partition.empty() || timeLimit != 0 * kj::SECONDS)) {
       throw UsageError{"--partition and --time are for --launcher slurm"};
     }
     if (onSlurm && resolver.empty()) {
@@ -223,11 +224,10 @@ public:
     kj::Own<LocalLauncher> local;
     kj::Own<SlurmLauncher> slurm;
     if (onSlurm) {
-      slurm = kj::heap<SlurmLauncher>(loop,
-                                      SlurmLauncherOptions{.resolver = resolver,
-                                                           .partition = partition,
-                                                           .timeLimit = timeMinutes * kj::MINUTES,
-                                                           .logDirectory = logDir});
+      slurm = kj::heap<SlurmLauncher>(loop, SlurmLauncherOptions{.resolver = resolver,
+                                                                 .partition = partition,
+                                                                 .timeLimit = timeLimit,
+                                                                 .logDirectory = logDir});
     } else {
       local = kj::heap<LocalLauncher>(loop, LocalLauncherOptions{.resolver = resolver,
                                                                  .logDirectory = logDir,
@@ -281,7 +281,7 @@ private:
   std::string resolver;
   std::string launcherKind = "local";
   std::string partition;
-  uint32_t timeMinutes = 0;
+  kj::Duration timeLimit = 0 * kj::SECONDS;  // none: the partition's
   CredentialFlags credentialFlags;
   std::vector<std::string> program;   // BINARY, then its arguments
   kj::Maybe<size_t> afterDoubleDash;  // how many arguments followed "--", if one was given

@@ -1,6 +1,6 @@
 // `troupe registry` (and the troupe-registry daemon): runs a RegistryServer in the foreground.
 //
-//   troupe registry [--listen ADDRESS]... [--default-ttl-ms N] [--max-endpoint-bytes N]
+//   troupe registry [--listen ADDRESS]... [--default-ttl DURATION] [--max-endpoint-bytes N]
 //                   [--max-connections N] [--max-incomplete-bytes N]
 //                   [--max-queued-event-bytes N] [--max-endpoints N] [--max-watchers N]
 //                   [--max-jobs N] [--http HOST:PORT] [--log-level LEVEL] [--insecure]
@@ -65,10 +65,10 @@ public:
                     "Allow listening where other machines may connect without a cluster token "
                     "or client certificates: anyone who reaches the port can then change every "
                     "job's endpoints.")
-                .addOptionWithArg({"default-ttl-ms"}, KJ_BIND_METHOD(*this, setDefaultTtl), "N",
-                                  "The lease of registrations that ask for none, in milliseconds "
-                                  "(default 10000): every troupe client's, unless its resolver URL "
-                                  "ends in ?ttl_ms=N.")
+                .addOptionWithArg({"default-ttl"}, KJ_BIND_METHOD(*this, setDefaultTtl), "DURATION",
+                                  "The lease of registrations that ask for none (default 10s): "
+                                  "every troupe client's, unless its resolver URL ends in "
+                                  "?ttl_ms=N.")
                 .addOptionWithArg({"max-endpoint-bytes"},
                                   KJ_BIND_METHOD(*this, setMaxEndpointBytes), "N",
                                   "The largest endpoint a registrant may publish, in bytes.")
@@ -170,8 +170,7 @@ private:
   }
 
   kj::MainBuilder::Validity setDefaultTtl(kj::StringPtr text) {
-    options.defaultTtl = static_cast<int64_t>(parseWhole("--default-ttl-ms", text, 1)) *
-                         kj::MILLISECONDS;
+    options.defaultTtl = parseDuration("--default-ttl", text);
     return true;
   }
 

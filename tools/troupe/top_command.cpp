@@ -31,9 +31,9 @@ namespace {
 constexpr kj::Duration FETCH_TIMEOUT = 2 * kj::SECONDS;
 // The most of a member's /metrics that is read (parsePrometheusText's own limit).
 constexpr uint64_t MAX_METRICS_BYTES = 16 * 1024 * 1024;
-// --interval-ms bounds.
-constexpr uint64_t MIN_INTERVAL_MS = 10;
-constexpr uint64_t MAX_INTERVAL_MS = 86'400'000;
+// --interval bounds.
+constexpr kj::Duration MIN_INTERVAL = 10 * kj::MILLISECONDS;
+constexpr kj::Duration MAX_INTERVAL = 24 * kj::HOURS;
 // Errors shown in a row are cut to this many bytes.
 constexpr size_t MAX_ERROR_CHARS = 72;
 
@@ -411,19 +411,13 @@ public:
                 "place; otherwise one block per refresh is printed. Runs until interrupted, or "
                 "for --iterations refreshes.")
                 .addOptionWithArg(
-                    {"interval-ms"},
+                    {"interval"},
                     [this](kj::StringPtr text) {
-                      auto ms = parseWhole("--interval-ms", text, MIN_INTERVAL_MS);
-                      if (ms > MAX_INTERVAL_MS) {
-                        throw UsageError{kj::str("--interval-ms needs a whole number from ",
-                                                 MIN_INTERVAL_MS, " to ", MAX_INTERVAL_MS,
-                                                 ", not '", printable(text), "'")
-                                             .cStr()};
-                      }
-                      options.interval = static_cast<int64_t>(ms) * kj::MILLISECONDS;
+                      options.interval = parseDuration("--interval", text, MIN_INTERVAL,
+                                                       MAX_INTERVAL);
                       return true;
                     },
-                    "N", "Milliseconds between refreshes (default 1000).")
+                    "DURATION", "Time between refreshes (default 1s).")
                 .addOptionWithArg(
                     {"iterations"},
                     [this](kj::StringPtr text) {

@@ -1,4 +1,5 @@
-// troupe wait PREFIX --count N [--timeout S]: blocks until N endpoints under PREFIX are READY.
+// troupe wait PREFIX --count N [--timeout DURATION]: blocks until N endpoints under PREFIX are
+// READY.
 
 #include <signal.h>
 #include <stdio.h>
@@ -120,11 +121,10 @@ public:
                 .addOptionWithArg(
                     {"timeout"},
                     [this](kj::StringPtr text) {
-                      timeoutText = text.cStr();
-                      timeout = parseSeconds("--timeout", text);
+                      timeout = parseDuration("--timeout", text);
                       return true;
                     },
-                    "SECONDS", "How long to wait (default 60).")
+                    "DURATION", "How long to wait (default 60s).")
                 .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
                                   "Default: $TROUPE_RESOLVER.")
                 .expectArg("PREFIX", storeIn(prefix)))
@@ -143,7 +143,7 @@ public:
     auto expired = loop.timer().afterDelay(timeout).then([&]() -> kj::Promise<void> {
       return makeError(ErrorCode::DEADLINE_EXCEEDED,
                        kj::str(tracker.ready.size(), " of ", count, " endpoints under '",
-                               prefix.c_str(), "' ready after ", timeoutText.c_str(), " s"));
+                               prefix.c_str(), "' ready after ", durationText(timeout)));
     });
     auto interrupted = loop.onSignal({SIGINT, SIGTERM}).then([](int) -> kj::Promise<void> {
       return KJ_EXCEPTION(FAILED, "interrupted");
@@ -166,7 +166,6 @@ public:
 private:
   uint64_t count = 0;
   kj::Duration timeout = 60 * kj::SECONDS;
-  std::string timeoutText = "60";
   std::string resolver;
   CredentialFlags credentialFlags;
   std::string prefix;
