@@ -91,7 +91,7 @@ struct EventLoop::Impl {
     provider = kj::newAsyncIoProvider(*lowLevel);
 
     // Gives back the large message buffers this thread has stopped reusing, on this loop's
-    // clock (detail/buffer_cache.h). Cancelled first when the loop goes.
+    // clock (buffer_cache.h). Cancelled first when the loop goes.
     trim = trimMessageBuffersEvery(*clock, clock->now()).eagerlyEvaluate([this](kj::Exception&& e) {
       log->error("the buffer cache's trim stopped: {}", e.getDescription().cStr());
     });

@@ -26,12 +26,6 @@ constexpr uint64_t MAX_MESSAGE_BYTES = 1 << 20;
 // finding the actor).
 constexpr uint64_t FRESH_CHECK_EVERY = 64;
 
-EventLoopOptions loopOptions() {
-  EventLoopOptions options;
-  options.randomSeed = 1;
-  return options;
-}
-
 JobContext job() {
   JobContext job;
   job.jobId = "fuzz";
@@ -41,7 +35,7 @@ JobContext job() {
 // Built on the first input and never destroyed: libFuzzer ends the process with exit(), and
 // tearing a server down then would only add ways to fail that no input caused.
 struct Target {
-  EventLoop loop{loopOptions()};
+  EventLoop loop{{.randomSeed = uint64_t{1}}};
   bool withoutCredentials = (setLoopCredentials(loop, noCredentials()), true);
   ActorServer server{loop, job(), {.maxMessageBytes = MAX_MESSAGE_BYTES}};
   std::string address;

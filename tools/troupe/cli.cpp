@@ -224,25 +224,15 @@ uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min) {
   return value;
 }
 
-namespace {
-
-double parseDecimal(kj::StringPtr flag, kj::StringPtr text, bool zeroToo) {
+double parseCores(kj::StringPtr flag, kj::StringPtr text) {
   double value = 0;
   auto failed = kj::runCatchingExceptions([&]() { value = text.parseAs<double>(); });
-  if (failed != nullptr || !std::isfinite(value) || value < 0 || (value == 0 && !zeroToo)) {
-    auto wanted = zeroToo ? " needs a number, 0 or more" : " needs a positive number";
-    throw UsageError{kj::str(flag, wanted, ", not '", printable(text), "'").cStr()};
+  if (failed != nullptr || !std::isfinite(value) || value < 0) {
+    throw UsageError{
+        kj::str(flag, " needs a number, 0 or more, not '", printable(text), "'").cStr()};
   }
   return value;
 }
-
-}  // namespace
-
-double parsePositive(kj::StringPtr flag, kj::StringPtr text) {
-  return parseDecimal(flag, text, false);
-}
-
-double parseCores(kj::StringPtr flag, kj::StringPtr text) { return parseDecimal(flag, text, true); }
 
 kj::Duration parseDuration(kj::StringPtr flag, kj::StringPtr text, kj::Duration min,
                            kj::Duration max) {

@@ -73,7 +73,6 @@ kj::Function<kj::MainBuilder::Validity(kj::StringPtr)> storeIn(std::string& out)
 // Value parsers for option callbacks; each throws UsageError naming `flag` and the bad text
 // ("--count needs a whole number of at least 1, not 'x'").
 uint64_t parseWhole(kj::StringPtr flag, kj::StringPtr text, uint64_t min = 0);
-double parsePositive(kj::StringPtr flag, kj::StringPtr text);
 // A number of cores: a decimal, 0 or more.
 double parseCores(kj::StringPtr flag, kj::StringPtr text);
 // A duration, the one format every flag takes: a decimal and its unit, ms, s, m or h ("500ms",

@@ -219,8 +219,8 @@ public:
                        "replicas run on the cluster's nodes, which must reach it"};
     }
 
-    EventLoop loop;
-    setLoopCredentials(loop, credentialFlags.credentials());
+    CommandLoop command(credentialFlags);
+    auto& loop = command.loop;
     kj::Own<LocalLauncher> local;
     kj::Own<SlurmLauncher> slurm;
     if (onSlurm) {

@@ -110,8 +110,8 @@ public:
     spdlog::set_default_logger(logger);
     options.logger = spdlog::default_logger();
 
-    EventLoop loop(EventLoopOptions{.logger = spdlog::default_logger()});
-    setLoopCredentials(loop, credentialFlags.credentials());
+    CommandLoop command(credentialFlags, {.logger = spdlog::default_logger()});
+    auto& loop = command.loop;
     auto& credentials = *loopCredentials(loop);
     if (addresses.empty()) {
       addresses.push_back(credentials.canServeTls() ? "tls://127.0.0.1:7700"
