@@ -1,135 +1,63 @@
 #include "troupe/pool/actor_pool.h"
 
-#include <map>
-#include <string>
-
 #include <kj/debug.h>
-#include <spdlog/spdlog.h>
 
-#include "troupe/base/backoff.h"
-#include "troupe/base/change_signal.h"
 #include "troupe/base/errors.h"
-#include "troupe/pool/detail/member_health.h"
+#include "troupe/pool/detail/broadcast_state.h"
+#include "troupe/pool/detail/pool_call.h"
+#include "troupe/pool/detail/pool_core.h"
 
 namespace troupe {
 
+PoolCounters::Member& PoolCounters::member(kj::StringPtr name) {
+  auto it = members.find(std::string_view(name.begin(), name.size()));
+  if (it != members.end()) return it->second;
+  if (members.size() >= MAX_MEMBERS) return members["other"];
+  return members[name.cStr()];
+}
+
 namespace {
 
-class PoolCall;
+// Counts a finished call() or broadcast member: `failure` null for a success.
+void countOutcome(CallOutcomes& outcomes, kj::Maybe<const kj::Exception&> failure) {
+  KJ_IF_MAYBE(e, failure) {
+    outcomes.countError(errorCode(*e));
+  } else {
+    ++outcomes.ok;
+  }
+}
 
 }  // namespace
 
-// What a pool counts for its metrics. Loop thread only.
-struct PoolCounters {
-  struct Member {
-    uint64_t attempts = 0;
-    uint64_t failures = 0;
-    LatencyHistogram latency;  // of every attempt, answered or failed
-  };
-  // Members beyond this many are counted together under member="other", so a group whose
-  // members come and go for weeks keeps a bounded number of series.
-  static constexpr size_t MAX_MEMBERS = 1024;
-
-  CallOutcomes calls;        // finished call()s, by outcome
-  LatencyHistogram latency;  // of call()s, every attempt and backoff included
-  uint64_t retries = 0;      // attempts after a call's first
-  uint64_t failovers = 0;    // retries that went to another member than the attempt before
-  uint64_t broadcasts = 0;
-  CallOutcomes broadcastMembers;  // the results of broadcast members
-  std::map<std::string, Member, std::less<>> members;
-
-  Member& member(kj::StringPtr name) {
-    auto it = members.find(std::string_view(name.begin(), name.size()));
-    if (it != members.end()) return it->second;
-    if (members.size() >= MAX_MEMBERS) return members["other"];
-    return members[name.cStr()];
+ActorPoolBase::Impl::Impl(ActorGroupBase& group, ActorPoolOptions&& options)
+    : group(group),
+      options(kj::mv(options)),
+      backoff(this->options.initialBackoff, this->options.maxBackoff,
+              "ActorPoolOptions' initialBackoff and maxBackoff"),
+      health(group.loop(), this->options) {
+  auto& o = this->options;
+  constexpr auto zero = 0 * kj::SECONDS;
+  if (o.probeAfter > zero && o.probeTimeout <= zero) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               "ActorPoolOptions::probeTimeout must be positive when probeAfter is");
   }
-};
-
-struct ActorPoolBase::Impl final : public MetricsSource {
-  Impl(ActorGroupBase& group, ActorPoolOptions&& options)
-      : group(group),
-        options(kj::mv(options)),
-        backoff(this->options.initialBackoff, this->options.maxBackoff,
-                "ActorPoolOptions' initialBackoff and maxBackoff"),
-        health(group.loop(), this->options) {
-    auto& o = this->options;
-    constexpr auto zero = 0 * kj::SECONDS;
-    if (o.probeAfter > zero && o.probeTimeout <= zero) {
-      throwError(ErrorCode::INVALID_ARGUMENT,
-                 "ActorPoolOptions::probeTimeout must be positive when probeAfter is");
-    }
-    if (o.ejectionTime <= zero || o.maxEjectionTime < o.ejectionTime) {
-      throwError(ErrorCode::INVALID_ARGUMENT,
-                 "ActorPoolOptions' ejectionTime must be positive and at most maxEjectionTime");
-    }
-    metricsRegistration = group.loop().metrics().add(*this);
+  if (o.ejectionTime <= zero || o.maxEjectionTime < o.ejectionTime) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               "ActorPoolOptions' ejectionTime must be positive and at most maxEjectionTime");
   }
+  metricsRegistration = group.loop().metrics().add(*this);
+}
 
-  void collectMetrics(MetricsSnapshot& out) const override;
+kj::Promise<void> ActorPoolBase::Impl::whenIdle() {
+  if (inFlight == 0) return kj::READY_NOW;
+  return idle.next().then([this]() { return whenIdle(); });
+}
 
-  // Counts a finished call() or broadcast member: `failure` null for a success.
-  static void countOutcome(CallOutcomes& outcomes, kj::Maybe<const kj::Exception&> failure) {
-    KJ_IF_MAYBE(e, failure) {
-      outcomes.countError(errorCode(*e));
-    } else {
-      ++outcomes.ok;
-    }
-  }
-
-  // `promise`, counted in flight until it settles or is dropped, and cancelled with the pool.
-  kj::Promise<void> track(kj::Promise<void> promise) {
-    ++inFlight;
-    auto counted = promise.attach(kj::defer([this]() {
-      if (--inFlight == 0) idle.notify();
-    }));
-    return canceler.wrap(kj::mv(counted));
-  }
-
-  kj::Promise<void> whenIdle() {
-    if (inFlight == 0) return kj::READY_NOW;
-    return idle.next().then([this]() { return whenIdle(); });
-  }
-
-  kj::Exception drainingError() const {
-    return makeError(ErrorCode::DRAINING,
-                     kj::str("the pool over ", group.jobId(), "/", group.actorName(),
-                             "- is draining; it takes no new calls"));
-  }
-
-  // The error a call gets when its deadline passes: NO_ENDPOINTS when no member was ever ready
-  // for it (it never ran), else DEADLINE_EXCEEDED.
-  kj::Exception deadlineError(kj::Duration deadline, bool attempted) const {
-    if (!attempted) {
-      return makeError(ErrorCode::NO_ENDPOINTS,
-                       kj::str("no member of ", group.jobId(), "/", group.actorName(),
-                               "- was ready within ", deadline / kj::MILLISECONDS,
-                               " ms; the call was not sent"));
-    }
-    return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                     kj::str("call to ", group.jobId(), "/", group.actorName(),
-                             "-* did not finish within ", deadline / kj::MILLISECONDS,
-                             " ms; it may have run"));
-  }
-
-  kj::Promise<void> next(kj::Own<PoolCall> call);
-  // Tells `health` what the failure of an attempt on `member` says about the member.
-  void noteFailure(const GroupMember& member, const kj::Exception& e);
-
-  ActorGroupBase& group;
-  const ActorPoolOptions options;
-  const Backoff backoff;
-  pool_detail::MemberHealth health;
-  size_t nextIndex = 0;
-  std::map<std::string, uint32_t, std::less<>> outstanding;
-  size_t inFlight = 0;
-  ChangeSignal idle;  // notified when inFlight drops to 0
-  bool draining = false;
-  kj::Maybe<kj::ForkedPromise<void>> drained;
-  PoolCounters counters;
-  MetricsSet::Registration metricsRegistration;
-  kj::Canceler canceler;  // every call and broadcast member call in flight
-};
+kj::Exception ActorPoolBase::Impl::drainingError() const {
+  return makeError(ErrorCode::DRAINING,
+                   kj::str("the pool over ", group.jobId(), "/", group.actorName(),
+                           "- is draining; it takes no new calls"));
+}
 
 void ActorPoolBase::Impl::collectMetrics(MetricsSnapshot& out) const {
   MetricLabels labels = {{"job", group.jobId().cStr()}, {"actor", group.actorName().cStr()}};
@@ -180,237 +108,6 @@ void ActorPoolBase::Impl::collectMetrics(MetricsSnapshot& out) const {
   }
 }
 
-namespace {
-
-// Counts one attempt in flight to `member` for LEAST_OUTSTANDING, until dropped (whether the
-// attempt finished, failed or was cancelled).
-class Outstanding {
-public:
-  Outstanding(ActorPoolBase::Impl& pool, const std::string& member) : pool(pool) {
-    it = pool.outstanding.emplace(member, 0).first;
-    ++it->second;
-  }
-  ~Outstanding() noexcept(false) {
-    if (--it->second == 0) pool.outstanding.erase(it);
-  }
-  KJ_DISALLOW_COPY(Outstanding);
-
-private:
-  ActorPoolBase::Impl& pool;
-  std::map<std::string, uint32_t, std::less<>>::iterator it;
-};
-
-// The retry decisions of one call(). Loop thread only.
-class PoolCall {
-public:
-  using Attempt = kj::Function<kj::Promise<void>(capnp::Capability::Client)>;
-
-  // `attempted` is set once an attempt reached (or tried to reach) a member; the deadline reads
-  // it, so it outlives the call.
-  PoolCall(ActorPoolBase::Impl& pool, const CallOptions& options, Attempt attempt, bool& attempted,
-           std::string* reportMember)
-      : pool(pool),
-        attempt(kj::mv(attempt)),
-        attempted(attempted),
-        reportMember(reportMember),
-        idempotent(options.idempotent),
-        deadline(options.deadline.orDefault(pool.options.defaultDeadline)) {}
-  KJ_DISALLOW_COPY(PoolCall);
-
-  // The member for the next attempt; null when no member is READY.
-  kj::Maybe<kj::Own<const GroupMember>> pick();
-
-  // The next of the `n` READY members (by the pool's balancing) that is `eligible`; null if none.
-  kj::Maybe<kj::Own<const GroupMember>> choose(
-      size_t n, kj::FunctionParam<bool(const GroupMember&)> eligible);
-
-  // After the attempt on `member` failed with `e`: resolves when the call should be tried
-  // again, or rejects with the error the caller gets (see ActorPool::call).
-  kj::Promise<void> afterFailure(kj::Exception&& e, const Endpoint& member);
-
-  // No member was READY: resolves when the group changed (rejects with JOB_ENDED when the job
-  // has ended). Waiting for a member does not count against maxAttempts; the deadline bounds it.
-  kj::Promise<void> afterNoMember();
-
-  ActorPoolBase::Impl& pool;
-  Attempt attempt;
-  bool& attempted;
-  std::string* const reportMember;  // gets each attempt's member name, when not null
-  const bool idempotent;
-  const kj::Duration deadline;
-
-private:
-  kj::Promise<void> retryLater(kj::Exception&& e, bool immediately);
-  bool tried(const GroupMember& m) const { return failedOn.count(m.endpoint.name) > 0; }
-
-public:
-  uint32_t attempts = 0;
-  std::string lastMember;  // of the latest attempt
-
-private:
-  std::map<std::string, uint32_t> failedOn;  // members this call failed on
-};
-
-kj::Maybe<kj::Own<const GroupMember>> PoolCall::pick() {
-  auto& group = pool.group;
-  size_t n = group.readyCount();
-  if (n == 0) return nullptr;
-  // Prefer members this call has not failed on, and among those the ones not ejected; when
-  // every such member is ejected, use them anyway: a pool must not refuse a call it could send.
-  bool anyFresh = failedOn.empty();
-  for (size_t k = 0; k < n && !anyFresh; ++k) anyFresh = !tried(*group.readyMember(k));
-  kj::Maybe<kj::Own<const GroupMember>> chosen;
-  for (bool healthy : {true, false}) {
-    chosen = choose(n, [&](const GroupMember& m) {
-      return !(anyFresh && tried(m)) && (!healthy || pool.health.available(m));
-    });
-    if (chosen != nullptr) break;
-  }
-  ++attempts;
-  attempted = true;
-  return chosen;
-}
-
-kj::Maybe<kj::Own<const GroupMember>> PoolCall::choose(
-    size_t n, kj::FunctionParam<bool(const GroupMember&)> eligible) {
-  auto& group = pool.group;
-  kj::Maybe<kj::Own<const GroupMember>> chosen;
-  if (pool.options.balancing == Balancing::LEAST_OUTSTANDING) {
-    uint32_t fewest = 0;
-    for (size_t k = 0; k < n; ++k) {
-      auto m = group.readyMember((pool.nextIndex + k) % n);
-      if (!eligible(*m)) continue;
-      auto it = pool.outstanding.find(m->endpoint.name);
-      uint32_t busy = it == pool.outstanding.end() ? 0 : it->second;
-      if (chosen == nullptr || busy < fewest) {
-        chosen = kj::mv(m);
-        fewest = busy;
-      }
-    }
-    ++pool.nextIndex;
-    return chosen;
-  }
-  for (size_t k = 0; k < n; ++k) {
-    auto m = group.readyMember(pool.nextIndex++ % n);
-    if (eligible(*m)) return kj::mv(m);
-  }
-  return nullptr;
-}
-
-kj::Promise<void> PoolCall::afterFailure(kj::Exception&& e, const Endpoint& member) {
-  auto code = errorCode(e);
-  if (raisedByActor(e) || !mayRetry(code)) return kj::mv(e);
-  bool retry = callNeverRan(code) || idempotent;
-  if (!retry) {
-    return makeError(ErrorCode::MAY_HAVE_RUN,
-                     kj::str("the call to ", member.name, " (", member.address,
-                             ") failed after it may have reached the actor, and it is not marked "
-                             "idempotent, so it was not sent again: ",
-                             e.getDescription()));
-  }
-  ++failedOn[member.name];
-  // Another member that this call has not failed on: go there at once.
-  bool another = false;
-  auto& group = pool.group;
-  for (size_t k = 0, n = group.readyCount(); k < n && !another; ++k) {
-    another = !tried(*group.readyMember(k));
-  }
-  return retryLater(kj::mv(e), another);
-}
-
-kj::Promise<void> PoolCall::afterNoMember() {
-  KJ_IF_MAYBE(job, pool.group.jobEnded()) {
-    return makeError(ErrorCode::JOB_ENDED,
-                     kj::str("job '", job->jobId, "' has ended (", job->reason, ")"));
-  }
-  return pool.group.whenChanged();
-}
-
-kj::Promise<void> PoolCall::retryLater(kj::Exception&& e, bool immediately) {
-  if (attempts >= pool.options.maxAttempts) {
-    return makeError(errorCode(e), kj::str("gave up after ", attempts,
-                                           " attempts; the last: ", e.getDescription()));
-  }
-  if (immediately) return kj::READY_NOW;
-  auto& loop = pool.group.loop();
-  auto wait = pool.backoff.delay(attempts - 1, loop.random());
-  loop.logger()->debug("retrying a call to {}/{} in {} ms: {}", pool.group.jobId().cStr(),
-                       pool.group.actorName().cStr(), wait / kj::MILLISECONDS,
-                       e.getDescription().cStr());
-  return loop.timer().afterDelay(wait);
-}
-
-}  // namespace
-
-kj::Promise<void> ActorPoolBase::Impl::next(kj::Own<PoolCall> call) {
-  KJ_IF_MAYBE(picked, call->pick()) {
-    auto member = kj::mv(*picked);
-    // The member's counters, and when the attempt started; null when the pool counts nothing.
-    kj::Maybe<PoolCounters::Member&> counted;
-    kj::TimePoint startedAt = kj::origin<kj::TimePoint>();
-    if (options.metrics) {
-      auto& name = member->endpoint.name;
-      counted = counters.member(name);
-      ++KJ_ASSERT_NONNULL(counted).attempts;
-      if (call->attempts > 1) {
-        ++counters.retries;
-        if (call->lastMember != name) ++counters.failovers;
-      }
-      call->lastMember = name;
-      startedAt = group.loop().timer().now();
-    }
-    if (call->reportMember != nullptr) *call->reportMember = member->endpoint.name;
-    ActorRefBase ref = member->ref;
-    auto& attempt = call->attempt;
-    bool idempotent = call->idempotent;
-    auto sent = kj::evalNow([&]() { return attempt(ref.capability()); });
-    // `m` lives in the catch_ below, which outlasts this step.
-    auto answered = ref.finishCall(kj::mv(sent), CallOptions{.idempotent = idempotent})
-                        .then([this, &m = *member, counted, startedAt]() {
-                          KJ_IF_MAYBE(c, counted) {
-                            c->latency.record(group.loop().timer().now() - startedAt);
-                          }
-                          health.succeeded(m);
-                        });
-    if (health.watches(idempotent)) {
-      answered = answered.exclusiveJoin(health.watch(*member, idempotent));
-    }
-    return answered.attach(kj::heap<Outstanding>(*this, member->endpoint.name))
-        .catch_([this, call = kj::mv(call), member = kj::mv(member), counted,
-                 startedAt](kj::Exception&& e) mutable -> kj::Promise<void> {
-          KJ_IF_MAYBE(c, counted) {
-            ++c->failures;
-            c->latency.record(group.loop().timer().now() - startedAt);
-          }
-          noteFailure(*member, e);
-          auto& c = *call;
-          return c.afterFailure(kj::mv(e), member->endpoint)
-              .then([this, call = kj::mv(call)]() mutable { return next(kj::mv(call)); });
-        });
-  }
-  auto& c = *call;
-  return c.afterNoMember().then(
-      [this, call = kj::mv(call)]() mutable { return next(kj::mv(call)); });
-}
-
-void ActorPoolBase::Impl::noteFailure(const GroupMember& member, const kj::Exception& e) {
-  // An error its actor raised shows the member works; the connection's and troupe's own
-  // failures of the member count against it. Errors that send calls elsewhere because the
-  // member is leaving (DRAINING, ACTOR_NOT_FOUND) do not: the group will drop it.
-  if (raisedByActor(e)) return health.succeeded(member);
-  switch (errorCode(e)) {
-    case ErrorCode::DISCONNECTED:
-    case ErrorCode::UNREACHABLE:
-    case ErrorCode::OVERLOADED:
-    case ErrorCode::DEADLINE_EXCEEDED:
-    case ErrorCode::QUEUE_FULL:
-      health.failed(member, e);
-      break;
-    default:
-      break;
-  }
-}
-
 // ------------------------------------------------------------------------------------------------
 
 ActorPoolBase::ActorPoolBase(ActorGroupBase& group, ActorPoolOptions options)
@@ -435,61 +132,70 @@ uint32_t ActorPoolBase::outstanding(kj::StringPtr member) const {
   return it == impl->outstanding.end() ? 0 : it->second;
 }
 
-kj::Promise<void> ActorPoolBase::callWith(Attempt attempt, const CallOptions& options,
-                                          std::string* member) {
-  if (impl->draining) return impl->drainingError();
-  // Attached last, so it outlives both the attempts and the deadline, which read it.
-  auto attempted = kj::heap<bool>(false);
-  auto call = kj::heap<PoolCall>(*impl, options, kj::mv(attempt), *attempted, member);
-  auto deadline = call->deadline;
-  auto expired = impl->group.loop().timer().afterDelay(deadline).then(
-      [this, deadline, &attempted = *attempted]() -> kj::Promise<void> {
-        return impl->deadlineError(deadline, attempted);
-      });
-  auto attempts = impl->next(kj::mv(call));
-  if (!impl->options.metrics) {
-    return impl->track(attempts.exclusiveJoin(kj::mv(expired)).attach(kj::mv(attempted)));
-  }
-  auto& i = *impl;
-  auto startedAt = i.group.loop().timer().now();
-  auto counted = attempts.exclusiveJoin(kj::mv(expired))
-                     .then(
-                         [&i, startedAt]() {
-                           Impl::countOutcome(i.counters.calls, nullptr);
-                           i.counters.latency.record(i.group.loop().timer().now() - startedAt);
-                         },
-                         [&i, startedAt](kj::Exception&& e) {
-                           Impl::countOutcome(i.counters.calls, e);
-                           i.counters.latency.record(i.group.loop().timer().now() - startedAt);
-                           kj::throwFatalException(kj::mv(e));
-                         });
-  return impl->track(counted.attach(kj::mv(attempted)));
+kj::Promise<CallResult<kj::Own<AnyResponse>>> ActorPoolBase::callWith(Attempt attempt,
+                                                                      const CallOptions& options) {
+  using Result = CallResult<kj::Own<AnyResponse>>;
+  auto& pool = *impl;
+  if (pool.draining) return Result{{}, nullptr, pool.drainingError()};
+  auto call = pool_detail::PoolCall::run(pool, options, kj::mv(attempt)).then([&pool](Result&& r) {
+    if (pool.options.metrics) {
+      countOutcome(pool.counters.calls, r.error);
+      pool.counters.latency.record(r.latency);
+    }
+    return kj::mv(r);
+  });
+  // Cancelled with the pool: its error becomes the result.
+  return pool.track(kj::mv(call)).catch_([](kj::Exception&& e) {
+    return Result{{}, nullptr, kj::mv(e)};
+  });
 }
 
-kj::Array<kj::Promise<void>> ActorPoolBase::callEach(
-    kj::ArrayPtr<const kj::Own<const GroupMember>> members, MemberCall call) {
-  ++impl->counters.broadcasts;
+BroadcastFutureBase ActorPoolBase::broadcastWith(Attempt attempt, const CallOptions& options) {
   auto& pool = *impl;
-  return KJ_MAP(m, members) {
-    if (pool.draining) return kj::Promise<void>(pool.drainingError());
+  auto members = pool.group.readyMembers();
+  auto state = kj::refcounted<pool_detail::BroadcastState>(
+      pool.group.loop(), KJ_MAP(m, members) { return m->endpoint; });
+  auto& s = *state;
+  ++pool.counters.broadcasts;
+  // Each member call settles its slot; the state holds the calls, so it outlives them.
+  s.calls = KJ_MAP(m, members)->kj::Promise<void> {
     size_t i = &m - members.begin();
-    if (!pool.options.metrics) return pool.track(kj::evalNow([&]() { return call(i, m->ref); }));
-    auto& counted = pool.counters.member(m->endpoint.name);
-    ++counted.attempts;
-    auto startedAt = pool.group.loop().timer().now();
-    auto done = kj::evalNow([&]() { return call(i, m->ref); });
-    return pool.track(done.then(
-        [&pool, &counted, startedAt]() {
-          counted.latency.record(pool.group.loop().timer().now() - startedAt);
-          Impl::countOutcome(pool.counters.broadcastMembers, nullptr);
-        },
-        [&pool, &counted, startedAt](kj::Exception&& e) {
-          ++counted.failures;
-          counted.latency.record(pool.group.loop().timer().now() - startedAt);
-          Impl::countOutcome(pool.counters.broadcastMembers, e);
-          kj::throwFatalException(kj::mv(e));
-        }));
+    if (pool.draining) {
+      s.failed(i, pool.drainingError());
+      return kj::READY_NOW;
+    }
+    kj::Maybe<PoolCounters::Member&> counted;
+    if (pool.options.metrics) {
+      counted = pool.counters.member(m->endpoint.name);
+      ++KJ_ASSERT_NONNULL(counted).attempts;
+    }
+    ActorRefBase ref = m->ref;
+    auto sent = kj::evalNow([&]() { return attempt(ref.capability()); });
+    auto call = ref.finishCall(kj::mv(sent), options)
+                    .then(
+                        [&pool, &s, i, counted](kj::Own<AnyResponse>&& response) {
+                          KJ_IF_MAYBE(c, counted) {
+                            c->latency.record(s.elapsed());
+                            countOutcome(pool.counters.broadcastMembers, nullptr);
+                          }
+                          s.succeeded(i, kj::mv(response));
+                        },
+                        [&pool, &s, i, counted](kj::Exception&& e) {
+                          KJ_IF_MAYBE(c, counted) {
+                            ++c->failures;
+                            c->latency.record(s.elapsed());
+                            countOutcome(pool.counters.broadcastMembers, e);
+                          }
+                          s.failed(i, kj::mv(e));
+                        });
+    // A call the pool cancelled (it was destroyed) fails its member.
+    return pool.track(kj::mv(call))
+        .catch_([&s, i](kj::Exception&& e) {
+          if (!s.isDone(i)) s.failed(i, kj::mv(e));
+        })
+        .eagerlyEvaluate(nullptr);
   };
+  return BroadcastFutureBase(kj::mv(state));
 }
 
 MetricsSnapshot ActorPoolBase::metrics() const {

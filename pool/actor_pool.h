@@ -15,6 +15,7 @@
 #include "troupe/actor/blob.h"
 #include "troupe/pool/actor_group.h"
 #include "troupe/pool/broadcast.h"
+#include "troupe/pool/call_result.h"
 
 namespace troupe {
 
@@ -74,6 +75,21 @@ struct ActorPoolOptions {
   bool metrics = true;
 };
 
+// How a call's fate is decided. Three clocks watch a call, each for its own failure. The call's
+// deadline (CallOptions::deadline, else defaultDeadline) is the caller's: it bounds every attempt,
+// backoff and wait for a member together, and when it passes the call ends with
+// DEADLINE_EXCEEDED (it may have run) or NO_ENDPOINTS (it was never sent), whatever is in flight.
+// The connection's epoch (Channel::epoch) is the transport's: an attempt is sent on one
+// connection, and when that connection breaks its attempts fail with DISCONNECTED; the failure
+// drops that connection only if it is still the member's current one (not one a newer attempt
+// has already replaced), so the next attempt connects again. Liveness probes are the member's:
+// a connection can stay up while the process behind it is frozen, so an attempt unanswered for
+// probeAfter has its member pinged, and an unanswered ping ejects the member and ends the
+// idempotent attempts waiting on it. Of these outcomes only those that prove the call never
+// reached the actor, or a call marked idempotent, are tried again; an attempt that may have run
+// ends a non-idempotent call with MAY_HAVE_RUN, and an error the actor raised ends any call.
+// pool/detail/pool_call.h holds that state machine.
+//
 // The untyped part of ActorPool<T>: its calls take the member's capability as a
 // capnp::Capability::Client (cast it, e.g. to a capnp::DynamicCapability for a program without
 // generated code). Belongs to its group's loop. Borrows the group, which must outlive the pool.
@@ -106,13 +122,13 @@ public:
   // those that failed and their latency. Also in its loop's metrics (EventLoop::metrics()).
   MetricsSnapshot metrics() const;
 
-  // ActorPool<T>::call with the member's untyped capability. With `member`, each attempt writes
-  // its member's name ("<job>/<actor>-<i>") there, so that once the promise settles it names the
-  // member of the last attempt: the one whose answer or error the caller got. It is left as it
-  // was when no attempt was made (no member was ready), and must outlive the promise.
+  // ActorPool<T>::call and callResult with the member's untyped capability.
   template <typename Fn>
-  auto callCapability(Fn&& fn, CallOptions options = {}, std::string* member = nullptr)
+  auto callCapability(Fn&& fn, CallOptions options = {})
       -> kj::Promise<CallValue<Fn, capnp::Capability::Client>>;
+  template <typename Fn>
+  auto callCapabilityResult(Fn&& fn, CallOptions options = {})
+      -> kj::Promise<CallResult<CallValue<Fn, capnp::Capability::Client>>>;
 
   // ActorPool<T>::broadcast with each member's untyped capability.
   template <typename Fn>
@@ -137,17 +153,20 @@ public:
 
   struct Impl;  // in actor_pool.cpp
 
-private:
-  // One attempt of a call on a member's capability; resolves once its result is stored.
-  using Attempt = kj::Function<kj::Promise<void>(capnp::Capability::Client)>;
-  // `member`, when not null, gets each attempt's member name.
-  kj::Promise<void> callWith(Attempt attempt, const CallOptions& options, std::string* member);
+  // One attempt of a call (or one member's call of a broadcast) on a member's capability, with
+  // its response's type erased (call_result.h), so that what surrounds it compiles once.
+  using Attempt = kj::Function<kj::Promise<kj::Own<AnyResponse>>(capnp::Capability::Client)>;
 
-  // Starts `call` for every READY member (index i of `endpoints`): the promise each returns is
-  // counted in flight and cancelled with the pool.
-  using MemberCall = kj::Function<kj::Promise<void>(size_t index, const ActorRefBase& member)>;
-  kj::Array<kj::Promise<void>> callEach(kj::ArrayPtr<const kj::Own<const GroupMember>> members,
-                                        MemberCall call);
+private:
+  template <typename V, typename Fn>
+  static Attempt erase(Fn&& fn);
+
+  // The call: its attempts until it is done or its deadline passes (pool/detail/pool_call.h).
+  // Never rejects: its result holds the error, and the member of the last attempt.
+  kj::Promise<CallResult<kj::Own<AnyResponse>>> callWith(Attempt attempt,
+                                                         const CallOptions& options);
+  // `attempt` on every READY member at once.
+  BroadcastFutureBase broadcastWith(Attempt attempt, const CallOptions& options);
 
   kj::Own<Impl> impl;
 };
@@ -176,9 +195,16 @@ public:
   // so does destroying the pool (see ActorPoolBase).
   template <typename Fn>
   auto call(Fn&& fn, CallOptions options = {}) -> kj::Promise<CallValue<Fn, typename T::Client>> {
-    return callCapability([fn = kj::fwd<Fn>(fn)](
-                              capnp::Capability::Client c) mutable { return fn(c.castAs<T>()); },
-                          options);
+    return callCapability(typedFn(kj::fwd<Fn>(fn)), options);
+  }
+
+  // call(), resolved with a CallResult instead: the response or the error the call got, and the
+  // member of its last attempt (the one whose answer or error it holds; an empty endpoint when
+  // no attempt was made, as when no member was ready). Never rejects.
+  template <typename Fn>
+  auto callResult(Fn&& fn, CallOptions options = {})
+      -> kj::Promise<CallResult<CallValue<Fn, typename T::Client>>> {
+    return callCapabilityResult(typedFn(kj::fwd<Fn>(fn)), options);
   }
 
   // Runs `fn(client)` against every READY member at once. The returned future gives a result
@@ -187,63 +213,53 @@ public:
   template <typename Fn>
   auto broadcast(Fn&& fn, CallOptions options = {})
       -> BroadcastFuture<CallValue<Fn, typename T::Client>> {
-    return broadcastCapability(
-        [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable { return fn(c.castAs<T>()); },
-        options);
+    return broadcastCapability(typedFn(kj::fwd<Fn>(fn)), options);
+  }
+
+private:
+  // `fn`, taking the member's untyped capability.
+  template <typename Fn>
+  static auto typedFn(Fn&& fn) {
+    return
+        [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable { return fn(c.castAs<T>()); };
   }
 };
 
 // ---------------------------------------------------------------------------------------------
 
+template <typename V, typename Fn>
+ActorPoolBase::Attempt ActorPoolBase::erase(Fn&& fn) {
+  return [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable {
+    kj::Promise<V> sent = kj::evalNow([&]() -> kj::Promise<V> { return fn(kj::mv(c)); });
+    return sent.then([](V&& value) { return wrapResponse(kj::mv(value)); });
+  };
+}
+
 template <typename Fn>
-auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options, std::string* member)
+auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options)
     -> kj::Promise<CallValue<Fn, capnp::Capability::Client>> {
   using Value = CallValue<Fn, capnp::Capability::Client>;
-  // The successful attempt's result lands here; the slot outlives every attempt, which the
-  // promise below depends on.
-  auto slot = kj::heap<kj::Maybe<Value>>();
-  auto& out = *slot;
-  Attempt attempt = [fn = kj::fwd<Fn>(fn), &out](capnp::Capability::Client c) mutable {
-    kj::Promise<Value> sent = kj::evalNow([&]() -> kj::Promise<Value> { return fn(kj::mv(c)); });
-    return sent.then([&out](Value&& value) { out = kj::mv(value); });
-  };
-  return callWith(kj::mv(attempt), options, member).then([slot = kj::mv(slot)]() mutable -> Value {
-    return kj::mv(KJ_ASSERT_NONNULL(*slot));
-  });
+  return callWith(erase<Value>(kj::fwd<Fn>(fn)), options)
+      .then([](CallResult<kj::Own<AnyResponse>>&& result) {
+        return unwrapResult<Value>(kj::mv(result)).take();
+      });
+}
+
+template <typename Fn>
+auto ActorPoolBase::callCapabilityResult(Fn&& fn, CallOptions options)
+    -> kj::Promise<CallResult<CallValue<Fn, capnp::Capability::Client>>> {
+  using Value = CallValue<Fn, capnp::Capability::Client>;
+  return callWith(erase<Value>(kj::fwd<Fn>(fn)), options)
+      .then([](CallResult<kj::Own<AnyResponse>>&& result) {
+        return unwrapResult<Value>(kj::mv(result));
+      });
 }
 
 template <typename Fn>
 auto ActorPoolBase::broadcastCapability(Fn&& fn, CallOptions options)
     -> BroadcastFuture<CallValue<Fn, capnp::Capability::Client>> {
   using Value = CallValue<Fn, capnp::Capability::Client>;
-  auto members = group().readyMembers();
-  auto state = kj::refcounted<pool_detail::BroadcastState<Value>>(
-      group().loop(), KJ_MAP(m, members) { return m->endpoint; });
-  auto& s = *state;
-  // Each member call settles its slot; the state holds the calls, so it outlives them.
-  s.calls = callEach(members, [&s, fn = kj::fwd<Fn>(fn),
-                               options](size_t i, const ActorRefBase& member) mutable {
-    ActorRefBase ref = member;
-    kj::Promise<Value> sent = kj::evalNow(
-        [&]() -> kj::Promise<Value> { return fn(ref.capability()); });
-    // A failure is passed on too, for the pool's metrics; the catch_ below then finds the
-    // member done.
-    return ref.finishCall(kj::mv(sent), options)
-        .then([&s, i](Value&& value) { s.succeeded(i, kj::mv(value)); },
-              [&s, i](kj::Exception&& e) {
-                s.failed(i, kj::cp(e));
-                kj::throwFatalException(kj::mv(e));
-              });
-  });
-  for (size_t i = 0; i < s.calls.size(); ++i) {
-    // A call the pool cancelled (it was destroyed) or refused (it drains) fails its member.
-    s.calls[i] = s.calls[i]
-                     .catch_([&s, i](kj::Exception&& e) {
-                       if (!s.isDone(i)) s.failed(i, kj::mv(e));
-                     })
-                     .eagerlyEvaluate(nullptr);
-  }
-  return BroadcastFuture<Value>(kj::mv(state));
+  return BroadcastFuture<Value>(broadcastWith(erase<Value>(kj::fwd<Fn>(fn)), options));
 }
 
 }  // namespace troupe

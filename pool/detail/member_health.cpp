@@ -5,6 +5,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
+#include "troupe/base/backoff.h"
 #include "troupe/base/errors.h"
 
 namespace troupe::pool_detail {
@@ -122,9 +123,8 @@ void MemberHealth::eject(Record& r, const GroupMember& member, kj::StringPtr why
   KJ_IF_MAYBE(last, r.lastEjected) {
     if (now - *last > options.maxEjectionTime * 2) r.ejections = 0;
   }
-  auto period = options.ejectionTime;
-  for (uint32_t i = 0; i < r.ejections && period < options.maxEjectionTime; ++i) period *= 2;
-  period = std::min(period, options.maxEjectionTime);
+  // Doubled for each ejection in a row (the pool checked the times when it was made).
+  auto period = Backoff(options.ejectionTime, options.maxEjectionTime).ceiling(r.ejections);
   r.ejectedUntil = now + period;
   r.lastEjected = now;
   ++r.ejections;

@@ -220,21 +220,19 @@ std::shared_ptr<PreparedCall> Methods::prepare(const std::string& method, py::ha
 kj::Own<CallCompletion> startCall(std::shared_ptr<PreparedCall> prepared, Send send) {
   auto completion = kj::atomicRefcounted<CallCompletion>();
   completion->resultType = prepared->method.method.getResultType();
-  python::start(
-      *completion,
-      [prepared = kj::mv(prepared),
-       send = kj::mv(send)](EventLoop&, Completion& c) mutable -> kj::Promise<void> {
-        auto& done = static_cast<CallCompletion&>(c);
-        auto& call = *prepared;
-        return send(call)
-            .then([&done](capnp::Response<capnp::DynamicStruct>&& r) { done.results = copyOf(r); },
-                  [&done, &call](kj::Exception&& e) {
-                    // A pool call's error concerns the member of its last attempt.
-                    if (!call.member.empty()) done.endpoint = call.member;
-                    kj::throwFatalException(kj::mv(e));
-                  })
-            .attach(kj::mv(prepared), kj::mv(send));
-      });
+  python::start(*completion,
+                [prepared = kj::mv(prepared),
+                 send = kj::mv(send)](EventLoop&, Completion& c) mutable -> kj::Promise<void> {
+                  auto& done = static_cast<CallCompletion&>(c);
+                  auto& call = *prepared;
+                  return send(call)
+                      .then([&done](CallResult<capnp::Response<capnp::DynamicStruct>>&& r) {
+                        // A pool call's error concerns the member of its last attempt.
+                        if (!r.endpoint.name.empty()) done.endpoint = kj::mv(r.endpoint.name);
+                        done.results = copyOf(r.take());
+                      })
+                      .attach(kj::mv(prepared), kj::mv(send));
+                });
   return completion;
 }
 
@@ -289,9 +287,8 @@ kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle para
                                       bool idempotent, std::optional<double> timeout) {
   auto prepared = methods.prepare(method, params, fields, idempotent, timeout, fetchFromAMember());
   return startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
-    return self->pool.get().callCapability(
-        [&call](capnp::Capability::Client cap) { return send(call, cap); }, call.options,
-        &call.member);
+    return self->pool.get().callCapabilityResult(
+        [&call](capnp::Capability::Client cap) { return send(call, cap); }, call.options);
   });
 }
 
@@ -339,7 +336,12 @@ kj::Own<CallCompletion> PyRef::start(const std::string& method, py::handle param
     auto sent = kj::evalNow([&]() -> kj::Promise<capnp::Response<capnp::DynamicStruct>> {
       return send(call, ref.capability());
     });
-    return ref.finishCall(kj::mv(sent), call.options);
+    return ref.finishCall(kj::mv(sent), call.options)
+        .then([](capnp::Response<capnp::DynamicStruct>&& r) {
+          CallResult<capnp::Response<capnp::DynamicStruct>> result;
+          result.value = kj::mv(r);
+          return result;
+        });
   });
   completion->endpoint = address;
   return completion;
@@ -392,7 +394,7 @@ py::list PyBroadcast::waitAll(double timeout) {
       done,
       [self = shared_from_this(), limit](EventLoop&, BroadcastCompletion& c) {
         auto& future = self->future;
-        return future.get()
+        return kj::mv(future.get())
             .waitAll(limit)
             .then([&c](kj::Array<CallResult<capnp::Response<capnp::DynamicStruct>>> all) {
               for (auto& r : all) {

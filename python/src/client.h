@@ -98,7 +98,6 @@ struct PreparedCall {
   Borrowed borrowed;                       // the buffers `params` refers to: it goes first
   capnp::MallocMessageBuilder params{64};  // small calls need no more; large ones grow
   CallOptions options;
-  std::string member;  // a pool call's latest attempt's member (loop thread)
 };
 
 // The interface of one actor (a pool's members', or one ActorRef's) and its methods by name,
@@ -139,8 +138,10 @@ private:
 };
 
 // Starts `call` on the loop through `send` (which must own what it uses) and returns its
-// completion; its results are copied out for Python.
-using Send = kj::Function<kj::Promise<capnp::Response<capnp::DynamicStruct>>(PreparedCall&)>;
+// completion; its results are copied out for Python, and its error names the result's endpoint
+// when there is one (a pool call's member).
+using Send =
+    kj::Function<kj::Promise<CallResult<capnp::Response<capnp::DynamicStruct>>>(PreparedCall&)>;
 kj::Own<CallCompletion> startCall(std::shared_ptr<PreparedCall> call, Send send);
 
 // The result of a finished call as a dict, or its error raised. GIL held.

@@ -189,7 +189,7 @@ TEST_F(ActorPoolTest, WaitAnyAndQuorumAndNext) {
     return q.send();
   });
   try {
-    failing.waitQuorum(1, 5 * kj::SECONDS).wait(ws());
+    kj::mv(failing).waitQuorum(1, 5 * kj::SECONDS).wait(ws());
     FAIL();
   } catch (const kj::Exception& e) {
     EXPECT_NE(strstr(e.getDescription().cStr(), "cannot be reached"), nullptr)
@@ -277,44 +277,64 @@ TEST_F(ActorPoolTest, AnActorsExceptionIsNeverRetried) {
   EXPECT_EQ(replicas[0]->member->count + replicas[1]->member->count, 1u);
 }
 
-// An actor's own error does not say which member raised it; callCapability() with a member
-// slot does.
-TEST_F(ActorPoolTest, CallCapabilityNamesTheMemberOfTheLastAttempt) {
+// An actor's own error does not say which member raised it; callResult() does, as it does for
+// an answer.
+TEST_F(ActorPoolTest, CallResultNamesTheMemberOfTheLastAttempt) {
   startReplicas(2);
   ActorGroup<Member> group(loop, resolver, "job-1", "member");
   group.waitReady(2, 10 * kj::SECONDS).wait(ws());
   ActorPool<Member> pool(group);
-  auto raise = [](capnp::Capability::Client c) {
-    auto q = c.castAs<Member>().raiseRequest();
+  auto raise = [](Member::Client c) {
+    auto q = c.raiseRequest();
     q.setMessage("bad batch");
     return q.send();
   };
   for (auto expected : {"job-1/member-0", "job-1/member-1"}) {
-    std::string member;
-    auto result = pool.callCapability(raise, {}, &member)
-                      .then([](auto&&) { return std::string("answered"); },
-                            [](kj::Exception&& e) {
-                              return std::string(e.getDescription().cStr());
-                            });
-    EXPECT_NE(result.wait(ws()).find("bad batch"), std::string::npos);
-    EXPECT_EQ(member, expected);
+    auto result = pool.callResult(raise).wait(ws());
+    EXPECT_FALSE(result.ok());
+    EXPECT_EQ(result.endpoint.name, expected);
+    auto& e = KJ_ASSERT_NONNULL(result.error);
+    EXPECT_TRUE(raisedByActor(e));
+    EXPECT_NE(strstr(e.getDescription().cStr(), "bad batch"), nullptr);
   }
+  auto answered =
+      pool.callResult([](Member::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+  ASSERT_TRUE(answered.ok());
+  EXPECT_EQ(answered.endpoint.name, "job-1/member-0");
+  EXPECT_EQ(answered.endpoint.address, group.readyMembers()[0]->endpoint.address);
+  EXPECT_EQ(kj::StringPtr(answered.take().getName()), "job-1/member-0");
 }
 
-TEST_F(ActorPoolClockTest, CallCapabilityLeavesTheMemberAloneWhenNoneWasTried) {
+TEST_F(ActorPoolClockTest, CallResultNamesNoMemberWhenNoneWasTried) {
   ActorGroup<Member> group(loop, resolver, "job-1", "member");
   ActorPool<Member> pool(group);
-  std::string member = "unchanged";
-  auto code = pool.callCapability(
-                      [](capnp::Capability::Client c) {
-                        return c.castAs<Member>().whoamiRequest().send();
-                      },
-                      {.deadline = 50 * kj::MILLISECONDS}, &member)
-                  .then([](auto&&) { return ErrorCode::FAILED; },
-                        [](kj::Exception&& e) { return errorCode(e); });
-  ASSERT_NO_FATAL_FAILURE(expireAt(50 * kj::MILLISECONDS, code));
-  EXPECT_EQ(code.wait(ws()), ErrorCode::NO_ENDPOINTS);
-  EXPECT_EQ(member, "unchanged");
+  auto result = pool.callResult([](Member::Client c) { return c.whoamiRequest().send(); },
+                                {.deadline = 50 * kj::MILLISECONDS});
+  ASSERT_NO_FATAL_FAILURE(expireAt(50 * kj::MILLISECONDS, result));
+  auto r = result.wait(ws());
+  EXPECT_EQ(errorCode(KJ_ASSERT_NONNULL(r.error)), ErrorCode::NO_ENDPOINTS);
+  EXPECT_EQ(r.endpoint.name, "");
+  EXPECT_EQ(r.latency, 50 * kj::MILLISECONDS);
+}
+
+// A broadcast's results are taken once: a wait on a future already consumed says so.
+TEST_F(ActorPoolTest, ABroadcastIsConsumedByItsWait) {
+  startReplicas(1);
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  group.waitReady(1, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Member> pool(group);
+  auto future = pool.broadcast([](Member::Client c) { return c.whoamiRequest().send(); });
+  EXPECT_EQ(future.size(), 1u);
+  auto all = kj::mv(future).waitAll(5 * kj::SECONDS).wait(ws());
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_TRUE(all[0].ok());
+  try {
+    kj::mv(future).waitAny().wait(ws());
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::INVALID_ARGUMENT);
+    EXPECT_NE(strstr(e.getDescription().cStr(), "taken already"), nullptr);
+  }
 }
 
 TEST_F(ActorPoolTest, ADrainingMemberIsSkippedEvenForNonIdempotentCalls) {

@@ -80,7 +80,7 @@ TEST_F(PoolLifetimeTest, DestroyingThePoolFailsTheBroadcastMembersStillRunning) 
   auto future = pool->broadcast([](Blocker::Client c) { return hold(c, "b"); });
   awaitEachStarted();
   pool = nullptr;
-  auto results = future.waitAll(10 * kj::SECONDS).wait(ws());
+  auto results = kj::mv(future).waitAll(10 * kj::SECONDS).wait(ws());
   ASSERT_EQ(results.size(), 2u);
   for (auto& r : results) {
     auto& e = KJ_ASSERT_NONNULL(r.error);
