@@ -530,16 +530,37 @@ kj::Array<std::string> ActorServer::listenAddresses() const {
   return KJ_MAP(a, impl->acceptor->bound()) { return a.toString(); };
 }
 
-void ActorServer::addEndpointListener(EndpointListener& listener) {
+ActorServer::ListenerRegistration ActorServer::addEndpointListener(EndpointListener& listener) {
   impl->endpointListeners.push_back(&listener);
   if (impl->state == ServerState::SERVING || impl->state == ServerState::DRAINING) {
     impl->announceTo(listener);
   }
+  return ListenerRegistration(*impl, listener);
 }
 
-void ActorServer::removeEndpointListener(EndpointListener& listener) {
-  auto& ls = impl->endpointListeners;
-  ls.erase(std::remove(ls.begin(), ls.end(), &listener), ls.end());
+ActorServer::ListenerRegistration::ListenerRegistration(ListenerRegistration&& other) noexcept
+    : server(other.server), listener(other.listener) {
+  other.server = nullptr;
+}
+
+ActorServer::ListenerRegistration& ActorServer::ListenerRegistration::operator=(
+    ListenerRegistration&& other) noexcept {
+  if (this != &other) {
+    release();
+    server = other.server;
+    listener = other.listener;
+    other.server = nullptr;
+  }
+  return *this;
+}
+
+ActorServer::ListenerRegistration::~ListenerRegistration() noexcept(false) { release(); }
+
+void ActorServer::ListenerRegistration::release() {
+  if (server == nullptr) return;
+  auto& ls = server->endpointListeners;
+  ls.erase(std::remove(ls.begin(), ls.end(), listener), ls.end());
+  server = nullptr;
 }
 
 }  // namespace troupe

@@ -203,12 +203,30 @@ public:
   size_t connectionCount() const;
   uint64_t incompleteMessageBytes() const;
 
-  // Tells `listener` about endpoint changes from now on, starting with the current endpoints.
-  // It must outlive the server or be removed first. Listeners are told in the order added.
-  void addEndpointListener(EndpointListener& listener);
-  void removeEndpointListener(EndpointListener& listener);
-
   struct Impl;
+
+  // Keeps a listener told of the server's endpoint changes until dropped (see
+  // addEndpointListener). The server must outlive it.
+  class ListenerRegistration {
+  public:
+    ListenerRegistration() = default;
+    ListenerRegistration(ListenerRegistration&& other) noexcept;
+    ListenerRegistration& operator=(ListenerRegistration&& other) noexcept;
+    ~ListenerRegistration() noexcept(false);
+
+  private:
+    friend class ActorServer;
+    ListenerRegistration(Impl& server, EndpointListener& listener)
+        : server(&server), listener(&listener) {}
+    void release();
+    Impl* server = nullptr;  // null once moved from
+    EndpointListener* listener = nullptr;
+  };
+
+  // Tells `listener` about endpoint changes, starting with the current endpoints, until the
+  // registration returned is dropped; `listener` must outlive that. Listeners are told in the
+  // order added.
+  [[nodiscard]] ListenerRegistration addEndpointListener(EndpointListener& listener);
 
 private:
   kj::Own<Impl> impl;

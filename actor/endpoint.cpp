@@ -145,6 +145,16 @@ std::string endpointName(kj::StringPtr jobId, kj::StringPtr actor, uint32_t task
   return std::string(s.cStr(), s.size());
 }
 
+bool fillNameParts(Endpoint& endpoint) {
+  KJ_IF_MAYBE(parts, parseEndpointName(endpoint.name)) {
+    endpoint.jobId = kj::mv(parts->jobId);
+    endpoint.actor = kj::mv(parts->actor);
+    endpoint.taskIndex = parts->taskIndex;
+    return true;
+  }
+  return false;
+}
+
 kj::Maybe<EndpointNameParts> parseEndpointName(kj::StringPtr name) {
   KJ_IF_MAYBE(slash, name.findFirst('/')) {
     auto job = kj::heapString(name.slice(0, *slash));

@@ -63,6 +63,10 @@ struct EndpointNameParts {
 };
 kj::Maybe<EndpointNameParts> parseEndpointName(kj::StringPtr name);
 
+// Sets `endpoint`'s jobId, actor and taskIndex from its name, as a resolver does with every
+// endpoint it accepts; false (changing nothing) when the name is not an endpoint name.
+bool fillNameParts(Endpoint& endpoint);
+
 // What a resolver says when a name is not an endpoint name: INVALID_ARGUMENT, "'<name>' is not an
 // endpoint name (expected <job_id>/<actor>-<task_index>, ...)", with `name` made printable.
 kj::Exception endpointNameError(kj::StringPtr name);

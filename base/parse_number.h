@@ -9,6 +9,9 @@
 
 namespace troupe {
 
+// Whether `c` is an ASCII digit, whatever the locale (unlike isdigit()).
+constexpr bool isDigit(char c) { return '0' <= c && c <= '9'; }
+
 // The value of `text` when it is a whole number written in decimal, at most `max`: one or more
 // ASCII digits, with no sign, space, "0x" or other decoration (which kj::StringPtr::parseAs,
 // following strtoull, would let through); null otherwise. Leading zeros are allowed.

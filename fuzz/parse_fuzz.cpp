@@ -43,8 +43,6 @@ void parse(Fn&& fn) {
   }
 }
 
-bool isDigit(char c) { return '0' <= c && c <= '9'; }
-
 void address(kj::StringPtr text) {
   parse([&]() {
     auto a = Address::parse(text);

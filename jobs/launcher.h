@@ -134,18 +134,39 @@ public:
   virtual std::string resolverUrl() const = 0;
 
   virtual EventLoop& loop() = 0;
+
+  // Refuses new jobs and stops every job that has not ended (see JobHandle::terminate; `grace`
+  // defaults to the launcher's own); resolves once all have ended. Calling it again joins the
+  // same drain. Call it, and wait, before destroying the launcher.
+  virtual kj::Promise<void> drain(kj::Maybe<kj::Duration> grace = nullptr) = 0;
+
+  // Where the replicas' output goes: <logDirectory>/<job>/replica-<index>.log.
+  virtual std::string logDirectory() const = 0;
 };
 
-// Submits `request` to `launcher` and returns the group of the actors named `actorName` that its
-// replicas host (they are expected to publish themselves, e.g. with hostActor()). The group
-// borrows the launcher's resolver: the launcher must outlive it.
+// A job and the group of the actors of one name its replicas host: what createActorGroup
+// returns. Use it as the group (`jobGroup->waitReady(...)`, `ActorPool<T> pool(*jobGroup)`) and
+// its `job` as the job (`jobGroup.job.terminate()`). Dropping it drops the group, not the job:
+// the job runs until it ends, is terminated, or its launcher drains.
 template <typename T>
-kj::Own<ActorGroup<T>> createActorGroup(Launcher& launcher, JobRequest request,
-                                        kj::StringPtr actorName, ActorGroupOptions options = {}) {
+struct JobGroup {
+  JobHandle job;
+  kj::Own<ActorGroup<T>> group;
+
+  ActorGroup<T>& operator*() { return *group; }
+  ActorGroup<T>* operator->() { return group.get(); }
+};
+
+// Submits `request` to `launcher` and returns the job with the group of the actors named
+// `actorName` that its replicas host (they are expected to publish themselves, e.g. with
+// hostActor()). The group borrows the launcher's resolver: the launcher must outlive it.
+template <typename T>
+JobGroup<T> createActorGroup(Launcher& launcher, JobRequest request, kj::StringPtr actorName,
+                             ActorGroupOptions options = {}) {
   auto name = request.name;
-  launcher.submit(kj::mv(request));
-  return kj::heap<ActorGroup<T>>(launcher.loop(), launcher.resolver(), name, actorName,
-                                 kj::mv(options));
+  auto job = launcher.submit(kj::mv(request));
+  return JobGroup<T>{kj::mv(job), kj::heap<ActorGroup<T>>(launcher.loop(), launcher.resolver(),
+                                                          name, actorName, kj::mv(options))};
 }
 
 // Where the shell would find program `name`: `name` itself when it holds a '/', else the first

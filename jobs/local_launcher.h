@@ -159,14 +159,13 @@ public:
   // (SIGTERM, then SIGKILL after `grace`, default terminateGrace). Resolves when every replica
   // has exited and the resolver was told. Calling it again returns the same wait; with a
   // `grace` that ends sooner, SIGKILL comes sooner.
-  kj::Promise<void> drain(kj::Maybe<kj::Duration> grace = nullptr);
+  kj::Promise<void> drain(kj::Maybe<kj::Duration> grace = nullptr) override;
 
   // The capacity jobs are admitted against, and what of it is free now.
   MachineResources machine() const;
   MachineResources available() const;
 
-  // The directory replicas' logs go to.
-  std::string logDirectory() const;
+  std::string logDirectory() const override;
 
   struct Impl;
 

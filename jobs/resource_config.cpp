@@ -47,8 +47,6 @@ uint64_t unitMultiplier(kj::StringPtr unit) {
   return 0;
 }
 
-bool isDigit(char c) { return c >= '0' && c <= '9'; }
-
 // True when `text` is 1 to `maxSize` visible ASCII characters (no spaces, no control bytes).
 bool isVisibleName(kj::StringPtr text, size_t maxSize) {
   if (text.size() == 0 || text.size() > maxSize) return false;

@@ -11,6 +11,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
+#include "troupe/base/backoff.h"
 #include "troupe/base/errors.h"
 #include "troupe/jobs/detail/log_files.h"
 #include "troupe/jobs/detail/replica_environment.h"
@@ -99,7 +100,8 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
         options(kj::mv(opts)),
         log(options.logger ? options.logger : loop.logger()),
         logDirectory(options.logDirectory.empty() ? defaultLogDirectory() : options.logDirectory),
-        pollDelay(options.pollInitial),
+        pollBackoff(options.pollInitial, options.pollMax,
+                    "SlurmLauncherOptions' pollInitial and pollMax"),
         tasks(*this) {
     if (options.resolver.empty()) {
       throwError(ErrorCode::INVALID_ARGUMENT,
@@ -179,7 +181,7 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
   Resolver& resolver() override { return *resolver_; }
 
   void wake() override {
-    pollDelay = options.pollInitial;
+    quietPolls = 0;
     lastWake = loop.timer().now();
     if (!polling) schedulePoll(0 * kj::SECONDS);
   }
@@ -245,10 +247,10 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
     }
     // Soon after a submission or a signal something is about to change: look at least every
     // second then; later, back off to pollMax while nothing changes.
-    auto most = options.pollMax;
-    if (loop.timer().now() - lastWake < FAST_POLLING) most = std::min(most, 1 * kj::SECONDS);
-    pollDelay = changed ? options.pollInitial : std::min(pollDelay * 2, most);
-    schedulePoll(pollDelay);
+    quietPolls = changed ? 0 : quietPolls + 1;
+    auto delay = pollBackoff.ceiling(quietPolls);
+    if (loop.timer().now() - lastWake < FAST_POLLING) delay = std::min(delay, 1 * kj::SECONDS);
+    schedulePoll(delay);
   }
 
   // One look at every job being followed: squeue for all of them at once, then scontrol for
@@ -325,7 +327,8 @@ struct SlurmLauncher::Impl final : public jobs_detail::SlurmJobHost,
   kj::Own<Resolver> resolver_;
   std::map<std::string, kj::Own<SlurmJob>> jobs;             // by name: the latest of each
   std::map<std::string, jobs_detail::SlurmJobInfo> earlier;  // submitted before: findEarlierJobs
-  kj::Duration pollDelay;
+  const Backoff pollBackoff;  // from pollInitial to pollMax, by polls in a row that saw no change
+  uint32_t quietPolls = 0;
   kj::TimePoint lastWake = kj::origin<kj::TimePoint>();
   bool polling = false;
   uint64_t pollGeneration = 0;

@@ -4,7 +4,7 @@
 //   troupe::SlurmLauncher launcher(loop, {.resolver = "etcd://head:2379/troupe",
 //                                         .partition = "gpu"});
 //   auto group = troupe::createActorGroup<ParameterServer>(launcher, request, "ps");
-//   group->waitReady(4, 10 * kj::MINUTES).wait(loop.waitScope());
+//   group->waitReady(4, 10 * kj::MINUTES).wait(loop.waitScope());   // group.job: its JobHandle
 
 #include <cstdint>
 #include <memory>
@@ -138,12 +138,12 @@ public:
   EventLoop& loop() override;
 
   // Terminates every job that has not ended (see JobHandle::terminate); resolves once all have.
-  kj::Promise<void> drain(kj::Maybe<kj::Duration> grace = nullptr);
+  kj::Promise<void> drain(kj::Maybe<kj::Duration> grace = nullptr) override;
 
   // The Slurm job id of a job this launcher submitted; 0 until sbatch answered.
   uint64_t slurmJobId(kj::StringPtr name) const;
 
-  std::string logDirectory() const;
+  std::string logDirectory() const override;
 
   struct Impl;
 

@@ -4,12 +4,12 @@
 
 namespace troupe {
 
-EndpointPublisher::EndpointPublisher(ActorServer& server, Resolver& resolver)
-    : server(server), resolver(resolver) {
-  server.addEndpointListener(*this);
+EndpointPublisher::EndpointPublisher(ActorServer& server, Resolver& resolver) : resolver(resolver) {
+  // Told of the current endpoints at once: everything else must be ready.
+  listening = server.addEndpointListener(*this);
 }
 
-EndpointPublisher::~EndpointPublisher() noexcept(false) { server.removeEndpointListener(*this); }
+EndpointPublisher::~EndpointPublisher() noexcept(false) = default;
 
 kj::Promise<void> EndpointPublisher::whenPublished() {
   kj::Vector<kj::Promise<void>> all;

@@ -35,9 +35,9 @@ private:
     kj::ForkedPromise<void> registered;
   };
 
-  ActorServer& server;
   Resolver& resolver;
-  std::map<std::string, Published> published;  // by endpoint name
+  std::map<std::string, Published> published;   // by endpoint name
+  ActorServer::ListenerRegistration listening;  // goes first: it calls into the rest
 };
 
 }  // namespace troupe

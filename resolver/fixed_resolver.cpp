@@ -34,15 +34,9 @@ kj::String printable(std::string_view text) {
 }
 
 // Null when `endpoint.name` is an endpoint name, after filling in its parts; else why not.
-kj::Maybe<kj::String> fillNameParts(Endpoint& endpoint) {
-  kj::StringPtr name = endpoint.name;
-  KJ_IF_MAYBE(parts, parseEndpointName(name)) {
-    endpoint.jobId = kj::mv(parts->jobId);
-    endpoint.actor = kj::mv(parts->actor);
-    endpoint.taskIndex = parts->taskIndex;
-    return nullptr;
-  }
-  return kj::str(errorMessage(endpointNameError(name)));
+kj::Maybe<kj::String> endpointNameProblem(Endpoint& endpoint) {
+  if (fillNameParts(endpoint)) return nullptr;
+  return kj::str(errorMessage(endpointNameError(endpoint.name)));
 }
 
 // The address in canonical form, or why it is not one.
@@ -358,7 +352,7 @@ kj::Own<FixedResolver> FixedResolver::parse(kj::StringPtr spec) {
     if (eq == std::string_view::npos) fail("expected NAME=ADDRESS");
     Endpoint endpoint;
     endpoint.name = std::string(trim(text.substr(0, eq)));
-    KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
+    KJ_IF_MAYBE(problem, endpointNameProblem(endpoint)) {
       fail(*problem);
     }
     auto address = parseAddress(trim(text.substr(eq + 1)));
@@ -389,7 +383,7 @@ kj::Own<FixedResolver> FixedResolver::parseFile(kj::StringPtr text, kj::StringPt
 
     Endpoint endpoint;
     endpoint.name = std::string(fields[0]);
-    KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
+    KJ_IF_MAYBE(problem, endpointNameProblem(endpoint)) {
       fail(*problem);
     }
     auto address = parseAddress(fields[1]);
@@ -466,7 +460,7 @@ kj::Maybe<kj::Exception> jobEndedError(const JobStatus& job) {
 }  // namespace
 
 void FixedResolver::add(Endpoint endpoint) {
-  KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
+  KJ_IF_MAYBE(problem, endpointNameProblem(endpoint)) {
     throwError(ErrorCode::INVALID_ARGUMENT, *problem);
   }
   KJ_IF_MAYBE(e, jobEndedError(table->jobStatus(endpoint.jobId))) {
@@ -490,7 +484,7 @@ kj::Own<Watch> FixedResolver::watch(kj::StringPtr prefix) {
 }
 
 kj::Own<Registration> FixedResolver::registerEndpoint(Endpoint endpoint) {
-  KJ_IF_MAYBE(problem, fillNameParts(endpoint)) {
+  KJ_IF_MAYBE(problem, endpointNameProblem(endpoint)) {
     return kj::heap<RegistrationImpl>(makeError(ErrorCode::INVALID_ARGUMENT, *problem));
   }
   KJ_IF_MAYBE(e, jobEndedError(table->jobStatus(endpoint.jobId))) {

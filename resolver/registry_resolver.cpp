@@ -84,10 +84,7 @@ kj::Own<Watch> RegistryResolver::watch(kj::StringPtr prefix) {
 }
 
 kj::Own<Registration> RegistryResolver::registerEndpoint(Endpoint endpoint) {
-  KJ_IF_MAYBE(parts, parseEndpointName(endpoint.name)) {
-    endpoint.jobId = kj::mv(parts->jobId);
-    endpoint.actor = kj::mv(parts->actor);
-    endpoint.taskIndex = parts->taskIndex;
+  if (fillNameParts(endpoint)) {
     return kj::heap<resolver_detail::RegistryRegistration>(kj::addRef(*link), kj::mv(endpoint));
   }
   return kj::heap<resolver_detail::RegistryRegistration>(kj::addRef(*link),

@@ -9,6 +9,7 @@
 #include <kj/debug.h>
 
 #include <troupe/base/errors.h>
+#include <troupe/base/parse_number.h>
 #include <troupe/pool/actor_pool.h>
 #include <troupe/resolver/open_resolver.h>
 
@@ -21,7 +22,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s RESOLVER_URL JOB_ID REPLICAS\n", argv[0]);
     return 2;
   }
-  size_t replicas = static_cast<size_t>(atoi(argv[3]));
+  size_t replicas = troupe::parseWholeNumber(kj::StringPtr(argv[3]), 1000).orDefault(0);
+  if (replicas == 0) {
+    fprintf(stderr, "%s: REPLICAS must be a whole number from 1 to 1000, not '%s'\n", argv[0],
+            argv[3]);
+    return 2;
+  }
   troupe::EventLoop loop;
   auto& ws = loop.waitScope();
   auto resolver = troupe::openResolver(loop, argv[1]);

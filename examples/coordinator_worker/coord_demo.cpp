@@ -21,6 +21,7 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
+#include <troupe/base/parse_number.h>
 #include <troupe/jobs/job_request.h>
 #include <troupe/resolver/host_actor.h>
 #include <troupe/resolver/open_resolver.h>
@@ -33,11 +34,9 @@ namespace {
 
 // `text` as a whole number in [min, max].
 std::optional<uint32_t> parseNumber(const std::string& text, uint32_t min, uint32_t max) {
-  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  unsigned long value = strtoul(text.c_str(), nullptr, 10);
-  if (value < min || value > max) return std::nullopt;
-  return static_cast<uint32_t>(value);
+  auto value = troupe::parseWholeNumber(kj::StringPtr(text.c_str()), max);
+  if (value == nullptr || KJ_ASSERT_NONNULL(value) < min) return std::nullopt;
+  return static_cast<uint32_t>(KJ_ASSERT_NONNULL(value));
 }
 
 // Reads "--flag value" pairs into `values`, which holds every known flag with its default.

@@ -32,6 +32,7 @@
 
 #include <troupe/actor/job_context.h>
 #include <troupe/base/errors.h>
+#include <troupe/base/parse_number.h>
 #include <troupe/jobs/launcher.h>
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/pool/actor_pool.h>
@@ -112,10 +113,9 @@ struct DriverOptions {
 
 uint64_t parseCount(const char* program, const char* flag, const char* text, uint64_t min,
                     uint64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long value = strtoull(text, &end, 10);
-  if (*text < '0' || *text > '9' || *end != '\0' || errno != 0 || value < min || value > max) {
+  auto parsed = troupe::parseWholeNumber(kj::StringPtr(text), max);
+  uint64_t value = parsed.orDefault(0);
+  if (parsed == nullptr || value < min) {
     auto problem = kj::str(flag, " takes a whole number from ", min, " to ", max, ", not '",
                            troupe::printable(kj::StringPtr(text)), "'");
     usage(program, problem.cStr());
@@ -349,7 +349,7 @@ int runDriver(const DriverOptions& options) {
        .replicas = options.replicas,
        .maxRetriesFailure = 1},
       ACTOR);
-  auto job = KJ_ASSERT_NONNULL(launcher.find(JOB));
+  auto& job = group.job;
 
   bool passed = false;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {

@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include <troupe/base/errors.h>
+#include <troupe/base/parse_number.h>
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/jobs/slurm_launcher.h>
 #include <troupe/pool/actor_pool.h>
@@ -97,9 +98,8 @@ Options parseOptions(int argc, char** argv) {
       (flag == "--partition" ? options.partition : options.logDirectory) = value;
       continue;
     }
-    char* end = nullptr;
-    unsigned long n = strtoul(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || n == 0 || n > 1000000) {
+    auto n = troupe::parseWholeNumber(kj::StringPtr(value.c_str()), 1000000).orDefault(0);
+    if (n == 0) {
       usage(argv[0], (flag + " needs a positive number, not '" + value + "'").c_str());
     }
     auto number = static_cast<uint32_t>(n);
@@ -170,7 +170,7 @@ int train(troupe::EventLoop& loop, troupe::Launcher& launcher, double machineCpu
        .resources = replicaResources(machineCpus, options),
        .replicas = config.shards},
       "ps");
-  if (!admitted(KJ_ASSERT_NONNULL(launcher.find(config.shardsJob)), options)) return 1;
+  if (!admitted(group.job, options)) return 1;
   group->waitReady(config.shards, READY_TIMEOUT).wait(ws);
   troupe::ActorPool<ParameterServer> pool(*group);
   auto initial = ps::pullWeights(pool, config.dim, CALL_DEADLINE).wait(ws);

@@ -7,6 +7,7 @@
 
 #include <kj/debug.h>
 
+#include <troupe/base/parse_number.h>
 #include <troupe/resolver/host_actor.h>
 
 #include "model.h"
@@ -108,7 +109,11 @@ private:
 }  // namespace
 
 int runShard(troupe::EventLoop& loop, std::vector<std::string> args) {
-  uint32_t dim = args.size() == 1 ? static_cast<uint32_t>(atoi(args[0].c_str())) : 0;
+  uint32_t dim = 0;
+  if (args.size() == 1) {
+    dim = static_cast<uint32_t>(
+        troupe::parseWholeNumber(kj::StringPtr(args[0].c_str()), UINT32_MAX).orDefault(0));
+  }
   if (dim == 0) {
     fprintf(stderr, "usage: shard DIM\n");
     return 2;

@@ -7,6 +7,7 @@
 #include <kj/vector.h>
 
 #include <troupe/actor/job_context.h>
+#include <troupe/base/parse_number.h>
 #include <troupe/pool/actor_pool.h>
 #include <troupe/resolver/open_resolver.h>
 
@@ -21,9 +22,8 @@ constexpr kj::Duration CALL_DEADLINE = 10 * kj::SECONDS;
 constexpr kj::Duration READY_TIMEOUT = 60 * kj::SECONDS;
 
 bool parseNumber(const std::string& text, uint32_t& out) {
-  char* end = nullptr;
-  unsigned long value = strtoul(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value == 0 || value > UINT32_MAX) return false;
+  auto value = troupe::parseWholeNumber(kj::StringPtr(text.c_str()), UINT32_MAX).orDefault(0);
+  if (value == 0) return false;
   out = static_cast<uint32_t>(value);
   return true;
 }

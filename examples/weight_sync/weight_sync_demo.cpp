@@ -30,6 +30,7 @@
 #include <troupe/actor/actor_server.h>
 #include <troupe/actor/job_context.h>
 #include <troupe/base/errors.h>
+#include <troupe/base/parse_number.h>
 #include <troupe/jobs/launcher.h>
 #include <troupe/jobs/local_launcher.h>
 #include <troupe/pool/actor_pool.h>
@@ -124,10 +125,9 @@ struct Options {
 
 uint64_t parseCount(const char* program, const char* flag, const char* text, uint64_t min,
                     uint64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long value = strtoull(text, &end, 10);
-  if (*text < '0' || *text > '9' || *end != '\0' || errno != 0 || value < min || value > max) {
+  auto parsed = troupe::parseWholeNumber(kj::StringPtr(text), max);
+  uint64_t value = parsed.orDefault(0);
+  if (parsed == nullptr || value < min) {
     usage(program, kj::str(flag, " takes a whole number from ", min, " to ", max, ", not '",
                            troupe::printable(kj::StringPtr(text)), "'")
                        .cStr());
@@ -311,7 +311,7 @@ int runTrainer(const Options& o) {
                                        .entrypoint = troupe::Entrypoint::function("replica"),
                                        .replicas = o.replicas},
                                       ACTOR);
-  auto job = KJ_ASSERT_NONNULL(launcher.find(JOB));
+  auto& job = group.job;
   bool passed = false;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 auto ready = group->waitReady(o.replicas, 30 * kj::SECONDS).wait(ws);

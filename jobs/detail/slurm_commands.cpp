@@ -14,6 +14,7 @@
 #include <kj/io.h>
 
 #include "troupe/base/errors.h"
+#include "troupe/base/parse_number.h"
 #include "troupe/jobs/detail/replica_environment.h"
 
 namespace troupe::jobs_detail {
@@ -247,9 +248,17 @@ kj::Maybe<SlurmJobInfo> parseScontrolJob(kj::StringPtr line) {
   }
   SlurmJobInfo info;
   bool found = false;
+  // A number that is not one makes the line something other than a job's.
+  auto number = [](const std::string& text, uint64_t max) {
+    return parseWholeNumber(kj::arrayPtr(text.data(), text.size()), max);
+  };
   for (auto& [key, value] : pairs) {
     if (key == "JobId") {
-      info.id = strtoull(value.c_str(), nullptr, 10);
+      KJ_IF_MAYBE(id, number(value, UINT64_MAX)) {
+        info.id = *id;
+      } else {
+        return nullptr;
+      }
       found = info.id != 0;
     } else if (key == "JobName") {
       info.name = value;
@@ -260,12 +269,20 @@ kj::Maybe<SlurmJobInfo> parseScontrolJob(kj::StringPtr line) {
     } else if (key == "Reason") {
       info.reason = value;
     } else if (key == "Restarts") {
-      info.restarts = static_cast<uint32_t>(strtoul(value.c_str(), nullptr, 10));
+      KJ_IF_MAYBE(n, number(value, UINT32_MAX)) {
+        info.restarts = static_cast<uint32_t>(*n);
+      } else {
+        return nullptr;
+      }
     } else if (key == "ExitCode") {
       // "3:0": the exit status, then the signal that ended it.
-      info.exitCode = atoi(value.c_str());
       auto colon = value.find(':');
-      if (colon != std::string::npos) info.exitSignal = atoi(value.c_str() + colon + 1);
+      auto status = number(value.substr(0, colon), 255);
+      auto signal = colon == std::string::npos ? kj::Maybe<uint64_t>(uint64_t{0})
+                                               : number(value.substr(colon + 1), 255);
+      if (status == nullptr || signal == nullptr) return nullptr;
+      info.exitCode = static_cast<int>(KJ_ASSERT_NONNULL(status));
+      info.exitSignal = static_cast<int>(KJ_ASSERT_NONNULL(signal));
     }
   }
   if (!found) return nullptr;

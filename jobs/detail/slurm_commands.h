@@ -59,7 +59,8 @@ struct SlurmJobInfo {
 std::vector<SlurmJobInfo> parseSqueueJson(kj::ArrayPtr<const char> json);
 
 // The job in one line of `scontrol -o show job ID` ("JobId=7 JobName=calc ... JobState=FAILED
-// Reason=NonZeroExitCode ... ExitCode=3:0 ..."); null when the line holds no JobId.
+// Reason=NonZeroExitCode ... ExitCode=3:0 ..."); null when the line holds no JobId, or a JobId,
+// Restarts or ExitCode that is not a number.
 kj::Maybe<SlurmJobInfo> parseScontrolJob(kj::StringPtr line);
 
 // Whether Slurm's state is one a job does not leave (COMPLETED, FAILED, CANCELLED, TIMEOUT,

@@ -10,13 +10,18 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
+#include "troupe/base/backoff.h"
 #include "troupe/base/errors.h"
+#include "troupe/base/parse_number.h"
 #include "troupe/jobs/detail/log_files.h"
 #include "troupe/jobs/detail/replica_environment.h"
 
 namespace troupe::jobs_detail {
 
 namespace {
+
+// The waits between submissions while sbatch's refusal may pass: 1 s, doubling to 30 s.
+const Backoff SUBMIT_BACKOFF(1 * kj::SECONDS, 30 * kj::SECONDS);
 
 // What the resolver is told when a job ends in `phase` because of `why`.
 std::string endedReason(JobPhase phase, const std::string& why) {
@@ -177,7 +182,7 @@ kj::Promise<void> SlurmJob::createAndSubmit() {
         jobTokenFile =
             writeJobTokenFile(settings.logDirectory.substr(0, settings.logDirectory.rfind('/')),
                               settings.logDirectory, jobCredential);
-        return sbatch(testArgs, {}, loop.timer().now() + settings.submitPatience, 1 * kj::SECONDS);
+        return sbatch(testArgs, {}, loop.timer().now() + settings.submitPatience, 0);
       })
       .then([this, testArgs](CommandOutput tested) -> kj::Promise<void> {
         if (stopping) {
@@ -195,9 +200,15 @@ kj::Promise<void> SlurmJob::createAndSubmit() {
         how.numTasks = request_.replicaCount();
         auto args = sbatchArguments(request_, settings, false);
         return sbatch(args, replicaEnvironment(request_, how),
-                      loop.timer().now() + settings.submitPatience, 1 * kj::SECONDS)
+                      loop.timer().now() + settings.submitPatience, 0)
             .then([this, args](CommandOutput out) {
-              uint64_t id = out.status.ok() ? strtoull(out.text.c_str(), nullptr, 10) : 0;
+              // `sbatch --parsable` prints "ID" or "ID;CLUSTER".
+              auto printed = firstLine(out.text);
+              printed = printed.substr(0, printed.find(';'));
+              uint64_t id = 0;
+              if (out.status.ok()) {
+                id = parseWholeNumber(kj::arrayPtr(printed.data(), printed.size())).orDefault(0);
+              }
               if (id == 0) {
                 auto why = out.status.ok() ? "sbatch printed no job id: " + firstLine(out.text)
                                            : describeFailure(args, out);
@@ -235,7 +246,7 @@ kj::Promise<kj::Maybe<std::string>> SlurmJob::passingRefusal(const CommandOutput
 
 kj::Promise<CommandOutput> SlurmJob::sbatch(std::vector<std::string> args,
                                             std::vector<std::string> env, kj::TimePoint deadline,
-                                            kj::Duration pause) {
+                                            uint32_t attempt) {
   auto ran = KJ_ASSERT_NONNULL(host).run(args, env);
   return ran
       .then([this](CommandOutput out) {
@@ -245,24 +256,24 @@ kj::Promise<CommandOutput> SlurmJob::sbatch(std::vector<std::string> args,
         });
       })
       .then([this, args = kj::mv(args), env = kj::mv(env), deadline,
-             pause](std::pair<CommandOutput, kj::Maybe<std::string>> result) mutable
+             attempt](std::pair<CommandOutput, kj::Maybe<std::string>> result) mutable
             -> kj::Promise<CommandOutput> {
         auto& [out, passing] = result;
         KJ_IF_MAYBE(why, passing) {
+          auto pause = SUBMIT_BACKOFF.ceiling(attempt);
           if (!stopping && host != nullptr && loop.timer().now() + pause <= deadline) {
             auto seconds = std::to_string(pause / kj::SECONDS);
             settings.logger->warn("slurm launcher: job {}: {}; submitting again in {} s",
                                   request_.name, *why, seconds);
             setPhase(JobPhase::PENDING, "submitting: " + *why + " (" + firstLine(out.text) +
                                             "); trying again in " + seconds + " s");
-            auto next = std::min(pause * 2, 30 * kj::SECONDS);
             return loop.timer()
                 .afterDelay(pause)
                 .exclusiveJoin(stopRequested.addBranch())
                 .then([this, out = kj::mv(out), args = kj::mv(args), env = kj::mv(env), deadline,
-                       next]() mutable -> kj::Promise<CommandOutput> {
+                       attempt]() mutable -> kj::Promise<CommandOutput> {
                   if (stopping || host == nullptr) return kj::mv(out);
-                  return sbatch(kj::mv(args), kj::mv(env), deadline, next);
+                  return sbatch(kj::mv(args), kj::mv(env), deadline, attempt + 1);
                 });
           }
         }

@@ -97,10 +97,10 @@ private:
   // Why sbatch's refusal `out` may pass (slurmctld cannot be reached, or nodes it has not
   // heard from yet), or nullptr when it was no refusal or one that stands.
   kj::Promise<kj::Maybe<std::string>> passingRefusal(const CommandOutput& out);
-  // Runs sbatch (`args`), again with backoff while its refusal may pass (passingRefusal) and
-  // `deadline` has not passed.
+  // Runs sbatch (`args`), again with backoff (SUBMIT_BACKOFF; `attempt` is this run's number,
+  // from 0) while its refusal may pass (passingRefusal) and `deadline` has not passed.
   kj::Promise<CommandOutput> sbatch(std::vector<std::string> args, std::vector<std::string> env,
-                                    kj::TimePoint deadline, kj::Duration pause);
+                                    kj::TimePoint deadline, uint32_t attempt);
   std::string writeJobToken(const std::string& credential);
   void submitted(uint64_t id);
   // The job ended in Slurm in `state`; `info` holds scontrol's details.

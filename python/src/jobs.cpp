@@ -40,7 +40,6 @@ void PyLauncher::make(Options options, kj::Function<uint64_t(L&, kj::StringPtr)>
     auto& l = *made;
     resolverUrl = l.resolverUrl();
     logDirectory = l.logDirectory();
-    drainJobs = [&l](kj::Maybe<kj::Duration> grace) { return l.drain(grace); };
     slurmId = [&l, of = kj::mv(slurmIdOf)](kj::StringPtr name) mutable { return of(l, name); };
     launcher.set(kj::mv(made));
     return true;
@@ -86,7 +85,7 @@ void PyLauncher::drain(std::optional<double> grace) {
   runOn<Completion>(
       done,
       [self = shared_from_this(), g](EventLoop&, Completion&) {
-        return self->drainJobs(g).attach(kj::mv(self));
+        return self->launcher.get().drain(g).attach(kj::mv(self));
       },
       true);
 }

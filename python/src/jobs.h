@@ -59,7 +59,6 @@ private:
   void make(Options options, kj::Function<uint64_t(L&, kj::StringPtr)> slurmIdOf);
 
   // Loop thread: what the launcher's own class has beyond Launcher's interface.
-  kj::Function<kj::Promise<void>(kj::Maybe<kj::Duration>)> drainJobs;
   kj::Function<uint64_t(kj::StringPtr)> slurmId;
 };
 

@@ -87,10 +87,7 @@ EtcdRegistration::EtcdRegistration(kj::Own<EtcdClient> clientIn, Endpoint endpoi
   registered = paf.promise.fork();
   registeredFulfiller = kj::mv(paf.fulfiller);
   session.join();
-  KJ_IF_MAYBE(parts, parseEndpointName(endpoint.name)) {
-    endpoint.jobId = parts->jobId;
-    endpoint.actor = parts->actor;
-    endpoint.taskIndex = parts->taskIndex;
+  if (fillNameParts(endpoint)) {
     key = client->endpointKey(endpoint.name);
     attempt();
   } else {

@@ -21,16 +21,12 @@ kj::Maybe<Endpoint> decodeEndpoint(EtcdClient& client, kj::StringPtr key,
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 auto reply = client.decode<schema::Endpoint>(value.asChars());
                 auto endpoint = Endpoint::fromCapnp(reply.get());
-                KJ_IF_MAYBE(p, parseEndpointName(name)) {
-                  if (endpoint.name != std::string(name.cStr())) {
-                    throwError(ErrorCode::INVALID_ARGUMENT,
-                               kj::str("its value names '", printable(endpoint.name), "'"));
-                  }
-                  endpoint.jobId = p->jobId;
-                  endpoint.actor = p->actor;
-                  endpoint.taskIndex = p->taskIndex;
-                } else {
+                if (parseEndpointName(name) == nullptr) {
                   throwError(ErrorCode::INVALID_ARGUMENT, "its key is not an endpoint name");
+                }
+                if (endpoint.name != std::string(name.cStr()) || !fillNameParts(endpoint)) {
+                  throwError(ErrorCode::INVALID_ARGUMENT,
+                             kj::str("its value names '", printable(endpoint.name), "'"));
                 }
                 result = kj::mv(endpoint);
               })) {

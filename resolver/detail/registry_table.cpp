@@ -103,11 +103,7 @@ void RegistryTable::checkRegistration(Endpoint& endpoint,
     throwError(code, message);
   };
 
-  KJ_IF_MAYBE(parts, parseEndpointName(endpoint.name)) {
-    endpoint.jobId = kj::mv(parts->jobId);
-    endpoint.actor = kj::mv(parts->actor);
-    endpoint.taskIndex = parts->taskIndex;
-  } else {
+  if (!fillNameParts(endpoint)) {
     refuse(ErrorCode::INVALID_ARGUMENT, errorMessage(endpointNameError(endpoint.name)));
   }
   size_t bytes = endpointBytes(endpoint);

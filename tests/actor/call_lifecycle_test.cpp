@@ -147,9 +147,28 @@ TEST_F(CallLifecycleTest, DefaultDeadlineApplies) {
   }
 }
 
+// A listener hears of the endpoints while its registration lives: at once of those the server
+// has, then of changes; once the registration is dropped (or moved into one that is), no more.
+TEST_F(CallLifecycleTest, AnEndpointListenerIsToldWhileItsRegistrationLives) {
+  test::RecordingListener told, dropped;
+  auto listening = server->addEndpointListener(told);
+  {
+    auto first = server->addEndpointListener(dropped);
+    auto moved = kj::mv(first);
+    EXPECT_EQ(dropped.events.size(), server->endpoints().size());
+  }
+  auto heard = dropped.events.size();
+  ASSERT_GT(heard, 0u);
+  size_t before = told.events.size();
+  EXPECT_EQ(before, heard);
+  server->drain().wait(ws());
+  EXPECT_GT(told.events.size(), before);  // draining, then removed
+  EXPECT_EQ(dropped.events.size(), heard);
+}
+
 TEST_F(CallLifecycleTest, DrainFinishesInFlightCallsAndRefusesNewOnes) {
   test::RecordingListener listener;
-  server->addEndpointListener(listener);
+  auto listening = server->addEndpointListener(listener);
   auto b = ref<Blocker>("blocker");
   auto echo = ref<Echo>("echo");
   echo.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());

@@ -78,7 +78,10 @@ struct ChaosRun {
         launcherLog(std::make_shared<LauncherLog>("chaos")),
         launcher(loop, {.resolver = registry.url(),
                         .logDirectory = dir.path + "/logs",
-                        .logger = loggerFor(launcherLog)}) {
+                        .logger = loggerFor(launcherLog)}),
+        group(startJob()) {}
+
+  JobGroup<Chaos> startJob() {
     ledgerDir = dir.path + "/ledger";
     KJ_REQUIRE(::mkdir(ledgerDir.c_str(), 0700) == 0, "mkdir", ledgerDir);
     JobRequest request{.name = "chaos",
@@ -88,8 +91,7 @@ struct ChaosRun {
                        .replicas = REPLICAS,
                        // Every kill is a failure to the launcher; the job must outlive them all.
                        .maxRetriesFailure = 1000000};
-    group = createActorGroup<Chaos>(launcher, kj::mv(request), "chaos");
-    job = KJ_ASSERT_NONNULL(launcher.find("chaos"));
+    return createActorGroup<Chaos>(launcher, kj::mv(request), "chaos");
   }
 
   EventLoop loop;
@@ -100,8 +102,7 @@ struct ChaosRun {
   RegistryDaemon registry;
   std::shared_ptr<LauncherLog> launcherLog;
   LocalLauncher launcher;
-  kj::Own<ActorGroup<Chaos>> group;
-  kj::Maybe<JobHandle> job;
+  JobGroup<Chaos> group;
 };
 
 // Once the chaos stopped and the driver thawed what it froze: the job comes back whole, and
@@ -177,7 +178,7 @@ TEST(Chaos, CallsKeepTheirPromisesWhileReplicasDieAndFreezeAndTheRegistryRestart
          " s of chaos");
   ChaosRun run(settings);
   auto& loop = run.loop;
-  auto job = KJ_ASSERT_NONNULL(run.job);
+  auto& job = run.group.job;
   test::await(loop, run.group->waitReady(REPLICAS, test::PATIENCE).ignoreResult());
 
   // Attempts are bounded by each call's deadline rather than by a count: the rules say what a

@@ -359,7 +359,8 @@ TEST_F(LocalLauncherTest, CreateActorGroupThenWaitReadyThenCallsEndToEnd) {
   EXPECT_EQ(names.count(one), 1u);
 
   // Terminating the job ends it in the resolver: the group learns, and waiting fails fast.
-  auto job = KJ_ASSERT_NONNULL(launcher.find("members"));
+  auto& job = group.job;
+  EXPECT_EQ(job.id(), KJ_ASSERT_NONNULL(launcher.find("members")).id());
   await(loop, job.terminate());
   EXPECT_EQ(job.status(), JobPhase::STOPPED);
   while (group->jobEnded() == nullptr) await(loop, group->whenChanged());
@@ -373,7 +374,7 @@ TEST_F(LocalLauncherTest, AKilledReplicaRestartsWithANewIncarnationAndFreshState
   auto req = request("restart", Entrypoint::function("member"), 2);
   req.maxRetriesFailure = 1;
   auto group = createActorGroup<test::Member>(launcher, kj::mv(req), "member");
-  auto job = KJ_ASSERT_NONNULL(launcher.find("restart"));
+  auto& job = group.job;
   await(loop, group->waitReady(2, PATIENCE));
 
   auto memberZero = [&]() -> kj::Maybe<Endpoint> {
@@ -436,7 +437,9 @@ TEST_F(LocalLauncherTest, DrainStopsEveryJobAndRefusesNewOnes) {
   auto pid = running.replicas()[0].pid;
   EXPECT_EQ(pending.status(), JobPhase::PENDING);
 
-  await(loop, launcher.drain());
+  // Through the interface every launcher has.
+  Launcher& any = launcher;
+  await(loop, any.drain());
   EXPECT_EQ(running.status(), JobPhase::STOPPED);
   EXPECT_EQ(running.reason(), "the launcher shut down");
   EXPECT_EQ(pending.status(), JobPhase::STOPPED);

@@ -129,7 +129,7 @@ protected:
 TEST_F(SlurmLauncherTest, AJobOfThreeReplicasPublishesAndIsCalledThroughAPool) {
   auto group = createActorGroup<test::Member>(
       *launcher, request("members", Entrypoint::binary(TROUPE_TEST_HOST_ACTOR_PATH), 3), "member");
-  auto job = KJ_ASSERT_NONNULL(launcher->find("members"));
+  auto& job = group.job;
   auto ready = await(loop, group->waitReady(3, PATIENCE));
   ASSERT_EQ(ready.size(), 3u);
   EXPECT_GT(launcher->slurmJobId("members"), 0u);  // submitted, since its replicas run

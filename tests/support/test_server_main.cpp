@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   printf("LISTENING %s %llu\n", bound.c_str(), (unsigned long long)server.incarnation());
   fflush(stdout);
   PrintingListener listener;
-  server.addEndpointListener(listener);
+  auto listening = server.addEndpointListener(listener);
   kj::Maybe<kj::Own<troupe::EndpointPublisher>> publisher;
   KJ_IF_MAYBE(r, resolver) {
     auto p = kj::heap<troupe::EndpointPublisher>(server, **r);
@@ -79,6 +79,5 @@ int main(int argc, char** argv) {
     publisher = kj::mv(p);
   }
   server.serveUntilSignal();
-  server.removeEndpointListener(listener);
   return 0;
 }

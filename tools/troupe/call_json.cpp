@@ -6,6 +6,7 @@
 #include <kj/vector.h>
 
 #include "troupe/base/errors.h"
+#include "troupe/base/parse_number.h"
 #include "tools/troupe/dynamic_actor.h"
 
 namespace troupe::cli {
@@ -157,7 +158,6 @@ private:
     return false;
   }
 
-  static bool isDigit(char c) { return '0' <= c && c <= '9'; }
   static bool isHex(char c) {
     return isDigit(c) || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F');
   }

@@ -234,9 +234,8 @@ public:
                                                                  .stopJobsOnSignal = false});
     }
     Launcher& launcher = onSlurm ? static_cast<Launcher&>(*slurm) : *local;
-    auto drain = [&]() { return onSlurm ? slurm->drain() : local->drain(); };
     printf("resolver %s; logs in %s/%s\n", launcher.resolverUrl().c_str(),
-           (onSlurm ? slurm->logDirectory() : local->logDirectory()).c_str(), request.name.c_str());
+           launcher.logDirectory().c_str(), request.name.c_str());
     auto job = launcher.submit(kj::mv(request));
     Reporter reporter(job);
 
@@ -253,7 +252,7 @@ public:
       });
     });
     reporter.follow().exclusiveJoin(kj::mv(interrupt)).wait(loop.waitScope());
-    drain().wait(loop.waitScope());
+    launcher.drain().wait(loop.waitScope());
 
     auto phase = job.status();
     if (phase == JobPhase::FAILED) {

@@ -78,7 +78,6 @@ struct Route {
 
 bool isBlank(char c) { return c == ' ' || c == '\t'; }
 bool isLetter(char c) { return ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || c == '_'; }
-bool isDigit(char c) { return '0' <= c && c <= '9'; }
 
 bool endsWith(const std::string& text, const char* suffix, size_t length) {
   return text.size() > length && text.compare(text.size() - length, length, suffix) == 0;
