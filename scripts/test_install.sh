@@ -14,25 +14,43 @@
 #
 #   scripts/test_install.sh [--deb]     uses the build in $BUILD_DIR (default build/), which
 #                                       scripts/test.sh makes
+#   scripts/test_install.sh --prepare DIR
+#                                       only makes the fresh Debian 12 of step 3 in DIR (new),
+#                                       with the compiler, CMake and Ninja installed, so that a
+#                                       later `TROUPE_FRESH_DEBIAN=DIR scripts/test_install.sh
+#                                       --deb` uses it (and removes it) instead of making one:
+#                                       CI makes it while it builds, as it mostly waits on the
+#                                       network
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
 build=$(realpath "${BUILD_DIR:-build}")
 deb=0
+prepare=0
 [ "${1:-}" = --deb ] && deb=1
+if [ "${1:-}" = --prepare ]; then
+  [ $# -eq 2 ] || { echo "usage: scripts/test_install.sh --prepare DIR" >&2; exit 2; }
+  prepare=1
+fi
 
 scratch=$(mktemp -d)
 as_root=()
 [ "$(id -u)" -eq 0 ] || as_root=(sudo)
-fresh=$scratch/fresh
+if [ "$prepare" = 1 ]; then
+  fresh=$2
+else
+  fresh=${TROUPE_FRESH_DEBIAN:-$scratch/fresh}
+fi
 cleanup() {
   # The fresh system's /proc is the host's: unmount it before anything is removed.
   if mountpoint -q "$fresh/proc" 2>/dev/null; then "${as_root[@]}" umount "$fresh/proc"; fi
   if mountpoint -q "$fresh/proc" 2>/dev/null; then
-    echo "test_install: $fresh/proc is still mounted; leaving $scratch in place" >&2
+    echo "test_install: $fresh/proc is still mounted; leaving $scratch and $fresh in place" >&2
     return
   fi
   "${as_root[@]}" rm -rf "$scratch"
+  # A prepared system is used once.
+  if [ "$prepare" = 0 ] && [ -n "${TROUPE_FRESH_DEBIAN:-}" ]; then "${as_root[@]}" rm -rf "$fresh"; fi
 }
 trap cleanup EXIT
 
@@ -40,6 +58,26 @@ trap cleanup EXIT
 quietly() { "$@" > "$scratch/step.log" 2>&1 || { cat "$scratch/step.log"; return 1; }; }
 configure() { quietly cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"; }
 build() { quietly cmake --build "$1"; }
+
+in_fresh() { "${as_root[@]}" chroot "$fresh" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+               HOME=/root DEBIAN_FRONTEND=noninteractive "$@"; }
+# A fresh Debian 12 (debootstrap, minbase, entered with chroot) in $fresh with a compiler, CMake
+# and Ninja; its /proc is mounted while this runs, unmounted after.
+make_fresh() {
+  scripts/setup.sh debootstrap
+  local mirror=${TROUPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+  quietly "${as_root[@]}" debootstrap --variant=minbase bookworm "$fresh" "$mirror"
+  "${as_root[@]}" mount --bind /proc "$fresh/proc"
+  quietly in_fresh apt-get update -q
+  quietly in_fresh apt-get install -y -q --no-install-recommends g++ cmake ninja-build
+  "${as_root[@]}" umount "$fresh/proc"
+}
+if [ "$prepare" = 1 ]; then
+  [ ! -e "$fresh" ] || { echo "test_install: $fresh exists already" >&2; exit 2; }
+  make_fresh
+  echo "a fresh Debian 12 with g++, CMake and Ninja is in $fresh"
+  exit 0
+fi
 
 echo "== 1. cmake --install, its headers alone, find_package(troupe) and pkg-config"
 prefix=$scratch/prefix
@@ -81,7 +119,10 @@ assert troupe.ResourceConfig.with_gpu("H100", 8).chip_count == 8' ||
 fi
 
 echo "== 2. add_subdirectory(troupe), shared libraries"
-configure -S tests/install/subdirectory -B "$scratch/calc-subdirectory" -DTROUPE_SOURCE_DIR="$src"
+# Built with no build type (no optimization, no debug information): what this checks is that the
+# project builds and runs this way, and a build of everything at -O2 -g again would take minutes.
+quietly cmake -G Ninja -S tests/install/subdirectory -B "$scratch/calc-subdirectory" \
+  -DTROUPE_SOURCE_DIR="$src"
 build "$scratch/calc-subdirectory"
 quietly env TROUPE_REGISTRY="$scratch/calc-subdirectory/troupe/tools/troupe-registry" \
   examples/calculator/demo.sh "$scratch/calc-subdirectory/calculator"
@@ -91,15 +132,15 @@ if [ "$deb" = 1 ]; then
   (cd "$scratch" && quietly cpack -G DEB --config "$build/CPackConfig.cmake")
   package=$(ls "$scratch"/troupe_*.deb)
   echo "$(basename "$package"): Depends: $(dpkg-deb --field "$package" Depends)"
-  scripts/setup.sh debootstrap
-  mirror=${TROUPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-  quietly "${as_root[@]}" debootstrap --variant=minbase bookworm "$fresh" "$mirror"
+  if [ -n "${TROUPE_FRESH_DEBIAN:-}" ]; then
+    [ -x "$fresh/usr/bin/g++" ] || { echo "test_install: $fresh is no prepared Debian" >&2; exit 1; }
+  else
+    make_fresh
+  fi
   "${as_root[@]}" mount --bind /proc "$fresh/proc"
   "${as_root[@]}" mkdir -p "$fresh/src/examples"
   "${as_root[@]}" cp -r examples/calculator examples/demo_lib.sh "$fresh/src/examples/"
   "${as_root[@]}" cp "$package" "$fresh/tmp/"
-  in_fresh() { "${as_root[@]}" chroot "$fresh" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-                 HOME=/root DEBIAN_FRONTEND=noninteractive "$@"; }
   quietly in_fresh apt-get update -q
   quietly in_fresh apt-get install -y -q --no-install-recommends \
     "/tmp/$(basename "$package")" g++ cmake ninja-build
