@@ -156,8 +156,6 @@ class BlobFanout;
 // transfer up at every member still receiving it (they free what they hold).
 class BlobTransfer {
 public:
-  // `members`: the endpoint names, in the order results are given.
-  BlobTransfer(kj::Own<actor_detail::BlobFanout> fanout, std::vector<std::string> members);
   BlobTransfer(BlobTransfer&&);
   BlobTransfer& operator=(BlobTransfer&&);
   ~BlobTransfer() noexcept(false);
@@ -175,6 +173,12 @@ public:
   kj::Promise<kj::Array<BlobResult>> waitAll(kj::Duration deadline);
 
 private:
+  friend BlobTransfer sendBlob(EventLoop& loop, kj::ArrayPtr<const BlobTarget> targets,
+                               kj::StringPtr name, uint64_t version,
+                               kj::Array<const kj::byte> bytes, BlobSendOptions options);
+  // `members`: the endpoint names, in the order results are given.
+  BlobTransfer(kj::Own<actor_detail::BlobFanout> fanout, std::vector<std::string> members);
+
   kj::Own<actor_detail::BlobFanout> fanout;
   std::vector<std::string> members;
 };

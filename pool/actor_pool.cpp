@@ -133,17 +133,19 @@ uint32_t ActorPoolBase::outstanding(kj::StringPtr member) const {
 }
 
 kj::Promise<CallResult<kj::Own<AnyResponse>>> ActorPoolBase::callWith(Attempt attempt,
-                                                                      const CallOptions& options) {
+                                                                      const CallOptions& options,
+                                                                      bool nameMember) {
   using Result = CallResult<kj::Own<AnyResponse>>;
   auto& pool = *impl;
   if (pool.draining) return Result{{}, nullptr, pool.drainingError()};
-  auto call = pool_detail::PoolCall::run(pool, options, kj::mv(attempt)).then([&pool](Result&& r) {
-    if (pool.options.metrics) {
-      countOutcome(pool.counters.calls, r.error);
-      pool.counters.latency.record(r.latency);
-    }
-    return kj::mv(r);
-  });
+  auto call = pool_detail::PoolCall::run(pool, options, kj::mv(attempt), nameMember)
+                  .then([&pool](Result&& r) {
+                    if (pool.options.metrics) {
+                      countOutcome(pool.counters.calls, r.error);
+                      pool.counters.latency.record(r.latency);
+                    }
+                    return kj::mv(r);
+                  });
   // Cancelled with the pool: its error becomes the result.
   return pool.track(kj::mv(call)).catch_([](kj::Exception&& e) {
     return Result{{}, nullptr, kj::mv(e)};

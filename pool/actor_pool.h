@@ -162,9 +162,11 @@ private:
   static Attempt erase(Fn&& fn);
 
   // The call: its attempts until it is done or its deadline passes (pool/detail/pool_call.h).
-  // Never rejects: its result holds the error, and the member of the last attempt.
+  // Never rejects: its result holds the error, and, when `nameMember`, the member of the last
+  // attempt (a copy of its Endpoint, which call() has no use for).
   kj::Promise<CallResult<kj::Own<AnyResponse>>> callWith(Attempt attempt,
-                                                         const CallOptions& options);
+                                                         const CallOptions& options,
+                                                         bool nameMember);
   // `attempt` on every READY member at once.
   BroadcastFutureBase broadcastWith(Attempt attempt, const CallOptions& options);
 
@@ -239,7 +241,7 @@ template <typename Fn>
 auto ActorPoolBase::callCapability(Fn&& fn, CallOptions options)
     -> kj::Promise<CallValue<Fn, capnp::Capability::Client>> {
   using Value = CallValue<Fn, capnp::Capability::Client>;
-  return callWith(erase<Value>(kj::fwd<Fn>(fn)), options)
+  return callWith(erase<Value>(kj::fwd<Fn>(fn)), options, false)
       .then([](CallResult<kj::Own<AnyResponse>>&& result) {
         return unwrapResult<Value>(kj::mv(result)).take();
       });
@@ -249,7 +251,7 @@ template <typename Fn>
 auto ActorPoolBase::callCapabilityResult(Fn&& fn, CallOptions options)
     -> kj::Promise<CallResult<CallValue<Fn, capnp::Capability::Client>>> {
   using Value = CallValue<Fn, capnp::Capability::Client>;
-  return callWith(erase<Value>(kj::fwd<Fn>(fn)), options)
+  return callWith(erase<Value>(kj::fwd<Fn>(fn)), options, true)
       .then([](CallResult<kj::Own<AnyResponse>>&& result) {
         return unwrapResult<Value>(kj::mv(result));
       });

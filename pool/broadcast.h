@@ -16,7 +16,6 @@ class BroadcastFutureBase {
 public:
   using Result = CallResult<kj::Own<AnyResponse>>;
 
-  explicit BroadcastFutureBase(kj::Own<pool_detail::BroadcastState> state);
   BroadcastFutureBase(BroadcastFutureBase&&) noexcept;
   BroadcastFutureBase& operator=(BroadcastFutureBase&&) noexcept;
   ~BroadcastFutureBase() noexcept(false);
@@ -31,6 +30,9 @@ public:
   kj::Promise<kj::Maybe<Result>> next();
 
 private:
+  friend class ActorPoolBase;  // makes them
+  explicit BroadcastFutureBase(kj::Own<pool_detail::BroadcastState> state);
+
   // The state, left null: the results are being taken by one of the wait methods.
   kj::Own<pool_detail::BroadcastState> take();
 

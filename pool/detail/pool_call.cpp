@@ -58,8 +58,8 @@ AttemptEnd judge(const kj::Exception& e, bool idempotent) {
 }
 
 kj::Promise<PoolCall::Result> PoolCall::run(ActorPoolBase::Impl& pool, const CallOptions& options,
-                                            ActorPoolBase::Attempt attempt) {
-  auto call = kj::heap<PoolCall>(pool, options, kj::mv(attempt));
+                                            ActorPoolBase::Attempt attempt, bool nameMember) {
+  auto call = kj::heap<PoolCall>(pool, options, kj::mv(attempt), nameMember);
   auto& c = *call;
   auto expiry = pool.group.loop().timer().afterDelay(c.deadline).then([&c]() {
     return c.expired();
@@ -73,10 +73,11 @@ kj::Promise<PoolCall::Result> PoolCall::run(ActorPoolBase::Impl& pool, const Cal
 }
 
 PoolCall::PoolCall(ActorPoolBase::Impl& pool, const CallOptions& options,
-                   ActorPoolBase::Attempt attempt)
+                   ActorPoolBase::Attempt attempt, bool nameMember)
     : pool(pool),
       attempt(kj::mv(attempt)),
       idempotent(options.idempotent),
+      nameMember(nameMember),
       deadline(options.deadline.orDefault(pool.options.defaultDeadline)),
       start(pool.group.loop().timer().now()) {}
 
@@ -168,7 +169,7 @@ kj::Promise<PoolCall::Result> PoolCall::ended(Attempted&& a) {
 PoolCall::Result PoolCall::done(kj::Maybe<kj::Own<AnyResponse>> response,
                                 kj::Maybe<kj::Exception> error) {
   Result result;
-  if (last.get() != nullptr) result.endpoint = last->endpoint;
+  if (nameMember && last.get() != nullptr) result.endpoint = last->endpoint;
   result.value = kj::mv(response);
   result.error = kj::mv(error);
   result.latency = pool.group.loop().timer().now() - start;

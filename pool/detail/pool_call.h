@@ -51,11 +51,13 @@ class PoolCall {
 public:
   using Result = CallResult<kj::Own<AnyResponse>>;
 
-  // Runs a call of `attempt` through `pool` until it is DONE; never rejects.
+  // Runs a call of `attempt` through `pool` until it is DONE; never rejects. Its result names
+  // the member of the last attempt when `nameMember`.
   static kj::Promise<Result> run(ActorPoolBase::Impl& pool, const CallOptions& options,
-                                 ActorPoolBase::Attempt attempt);
+                                 ActorPoolBase::Attempt attempt, bool nameMember);
 
-  PoolCall(ActorPoolBase::Impl& pool, const CallOptions& options, ActorPoolBase::Attempt attempt);
+  PoolCall(ActorPoolBase::Impl& pool, const CallOptions& options, ActorPoolBase::Attempt attempt,
+           bool nameMember);
   KJ_DISALLOW_COPY(PoolCall);
 
 private:
@@ -82,6 +84,7 @@ private:
   ActorPoolBase::Impl& pool;
   ActorPoolBase::Attempt attempt;
   const bool idempotent;
+  const bool nameMember;
   const kj::Duration deadline;
   const kj::TimePoint start;
   uint32_t attempts = 0;

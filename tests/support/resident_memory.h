@@ -10,8 +10,15 @@ namespace troupe::test {
 
 // AddressSanitizer keeps freed memory in quarantine and never gives it back when asked, so
 // what a test states about the memory malloc returns holds only without it.
+// GCC says so with __SANITIZE_ADDRESS__, clang with __has_feature.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool MEMORY_IS_SANITIZED = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool MEMORY_IS_SANITIZED = true;
+#else
+constexpr bool MEMORY_IS_SANITIZED = false;
+#endif
 #else
 constexpr bool MEMORY_IS_SANITIZED = false;
 #endif
