@@ -476,18 +476,22 @@ std::string ActorServer::defaultListenAddress() const {
   return scheme + (impl->job.advertiseHost.empty() ? "127.0.0.1:0" : "0.0.0.0:0");
 }
 
-kj::Promise<void> ActorServer::serve() {
+kj::Promise<void> ActorServer::serve() { return serve({SIGTERM, SIGINT}); }
+
+kj::Promise<void> ActorServer::serve(std::initializer_list<int> signals) {
   if (impl->state == ServerState::STARTING) listen(defaultListenAddress());
-  // SIGTERM and SIGINT start a drain, and keep being caught until the server stops: one that
-  // arrives while a drain asked for otherwise is under way (a launcher stopping the replica
-  // after ActorGroup::drainMembers(), say) joins that drain instead of killing the process.
-  impl->signals = impl->loop.onSignal({SIGTERM, SIGINT})
-                      .then([this](int signum) {
-                        impl->log->info("{}: received {}; draining", impl->who(),
-                                        strsignal(signum));
-                        impl->startDrain(impl->options.drainGracePeriod);
-                      })
-                      .eagerlyEvaluate(nullptr);
+  // The signals start a drain, and keep being caught until the server stops: one that arrives
+  // while a drain asked for otherwise is under way (a launcher stopping the replica after
+  // ActorGroup::drainMembers(), say) joins that drain instead of killing the process.
+  if (signals.size() > 0) {
+    impl->signals = impl->loop.onSignal(signals)
+                        .then([this](int signum) {
+                          impl->log->info("{}: received {}; draining", impl->who(),
+                                          strsignal(signum));
+                          impl->startDrain(impl->options.drainGracePeriod);
+                        })
+                        .eagerlyEvaluate(nullptr);
+  }
   return impl->drainStarted.addBranch().then([this]() { return drain(); });
 }
 

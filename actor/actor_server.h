@@ -2,6 +2,7 @@
 // ActorServer: hosts named actors (Cap'n Proto interface implementations) in this process and
 // serves them over Cap'n Proto RPC on TCP or unix sockets.
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -157,6 +158,10 @@ public:
   // first if listen() was never called. The server must outlive the returned promise, and that
   // of drain().
   kj::Promise<void> serve();
+  // serve() catching `signals` instead of SIGTERM and SIGINT (none: only a drain request ends
+  // it), for a server that shares its process with a program handling the others (Ctrl-C)
+  // itself.
+  kj::Promise<void> serve(std::initializer_list<int> signals);
 
   // Where serve() listens when listen() was never called: tls:// when the server's credentials
   // can serve TLS, tcp:// otherwise; on 127.0.0.1, or on 0.0.0.0 when JobContext::advertiseHost

@@ -23,6 +23,8 @@ packages=(
   # The dashboard's test drives a real headless browser (tests/dashboard/dashboard_test.py).
   chromium chromium-driver python3 python3-selenium
   python3-dev pybind11-dev python3-pytest
+  # The Python module's troupe.Tensor is a NumPy array; its tests send them.
+  python3-numpy
   "$@"
 )
 

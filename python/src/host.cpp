@@ -1,17 +1,23 @@
 #include "python/src/host.h"
 
+#include <signal.h>
+
+#include <chrono>
 #include <optional>
 
 #include <capnp/dynamic.h>
-#include <capnp/schema-parser.h>
 #include <kj/debug.h>
 #include <kj/filesystem.h>
+#include <spdlog/spdlog.h>
 
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/job_context.h"
 #include "troupe/base/errors.h"
+#include "troupe/resolver/endpoint_publisher.h"
 #include "troupe/resolver/host_actor.h"
+#include "troupe/resolver/open_resolver.h"
+#include "python/src/client.h"
 #include "python/src/errors.h"
 #include "python/src/values.h"
 
@@ -21,11 +27,32 @@ namespace troupe::python {
 
 namespace {
 
-// "TypeError: add() missing 1 required positional argument: 'b'".
+// What an actor's method raised, for its caller: "<type>: <message>", then the replica's
+// traceback as Python prints it ("Traceback (most recent call last):\n ..."); the type is
+// qualified by its module unless it is a builtin ("ZeroDivisionError", "mymodule.Refused").
 kj::String describePythonError(py::error_already_set& e) {
-  std::string type = py::str(e.type().attr("__name__"));
+  py::object type = e.type();
+  std::string name = py::str(type.attr("__qualname__"));
+  std::string module = py::str(type.attr("__module__"));
+  if (module != "builtins") name = module + "." + name;
   std::string message = py::str(e.value());
-  return kj::str(type.c_str(), ": ", message.c_str());
+  std::string traceback;
+  try {
+    py::list lines =
+        py::module_::import("traceback").attr("format_exception")(e.type(), e.value(), e.trace());
+    for (auto line : lines) traceback += py::str(line).cast<std::string>();
+  } catch (py::error_already_set&) {
+    traceback = "(no traceback: formatting it failed)\n";
+  }
+  return kj::str(name.c_str(), ": ", message.c_str(), "\n", traceback.c_str());
+}
+
+// The exception an actor's caller gets for what its method raised (not KJ_EXCEPTION, which would
+// quote the expression), logged with its traceback in the replica.
+kj::Exception actorRaised(py::error_already_set& e, const std::string& where, spdlog::logger& log) {
+  auto description = describePythonError(e);
+  log.warn("{} raised {}", where, description.cStr());
+  return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::mv(description));
 }
 
 // Python objects that must be let go of with the GIL held, on whatever thread drops them.
@@ -53,6 +80,7 @@ public:
       : capnp::DynamicCapability::Server(schema),
         loop(loop),
         onWorkers(onWorkers),
+        log(loop.logger()),
         impl(kj::mv(impl)),
         interfaceName(kj::str(schema.getShortDisplayName())) {}
 
@@ -72,22 +100,21 @@ public:
       try {
         py::object fn = py::getattr(*impl, name.cStr(), py::none());
         if (fn.is_none()) {
-          return KJ_EXCEPTION(
-              UNIMPLEMENTED,
-              kj::str(std::string(py::str(py::type::of(*impl).attr("__name__"))).c_str(),
-                      " has no method '", name, "'"));
+          std::string type = py::str(py::type::of(*impl).attr("__name__"));
+          return kj::Exception(kj::Exception::Type::UNIMPLEMENTED, __FILE__, __LINE__,
+                               kj::str(type.c_str(), " has no method '", name, "'"));
         }
         held.fn = kj::mv(fn);
         held.params = toPython(context.getParams());
         context.releaseParams();
         if (!onWorkers) {
-          KJ_IF_MAYBE(failure, runMethod(held, context.getResults(), where)) {
+          KJ_IF_MAYBE(failure, runMethod(held, context.getResults(), where, *log)) {
             return kj::mv(*failure);
           }
           return kj::READY_NOW;
         }
       } catch (py::error_already_set& e) {
-        return KJ_EXCEPTION(FAILED, describePythonError(e));
+        return actorRaised(e, where, *log);
       }
     }
     // On a worker: the results go into a message of the call's own, copied in on the loop.
@@ -97,11 +124,11 @@ public:
     };
     auto type = method.getResultType();
     return loop
-        .offload([held = kj::mv(held), type, where]() mutable {
+        .offload([held = kj::mv(held), type, where, log = log]() mutable {
           Outcome out;
           auto root = out.results->initRoot<capnp::DynamicStruct>(type);
           py::gil_scoped_acquire gil;
-          out.failure = runMethod(held, root, where);
+          out.failure = runMethod(held, root, where, *log);
           return out;
         })
         .then([context, type](Outcome out) mutable -> kj::Promise<void> {
@@ -118,61 +145,32 @@ private:
   // Calls the method `held` names (`where`: "Calculator.add"), GIL held: its results go into
   // `results`; returns what it raised, or that it is a coroutine.
   static kj::Maybe<kj::Exception> runMethod(Held& held, capnp::DynamicStruct::Builder results,
-                                            const std::string& where) {
+                                            const std::string& where, spdlog::logger& log) {
     try {
       py::object result = (*held.fn)(**(*held.params));
       if (PyCoro_CheckExact(result.ptr())) {
         result.attr("close")();
-        return KJ_EXCEPTION(FAILED, kj::str(where.c_str(),
-                                            " is a coroutine: serve() runs plain methods only"));
+        return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                             kj::str(where.c_str(),
+                                     " is a coroutine: serve() runs plain methods only (a class "
+                                     "hosted with troupe.host_actor() may have async methods)"));
       }
       if (!result.is_none()) fillStruct(results, result, where + " results");
     } catch (py::error_already_set& e) {
-      return KJ_EXCEPTION(FAILED, describePythonError(e));
+      return actorRaised(e, where, log);
     }
     return nullptr;
   }
 
   EventLoop& loop;
   const bool onWorkers;
+  std::shared_ptr<spdlog::logger> log;
   std::optional<py::object> impl;  // dropped with the GIL held
   kj::String interfaceName;
 };
 
-// What a SchemaParser reads files through: it must outlive the parser (schema-parser.h).
-struct SchemaFiles {
-  kj::Own<kj::Filesystem> fs = kj::newDiskFilesystem();
-  std::vector<kj::Own<const kj::ReadableDirectory>> dirs;
-  std::vector<const kj::ReadableDirectory*> imports;
-};
-
-capnp::InterfaceSchema parseInterface(const capnp::SchemaParser& parser, SchemaFiles& files,
-                                      const std::string& schemaPath,
-                                      const std::string& interfaceName,
-                                      const std::vector<std::string>& importPath) {
-  auto& fs = files.fs;
-  auto& root = fs->getRoot();
-  auto absolute = fs->getCurrentPath().evalNative(schemaPath);
-  auto& dirs = files.dirs;
-  auto addDir = [&](kj::StringPtr dir) {
-    KJ_IF_MAYBE(d, root.tryOpenSubdir(fs->getCurrentPath().evalNative(dir))) {
-      dirs.push_back(kj::mv(*d));
-    }
-  };
-  for (auto& dir : importPath) addDir(dir.c_str());
-  addDir("/usr/local/include");
-  addDir("/usr/include");
-  auto& imports = files.imports;
-  for (auto& d : dirs) imports.push_back(d.get());
-
-  kj::Maybe<capnp::ParsedSchema> file;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                file = parser.parseFromDirectory(root, kj::mv(absolute),
-                                                 kj::arrayPtr(imports.data(), imports.size()));
-              })) {
-    raiseInvalidArgument("cannot read schema '" + schemaPath + "': " + e->getDescription().cStr());
-  }
-  auto& parsed = KJ_ASSERT_NONNULL(file);
+capnp::InterfaceSchema findInterface(capnp::ParsedSchema parsed, const std::string& schemaPath,
+                                     const std::string& interfaceName) {
   KJ_IF_MAYBE(nested, parsed.findNested(interfaceName.c_str())) {
     if (nested->getProto().isInterface()) return nested->asInterface();
   }
@@ -186,33 +184,179 @@ capnp::InterfaceSchema parseInterface(const capnp::SchemaParser& parser, SchemaF
 
 }  // namespace
 
-void serve(const std::string& schemaPath, const std::string& interfaceName, py::object impl,
-           const ServeOptions& options) {
-  validateActorNameOrRaise(options.name);
-  // The parser owns the schemas: it outlives the server.
-  SchemaFiles files;  // declared first: goes after the parser
-  capnp::SchemaParser parser;
-  auto schema = parseInterface(parser, files, schemaPath, interfaceName, options.importPath);
-  kj::Maybe<kj::Exception> failure;
+// What a SchemaParser reads files through: it must outlive the parser (schema-parser.h).
+struct HostedActor::Files {
+  kj::Own<kj::Filesystem> fs = kj::newDiskFilesystem();
+  kj::Own<kj::Directory> text = kj::newInMemoryDirectory(kj::nullClock());
+  std::vector<kj::Own<const kj::ReadableDirectory>> dirs;
+  std::vector<const kj::ReadableDirectory*> imports;
+
+  // Parses the schema `source` names, its imports found in `importPath`, then /usr/local/include
+  // and /usr/include.
+  capnp::ParsedSchema parse(const capnp::SchemaParser& parser, const SchemaSource& source,
+                            const std::vector<std::string>& importPath) {
+    auto& root = fs->getRoot();
+    auto addDir = [&](kj::StringPtr dir) {
+      KJ_IF_MAYBE(d, root.tryOpenSubdir(fs->getCurrentPath().evalNative(dir))) {
+        dirs.push_back(kj::mv(*d));
+      }
+    };
+    for (auto& dir : importPath) addDir(dir.c_str());
+    addDir("/usr/local/include");
+    addDir("/usr/include");
+    for (auto& d : dirs) imports.push_back(d.get());
+    auto importDirs = kj::arrayPtr(imports.data(), imports.size());
+
+    kj::Maybe<capnp::ParsedSchema> file;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  if (source.text.empty()) {
+                    file = parser.parseFromDirectory(
+                        root, fs->getCurrentPath().evalNative(source.path), importDirs);
+                  } else {
+                    auto path = kj::Path::parse(source.path);
+                    text->openFile(path, kj::WriteMode::CREATE | kj::WriteMode::CREATE_PARENT)
+                        ->writeAll(source.text);
+                    file = parser.parseFromDirectory(*text, kj::mv(path), importDirs);
+                  }
+                })) {
+      raiseInvalidArgument("cannot read schema '" + source.path +
+                           "': " + e->getDescription().cStr());
+    }
+    return KJ_ASSERT_NONNULL(file);
+  }
+};
+
+HostedActor::HostedActor(const SchemaSource& source, const std::string& interfaceName,
+                         py::object impl, ServeOptions options)
+    : options(kj::mv(options)), files(kj::heap<Files>()) {
+  validateActorNameOrRaise(this->options.name);
+  schema = findInterface(files->parse(parser, source, this->options.importPath), source.path,
+                         interfaceName);
+  this->impl = kj::mv(impl);
+  thread = kj::heap<kj::Thread>([this]() { run(); });
+  py::gil_scoped_release released;  // the serving thread takes the object with the GIL
+  std::unique_lock<std::mutex> lock(mutex);
+  changed.wait(lock, [this]() { return phase != Phase::STARTING; });
+  if (phase == Phase::STOPPED) {
+    auto e = KJ_ASSERT_NONNULL(failure);
+    lock.unlock();
+    thread = nullptr;
+    py::gil_scoped_acquire gil;
+    raise(e);
+  }
+}
+
+HostedActor::~HostedActor() noexcept(false) {
+  stop(std::nullopt);
   {
     py::gil_scoped_release released;
-    failure = kj::runCatchingExceptions([&]() {
-      EventLoop loop;
-      ActorServer server(loop, JobContext::fromEnvironment());
-      ActorOptions actor;
-      actor.maxConcurrency = options.maxConcurrency;
-      {
-        py::gil_scoped_acquire gil;  // the actor holds the object
-        server.hostCapability(
-            options.name.c_str(), schema,
-            kj::heap<PythonActor>(loop, schema, kj::mv(impl), options.maxConcurrency != 1), actor);
-      }
-      if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
-      serveReplica(loop, server);
-    });
+    thread = nullptr;  // joins: the serving thread drops the object with the GIL
   }
+  impl.reset();
+}
+
+void HostedActor::run() {
+  auto outcome = kj::runCatchingExceptions([&]() {
+    EventLoop loop;
+    ActorServer server(loop, JobContext::fromEnvironment());
+    ActorOptions actor;
+    actor.maxConcurrency = options.maxConcurrency;
+    {
+      py::gil_scoped_acquire gil;  // the actor holds the object
+      auto object = kj::mv(*impl);
+      impl.reset();
+      server.hostCapability(
+          options.name.c_str(), schema,
+          kj::heap<PythonActor>(loop, schema, kj::mv(object), options.maxConcurrency != 1), actor);
+    }
+    listenGuarded(server, options.listen.empty() ? server.defaultListenAddress().c_str()
+                                                 : options.listen.c_str());
+    auto& job = server.job();
+    kj::Maybe<kj::Own<Resolver>> resolver;
+    kj::Maybe<kj::Own<EndpointPublisher>> publisher;  // after the resolver: goes first
+    if (job.resolver.empty()) {
+      loop.logger()->info("serving {} without a resolver (TROUPE_RESOLVER is not set)",
+                          server.listenAddresses()[0]);
+    } else {
+      auto& opened = resolver.emplace(openResolver(loop, job.resolver));
+      auto& published = publisher.emplace(kj::heap<EndpointPublisher>(server, *opened));
+      published->whenPublished().wait(loop.waitScope());
+      loop.logger()->info("published {} endpoint(s) of job '{}' task {} in {}",
+                          server.endpoints().size(), job.jobId, job.taskIndex, job.resolver);
+    }
+    auto stopping = kj::newPromiseAndCrossThreadFulfiller<kj::Maybe<kj::Duration>>();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      address_ = server.listenAddresses()[0];
+      for (auto& e : server.endpoints()) endpoints_.push_back(e.name);
+      stopper = kj::mv(stopping.fulfiller);
+      phase = Phase::SERVING;
+    }
+    changed.notify_all();
+    auto served = options.catchSigint ? server.serve({SIGTERM, SIGINT}) : server.serve({SIGTERM});
+    auto stopped = stopping.promise.then(
+        [&server](kj::Maybe<kj::Duration> grace) { return server.drain(grace); });
+    served.exclusiveJoin(kj::mv(stopped)).wait(loop.waitScope());
+    // The drain already removed the endpoints; dropping the publisher releases the leases.
+  });
+  finish(kj::mv(outcome));
+}
+
+void HostedActor::finish(kj::Maybe<kj::Exception> outcome) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    failure = kj::mv(outcome);
+    stopper = nullptr;
+    phase = Phase::STOPPED;
+  }
+  changed.notify_all();
+}
+
+void HostedActor::stop(std::optional<double> grace) {
+  kj::Maybe<kj::Duration> wanted;
+  if (grace) wanted = durationOf(*grace, "grace");
+  std::lock_guard<std::mutex> lock(mutex);
+  KJ_IF_MAYBE(s, stopper) {
+    (*s)->fulfill(kj::mv(wanted));
+  }
+}
+
+bool HostedActor::wait(std::optional<double> timeout) {
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> until;
+  if (timeout)
+    until = Clock::now() +
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(*timeout));
+  while (true) {
+    {
+      py::gil_scoped_release released;
+      std::unique_lock<std::mutex> lock(mutex);
+      // Wakes every 50 ms to let Ctrl-C through.
+      auto next = Clock::now() + std::chrono::milliseconds(50);
+      if (until && *until < next) next = *until;
+      changed.wait_until(lock, next, [this]() { return phase == Phase::STOPPED; });
+      if (phase == Phase::STOPPED) break;
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (until && Clock::now() >= *until) return false;
+  }
+  std::unique_lock<std::mutex> lock(mutex);
   KJ_IF_MAYBE(e, failure) {
-    raise(*e);
+    auto copy = *e;
+    lock.unlock();
+    raise(copy);
+  }
+  return true;
+}
+
+void serve(const SchemaSource& schema, const std::string& interfaceName, py::object impl,
+           const ServeOptions& options) {
+  HostedActor hosted(schema, interfaceName, kj::mv(impl), options);
+  try {
+    hosted.wait(std::nullopt);
+  } catch (py::error_already_set&) {
+    hosted.stop(std::nullopt);
+    throw;
   }
 }
 

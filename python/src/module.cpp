@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "troupe/version.h"
 #include "python/src/client.h"
 #include "python/src/errors.h"
 #include "python/src/host.h"
@@ -239,14 +240,28 @@ void bindJobs(py::module_& m) {
 }  // namespace
 
 PYBIND11_MODULE(_troupe, m) {
+  m.attr("__version__") = troupe::VERSION;
   bindRuntime(m);
   bindClient(m);
   bindResourceConfig(m);
   bindJobs(m);
+  py::class_<HostedActor>(m, "HostedActor")
+      .def(py::init([](const std::string& path, const std::string& text,
+                       const std::string& interface, py::object impl, const std::string& name,
+                       const std::string& listen, uint32_t maxConcurrency,
+                       std::vector<std::string> importPath, bool catchSigint) {
+        return std::make_unique<HostedActor>(SchemaSource{path, text}, interface, kj::mv(impl),
+                                             ServeOptions{name, listen, maxConcurrency,
+                                                          kj::mv(importPath), catchSigint});
+      }))
+      .def_property_readonly("address", &HostedActor::address)
+      .def_property_readonly("endpoints", &HostedActor::endpoints)
+      .def("stop", &HostedActor::stop)
+      .def("wait", &HostedActor::wait);
   m.def("serve", [](const std::string& schema, const std::string& interface, py::object impl,
                     const std::string& name, const std::string& listen, uint32_t maxConcurrency,
                     std::vector<std::string> importPath) {
-    serve(schema, interface, kj::mv(impl),
-          ServeOptions{name, listen, maxConcurrency, kj::mv(importPath)});
+    serve(SchemaSource{schema, {}}, interface, kj::mv(impl),
+          ServeOptions{name, listen, maxConcurrency, kj::mv(importPath), true});
   });
 }

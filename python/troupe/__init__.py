@@ -15,10 +15,16 @@ programs read it: TROUPE_RESOLVER, TROUPE_TLS_*, TROUPE_TOKEN_FILE.
 
 import asyncio
 import atexit
+import inspect
+import json
 import os
+import sys
 import weakref
 
-from . import _troupe
+from . import _actors, _troupe
+from ._types import AnnotationError, Tensor
+
+__version__ = _troupe.__version__
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -42,7 +48,29 @@ class Error(Exception):
 
 
 class ActorError(Error):
-    """What the actor's own code raised, with its message. Never retried."""
+    """What the actor's own code raised, with its message. Never retried. From a Python actor,
+    `remote_type` names the exception's type ("ZeroDivisionError", "mymodule.Refused") and
+    `remote_traceback` is the replica's traceback as Python printed it; both are None for an
+    actor in another language."""
+
+    _TRACEBACK = "\nTraceback (most recent call last):\n"
+
+    def __init__(self, message, code="failed", endpoint=None, may_have_run=True):
+        self.remote_type = None
+        self.remote_traceback = None
+        at = message.find(self._TRACEBACK)
+        if at >= 0:
+            # "[<context>: ][remote exception: ]<type>: <message>": the type is the first part
+            # that is a (dotted) name.
+            head = message[:at]
+            parts = head.split(": ")
+            for i, part in enumerate(parts[:-1]):
+                if part.replace(".", "").replace("_", "").isalnum() and not part[0].isdigit():
+                    self.remote_type = part
+                    self.remote_traceback = message[at + 1:]
+                    message = ": ".join(parts[i:])
+                    break
+        super().__init__(message, code, endpoint, may_have_run)
 
 
 class InvalidArgument(Error, ValueError):
@@ -166,8 +194,11 @@ class Resolver:
     def url(self):
         return self._impl.url
 
-    def group(self, job, actor):
-        """The ActorGroup of job `job`'s members for `actor` (endpoints job/actor-N)."""
+    def group(self, job, actor, actor_class=None):
+        """The ActorGroup of job `job`'s members for `actor` (endpoints job/actor-N). With
+        `actor_class` (a troupe.actor class), its pools call methods with Python values."""
+        if actor_class is not None:
+            return ActorGroup(self._impl.group(job, actor), _actors.spec_of(actor_class))
         return Group(self._impl.group(job, actor))
 
 
@@ -354,6 +385,36 @@ class _Launcher:
         return Job(self._impl.submit(name, [os.fspath(a) for a in argv], replicas, resources,
                                      dict(env or {}), max_retries_failure))
 
+    def create_actor_group(self, actor_class, *, name, count=1, args=(), kwargs=None,
+                           resources=None, env=None, max_concurrency=None, job=None,
+                           max_retries_failure=0):
+        """Starts job `job` (default: `name`) of `count` replicas, each hosting one instance of
+        `actor_class` (a class in an importable module, annotated as troupe.actor wants) as
+        actor `name`, built from `args` and `kwargs` (typed by its __init__'s annotations; plain
+        data, not bytes or tensors, as they travel in the replica's environment). Each replica
+        runs `python3 -m troupe.host module:Class` with this interpreter and this process's
+        import path. Returns the ActorGroup, which owns the job: closing it ends the job."""
+        spec = _actors.spec_of(actor_class)
+        if spec.module == "__main__":
+            raise InvalidArgument(
+                f"{spec.qualname} is defined in __main__, which a replica cannot import: move "
+                "it to a module of its own and import it from there", code="invalid_argument",
+                may_have_run=False)
+        environment = dict(env or {})
+        environment[_ARGS_VARIABLE] = _constructor_arguments(spec, args, kwargs or {})
+        path = [_import_root(actor_class), os.path.dirname(os.path.dirname(__file__))]
+        path += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        path += [p for p in environment.get("PYTHONPATH", "").split(os.pathsep) if p]
+        environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in path if p))
+        argv = [sys.executable, "-m", "troupe.host", f"{spec.module}:{spec.qualname}",
+                "--name", name]
+        if max_concurrency is not None:
+            argv += ["--max-concurrency", str(max_concurrency)]
+        submitted = self.submit(job or name, argv, replicas=count, resources=resources,
+                                env=environment, max_retries_failure=max_retries_failure)
+        group = _troupe.Resolver(self.resolver_url).group(submitted.id, name)
+        return ActorGroup(group, spec, submitted)
+
     def close(self, grace=None):
         """Stops every job (SIGTERM, then SIGKILL or scancel after `grace` seconds) and waits
         until none is left."""
@@ -406,9 +467,11 @@ def serve(schema, interface, obj, *, name, listen="", max_concurrency=1, import_
     TROUPE_RESOLVER), exactly as a C++ replica's hostActor() does: published as
     <job>/<name>-<task>, listed with its schema, drained on SIGTERM or Ctrl-C. Each call runs
     obj.<method>(**params) and its return value (a dict, or None) becomes the results; what it
-    raises becomes a FAILED error with its message. Calls run one at a time on this thread;
-    with `max_concurrency` N other than 1 (0: no limit) they run on worker threads, up to N at
-    once, overlapping wherever Python lets go of the GIL. Blocks until the replica stops."""
+    raises reaches the caller as an ActorError with its type, message and traceback. Calls run
+    one at a time on a serving thread of troupe's own; with `max_concurrency` N other than 1 (0:
+    no limit) they run on worker threads, up to N at once, overlapping wherever Python lets go
+    of the GIL. Blocks until the replica stops. (host_actor() serves a troupe.actor class
+    without a schema file, and returns while it serves.)"""
     import signal
     import threading
     main = threading.current_thread() is threading.main_thread()
@@ -420,6 +483,242 @@ def serve(schema, interface, obj, *, name, listen="", max_concurrency=1, import_
         # The replica's own handlers (which drain) are gone: Python's come back.
         for s, handler in saved.items():
             signal.signal(s, handler)
+
+
+# --- Python classes as actors ------------------------------------------------------------------
+
+def actor(cls):
+    """Marks `cls` as a troupe actor: its public methods, typed by their annotations, become a
+    Cap'n Proto interface named after the class (bool, int, float, str, bytes, list[T],
+    dict[str, T], Optional[T], dataclasses and troupe.Tensor; see troupe._types). Checked here:
+    an annotation that is missing or cannot be mapped raises AnnotationError naming the method,
+    the parameter and what to write instead. Returns `cls` unchanged otherwise."""
+    _actors.spec_of(cls)
+    return cls
+
+
+def schema_of(actor_class):
+    """The Cap'n Proto schema text troupe generates for `actor_class`."""
+    return _actors.spec_of(actor_class).schema_text
+
+
+class HostedActor:
+    """An actor served in this process by host_actor(): `address`, `endpoints`, stop(grace)
+    and wait(timeout). Leaving a `with` block stops it and waits."""
+
+    def __init__(self, impl, servant, spec):
+        self._impl = impl
+        self._servant = servant
+        self.spec = spec
+        _hosted.add(self)
+
+    @property
+    def address(self):
+        return self._impl.address
+
+    @property
+    def endpoints(self):
+        return self._impl.endpoints
+
+    def stop(self, grace=None):
+        """Drains: new calls are refused (callers go elsewhere), calls in flight get `grace`
+        seconds to finish. Returns at once; wait() for the end."""
+        self._impl.stop(grace)
+
+    def wait(self, timeout=None):
+        """Waits until stopped (SIGTERM, stop(), or a drain request), up to `timeout` seconds;
+        returns whether it stopped. Ctrl-C interrupts it."""
+        stopped = self._impl.wait(timeout)
+        if stopped:
+            self._servant.close()
+            _hosted.discard(self)
+        return stopped
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        self.wait()
+
+    def __repr__(self):
+        return f"<troupe.HostedActor {self.spec.qualname} at {self.address}>"
+
+
+_hosted = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_hosted():
+    for hosted in list(_hosted):
+        hosted.stop()
+        hosted.wait()
+
+
+def host_actor(actor, *, name, args=(), kwargs=None, listen="", max_concurrency=None):
+    """Serves `actor` (an instance of a troupe.actor class, or the class, built here from
+    `args` and `kwargs`) as actor `name` in this process, in the replica of the job the
+    environment names (TROUPE_JOB_ID, TROUPE_TASK_INDEX, TROUPE_RESOLVER): published as
+    <job>/<name>-<task>, on a thread of its own. Returns a HostedActor once it is published;
+    SIGTERM or its stop() drains it. Sync methods run one at a time (or `max_concurrency` at
+    once, 0 for no limit, on worker threads); async methods run on an asyncio loop of the
+    actor's own, and overlap."""
+    if isinstance(actor, type):
+        actor = actor(*args, **(kwargs or {}))
+    spec = _actors.spec_of(type(actor))
+    if max_concurrency is None:
+        max_concurrency = 0 if spec.has_async else 1
+    servant = _actors.Servant(spec, actor)
+    try:
+        impl = _troupe.HostedActor(spec.file_name, spec.schema_text, spec.interface, servant,
+                                   name, listen, max_concurrency, [], False)
+    except BaseException:
+        servant.close()
+        raise
+    return HostedActor(impl, servant, spec)
+
+
+_ARGS_VARIABLE = "TROUPE_ACTOR_ARGS"
+
+
+def _constructor_arguments(spec, args, kwargs):
+    """`args` and `kwargs` for spec's class, checked against its __init__, as JSON."""
+    sig = inspect.signature(spec.cls.__init__)
+    try:
+        bound = sig.bind(None, *args, **kwargs)
+    except TypeError as e:
+        raise InvalidArgument(f"{spec.qualname}(): {e}", code="invalid_argument",
+                              may_have_run=False) from None
+    given = bound.arguments
+    wire = {p.python: p.type.to_wire(given[p.python], f"{spec.qualname}(), parameter "
+                                                      f"'{p.python}'")
+            for p in spec.init_params if p.python in given}
+    try:
+        return json.dumps(wire)
+    except TypeError:
+        raise InvalidArgument(f"{spec.qualname}(): constructor arguments must be plain data "
+                              "(no bytes or tensors: send those with a method call)",
+                              code="invalid_argument", may_have_run=False) from None
+
+
+def _construct(spec):
+    """An instance of spec's class from the arguments its launcher put in the environment."""
+    wire = json.loads(os.environ.pop(_ARGS_VARIABLE, "{}"))
+    kwargs = {p.python: p.type.from_wire(wire[p.python]) for p in spec.init_params
+              if p.python in wire}
+    return spec.cls(**kwargs)
+
+
+def _import_root(cls):
+    """The folder from which `cls`'s module imports (what sys.path needs)."""
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return ""
+    root = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(path) == "__init__.py":
+        root = os.path.dirname(root)
+    for _ in range(cls.__module__.count(".")):
+        root = os.path.dirname(root)
+    return root
+
+
+class ActorGroup(Group):
+    """A Group of a troupe.actor class's members: its pools call methods with Python values.
+    One made by create_actor_group() owns its job (`launched`): close() (or leaving a `with`
+    block) ends it."""
+
+    def __init__(self, impl, spec, launched=None):
+        super().__init__(impl)
+        self.spec = spec
+        self.launched = launched
+
+    def pool(self, *, balancing="round_robin", max_attempts=5, timeout=None, metrics=True):
+        untyped = super().pool(balancing=balancing, max_attempts=max_attempts, timeout=timeout,
+                               metrics=metrics)
+        return TypedPool(untyped, self.spec)
+
+    def close(self, grace=None):
+        """Ends the job this group was launched as (its replicas drain first)."""
+        if self.launched is not None:
+            self.launched.terminate(grace)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<troupe.ActorGroup {self.job}/{self.actor} of {self.spec.qualname}>"
+
+
+class TypedPool:
+    """A Pool over a troupe.actor class's members: call("push", grad) or aio.push(grad=...)
+    take the method's own arguments and return what it returned. `untyped` is the Pool."""
+
+    def __init__(self, untyped, spec):
+        self.untyped = untyped
+        self.spec = spec
+        self.group = untyped.group
+        self.aio = _Aio(self)
+
+    def call(self, method, /, *args, idempotent=False, timeout=None, **kwargs):
+        m = self.spec.method(method)
+        params = self.spec.request(m, args, kwargs)
+        return self.spec.result(m, self.untyped.call(m.capnp, params, idempotent=idempotent,
+                                                     timeout=timeout))
+
+    async def call_async(self, method, /, *args, idempotent=False, timeout=None, **kwargs):
+        m = self.spec.method(method)
+        params = self.spec.request(m, args, kwargs)
+        results = await self.untyped.call_async(m.capnp, params, idempotent=idempotent,
+                                                timeout=timeout)
+        return self.spec.result(m, results)
+
+    def broadcast(self, method, /, *args, timeout=None, **kwargs):
+        """Calls `method` on every READY member; wait_all() gives one Result per member whose
+        value is what the method returned."""
+        m = self.spec.method(method)
+        params = self.spec.request(m, args, kwargs)
+        return _TypedBroadcast(self.untyped.broadcast(m.capnp, params, timeout=timeout),
+                               self.spec, m)
+
+    def broadcast_blob(self, *args, **kwargs):
+        return self.untyped.broadcast_blob(*args, **kwargs)
+
+    def __repr__(self):
+        return f"<troupe.TypedPool {self.group.job}/{self.group.actor} of {self.spec.qualname}>"
+
+
+class _Aio:
+    """pool.aio.<method>(...): the method called for asyncio."""
+
+    def __init__(self, pool):
+        self._pool = pool
+
+    def __getattr__(self, name):
+        method = self._pool.spec.method(name)
+
+        async def call(*args, idempotent=False, timeout=None, **kwargs):
+            return await self._pool.call_async(method.python, *args, idempotent=idempotent,
+                                               timeout=timeout, **kwargs)
+        call.__name__ = name
+        return call
+
+
+class _TypedBroadcast:
+    def __init__(self, untyped, spec, method):
+        self._untyped = untyped
+        self._spec = spec
+        self._method = method
+
+    def wait_all(self, timeout=60.0):
+        out = []
+        for r in self._untyped.wait_all(timeout):
+            value = self._spec.result(self._method, r.value) if r.ok else None
+            out.append(Result(r.endpoint, value, r.error))
+        return out
 
 
 # --- one actor -------------------------------------------------------------------------------

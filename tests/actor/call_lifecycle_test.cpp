@@ -1,5 +1,7 @@
 // How calls start, queue, get cancelled, time out and drain.
 
+#include <signal.h>
+
 #include <gtest/gtest.h>
 
 #include "tests/support/server_fixture.h"
@@ -380,6 +382,28 @@ TEST_F(CallLifecycleTest, ServeStopsOnSigterm) {
   auto served = server->serve();
   auto echo = ref<Echo>("echo");
   echo.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+  ASSERT_EQ(::kill(::getpid(), SIGTERM), 0);
+  served.wait(ws());
+  EXPECT_EQ(server->state(), ServerState::STOPPED);
+}
+
+volatile sig_atomic_t sigintSeen = 0;
+
+TEST_F(CallLifecycleTest, ServeCatchingOnlySigtermLeavesSigintToTheProgram) {
+  struct sigaction mine {
+  }, saved{};
+  mine.sa_handler = [](int) { sigintSeen = 1; };
+  sigemptyset(&mine.sa_mask);
+  ASSERT_EQ(::sigaction(SIGINT, &mine, &saved), 0);
+  KJ_DEFER(::sigaction(SIGINT, &saved, nullptr));
+  sigintSeen = 0;
+  auto served = server->serve({SIGTERM});
+  // raise() delivers it to this thread before it returns.
+  ASSERT_EQ(::raise(SIGINT), 0);
+  EXPECT_EQ(sigintSeen, 1);
+  auto echo = ref<Echo>("echo");
+  echo.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+  EXPECT_EQ(server->state(), ServerState::SERVING);
   ASSERT_EQ(::kill(::getpid(), SIGTERM), 0);
   served.wait(ws());
   EXPECT_EQ(server->state(), ServerState::STOPPED);

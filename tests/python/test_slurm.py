@@ -44,6 +44,23 @@ def test_a_slurm_job_serves_a_pool_and_ends_on_terminate(registry, tmp_path):
             group.wait_ready(1, timeout=PATIENCE)
 
 
+def test_a_group_of_python_actors_runs_as_a_slurm_job(registry, tmp_path):
+    import numpy as np
+    from py_actors import ParameterServer
+
+    with launcher(registry, tmp_path) as slurm:
+        group = slurm.create_actor_group(ParameterServer, name="pyps", count=2, args=(8,),
+                                         resources=troupe.ResourceConfig.with_cpu(1, "256m"))
+        assert group.wait_ready(2, timeout=PATIENCE) == ["pyps/pyps-0", "pyps/pyps-1"]
+        assert slurm.slurm_job_id("pyps") > 0
+        pool = group.pool()
+        assert pool.call("push", np.ones(8, np.float32)) == 1
+        norms = sorted(r.value["norm"] for r in pool.broadcast("stats").wait_all(timeout=10))
+        assert norms == [0.0, pytest.approx(np.linalg.norm(np.full(8, 0.1)))]
+        group.close(grace=5)
+        assert group.launched.status() == "stopped"
+
+
 def test_a_partition_slurm_lacks_is_unschedulable_at_once(registry, tmp_path):
     with troupe.SlurmLauncher(registry, partition="nowhere",
                               log_directory=str(tmp_path / "logs")) as slurm:

@@ -1,0 +1,61 @@
+"""A replica that hosts one troupe.actor class, as launcher.create_actor_group() starts it:
+
+    python3 -m troupe.host MODULE:CLASS --name NAME [--max-concurrency N]
+
+imports CLASS from MODULE, builds it from the constructor arguments its launcher put in
+TROUPE_ACTOR_ARGS (JSON, checked against its __init__'s annotations), and hosts it as actor NAME
+of the job the environment names until SIGTERM (or Ctrl-C) drains it. Exits 1, with the reason
+on stderr, when the class cannot be imported or built, or the replica cannot start."""
+
+import argparse
+import importlib
+import sys
+import traceback
+
+import troupe
+from troupe import _actors
+
+
+def _load(target):
+    module_name, sep, qualname = target.partition(":")
+    if not sep or not module_name or not qualname:
+        raise SystemExit(f"troupe.host: '{target}' is not MODULE:CLASS")
+    if module_name == "__main__":
+        raise SystemExit("troupe.host: a class in __main__ cannot be imported by a replica; "
+                         "move it to a module of its own")
+    module = importlib.import_module(module_name)
+    found = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            raise SystemExit(f"troupe.host: module '{module_name}' has no '{qualname}'")
+    return found
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m troupe.host")
+    parser.add_argument("target", help="MODULE:CLASS")
+    parser.add_argument("--name", required=True, help="the actor's name")
+    parser.add_argument("--max-concurrency", type=int, default=None)
+    options = parser.parse_args(argv)
+    try:
+        cls = _load(options.target)
+        spec = _actors.spec_of(cls)
+        obj = troupe._construct(spec)
+        hosted = troupe.host_actor(obj, name=options.name,
+                                   max_concurrency=options.max_concurrency)
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    try:
+        hosted.wait()
+    except KeyboardInterrupt:
+        hosted.stop()
+        hosted.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""Python classes as actors (troupe.actor): typed from their annotations, hosted in this process
+with host_actor() and launched as groups with create_actor_group(); called from Python with
+Python values, from `troupe call`, with tracebacks crossing the wire."""
+
+import asyncio
+import json
+import os
+import subprocess
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+
+import troupe
+from conftest import BIN_DIR
+from py_actors import Echo, ParameterServer, Shard
+
+
+@pytest.fixture
+def host(registry, monkeypatch):
+    """host(cls, job, name) serves `cls` in this process as replica 0 of `job`; each is stopped
+    (and waited for) after the test."""
+    started = []
+
+    def start(cls, job, name, **options):
+        for key, value in (("TROUPE_RESOLVER", registry), ("TROUPE_JOB_ID", job),
+                           ("TROUPE_TASK_INDEX", "0"), ("TROUPE_NUM_TASKS", "1")):
+            monkeypatch.setenv(key, value)
+        hosted = troupe.host_actor(cls, name=name, **options)
+        started.append(hosted)
+        group = troupe.open_resolver(registry).group(job, name, cls)
+        group.wait_ready(1, timeout=30)
+        return hosted, group.pool()
+
+    yield start
+    for hosted in started:
+        hosted.stop()
+        assert hosted.wait(30)
+
+
+def test_the_schema_follows_the_annotations_with_a_stable_id():
+    text = troupe.schema_of(ParameterServer)
+    assert "interface ParameterServer {" in text
+    assert "pull @0 () -> (value :Tensor);" in text
+    assert "push @1 (grad :Tensor) -> (value :Int64);" in text
+    assert "stats @2 () -> (value :List(DictOfFloat64));" in text
+    assert "struct Tensor { dtype @0 :Text; shape @1 :List(Int64); data @2 :Data; }" in text
+    assert text.splitlines()[0] == troupe.schema_of(ParameterServer).splitlines()[0]
+    assert text.splitlines()[0] != troupe.schema_of(Echo).splitlines()[0]
+    echo = troupe.schema_of(Echo)
+    assert "shard @1 (s :Shard) -> (value :Shard);" in echo
+    assert "struct Shard { index @0 :Int64; owner @1 :Text; weights @2 :OptionalOfListOfFloat64; }" in echo
+    assert "struct OptionalOfListOfFloat64 { union { none @0 :Void; value @1 :List(Float64); } }" in echo
+    assert "refuse @6 (why :Text) -> ();" in echo
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(12, dtype=np.float32).reshape(3, 4),
+    np.arange(1 << 16, dtype=np.int64),  # large enough to be sent from its own memory
+    np.array(3.5, dtype=np.float64),      # 0-d
+    np.zeros((0, 3), dtype=np.int16),     # empty
+    np.array([True, False, True]),
+    np.arange(10, dtype=np.uint8)[::2],   # not contiguous
+    np.arange(6, dtype=">i4"),            # not in the machine's byte order
+    np.array([1 + 2j], dtype=np.complex128),
+    np.arange(4, dtype=np.float16),
+], ids=lambda a: f"{a.dtype}{list(a.shape)}")
+def test_tensors_round_trip_with_their_dtype_and_shape(host, array):
+    _, pool = host(Echo, "tensors", "echo")
+    back = pool.call("tensor", array)
+    assert isinstance(back, np.ndarray)
+    assert back.dtype == array.dtype.newbyteorder("=")
+    assert back.shape == array.shape
+    assert np.array_equal(back, array)
+
+
+def test_torch_tensors_go_out_as_tensors(host):
+    torch = pytest.importorskip("torch")
+    _, pool = host(Echo, "torch", "echo")
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    back = pool.call("tensor", t)
+    assert back.dtype == np.float32 and back.shape == (2, 3)
+    assert torch.equal(torch.from_numpy(back.copy()), t)
+
+
+def test_structs_lists_dicts_optionals_and_bytes_round_trip(host):
+    _, pool = host(Echo, "values", "echo")
+    assert pool.call("shard", Shard(3, "ps-1", [0.5, 1.5])) == Shard(3, "ps-1", [0.5, 1.5])
+    assert pool.call("shard", s=Shard(0, "", None)) == Shard(0, "", None)
+    assert pool.call("maybe", 7) == 7
+    assert pool.call("maybe") is None
+    assert pool.call("table", ["a", "b"], {"a": [1.0, 2.0]}) == {"a": 2, "b": 0}
+    assert pool.call("blob", b"abc", True) == b"cba"
+    assert pool.call("divide", 1, 4) == 0.25
+    assert pool.call("nothing") is None
+    with pytest.raises(TypeError) as raised:
+        pool.call("divide", "one", 4)
+    assert "Echo.divide, parameter 'a': expected float, got str" in str(raised.value)
+    with pytest.raises(TypeError):
+        pool.call("divide", 1)  # b is missing
+    with pytest.raises(AttributeError) as raised:
+        pool.call("multiply", 1, 2)
+    assert "Echo has no method 'multiply'" in str(raised.value)
+
+
+def test_a_traceback_crosses_the_wire_with_the_type_of_what_was_raised(host):
+    _, pool = host(Echo, "raising", "echo")
+    with pytest.raises(troupe.ActorError) as raised:
+        pool.call("divide", 1, 0)
+    error = raised.value
+    assert error.remote_type == "ZeroDivisionError"
+    assert error.remote_traceback.startswith("Traceback (most recent call last):")
+    assert "in divide" in error.remote_traceback
+    assert "return a / b" in error.remote_traceback
+    assert "Traceback" not in str(error) and "ZeroDivisionError: " in str(error)
+    assert "describePythonError" not in str(error)
+    with pytest.raises(troupe.ActorError) as raised:
+        pool.call("refuse", "not today")
+    assert raised.value.remote_type == "py_actors.Refused"
+    assert "not today" in str(raised.value)
+    assert pool.call("divide", 1, 2) == 0.5  # it goes on serving
+
+
+def test_annotations_troupe_cannot_map_are_refused_at_decoration():
+    def refused(cls):
+        with pytest.raises(troupe.AnnotationError) as raised:
+            troupe.actor(cls)
+        return str(raised.value)
+
+    class NoAnnotation:
+        def f(self, x) -> int:
+            return x
+
+    class NoReturn:
+        def f(self, x: int):
+            return x
+
+    class Anything:
+        def f(self, x: Any) -> int:
+            return 0
+
+    class IntKeys:
+        def f(self, x: dict[int, str]) -> int:
+            return 0
+
+    class BareList:
+        def f(self, x: list) -> int:
+            return 0
+
+    class Union:
+        def f(self, x: int | str) -> int:
+            return 0
+
+    assert "NoAnnotation.f, parameter 'x' has no annotation: write 'x: int'" in \
+        refused(NoAnnotation)
+    assert "NoReturn.f has no return annotation" in refused(NoReturn)
+    assert "Anything.f, parameter 'x': Any is not supported (nothing is pickled" in \
+        refused(Anything)
+    assert "dict keys must be str" in refused(IntKeys)
+    assert "needs its item type: write list[int]" in refused(BareList)
+    assert "only Optional[T]" in refused(Union)
+
+
+def test_troupe_call_and_a_cpp_client_call_a_python_actor(host, registry):
+    host(Echo, "fromcli", "echo")
+    troupe_bin = os.path.join(BIN_DIR, "troupe")
+    out = subprocess.run([troupe_bin, "call", "--resolver", registry, "fromcli/echo-0",
+                          "echo.divide", '{"a": 1, "b": 4}'], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    assert json.loads(out.stdout) == {"value": 0.25}
+    out = subprocess.run([troupe_bin, "call", "--resolver", registry, "fromcli/echo-0",
+                          "echo.divide", '{"a": 1, "b": 0}'], capture_output=True, timeout=60)
+    assert out.returncode != 0
+    err = out.stderr.decode()
+    assert "ZeroDivisionError: float division by zero" in err
+    assert "Traceback (most recent call last):" in err and "return a / b" in err
+
+
+def test_async_methods_run_on_the_actors_asyncio_loop(host):
+    _, pool = host(ParameterServer, "asyncps", "ps", args=(4,))
+    assert pool.call("push", np.ones(4, np.float32)) == 1
+
+    async def both():
+        return await asyncio.gather(pool.aio.stats(), pool.aio.push(grad=np.ones(4, np.float32)))
+
+    stats, version = asyncio.run(both())
+    assert version == 2
+    assert set(stats) == {"norm", "version"}
+
+
+def test_a_launched_group_serves_typed_calls_and_closing_it_ends_the_job(registry, tmp_path):
+    with troupe.LocalLauncher(registry, log_directory=str(tmp_path)) as launcher:
+        group = launcher.create_actor_group(ParameterServer, name="ps", count=2, args=(16,),
+                                            kwargs={"lr": 0.5})
+        assert group.wait_ready(2, timeout=60) == ["ps/ps-0", "ps/ps-1"]
+        pool = group.pool()
+        w = pool.call("pull")
+        assert w.dtype == np.float32 and w.shape == (16,) and not w.any()
+        v = asyncio.run(pool.aio.push(grad=np.ones(16, np.float32)))
+        assert v == 1
+        every = pool.broadcast("stats").wait_all(timeout=10)
+        assert [r.endpoint for r in every] == ["ps/ps-0", "ps/ps-1"]
+        assert sorted(r.value["version"] for r in every) == [0.0, 1.0]
+        assert sorted(r.value["norm"] for r in every) == [0.0, pytest.approx(2.0)]
+        assert sorted(pool.broadcast("where").wait_all(10)[i].value for i in (0, 1)) == \
+            ["ps/0", "ps/1"]
+        group.close()
+        assert group.launched.status() in ("stopped", "succeeded")
+        with pytest.raises(troupe.JobEnded):
+            group.wait_ready(1, timeout=10)
+
+
+def test_constructor_arguments_are_checked_before_anything_starts(registry, tmp_path):
+    with troupe.LocalLauncher(registry, log_directory=str(tmp_path)) as launcher:
+        with pytest.raises(TypeError) as raised:
+            launcher.create_actor_group(ParameterServer, name="ps", args=("big",))
+        assert "ParameterServer(), parameter 'dim': expected int, got str" in str(raised.value)
+        with pytest.raises(troupe.InvalidArgument) as raised:
+            launcher.create_actor_group(ParameterServer, name="ps", args=(1, 2, 3))
+        assert "too many positional arguments" in str(raised.value)
+
+
+def test_a_class_defined_in_main_is_refused_with_what_to_do(registry, tmp_path):
+    class Local:
+        def ping(self) -> int:
+            return 1
+
+    Local.__module__ = "__main__"
+    with troupe.LocalLauncher(registry, log_directory=str(tmp_path)) as launcher:
+        with pytest.raises(troupe.InvalidArgument) as raised:
+            launcher.create_actor_group(Local, name="local")
+        assert "defined in __main__" in str(raised.value)
+        assert "move it to a module" in str(raised.value)
