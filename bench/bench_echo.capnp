@@ -6,4 +6,6 @@ $Cxx.namespace("troupe::bench");
 
 interface BenchEcho {
   echo @0 (payload :Data) -> (payload :Data);
+  # Takes the payload and answers with its size: a large argument's one-way cost.
+  take @1 (payload :Data) -> (size :UInt64);
 }

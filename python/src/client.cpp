@@ -97,19 +97,30 @@ py::list endpointList(kj::ArrayPtr<const Endpoint> endpoints, bool namesOnly) {
 
 }  // namespace
 
-py::list PyGroup::waitReady(size_t count, double timeout) {
+kj::Own<Completion> PyGroup::startWaitReady(size_t count, double timeout) {
   auto limit = durationOf(timeout, "timeout");
   auto done = kj::atomicRefcounted<EndpointsCompletion>();
-  runOn<EndpointsCompletion>(
-      done,
-      [self = shared_from_this(), count, limit](EventLoop&, EndpointsCompletion& c) {
-        return self->group.get()
-            .waitReady(count, limit)
-            .then([&c](kj::Array<Endpoint> ready) { c.endpoints = kj::mv(ready); })
-            .attach(kj::mv(self));
-      },
-      true);
-  return endpointList(done->endpoints, true);
+  python::start(*done, [self = shared_from_this(), count, limit](EventLoop&, Completion& c) {
+    auto& out = static_cast<EndpointsCompletion&>(c);
+    return self->group.get()
+        .waitReady(count, limit)
+        .then([&out](kj::Array<Endpoint> ready) { out.endpoints = kj::mv(ready); })
+        .attach(kj::mv(self));
+  });
+  return done;
+}
+
+py::list PyGroup::readyNames(Completion& done) {
+  KJ_IF_MAYBE(e, done.error()) {
+    raise(*e);
+  }
+  return endpointList(static_cast<EndpointsCompletion&>(done).endpoints, true);
+}
+
+py::list PyGroup::waitReady(size_t count, double timeout) {
+  auto done = startWaitReady(count, timeout);
+  done->wait(true);
+  return readyNames(*done);
 }
 
 py::list PyGroup::members() {
@@ -372,45 +383,58 @@ PyBroadcast::PyBroadcast(std::shared_ptr<PyPool> p, std::shared_ptr<PreparedCall
 
 namespace {
 
-struct MemberResult {
-  std::string endpoint;
-  kj::Own<capnp::MallocMessageBuilder> results;
-  kj::Maybe<kj::Exception> error;
-};
+using DynamicResult = CallResult<capnp::Response<capnp::DynamicStruct>>;
 
-struct BroadcastCompletion final : public Completion {
-  std::vector<MemberResult> results;
-};
+BroadcastCompletion::Member memberOf(DynamicResult& r) {
+  BroadcastCompletion::Member m{r.endpoint.name, {}, kj::mv(r.error)};
+  KJ_IF_MAYBE(v, r.value) {
+    m.results = copyOf(*v);
+  }
+  return m;
+}
 
 }  // namespace
 
-py::list PyBroadcast::waitAll(double timeout) {
+kj::Own<BroadcastCompletion> PyBroadcast::start(Wait how, size_t k, double timeout) {
   auto limit = durationOf(timeout, "timeout");
+  if (how == Wait::QUORUM && k == 0) raiseInvalidArgument("wait_quorum() needs k of at least 1");
   // The results move out of the broadcast when collected: once only.
-  if (collected) raiseInvalidArgument("wait_all() was called on this broadcast already");
+  if (collected) raiseInvalidArgument("this broadcast was waited for already");
   collected = true;
   auto done = kj::atomicRefcounted<BroadcastCompletion>();
-  runOn<BroadcastCompletion>(
-      done,
-      [self = shared_from_this(), limit](EventLoop&, BroadcastCompletion& c) {
-        auto& future = self->future;
-        return kj::mv(future.get())
-            .waitAll(limit)
-            .then([&c](kj::Array<CallResult<capnp::Response<capnp::DynamicStruct>>> all) {
-              for (auto& r : all) {
-                MemberResult m{r.endpoint.name, {}, kj::mv(r.error)};
-                KJ_IF_MAYBE(v, r.value) {
-                  m.results = copyOf(*v);
-                }
-                c.results.push_back(kj::mv(m));
-              }
-            })
-            .attach(kj::mv(self));
-      },
-      true);
+  python::start(*done,
+                [self = shared_from_this(), how, k, limit](EventLoop& loop, Completion& c) mutable {
+                  auto& out = static_cast<BroadcastCompletion&>(c).members;
+                  auto future = kj::mv(self->future.get());
+                  auto keep = [&out](kj::Array<DynamicResult> all) {
+                    for (auto& r : all) out.push_back(memberOf(r));
+                  };
+                  kj::Promise<void> waited = nullptr;
+                  if (how == Wait::ALL) {
+                    waited = kj::mv(future).waitAll(limit).then(kj::mv(keep));
+                  } else if (how == Wait::QUORUM) {
+                    waited = kj::mv(future).waitQuorum(k, limit).then(kj::mv(keep));
+                  } else {
+                    waited = kj::mv(future)
+                                 .waitAny()
+                                 .then([&out](DynamicResult r) { out.push_back(memberOf(r)); })
+                                 .exclusiveJoin(loop.timer().afterDelay(limit).then([limit]() {
+                                   throwError(ErrorCode::DEADLINE_EXCEEDED,
+                                              kj::str("no member succeeded within ", limit));
+                                 }));
+                  }
+                  return waited.attach(kj::mv(self));
+                });
+  return done;
+}
+
+py::list PyBroadcast::results(BroadcastCompletion& done) {
+  KJ_IF_MAYBE(e, done.error()) {
+    raise(*e);
+  }
   py::list out;
   auto resultType = call->method.method.getResultType();
-  for (auto& m : done->results) {
+  for (auto& m : done.members) {
     KJ_IF_MAYBE(e, m.error) {
       out.append(py::make_tuple(m.endpoint, py::none(), errorObject(*e, m.endpoint)));
     } else {
@@ -419,6 +443,12 @@ py::list PyBroadcast::waitAll(double timeout) {
     }
   }
   return out;
+}
+
+py::list PyBroadcast::wait(Wait how, size_t k, double timeout) {
+  auto done = start(how, k, timeout);
+  done->wait(true);
+  return results(*done);
 }
 
 namespace {

@@ -65,6 +65,10 @@ public:
 
   // The READY members' names once `count` are; raises JobEnded, DeadlineExceeded.
   pybind11::list waitReady(size_t count, double timeout);
+  // waitReady() for asyncio: starts the wait; readyNames() gives what it found once done (GIL
+  // held), raising what it failed with.
+  kj::Own<Completion> startWaitReady(size_t count, double timeout);
+  static pybind11::list readyNames(Completion& done);
   // Every member the resolver lists: dicts of name, address, state, incarnation.
   pybind11::list members();
 
@@ -149,17 +153,36 @@ pybind11::object resultOf(CallCompletion& c);
 
 class PyPool;
 
+// What a broadcast's wait collected: per member, its endpoint and results or error.
+struct BroadcastCompletion final : public Completion {
+  struct Member {
+    std::string endpoint;
+    kj::Own<capnp::MallocMessageBuilder> results;
+    kj::Maybe<kj::Exception> error;
+  };
+  std::vector<Member> members;
+};
+
 class PyBroadcast : public std::enable_shared_from_this<PyBroadcast> {
 public:
   PyBroadcast(std::shared_ptr<PyPool> pool, std::shared_ptr<PreparedCall> call);
-  // Per member (endpoint name order): (endpoint, value dict or None, error or None). Once per
-  // broadcast: a second call raises InvalidArgument.
-  pybind11::list waitAll(double timeout);
+
+  // How the results are waited for (BroadcastFuture's waits): every member's, within the
+  // timeout; the first success; the first `k` successes, within the timeout.
+  enum class Wait { ALL, ANY, QUORUM };
+  // Starts the wait; once per broadcast (a second raises InvalidArgument). GIL held.
+  kj::Own<BroadcastCompletion> start(Wait how, size_t k, double timeout);
+  // What a finished wait collected: (endpoint, value dict or None, error or None) per member, in
+  // endpoint name order for ALL, in completion order otherwise; raises what ANY or QUORUM
+  // failed with (every member failed, too few can succeed, the timeout). GIL held.
+  pybind11::list results(BroadcastCompletion& done);
+  // start() and results(), waiting in between (interruptible).
+  pybind11::list wait(Wait how, size_t k, double timeout);
 
   std::shared_ptr<PyPool> pool;
   std::shared_ptr<PreparedCall> call;
   LoopOwned<BroadcastFuture<capnp::Response<capnp::DynamicStruct>>> future;
-  bool collected = false;  // wait_all() was called (Python thread, GIL held)
+  bool collected = false;  // a wait was started (Python thread, GIL held)
 };
 
 class PyPool : public std::enable_shared_from_this<PyPool> {

@@ -113,6 +113,11 @@ void bindClient(py::module_& m) {
       .def_readonly("job", &PyGroup::job)
       .def_readonly("actor", &PyGroup::actor)
       .def("wait_ready", &PyGroup::waitReady)
+      .def("start_wait_ready",
+           [](PyGroup& self, size_t count, double timeout) {
+             return Pending{self.startWaitReady(count, timeout),
+                            [](Completion& c) { return py::object(PyGroup::readyNames(c)); }};
+           })
       .def("members", &PyGroup::members)
       .def("pool", [](std::shared_ptr<PyGroup> self, const std::string& balancing,
                       uint32_t maxAttempts, std::optional<double> timeout, bool metrics) {
@@ -150,7 +155,24 @@ void bindClient(py::module_& m) {
       });
 
   py::class_<PyBroadcast, std::shared_ptr<PyBroadcast>>(m, "Broadcast")
-      .def("wait_all", &PyBroadcast::waitAll);
+      .def("wait_all", [](PyBroadcast& self,
+                          double timeout) { return self.wait(PyBroadcast::Wait::ALL, 0, timeout); })
+      .def("wait_any", [](PyBroadcast& self,
+                          double timeout) { return self.wait(PyBroadcast::Wait::ANY, 0, timeout); })
+      .def("wait_quorum",
+           [](PyBroadcast& self, size_t k, double timeout) {
+             return self.wait(PyBroadcast::Wait::QUORUM, k, timeout);
+           })
+      .def("start", [](std::shared_ptr<PyBroadcast> self, const std::string& how, size_t k,
+                       double timeout) {
+        auto wait = how == "all"   ? PyBroadcast::Wait::ALL
+                    : how == "any" ? PyBroadcast::Wait::ANY
+                                   : PyBroadcast::Wait::QUORUM;
+        auto done = self->start(wait, k, timeout);
+        return Pending{kj::mv(done), [self](Completion& c) {
+                         return py::object(self->results(static_cast<BroadcastCompletion&>(c)));
+                       }};
+      });
 }
 
 void bindResourceConfig(py::module_& m) {

@@ -26,6 +26,21 @@ from ._types import AnnotationError, Tensor
 
 __version__ = _troupe.__version__
 
+__all__ = [
+    # calling actors
+    "open_resolver", "connect", "Resolver", "Group", "ActorGroup", "Pool", "TypedPool", "Ref",
+    "Broadcast", "Result", "BlobResult",
+    # Python classes as actors, and Python objects with a schema file
+    "actor", "schema_of", "host_actor", "HostedActor", "serve", "Tensor", "AnnotationError",
+    # jobs
+    "LocalLauncher", "SlurmLauncher", "Job", "ResourceConfig",
+    # errors
+    "Error", "ActorError", "InvalidArgument", "MayHaveRun", "DeadlineExceeded", "Unreachable",
+    "Disconnected", "NoEndpoints", "JobEnded", "Overloaded", "Draining", "QueueFull",
+    "ActorNotFound", "Unimplemented", "MessageTooLarge", "Unauthenticated", "PermissionDenied",
+    "JobAlreadyExists", "BlobRefused", "BlobAborted",
+]
+
 
 # --- errors ------------------------------------------------------------------------------------
 
@@ -194,6 +209,9 @@ class Resolver:
     def url(self):
         return self._impl.url
 
+    def __repr__(self):
+        return f"<troupe.Resolver {self.url}>"
+
     def group(self, job, actor, actor_class=None):
         """The ActorGroup of job `job`'s members for `actor` (endpoints job/actor-N). With
         `actor_class` (a troupe.actor class), its pools call methods with Python values."""
@@ -214,10 +232,17 @@ class Group:
     def actor(self):
         return self._impl.actor
 
+    def __repr__(self):
+        return f"<troupe.Group {self.job}/{self.actor}>"
+
     def wait_ready(self, count=1, timeout=60.0):
         """Waits until `count` members are READY and returns their endpoint names. Raises
         JobEnded at once if the job has ended, DeadlineExceeded after `timeout` seconds."""
         return self._impl.wait_ready(count, timeout)
+
+    async def wait_ready_async(self, count=1, timeout=60.0):
+        """wait_ready() for asyncio."""
+        return await _bridge().wait(self._impl.start_wait_ready(count, timeout))
 
     def members(self):
         """Every member the resolver lists, in any state: dicts of name, address, state
@@ -251,14 +276,45 @@ class Result:
 
 
 class Broadcast:
-    def __init__(self, impl):
+    """One call made to every READY member at once. Wait for it one way, once: wait_all(),
+    wait_any() or wait_quorum(k), or their asyncio forms (wait_all_async(), ...)."""
+
+    def __init__(self, impl, convert=None):
         self._impl = impl
+        self._convert = convert
+
+    def _results(self, raw):
+        out = []
+        for endpoint, value, error in raw:
+            if error is None and self._convert is not None:
+                value = self._convert(value)
+            out.append(Result(endpoint, value, error))
+        return out
 
     def wait_all(self, timeout=60.0):
         """One Result per member called, in name order, once all answered or `timeout`
-        seconds passed (those that did not answer by then fail with DeadlineExceeded). Once
-        per broadcast."""
-        return [Result(*r) for r in self._impl.wait_all(timeout)]
+        seconds passed (those that did not answer by then fail with DeadlineExceeded)."""
+        return self._results(self._impl.wait_all(timeout))
+
+    def wait_any(self, timeout=60.0):
+        """The first member's successful Result. Raises the last error when every member
+        failed, NoEndpoints when there were none, DeadlineExceeded after `timeout` seconds."""
+        return self._results(self._impl.wait_any(timeout))[0]
+
+    def wait_quorum(self, k, timeout=60.0):
+        """The first `k` successful Results, in the order they came, as soon as there are `k`
+        (the other calls go on). Raises once fewer than `k` can still succeed, and
+        DeadlineExceeded after `timeout` seconds."""
+        return self._results(self._impl.wait_quorum(k, timeout))
+
+    async def wait_all_async(self, timeout=60.0):
+        return self._results(await _bridge().wait(self._impl.start("all", 0, timeout)))
+
+    async def wait_any_async(self, timeout=60.0):
+        return self._results(await _bridge().wait(self._impl.start("any", 0, timeout)))[0]
+
+    async def wait_quorum_async(self, k, timeout=60.0):
+        return self._results(await _bridge().wait(self._impl.start("quorum", k, timeout)))
 
 
 class BlobResult:
@@ -289,6 +345,9 @@ class Pool:
         self._impl = impl
         self.group = group
 
+    def __repr__(self):
+        return f"<troupe.Pool {self.group.job}/{self.group.actor}>"
+
     def call(self, method, params=None, /, *, idempotent=False, timeout=None, **fields):
         """Calls `method` ("add" or "calc.add") with `params` (a dict) or keyword arguments and
         returns its results as a dict."""
@@ -304,6 +363,14 @@ class Pool:
         """Calls `method` on every READY member at once; wait_all() on the result collects one
         Result per member."""
         return Broadcast(self._impl.broadcast(method, params, fields, timeout))
+
+    async def broadcast_async(self, method, params=None, /, *, timeout=None, **fields):
+        """broadcast() for asyncio: a Broadcast to await one of its *_async waits on (the first
+        call learns the members' interface without blocking the loop)."""
+        fetching = self._impl.fetch_schema()
+        if fetching is not None:
+            await _bridge().wait(fetching)
+        return self.broadcast(method, params, timeout=timeout, **fields)
 
     def broadcast_blob(self, name, version, data, *, fanout="star", tree_fanout=2,
                        chunk_bytes=None, window_bytes=None, timeout=60.0):
@@ -334,6 +401,9 @@ class Job:
     @property
     def id(self):
         return self._impl.id
+
+    def __repr__(self):
+        return f"<troupe.Job {self.id}: {self.status()}>"
 
     def status(self):
         return self._impl.status()
@@ -681,8 +751,14 @@ class TypedPool:
         value is what the method returned."""
         m = self.spec.method(method)
         params = self.spec.request(m, args, kwargs)
-        return _TypedBroadcast(self.untyped.broadcast(m.capnp, params, timeout=timeout),
-                               self.spec, m)
+        untyped = self.untyped.broadcast(m.capnp, params, timeout=timeout)
+        return Broadcast(untyped._impl, lambda value: self.spec.result(m, value))
+
+    async def broadcast_async(self, method, /, *args, timeout=None, **kwargs):
+        m = self.spec.method(method)
+        params = self.spec.request(m, args, kwargs)
+        untyped = await self.untyped.broadcast_async(m.capnp, params, timeout=timeout)
+        return Broadcast(untyped._impl, lambda value: self.spec.result(m, value))
 
     def broadcast_blob(self, *args, **kwargs):
         return self.untyped.broadcast_blob(*args, **kwargs)
@@ -707,20 +783,6 @@ class _Aio:
         return call
 
 
-class _TypedBroadcast:
-    def __init__(self, untyped, spec, method):
-        self._untyped = untyped
-        self._spec = spec
-        self._method = method
-
-    def wait_all(self, timeout=60.0):
-        out = []
-        for r in self._untyped.wait_all(timeout):
-            value = self._spec.result(self._method, r.value) if r.ok else None
-            out.append(Result(r.endpoint, value, r.error))
-        return out
-
-
 # --- one actor -------------------------------------------------------------------------------
 
 def connect(address, actor):
@@ -736,6 +798,9 @@ class Ref:
     @property
     def address(self):
         return self._impl.address
+
+    def __repr__(self):
+        return f"<troupe.Ref {self.address}>"
 
     def call(self, method, params=None, /, *, idempotent=False, timeout=None, **fields):
         """Calls `method` ("add" or "calc.add") and returns its results as a dict."""

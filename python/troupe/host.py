@@ -1,10 +1,11 @@
 """A replica that hosts one troupe.actor class, as launcher.create_actor_group() starts it:
 
-    python3 -m troupe.host MODULE:CLASS --name NAME [--max-concurrency N]
+    python3 -m troupe.host MODULE:CLASS --name NAME [--max-concurrency N] [--listen ADDRESS]
 
 imports CLASS from MODULE, builds it from the constructor arguments its launcher put in
 TROUPE_ACTOR_ARGS (JSON, checked against its __init__'s annotations), and hosts it as actor NAME
-of the job the environment names until SIGTERM (or Ctrl-C) drains it. Exits 1, with the reason
+of the job the environment names until SIGTERM (or Ctrl-C) drains it. Once it serves, it prints
+"SERVING <address>" on stdout, and "STOPPED" once drained. Exits 1, with the reason
 on stderr, when the class cannot be imported or built, or the replica cannot start."""
 
 import argparse
@@ -37,23 +38,27 @@ def main(argv=None):
     parser.add_argument("target", help="MODULE:CLASS")
     parser.add_argument("--name", required=True, help="the actor's name")
     parser.add_argument("--max-concurrency", type=int, default=None)
+    parser.add_argument("--listen", default="", help="the address to listen on")
     options = parser.parse_args(argv)
     try:
         cls = _load(options.target)
         spec = _actors.spec_of(cls)
         obj = troupe._construct(spec)
         hosted = troupe.host_actor(obj, name=options.name,
-                                   max_concurrency=options.max_concurrency)
+                                   max_concurrency=options.max_concurrency,
+                                   listen=options.listen)
     except SystemExit:
         raise
     except BaseException:
         traceback.print_exc()
         return 1
+    print(f"SERVING {hosted.address}", flush=True)
     try:
         hosted.wait()
     except KeyboardInterrupt:
         hosted.stop()
         hosted.wait()
+    print("STOPPED", flush=True)
     return 0
 
 

@@ -204,6 +204,27 @@ def test_a_launched_group_serves_typed_calls_and_closing_it_ends_the_job(registr
         assert sorted(r.value["norm"] for r in every) == [0.0, pytest.approx(2.0)]
         assert sorted(pool.broadcast("where").wait_all(10)[i].value for i in (0, 1)) == \
             ["ps/0", "ps/1"]
+
+        # The other ways to wait for a broadcast, and their asyncio forms.
+        first = pool.broadcast("where").wait_any(timeout=10)
+        assert first.ok and first.value in ("ps/0", "ps/1")
+        both = pool.broadcast("where").wait_quorum(2, timeout=10)
+        assert sorted(r.value for r in both) == ["ps/0", "ps/1"]
+        once = pool.broadcast("where")
+        once.wait_all(10)
+        with pytest.raises(troupe.InvalidArgument):
+            once.wait_any(10)
+
+        async def waits():
+            ready = await group.wait_ready_async(2, timeout=10)
+            every = await (await pool.broadcast_async("where")).wait_all_async(10)
+            any_one = await pool.broadcast("where").wait_any_async(10)
+            quorum = await pool.broadcast("where").wait_quorum_async(1, 10)
+            return ready, [r.value for r in every], any_one.value, [r.value for r in quorum]
+
+        ready, every, any_one, quorum = asyncio.run(waits())
+        assert ready == ["ps/ps-0", "ps/ps-1"] and every == ["ps/0", "ps/1"]
+        assert any_one in every and len(quorum) == 1 and quorum[0] in every
         group.close()
         assert group.launched.status() in ("stopped", "succeeded")
         with pytest.raises(troupe.JobEnded):
