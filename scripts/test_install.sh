@@ -5,7 +5,7 @@
 #      find_package(troupe) from a project of its own, and a one-file program built with
 #      `pkg-config --cflags --libs troupe`;
 #   2. add_subdirectory(troupe) in a user's project (tests/install/subdirectory: shared
-#      libraries; troupe's tests, benchmarks and examples off);
+#      libraries; troupe's tests, benchmarks, examples and tools off);
 #   3. with --deb: `cpack -G DEB`, then, on a fresh Debian 12 made with debootstrap (minbase,
 #      in a scratch folder, entered with chroot): `apt-get install` of the package with just a
 #      compiler, CMake and Ninja beside it, and find_package(troupe) from /usr. Needs root (sudo
@@ -124,7 +124,8 @@ echo "== 2. add_subdirectory(troupe), shared libraries"
 quietly cmake -G Ninja -S tests/install/subdirectory -B "$scratch/calc-subdirectory" \
   -DTROUPE_SOURCE_DIR="$src"
 build "$scratch/calc-subdirectory"
-quietly env TROUPE_REGISTRY="$scratch/calc-subdirectory/troupe/tools/troupe-registry" \
+# The project builds no tools: the demo's registry is the one from $build.
+quietly env TROUPE_REGISTRY="$build/bin/troupe-registry" \
   examples/calculator/demo.sh "$scratch/calc-subdirectory/calculator"
 
 if [ "$deb" = 1 ]; then
