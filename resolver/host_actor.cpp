@@ -27,24 +27,31 @@ std::string listenGuarded(ActorServer& server, kj::StringPtr address) {
   return server.listen(address);
 }
 
-void serveReplica(EventLoop& loop, ActorServer& server) {
+kj::Own<PublishedReplica> publishReplica(EventLoop& loop, ActorServer& server) {
   auto& job = server.job();
   if (server.state() == ServerState::STARTING) {
     listenGuarded(server, server.defaultListenAddress().c_str());
   } else {
     for (auto& address : server.listenAddresses()) refuseIfOpen(server, address.c_str());
   }
+  auto replica = kj::heap<PublishedReplica>();
   if (job.resolver.empty()) {
     loop.logger()->info("serving {} without a resolver (TROUPE_RESOLVER is not set)",
                         server.listenAddresses()[0]);
-    server.serveUntilSignal();
-    return;
+    return replica;
   }
-  auto resolver = openResolver(loop, job.resolver);
-  auto publisher = kj::heap<EndpointPublisher>(server, *resolver);
-  publisher->whenPublished().wait(loop.waitScope());
+  replica->resolver = openResolver(loop, job.resolver);
+  replica->publisher = kj::heap<EndpointPublisher>(server, *replica->resolver);
+  replica->publisher->whenPublished().wait(loop.waitScope());
   loop.logger()->info("published {} endpoint(s) of job '{}' task {} in {}",
                       server.endpoints().size(), job.jobId, job.taskIndex, job.resolver);
+  return replica;
+}
+
+PublishedReplica::~PublishedReplica() noexcept(false) = default;
+
+void serveReplica(EventLoop& loop, ActorServer& server) {
+  auto replica = publishReplica(loop, server);
   server.serveUntilSignal();
   // The drain already removed the endpoints; dropping the publisher releases the leases.
 }

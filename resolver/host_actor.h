@@ -37,6 +37,22 @@ struct HostOptions {
 // (refuseOpenListener), unless TROUPE_INSECURE=1.
 void serveReplica(EventLoop& loop, ActorServer& server);
 
+class EndpointPublisher;
+class Resolver;
+
+// What keeps a replica's endpoints published: dropping it releases their leases (after a drain
+// has removed them).
+struct PublishedReplica {
+  ~PublishedReplica() noexcept(false);
+  kj::Own<Resolver> resolver;            // null without a resolver
+  kj::Own<EndpointPublisher> publisher;  // declared after the resolver: goes first
+};
+
+// serveReplica() up to serving: listens (guarded) if the server does not yet, publishes its
+// endpoints in the job's resolver and waits until they are. For a host that then serves in its
+// own way (the Python module's: on a thread of its own, stopped by its caller).
+kj::Own<PublishedReplica> publishReplica(EventLoop& loop, ActorServer& server);
+
 // server.listen(address), after refusing (INVALID_ARGUMENT) an address other machines may reach
 // when the server's credentials let anyone in (refuseOpenListener), unless TROUPE_INSECURE=1:
 // what serveReplica() checks, done before anyone can connect. Returns the address bound.

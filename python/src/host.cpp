@@ -14,9 +14,7 @@
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/job_context.h"
 #include "troupe/base/errors.h"
-#include "troupe/resolver/endpoint_publisher.h"
 #include "troupe/resolver/host_actor.h"
-#include "troupe/resolver/open_resolver.h"
 #include "python/src/client.h"
 #include "python/src/errors.h"
 #include "python/src/values.h"
@@ -269,21 +267,8 @@ void HostedActor::run() {
           options.name.c_str(), schema,
           kj::heap<PythonActor>(loop, schema, kj::mv(object), options.maxConcurrency != 1), actor);
     }
-    listenGuarded(server, options.listen.empty() ? server.defaultListenAddress().c_str()
-                                                 : options.listen.c_str());
-    auto& job = server.job();
-    kj::Maybe<kj::Own<Resolver>> resolver;
-    kj::Maybe<kj::Own<EndpointPublisher>> publisher;  // after the resolver: goes first
-    if (job.resolver.empty()) {
-      loop.logger()->info("serving {} without a resolver (TROUPE_RESOLVER is not set)",
-                          server.listenAddresses()[0]);
-    } else {
-      auto& opened = resolver.emplace(openResolver(loop, job.resolver));
-      auto& published = publisher.emplace(kj::heap<EndpointPublisher>(server, *opened));
-      published->whenPublished().wait(loop.waitScope());
-      loop.logger()->info("published {} endpoint(s) of job '{}' task {} in {}",
-                          server.endpoints().size(), job.jobId, job.taskIndex, job.resolver);
-    }
+    if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
+    auto replica = publishReplica(loop, server);
     auto stopping = kj::newPromiseAndCrossThreadFulfiller<kj::Maybe<kj::Duration>>();
     {
       std::lock_guard<std::mutex> lock(mutex);

@@ -188,6 +188,16 @@ _troupe._set_error_classes(_CLASSES)
 atexit.register(_troupe._shutdown)
 
 
+class _ClosedOnExit:
+    """Leaving a `with` block close()s it."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 # --- resolvers, groups, pools --------------------------------------------------------------------
 
 def open_resolver(url=None):
@@ -430,7 +440,7 @@ class Job:
         return self._impl.replicas()
 
 
-class _Launcher:
+class _Launcher(_ClosedOnExit):
     """What both launchers share: submit(), close(), the resolver their replicas publish in."""
 
     _impl = None
@@ -489,12 +499,6 @@ class _Launcher:
         """Stops every job (SIGTERM, then SIGKILL or scancel after `grace` seconds) and waits
         until none is left."""
         self._impl.drain(grace)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class LocalLauncher(_Launcher):
@@ -693,7 +697,7 @@ def _import_root(cls):
     return root
 
 
-class ActorGroup(Group):
+class ActorGroup(Group, _ClosedOnExit):
     """A Group of a troupe.actor class's members: its pools call methods with Python values.
     One made by create_actor_group() owns its job (`launched`): close() (or leaving a `with`
     block) ends it."""
@@ -712,12 +716,6 @@ class ActorGroup(Group):
         """Ends the job this group was launched as (its replicas drain first)."""
         if self.launched is not None:
             self.launched.terminate(grace)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return f"<troupe.ActorGroup {self.job}/{self.actor} of {self.spec.qualname}>"

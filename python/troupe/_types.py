@@ -62,7 +62,7 @@ class Schema:
     def declare(self, name, owner, build):
         """Declares struct `name` once: `build()` returns its body ("a @0 :Int64; ...")."""
         if name in self.owners:
-            if self.owners[name] is not owner and self.owners[name] != owner:
+            if self.owners[name] != owner:
                 raise AnnotationError(f"two types would both be the struct {name}: "
                                       f"{self.owners[name]!r} and {owner!r}; rename one")
             return name
