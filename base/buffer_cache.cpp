@@ -5,6 +5,7 @@
 
 #include <new>
 
+#include <kj/debug.h>
 #include <kj/vector.h>
 
 namespace troupe {
@@ -42,6 +43,9 @@ void freeBlock(Block b) { free(b.words - 1); }
 // Set while this thread's cache exists: an array dropped during thread exit, after the cache
 // is gone, frees its memory directly.
 thread_local bool cacheAlive = false;
+
+// How many loops trim this thread's cache now.
+thread_local unsigned trimmingLoops = 0;
 
 class ThreadCache {
 public:
@@ -140,7 +144,7 @@ ThreadCache& threadCache() {
 class CachingDisposer final : public kj::ArrayDisposer {
   void disposeImpl(void* first, size_t, size_t, size_t, void (*)(void*)) const override {
     auto block = blockOf(static_cast<capnp::word*>(first));
-    if (cacheAlive) {
+    if (cacheAlive && trimmingLoops > 0) {
       threadCache().give(block);
     } else {
       freeBlock(block);
@@ -186,6 +190,13 @@ kj::Array<capnp::word> takeZeroedSegment() {
     if (words == nullptr) throw std::bad_alloc();
   }
   return kj::Array<capnp::word>(words, SMALL_SEGMENT_WORDS, zeroedSegmentDisposer);
+}
+
+void beginTrimmingMessageBuffers() { ++trimmingLoops; }
+
+void endTrimmingMessageBuffers() {
+  KJ_ASSERT(trimmingLoops > 0);
+  --trimmingLoops;
 }
 
 void trimMessageBuffers(uint64_t intervals) {

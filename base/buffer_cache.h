@@ -51,6 +51,12 @@ constexpr size_t SMALL_SEGMENT_POOL_MAX = 64;  // per thread
 // the thread that drops it.
 kj::Array<capnp::word> takeZeroedSegment();
 
+// A loop trims this thread's cache from beginTrimming...() to endTrimming...() (EventLoop calls
+// them; they nest). A large buffer dropped on a thread no loop trims (a Python thread letting go
+// of a tensor it kept, say) goes back to the system at once: nothing would ever trim it there.
+void beginTrimmingMessageBuffers();
+void endTrimmingMessageBuffers();
+
 // Counts `intervals` BUFFER_CACHE_TRIM_INTERVALs as gone by on this thread, then returns to the
 // system the buffers cached here that have now waited more than BUFFER_CACHE_IDLE_SECONDS' worth
 // of them. The cache keeps no clock of its own: called by the thread's EventLoop only.

@@ -116,6 +116,7 @@ struct EventLoop::Impl {
 EventLoop::EventLoop(EventLoopOptions options) {
   ignoreSigpipe();
   impl = kj::heap<Impl>(kj::mv(options));
+  beginTrimmingMessageBuffers();
 }
 
 EventLoop::~EventLoop() noexcept(false) {
@@ -152,6 +153,7 @@ EventLoop::~EventLoop() noexcept(false) {
   uv_run(&impl->uv, UV_RUN_DEFAULT);
   int closed = uv_loop_close(&impl->uv);
   impl = nullptr;
+  endTrimmingMessageBuffers();
 
   if (!unwind.isUnwinding()) {
     KJ_REQUIRE(leaked.empty() && closed == 0,

@@ -12,6 +12,7 @@
 
 #include "troupe/base/buffer_cache.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/detail/received_words.h"
 
 namespace troupe::net_detail {
 
@@ -20,29 +21,52 @@ namespace {
 // Cap'n Proto's own readers refuse more segments than this too.
 constexpr uint32_t MAX_SEGMENTS = 512;
 
+// Memory a received message was read into: when it is troupe's own and large, shared with
+// whoever keeps a Data value in it (keepReceivedBytes(), bytes.h).
+class MessageMemory {
+public:
+  MessageMemory() = default;
+  MessageMemory(kj::Array<capnp::word> words, bool shareable) {
+    if (shareable && words.size() * sizeof(capnp::word) >= KEPT_MESSAGE_MIN_BYTES) {
+      shared = kj::atomicRefcounted<ReceivedWords>(kj::mv(words));
+      view = shared->get();
+    } else {
+      own = kj::mv(words);
+      view = own;
+    }
+  }
+
+  kj::ArrayPtr<const capnp::word> get() const { return view; }
+
+private:
+  kj::Array<capnp::word> own;
+  kj::Own<const ReceivedWords> shared;
+  kj::ArrayPtr<const capnp::word> view;  // whichever holds it
+};
+
 // A message read from the stream, in the form Cap'n Proto's RPC system receives it: owns its
-// words and, when it has more than one segment, the table pointing into them.
+// memory and, when it has more than one segment, the table pointing into it.
 class ReceivedMessage final : public capnp::MessageReader, public capnp::IncomingRpcMessage {
 public:
-  ReceivedMessage(kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> table,
-                  capnp::ReaderOptions options, kj::Array<capnp::word> placed)
+  ReceivedMessage(MessageMemory words, kj::Array<kj::ArrayPtr<const capnp::word>> table,
+                  capnp::ReaderOptions options, MessageMemory placed)
       : capnp::MessageReader(options),
         words(kj::mv(words)),
         table(kj::mv(table)),
         placed(kj::mv(placed)) {}
 
   kj::ArrayPtr<const capnp::word> getSegment(uint id) override {
-    if (table == nullptr) return id == 0 ? words.asPtr() : nullptr;
+    if (table == nullptr) return id == 0 ? words.get() : nullptr;
     return id < table.size() ? table[id] : nullptr;
   }
 
   capnp::AnyPointer::Reader getBody() override { return getRoot<capnp::AnyPointer>(); }
-  size_t sizeInWords() override { return words.size() + placed.size(); }
+  size_t sizeInWords() override { return words.get().size() + placed.get().size(); }
 
 private:
-  kj::Array<capnp::word> words;
+  MessageMemory words;
   kj::Array<kj::ArrayPtr<const capnp::word>> table;  // null for a single segment
-  kj::Array<capnp::word> placed;  // the last segment, when a SegmentPlacement gave its memory
+  MessageMemory placed;  // the last segment, when it was read apart (readPlaced())
 };
 
 // Bytes of the segment table of a message of `segments` segments, padded to a whole word.
@@ -306,22 +330,25 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
   readBegin += table;
   auto headBytes = head.asBytes();
   auto read = readInto(headBytes);
-  return read.then([this, options, lastWords, head = kj::mv(head),
-                    segments = kj::mv(segments)]() mutable {
-    auto& p = KJ_ASSERT_NONNULL(placement);
-    kj::Array<capnp::word> last;
-    KJ_IF_MAYBE(placed, p.place(segments.slice(0, segments.size() - 1), lastWords)) {
-      last = kj::mv(*placed);
-    } else {
-      last = takeMessageBuffer(lastWords);
-    }
-    segments[segments.size() - 1] = last;
-    auto lastBytes = last.asBytes();
-    return readInto(lastBytes).then([this, options, head = kj::mv(head),
-                                     segments = kj::mv(segments), last = kj::mv(last)]() mutable {
-      return complete(kj::mv(head), kj::mv(segments), options, kj::mv(last));
-    });
-  });
+  return read.then(
+      [this, options, lastWords, head = kj::mv(head), segments = kj::mv(segments)]() mutable {
+        auto& p = KJ_ASSERT_NONNULL(placement);
+        kj::Array<capnp::word> last;
+        bool ours = false;  // memory of the message's own, not its placement's
+        KJ_IF_MAYBE(placed, p.place(segments.slice(0, segments.size() - 1), lastWords)) {
+          last = kj::mv(*placed);
+        } else {
+          last = takeMessageBuffer(lastWords);
+          ours = true;
+        }
+        segments[segments.size() - 1] = last;
+        auto lastBytes = last.asBytes();
+        return readInto(lastBytes).then([this, options, head = kj::mv(head),
+                                         segments = kj::mv(segments), last = kj::mv(last),
+                                         ours]() mutable {
+          return complete(kj::mv(head), kj::mv(segments), options, kj::mv(last), ours);
+        });
+      });
 }
 
 kj::Promise<void> BoundedMessageStream::readInto(kj::ArrayPtr<kj::byte> into) {
@@ -341,16 +368,17 @@ kj::Promise<void> BoundedMessageStream::readInto(kj::ArrayPtr<kj::byte> into) {
 
 kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> BoundedMessageStream::complete(
     kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> segments,
-    capnp::ReaderOptions options, kj::Array<capnp::word> placed) {
+    capnp::ReaderOptions options, kj::Array<capnp::word> placed, bool placedIsOurs) {
   firstMessageRead = true;
   deadline = nullptr;
   KJ_IF_MAYBE(c, counters) {
-    c->received(words.asBytes().size() + placed.asBytes().size() + tableBytes(segments.size()));
+    c->received((words.size() + placed.size()) * sizeof(capnp::word) + tableBytes(segments.size()));
   }
   capnp::ReaderOptions generous = options;
   generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
   return kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>(
-      kj::heap<ReceivedMessage>(kj::mv(words), kj::mv(segments), generous, kj::mv(placed)));
+      kj::heap<ReceivedMessage>(MessageMemory(kj::mv(words), true), kj::mv(segments), generous,
+                                MessageMemory(kj::mv(placed), placedIsOurs)));
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -155,10 +155,12 @@ private:
   // `into`: what the buffer holds of it first, then the rest from the socket.
   kj::Promise<void> readInto(kj::ArrayPtr<kj::byte> into);
   // A whole message read: the next one has no deadline until it begins. `placed` is its last
-  // segment's memory when that is not in `words`.
+  // segment's memory when that is not in `words`; `placedIsOurs` when it came from
+  // takeMessageBuffer() rather than from the SegmentPlacement.
   kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> complete(
       kj::Array<capnp::word> words, kj::Array<kj::ArrayPtr<const capnp::word>> segments,
-      capnp::ReaderOptions options, kj::Array<capnp::word> placed = nullptr);
+      capnp::ReaderOptions options, kj::Array<capnp::word> placed = nullptr,
+      bool placedIsOurs = false);
 
   // A message's first bytes are in: its deadline starts.
   void messageBegan();

@@ -19,10 +19,18 @@ namespace {
 
 std::string stateName(EndpointState state) { return toString(state).cStr(); }
 
-// The response `r`, copied into a message of its own that any thread may read.
-kj::Own<capnp::MallocMessageBuilder> copyOf(capnp::DynamicStruct::Reader r) {
-  auto message = kj::heap<capnp::MallocMessageBuilder>(r.totalSize().wordCount + 8);
-  message->setRoot(r);
+// The response `r`, copied into a message of its own that any thread may read. Its large Data
+// are not copied: the copy refers to the received message's memory, which `kept` keeps.
+kj::Own<capnp::MallocMessageBuilder> copyOf(capnp::DynamicStruct::Reader r,
+                                            const KeptReceived& kept) {
+  auto words = r.totalSize().wordCount;
+  if (words * sizeof(capnp::word) < VIEWED_DATA_MIN_BYTES) {
+    auto message = kj::heap<capnp::MallocMessageBuilder>(words + 8);
+    message->setRoot(r);
+    return message;
+  }
+  auto message = kj::heap<capnp::MallocMessageBuilder>();
+  copyStruct(r, message->initRoot<capnp::DynamicStruct>(r.getSchema()), &kept);
   return message;
 }
 
@@ -231,6 +239,7 @@ std::shared_ptr<PreparedCall> Methods::prepare(const std::string& method, py::ha
 kj::Own<CallCompletion> startCall(std::shared_ptr<PreparedCall> prepared, Send send) {
   auto completion = kj::atomicRefcounted<CallCompletion>();
   completion->resultType = prepared->method.method.getResultType();
+  completion->views = prepared->views;
   python::start(*completion,
                 [prepared = kj::mv(prepared),
                  send = kj::mv(send)](EventLoop&, Completion& c) mutable -> kj::Promise<void> {
@@ -240,7 +249,7 @@ kj::Own<CallCompletion> startCall(std::shared_ptr<PreparedCall> prepared, Send s
                       .then([&done](CallResult<capnp::Response<capnp::DynamicStruct>>&& r) {
                         // A pool call's error concerns the member of its last attempt.
                         if (!r.endpoint.name.empty()) done.endpoint = kj::mv(r.endpoint.name);
-                        done.results = copyOf(r.take());
+                        done.results = copyOf(r.take(), done.kept);
                       })
                       .attach(kj::mv(prepared), kj::mv(send));
                 });
@@ -252,7 +261,7 @@ py::object resultOf(CallCompletion& c) {
     raise(*e, c.endpoint);
   }
   auto root = c.results->getRoot<capnp::DynamicStruct>(c.resultType);
-  return toPython(root.asReader());
+  return toPython(root.asReader(), c.views);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -295,8 +304,9 @@ kj::Function<Methods::Fetch()> PyPool::fetchFromAMember() {
 }
 
 kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle params, py::dict fields,
-                                      bool idempotent, std::optional<double> timeout) {
+                                      bool idempotent, std::optional<double> timeout, bool views) {
   auto prepared = methods.prepare(method, params, fields, idempotent, timeout, fetchFromAMember());
+  prepared->views = views;
   return startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
     return self->pool.get().callCapabilityResult(
         [&call](capnp::Capability::Client cap) { return send(call, cap); }, call.options);
@@ -304,17 +314,18 @@ kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle para
 }
 
 py::object PyPool::call(const std::string& method, py::handle params, py::dict fields,
-                        bool idempotent, std::optional<double> timeout) {
-  auto completion = start(method, params, fields, idempotent, timeout);
+                        bool idempotent, std::optional<double> timeout, bool views) {
+  auto completion = start(method, params, fields, idempotent, timeout, views);
   completion->wait();
   return resultOf(*completion);
 }
 
 std::shared_ptr<PyBroadcast> PyPool::broadcast(const std::string& method, py::handle params,
-                                               py::dict fields, std::optional<double> timeout) {
-  return std::make_shared<PyBroadcast>(shared_from_this(),
-                                       methods.prepare(method, params, fields, false, timeout,
-                                                       fetchFromAMember()));
+                                               py::dict fields, std::optional<double> timeout,
+                                               bool views) {
+  auto prepared = methods.prepare(method, params, fields, false, timeout, fetchFromAMember());
+  prepared->views = views;
+  return std::make_shared<PyBroadcast>(shared_from_this(), kj::mv(prepared));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -340,8 +351,9 @@ kj::Function<Methods::Fetch()> PyRef::fetchFromIt() {
 }
 
 kj::Own<CallCompletion> PyRef::start(const std::string& method, py::handle params, py::dict fields,
-                                     bool idempotent, std::optional<double> timeout) {
+                                     bool idempotent, std::optional<double> timeout, bool views) {
   auto prepared = methods.prepare(method, params, fields, idempotent, timeout, fetchFromIt());
+  prepared->views = views;
   auto completion = startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
     auto& ref = self->ref.get();
     auto sent = kj::evalNow([&]() -> kj::Promise<capnp::Response<capnp::DynamicStruct>> {
@@ -359,8 +371,8 @@ kj::Own<CallCompletion> PyRef::start(const std::string& method, py::handle param
 }
 
 py::object PyRef::call(const std::string& method, py::handle params, py::dict fields,
-                       bool idempotent, std::optional<double> timeout) {
-  auto completion = start(method, params, fields, idempotent, timeout);
+                       bool idempotent, std::optional<double> timeout, bool views) {
+  auto completion = start(method, params, fields, idempotent, timeout, views);
   completion->wait();
   return resultOf(*completion);
 }
@@ -386,9 +398,11 @@ namespace {
 using DynamicResult = CallResult<capnp::Response<capnp::DynamicStruct>>;
 
 BroadcastCompletion::Member memberOf(DynamicResult& r) {
-  BroadcastCompletion::Member m{r.endpoint.name, {}, kj::mv(r.error)};
+  BroadcastCompletion::Member m;
+  m.endpoint = r.endpoint.name;
+  m.error = kj::mv(r.error);
   KJ_IF_MAYBE(v, r.value) {
-    m.results = copyOf(*v);
+    m.results = copyOf(*v, m.kept);
   }
   return m;
 }
@@ -439,7 +453,7 @@ py::list PyBroadcast::results(BroadcastCompletion& done) {
       out.append(py::make_tuple(m.endpoint, py::none(), errorObject(*e, m.endpoint)));
     } else {
       auto root = m.results->getRoot<capnp::DynamicStruct>(resultType);
-      out.append(py::make_tuple(m.endpoint, toPython(root.asReader()), py::none()));
+      out.append(py::make_tuple(m.endpoint, toPython(root.asReader(), call->views), py::none()));
     }
   }
   return out;

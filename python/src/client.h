@@ -81,7 +81,9 @@ public:
 // One call's result as it crosses to Python: its response copied into a message of its own.
 class CallCompletion final : public Completion {
 public:
+  KeptReceived kept;  // the response's large Data, which `results` refers to
   kj::Own<capnp::MallocMessageBuilder> results;
+  bool views = false;  // large Data reach Python as views (toPython())
   capnp::StructSchema resultType;
   // What its errors name as their endpoint: the address of a Ref's call; for a pool's call,
   // the member its last attempt went to (empty, so None, if no member was ever tried).
@@ -102,6 +104,7 @@ struct PreparedCall {
   Borrowed borrowed;                       // the buffers `params` refers to: it goes first
   capnp::MallocMessageBuilder params{64};  // small calls need no more; large ones grow
   CallOptions options;
+  bool views = false;  // the results' large Data reach Python as views (toPython())
 };
 
 // The interface of one actor (a pool's members', or one ActorRef's) and its methods by name,
@@ -157,6 +160,7 @@ class PyPool;
 struct BroadcastCompletion final : public Completion {
   struct Member {
     std::string endpoint;
+    KeptReceived kept;  // as CallCompletion's
     kj::Own<capnp::MallocMessageBuilder> results;
     kj::Maybe<kj::Exception> error;
   };
@@ -189,14 +193,16 @@ class PyPool : public std::enable_shared_from_this<PyPool> {
 public:
   PyPool(std::shared_ptr<PyGroup> group, ActorPoolOptions options);
 
-  // A call of `method` (see Methods::prepare), started.
+  // A call of `method` (see Methods::prepare), started. With `views`, large Data in its results
+  // reach Python as views (toPython()).
   kj::Own<CallCompletion> start(const std::string& method, pybind11::handle params,
                                 pybind11::dict fields, bool idempotent,
-                                std::optional<double> timeout);
+                                std::optional<double> timeout, bool views);
   pybind11::object call(const std::string& method, pybind11::handle params, pybind11::dict fields,
-                        bool idempotent, std::optional<double> timeout);
+                        bool idempotent, std::optional<double> timeout, bool views);
   std::shared_ptr<PyBroadcast> broadcast(const std::string& method, pybind11::handle params,
-                                         pybind11::dict fields, std::optional<double> timeout);
+                                         pybind11::dict fields, std::optional<double> timeout,
+                                         bool views);
 
   // Sends `data` (any buffer, not copied) as blob `name` at `version` to every READY member
   // (ActorPool::broadcastBlob) and waits, the GIL released, up to `timeout` seconds: one tuple
@@ -220,9 +226,9 @@ public:
 
   kj::Own<CallCompletion> start(const std::string& method, pybind11::handle params,
                                 pybind11::dict fields, bool idempotent,
-                                std::optional<double> timeout);
+                                std::optional<double> timeout, bool views);
   pybind11::object call(const std::string& method, pybind11::handle params, pybind11::dict fields,
-                        bool idempotent, std::optional<double> timeout);
+                        bool idempotent, std::optional<double> timeout, bool views);
 
   const std::string address;
   LoopOwned<ActorRefBase> ref;

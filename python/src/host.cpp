@@ -74,10 +74,12 @@ struct Held {
 // the serving thread, one after another.
 class PythonActor final : public capnp::DynamicCapability::Server {
 public:
-  PythonActor(EventLoop& loop, capnp::InterfaceSchema schema, py::object impl, bool onWorkers)
+  PythonActor(EventLoop& loop, capnp::InterfaceSchema schema, py::object impl, bool onWorkers,
+              bool views)
       : capnp::DynamicCapability::Server(schema),
         loop(loop),
         onWorkers(onWorkers),
+        views(views),
         log(loop.logger()),
         impl(kj::mv(impl)),
         interfaceName(kj::str(schema.getShortDisplayName())) {}
@@ -103,7 +105,7 @@ public:
                                kj::str(type.c_str(), " has no method '", name, "'"));
         }
         held.fn = kj::mv(fn);
-        held.params = toPython(context.getParams());
+        held.params = toPython(context.getParams(), views);
         context.releaseParams();
         if (!onWorkers) {
           KJ_IF_MAYBE(failure, runMethod(held, context.getResults(), where, *log)) {
@@ -117,6 +119,7 @@ public:
     }
     // On a worker: the results go into a message of the call's own, copied in on the loop.
     struct Outcome {
+      Borrowed borrowed;  // the buffers `results` refers to, which the reply takes over
       kj::Own<capnp::MallocMessageBuilder> results = kj::heap<capnp::MallocMessageBuilder>();
       kj::Maybe<kj::Exception> failure;
     };
@@ -126,7 +129,7 @@ public:
           Outcome out;
           auto root = out.results->initRoot<capnp::DynamicStruct>(type);
           py::gil_scoped_acquire gil;
-          out.failure = runMethod(held, root, where, *log);
+          out.failure = runMethod(held, root, where, *log, &out.borrowed);
           return out;
         })
         .then([context, type](Outcome out) mutable -> kj::Promise<void> {
@@ -134,16 +137,19 @@ public:
             return kj::mv(*failure);
           }
           copyStruct(out.results->getRoot<capnp::DynamicStruct>(type).asReader(),
-                     context.getResults());
+                     context.getResults(), &out.borrowed);
           return kj::READY_NOW;
         });
   }
 
 private:
   // Calls the method `held` names (`where`: "Calculator.add"), GIL held: its results go into
-  // `results`; returns what it raised, or that it is a coroutine.
+  // `results` (referring to large buffers it returned through `borrowed`, when given, or
+  // directly when `results` is the reply itself); returns what it raised, or that it is a
+  // coroutine.
   static kj::Maybe<kj::Exception> runMethod(Held& held, capnp::DynamicStruct::Builder results,
-                                            const std::string& where, spdlog::logger& log) {
+                                            const std::string& where, spdlog::logger& log,
+                                            Borrowed* borrowed = nullptr) {
     try {
       py::object result = (*held.fn)(**(*held.params));
       if (PyCoro_CheckExact(result.ptr())) {
@@ -153,7 +159,7 @@ private:
                                      " is a coroutine: serve() runs plain methods only (a class "
                                      "hosted with troupe.host_actor() may have async methods)"));
       }
-      if (!result.is_none()) fillStruct(results, result, where + " results");
+      if (!result.is_none()) fillStruct(results, result, where + " results", borrowed);
     } catch (py::error_already_set& e) {
       return actorRaised(e, where, log);
     }
@@ -162,6 +168,7 @@ private:
 
   EventLoop& loop;
   const bool onWorkers;
+  const bool views;
   std::shared_ptr<spdlog::logger> log;
   std::optional<py::object> impl;  // dropped with the GIL held
   kj::String interfaceName;
@@ -263,9 +270,10 @@ void HostedActor::run() {
       py::gil_scoped_acquire gil;  // the actor holds the object
       auto object = kj::mv(*impl);
       impl.reset();
-      server.hostCapability(
-          options.name.c_str(), schema,
-          kj::heap<PythonActor>(loop, schema, kj::mv(object), options.maxConcurrency != 1), actor);
+      server.hostCapability(options.name.c_str(), schema,
+                            kj::heap<PythonActor>(loop, schema, kj::mv(object),
+                                                  options.maxConcurrency != 1, options.views),
+                            actor);
     }
     if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
     auto replica = publishReplica(loop, server);

@@ -24,6 +24,7 @@ struct ServeOptions {
   uint32_t maxConcurrency = 1;          // calls at once (0: no limit); other than 1: on workers
   std::vector<std::string> importPath;  // for the schema's imports, before /usr/include
   bool catchSigint = true;              // SIGINT drains as SIGTERM does (else Python keeps it)
+  bool views = false;  // large received Data reach the object as views (toPython(), values.h)
 };
 
 // Where an interface's schema comes from: the file at `path`, or, when `text` is not empty, that

@@ -129,8 +129,8 @@ void bindClient(py::module_& m) {
       .def("call", &PyPool::call)
       .def("start",
            [](PyPool& self, const std::string& method, py::handle params, py::dict fields,
-              bool idempotent, std::optional<double> timeout) {
-             return pendingCall(self.start(method, params, fields, idempotent, timeout));
+              bool idempotent, std::optional<double> timeout, bool views) {
+             return pendingCall(self.start(method, params, fields, idempotent, timeout, views));
            })
       .def("fetch_schema",
            [](std::shared_ptr<PyPool> self) {
@@ -146,8 +146,8 @@ void bindClient(py::module_& m) {
       .def("call", &PyRef::call)
       .def("start",
            [](PyRef& self, const std::string& method, py::handle params, py::dict fields,
-              bool idempotent, std::optional<double> timeout) {
-             return pendingCall(self.start(method, params, fields, idempotent, timeout));
+              bool idempotent, std::optional<double> timeout, bool views) {
+             return pendingCall(self.start(method, params, fields, idempotent, timeout, views));
            })
       .def("fetch_schema", [](std::shared_ptr<PyRef> self) {
         auto fetch = self->fetchFromIt();
@@ -264,6 +264,7 @@ void bindJobs(py::module_& m) {
 PYBIND11_MODULE(_troupe, m) {
   m.attr("__version__") = troupe::VERSION;
   bindRuntime(m);
+  bindValues(m);
   bindClient(m);
   bindResourceConfig(m);
   bindJobs(m);
@@ -271,10 +272,10 @@ PYBIND11_MODULE(_troupe, m) {
       .def(py::init([](const std::string& path, const std::string& text,
                        const std::string& interface, py::object impl, const std::string& name,
                        const std::string& listen, uint32_t maxConcurrency,
-                       std::vector<std::string> importPath, bool catchSigint) {
+                       std::vector<std::string> importPath, bool catchSigint, bool views) {
         return std::make_unique<HostedActor>(SchemaSource{path, text}, interface, kj::mv(impl),
                                              ServeOptions{name, listen, maxConcurrency,
-                                                          kj::mv(importPath), catchSigint});
+                                                          kj::mv(importPath), catchSigint, views});
       }))
       .def_property_readonly("address", &HostedActor::address)
       .def_property_readonly("endpoints", &HostedActor::endpoints)

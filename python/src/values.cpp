@@ -207,7 +207,8 @@ void adoptData(capnp::DynamicList::Builder list, uint i, capnp::Orphan<capnp::Da
   list.as<capnp::List<capnp::Data>>().adopt(i, kj::mv(data));
 }
 
-capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes, const Where& where);
+capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes, const Where& where,
+                                      const void* at = nullptr);
 
 bool isSequence(py::handle v) {
   return (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr()) ||
@@ -233,8 +234,9 @@ void setField(capnp::DynamicStruct::Builder s, capnp::StructSchema::Field f, py:
     }
     case Type::DATA: {
       Bytes bytes(v, where, type);
+      const void* at = capnp::AnyStruct::Builder(s).getDataSection().begin();
       return adoptData(s, f,
-                       dataOrphan(capnp::Orphanage::getForMessageContaining(s), bytes, where));
+                       dataOrphan(capnp::Orphanage::getForMessageContaining(s), bytes, where, at));
     }
     default:
       return withScalar(type, v, where, [&](capnp::DynamicValue::Reader r) { s.set(f, r); });
@@ -312,17 +314,19 @@ void fillFields(capnp::DynamicStruct::Builder target, py::handle fields, const W
 
 }  // namespace
 
-// One exported buffer. Released where it is let go of if that is a Python thread (which holds
-// the GIL), soon on one otherwise.
+// One exported buffer. Released under the GIL where it is let go of (a Python thread holds it;
+// a hosted actor's serving thread, host.h, takes it), soon on the client loop's thread, which
+// must not wait for it.
 class Borrowed::Buffer {
 public:
   explicit Buffer(Py_buffer exported) : view(kj::heap<Py_buffer>(exported)) {}
   ~Buffer() noexcept {
-    if (!Runtime::get().onLoopThread()) {
-      PyBuffer_Release(view.get());
+    if (Runtime::get().onLoopThread()) {
+      withGilSoon([view = kj::mv(view)]() mutable { PyBuffer_Release(view.get()); });
       return;
     }
-    withGilSoon([view = kj::mv(view)]() mutable { PyBuffer_Release(view.get()); });
+    py::gil_scoped_acquire gil;
+    PyBuffer_Release(view.get());
   }
   KJ_DISALLOW_COPY(Buffer);
   capnp::Data::Reader data() const {
@@ -360,14 +364,25 @@ kj::Array<const kj::byte> borrowBuffer(py::handle buffer, const std::string& wha
 namespace {
 
 // `bytes` for a Data value in the message of `orphanage`: referred to when it may be
-// (borrowable(), and `where` lets it), copied otherwise.
-capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes,
-                                      const Where& where) {
+// (borrowable(), and `where` lets it, or the message is about to go over an RPC connection
+// and holds `at`, as an actor's results do), copied otherwise.
+capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes, const Where& where,
+                                      const void* at) {
   auto data = bytes.data();
-  if (where.borrowed != nullptr && borrowable(data)) {
-    auto orphan = orphanage.referenceExternalData(data);
-    where.borrowed->add(std::make_shared<Borrowed::Buffer>(bytes.release()));
-    return orphan;
+  if (borrowable(data)) {
+    if (where.borrowed != nullptr) {
+      auto orphan = orphanage.referenceExternalData(data);
+      where.borrowed->add(std::make_shared<Borrowed::Buffer>(bytes.release()));
+      return orphan;
+    }
+    if (at != nullptr) {
+      kj::Array<const kj::byte> held = kj::ArrayPtr<const kj::byte>(data).attach(
+          std::make_shared<Borrowed::Buffer>(bytes.release()));
+      if (attachToOutgoingMessage(at, held)) return orphanage.referenceExternalData(data);
+      auto copy = orphanage.newOrphan<capnp::Data>(data.size());
+      memcpy(copy.get().begin(), data.begin(), data.size());
+      return copy;
+    }
   }
   auto copy = orphanage.newOrphan<capnp::Data>(data.size());
   if (data.size() > 0) memcpy(copy.get().begin(), data.begin(), data.size());
@@ -381,7 +396,26 @@ void fillStruct(capnp::DynamicStruct::Builder target, py::handle fields, const s
   fillFields(target, fields, Where{context, "", borrowed});
 }
 
-py::object toPython(capnp::DynamicValue::Reader value) {
+namespace {
+
+// Received bytes kept past their message (troupe::keepReceivedBytes()), seen from Python as a
+// writable buffer; what toPython()'s views are views of.
+struct ReceivedBytes {
+  kj::Array<kj::byte> bytes;
+};
+
+}  // namespace
+
+void bindValues(py::module_& m) {
+  py::class_<ReceivedBytes>(m, "_ReceivedBytes", py::buffer_protocol())
+      .def_buffer([](ReceivedBytes& b) {
+        return py::buffer_info(b.bytes.begin(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.bytes.size())}, {1}, false);
+      })
+      .def("__len__", [](const ReceivedBytes& b) { return b.bytes.size(); });
+}
+
+py::object toPython(capnp::DynamicValue::Reader value, bool views) {
   switch (value.getType()) {
     case capnp::DynamicValue::UNKNOWN:
     case capnp::DynamicValue::VOID:
@@ -401,12 +435,17 @@ py::object toPython(capnp::DynamicValue::Reader value) {
     }
     case capnp::DynamicValue::DATA: {
       auto data = value.as<capnp::Data>();
+      if (views && data.size() >= VIEWED_DATA_MIN_BYTES) {
+        KJ_IF_MAYBE(kept, keepReceivedBytes(data)) {
+          return py::memoryview(py::cast(ReceivedBytes{kj::mv(*kept)}));
+        }
+      }
       return py::bytes(reinterpret_cast<const char*>(data.begin()), data.size());
     }
     case capnp::DynamicValue::LIST: {
       auto list = value.as<capnp::DynamicList>();
       py::list out(list.size());
-      for (uint i = 0; i < list.size(); ++i) out[i] = toPython(list[i]);
+      for (uint i = 0; i < list.size(); ++i) out[i] = toPython(list[i], views);
       return out;
     }
     case capnp::DynamicValue::ENUM: {
@@ -420,10 +459,10 @@ py::object toPython(capnp::DynamicValue::Reader value) {
       auto s = value.as<capnp::DynamicStruct>();
       py::dict out;
       for (auto f : s.getSchema().getNonUnionFields()) {
-        out[py::str(f.getProto().getName().cStr())] = toPython(s.get(f));
+        out[py::str(f.getProto().getName().cStr())] = toPython(s.get(f), views);
       }
       KJ_IF_MAYBE(f, s.which()) {
-        out[py::str(f->getProto().getName().cStr())] = toPython(s.get(*f));
+        out[py::str(f->getProto().getName().cStr())] = toPython(s.get(*f), views);
       }
       return out;
     }
@@ -436,11 +475,46 @@ py::object toPython(capnp::DynamicValue::Reader value) {
 
 namespace {
 
-// `data`, one of `borrowed`'s buffers, referred to by `to`'s message, which owns it from then
-// on; null where adoptBytes() would copy (`to` is not about to go over an RPC connection).
-kj::Maybe<capnp::Orphan<capnp::Data>> adopted(const Borrowed& borrowed, capnp::Data::Reader data,
-                                              capnp::DynamicStruct::Builder to) {
-  KJ_IF_MAYBE(owner, borrowed.find(data)) {
+// Copies field `f` of `from` into `to`, referring to what `references` has of its Data.
+void copyField(capnp::DynamicStruct::Reader from, capnp::DynamicStruct::Builder to,
+               capnp::StructSchema::Field f, const DataReferences& references) {
+  auto type = f.getType();
+  if (type.isData()) {
+    KJ_IF_MAYBE(orphan, references.refer(from.get(f).as<capnp::Data>(), to)) {
+      return adoptData(to, f, kj::mv(*orphan));
+    }
+  } else if (type.isStruct()) {
+    return copyStruct(from.get(f).as<capnp::DynamicStruct>(), to.init(f).as<capnp::DynamicStruct>(),
+                      &references);
+  } else if (type.isList() && type.asList().getElementType().isData()) {
+    auto items = from.get(f).as<capnp::DynamicList>();
+    auto list = to.init(f, items.size()).as<capnp::DynamicList>();
+    for (uint i = 0; i < items.size(); ++i) {
+      auto item = items[i].as<capnp::Data>();
+      KJ_IF_MAYBE(orphan, references.refer(item, to)) {
+        adoptData(list, i, kj::mv(*orphan));
+      } else {
+        list.set(i, item);
+      }
+    }
+    return;
+  } else if (type.isList() && type.asList().getElementType().isStruct()) {
+    auto items = from.get(f).as<capnp::DynamicList>();
+    auto list = to.init(f, items.size()).as<capnp::DynamicList>();
+    for (uint i = 0; i < items.size(); ++i) {
+      copyStruct(items[i].as<capnp::DynamicStruct>(), list[i].as<capnp::DynamicStruct>(),
+                 &references);
+    }
+    return;
+  }
+  to.set(f, from.get(f));
+}
+
+}  // namespace
+
+kj::Maybe<capnp::Orphan<capnp::Data>> Borrowed::refer(capnp::Data::Reader data,
+                                                      capnp::DynamicStruct::Builder to) const {
+  KJ_IF_MAYBE(owner, find(data)) {
     // The struct's own location tells which message it is in (as in adoptBytes()).
     const void* at = capnp::AnyStruct::Builder(to).getDataSection().begin();
     if (attachToOutgoingMessage(at, *owner)) {
@@ -450,44 +524,25 @@ kj::Maybe<capnp::Orphan<capnp::Data>> adopted(const Borrowed& borrowed, capnp::D
   return nullptr;
 }
 
-// Copies field `f` of `from` into `to`, adopting what it can of `borrowed`'s buffers.
-void copyField(capnp::DynamicStruct::Reader from, capnp::DynamicStruct::Builder to,
-               capnp::StructSchema::Field f, const Borrowed& borrowed) {
-  auto type = f.getType();
-  if (type.isData()) {
-    KJ_IF_MAYBE(orphan, adopted(borrowed, from.get(f).as<capnp::Data>(), to)) {
-      return adoptData(to, f, kj::mv(*orphan));
-    }
-  } else if (type.isStruct()) {
-    return copyStruct(from.get(f).as<capnp::DynamicStruct>(), to.init(f).as<capnp::DynamicStruct>(),
-                      &borrowed);
-  } else if (type.isList() && type.asList().getElementType().isData()) {
-    auto items = from.get(f).as<capnp::DynamicList>();
-    auto list = to.init(f, items.size()).as<capnp::DynamicList>();
-    for (uint i = 0; i < items.size(); ++i) {
-      auto item = items[i].as<capnp::Data>();
-      KJ_IF_MAYBE(orphan, adopted(borrowed, item, to)) {
-        adoptData(list, i, kj::mv(*orphan));
-      } else {
-        list.set(i, item);
-      }
-    }
-    return;
+kj::Maybe<capnp::Orphan<capnp::Data>> KeptReceived::refer(capnp::Data::Reader data,
+                                                          capnp::DynamicStruct::Builder to) const {
+  if (data.size() < VIEWED_DATA_MIN_BYTES) return nullptr;
+  KJ_IF_MAYBE(bytes, keepReceivedBytes(data)) {
+    kept.add(kj::mv(*bytes));
+    return capnp::Orphanage::getForMessageContaining(to).referenceExternalData(data);
   }
-  to.set(f, from.get(f));
+  return nullptr;
 }
 
-}  // namespace
-
 void copyStruct(capnp::DynamicStruct::Reader from, capnp::DynamicStruct::Builder to,
-                const Borrowed* borrowed) {
+                const DataReferences* references) {
   auto copy = [&](capnp::StructSchema::Field f) {
     if (f.getProto().isGroup()) {
       copyStruct(from.get(f).as<capnp::DynamicStruct>(), to.init(f).as<capnp::DynamicStruct>(),
-                 borrowed);
+                 references);
     } else if (from.has(f)) {
-      if (borrowed != nullptr) {
-        copyField(from, to, f, *borrowed);
+      if (references != nullptr) {
+        copyField(from, to, f, *references);
       } else {
         to.set(f, from.get(f));
       }

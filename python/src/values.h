@@ -16,14 +16,26 @@
 
 #include <capnp/dynamic.h>
 #include <kj/array.h>
+#include <kj/vector.h>
 #include <pybind11/pybind11.h>
 
 namespace troupe::python {
 
+// Where copyStruct() finds memory a Data value of the copy may refer to instead of a copy of it.
+class DataReferences {
+public:
+  virtual ~DataReferences() noexcept(false) = default;
+  // An orphan of `to`'s message that refers to `data`'s bytes (the message, or this, keeping
+  // them), or null to copy them.
+  virtual kj::Maybe<capnp::Orphan<capnp::Data>> refer(capnp::Data::Reader data,
+                                                      capnp::DynamicStruct::Builder to) const = 0;
+};
+
 // Python buffers a message refers to. Each is released under the GIL: at once when let go of
 // on a Python thread, through withGilSoon() (runtime.h) on the loop thread. Thread-safe to
-// read once filled.
-class Borrowed {
+// read once filled. A copy refers to them where adoptBytes() would (the copy is a request about
+// to go over an RPC connection).
+class Borrowed final : public DataReferences {
 public:
   class Buffer;
   // An owner of the bytes at `data` if they are one of these buffers, whole: for adoptBytes().
@@ -31,8 +43,23 @@ public:
   // GIL held.
   void add(std::shared_ptr<Buffer> buffer) { buffers.push_back(kj::mv(buffer)); }
 
+  kj::Maybe<capnp::Orphan<capnp::Data>> refer(capnp::Data::Reader data,
+                                              capnp::DynamicStruct::Builder to) const override;
+
 private:
   std::vector<std::shared_ptr<Buffer>> buffers;
+};
+
+// The large Data of received messages (troupe::keepReceivedBytes()) that a copy refers to,
+// kept as long as this lives: a response copied for Python's threads without copying its
+// tensors. Any thread, one at a time.
+class KeptReceived final : public DataReferences {
+public:
+  kj::Maybe<capnp::Orphan<capnp::Data>> refer(capnp::Data::Reader data,
+                                              capnp::DynamicStruct::Builder to) const override;
+
+private:
+  mutable kj::Vector<kj::Array<kj::byte>> kept;
 };
 
 // `buffer`'s bytes (any contiguous Python buffer: bytes, bytearray, memoryview, a NumPy array),
@@ -49,13 +76,22 @@ kj::Array<const kj::byte> borrowBuffer(pybind11::handle buffer, const std::strin
 void fillStruct(capnp::DynamicStruct::Builder target, pybind11::handle fields,
                 const std::string& context, Borrowed* borrowed = nullptr);
 
-// `value` as a Python object. GIL held.
-pybind11::object toPython(capnp::DynamicValue::Reader value);
+// Data values at least this large may be seen as views (toPython()).
+constexpr size_t VIEWED_DATA_MIN_BYTES = 64 * 1024;
 
-// Copies every field set in `from` into `to` (same schema). No GIL needed. A Data field that
-// refers to one of `borrowed`'s buffers is adopted by `to` without a copy where adoptBytes()
-// can (`to` is a request about to go over an RPC connection), and copied otherwise.
+// `value` as a Python object. GIL held. With `views`, a Data value of at least
+// VIEWED_DATA_MIN_BYTES that lies in a message troupe received (troupe::keepReceivedBytes())
+// is a writable memoryview over the message's own memory, kept alive by the view, instead of a
+// copy as bytes: how a received tensor reaches NumPy without a copy.
+pybind11::object toPython(capnp::DynamicValue::Reader value, bool views = false);
+
+// Registers the type of the views toPython() makes. Once, at import.
+void bindValues(pybind11::module_& m);
+
+// Copies every field set in `from` into `to` (same schema). No GIL needed. A Data value (a
+// field at any depth, an element of a list, a field of a list's struct) that `references`
+// refers to is not copied.
 void copyStruct(capnp::DynamicStruct::Reader from, capnp::DynamicStruct::Builder to,
-                const Borrowed* borrowed = nullptr);
+                const DataReferences* references = nullptr);
 
 }  // namespace troupe::python

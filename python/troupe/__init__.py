@@ -361,18 +361,18 @@ class Pool:
     def call(self, method, params=None, /, *, idempotent=False, timeout=None, **fields):
         """Calls `method` ("add" or "calc.add") with `params` (a dict) or keyword arguments and
         returns its results as a dict."""
-        return self._impl.call(method, params, fields, idempotent, timeout)
+        return self._impl.call(method, params, fields, idempotent, timeout, False)
 
     async def call_async(self, method, params=None, /, *, idempotent=False, timeout=None,
                          **fields):
         """call() for asyncio: the calling thread is free while the call is in flight (and
         while the first call learns the members' interface)."""
-        return await _call_async(self._impl, method, params, fields, idempotent, timeout)
+        return await _call_async(self._impl, method, params, fields, idempotent, timeout, False)
 
     def broadcast(self, method, params=None, /, *, timeout=None, **fields):
         """Calls `method` on every READY member at once; wait_all() on the result collects one
         Result per member."""
-        return Broadcast(self._impl.broadcast(method, params, fields, timeout))
+        return Broadcast(self._impl.broadcast(method, params, fields, timeout, False))
 
     async def broadcast_async(self, method, params=None, /, *, timeout=None, **fields):
         """broadcast() for asyncio: a Broadcast to await one of its *_async waits on (the first
@@ -645,7 +645,7 @@ def host_actor(actor, *, name, args=(), kwargs=None, listen="", max_concurrency=
     servant = _actors.Servant(spec, actor)
     try:
         impl = _troupe.HostedActor(spec.file_name, spec.schema_text, spec.interface, servant,
-                                   name, listen, max_concurrency, [], False)
+                                   name, listen, max_concurrency, [], False, True)
     except BaseException:
         servant.close()
         raise
@@ -734,14 +734,15 @@ class TypedPool:
     def call(self, method, /, *args, idempotent=False, timeout=None, **kwargs):
         m = self.spec.method(method)
         params = self.spec.request(m, args, kwargs)
-        return self.spec.result(m, self.untyped.call(m.capnp, params, idempotent=idempotent,
-                                                     timeout=timeout))
+        # Tensors in the results arrive as arrays over the bytes received (views=True).
+        return self.spec.result(m, self.untyped._impl.call(m.capnp, params, {}, idempotent,
+                                                           timeout, True))
 
     async def call_async(self, method, /, *args, idempotent=False, timeout=None, **kwargs):
         m = self.spec.method(method)
         params = self.spec.request(m, args, kwargs)
-        results = await self.untyped.call_async(m.capnp, params, idempotent=idempotent,
-                                                timeout=timeout)
+        results = await _call_async(self.untyped._impl, m.capnp, params, {}, idempotent, timeout,
+                                    True)
         return self.spec.result(m, results)
 
     def broadcast(self, method, /, *args, timeout=None, **kwargs):
@@ -749,14 +750,16 @@ class TypedPool:
         value is what the method returned."""
         m = self.spec.method(method)
         params = self.spec.request(m, args, kwargs)
-        untyped = self.untyped.broadcast(m.capnp, params, timeout=timeout)
-        return Broadcast(untyped._impl, lambda value: self.spec.result(m, value))
+        untyped = self.untyped._impl.broadcast(m.capnp, params, {}, timeout, True)
+        return Broadcast(untyped, lambda value: self.spec.result(m, value))
 
     async def broadcast_async(self, method, /, *args, timeout=None, **kwargs):
         m = self.spec.method(method)
         params = self.spec.request(m, args, kwargs)
-        untyped = await self.untyped.broadcast_async(m.capnp, params, timeout=timeout)
-        return Broadcast(untyped._impl, lambda value: self.spec.result(m, value))
+        fetching = self.untyped._impl.fetch_schema()
+        if fetching is not None:
+            await _bridge().wait(fetching)
+        return self.broadcast(method, *args, timeout=timeout, **kwargs)
 
     def broadcast_blob(self, *args, **kwargs):
         return self.untyped.broadcast_blob(*args, **kwargs)
@@ -802,11 +805,11 @@ class Ref:
 
     def call(self, method, params=None, /, *, idempotent=False, timeout=None, **fields):
         """Calls `method` ("add" or "calc.add") and returns its results as a dict."""
-        return self._impl.call(method, params, fields, idempotent, timeout)
+        return self._impl.call(method, params, fields, idempotent, timeout, False)
 
     async def call_async(self, method, params=None, /, *, idempotent=False, timeout=None,
                          **fields):
-        return await _call_async(self._impl, method, params, fields, idempotent, timeout)
+        return await _call_async(self._impl, method, params, fields, idempotent, timeout, False)
 
 
 # --- asyncio -----------------------------------------------------------------------------------
@@ -853,9 +856,10 @@ def _bridge():
     return bridge
 
 
-async def _call_async(impl, method, params, fields, idempotent, timeout):
+async def _call_async(impl, method, params, fields, idempotent, timeout, views):
     # The first call learns the interface without blocking the loop, then builds its request.
+    # With `views`, large Data in the results are memoryviews over the bytes received.
     fetching = impl.fetch_schema()
     if fetching is not None:
         await _bridge().wait(fetching)
-    return await _bridge().wait(impl.start(method, params, fields, idempotent, timeout))
+    return await _bridge().wait(impl.start(method, params, fields, idempotent, timeout, views))

@@ -131,6 +131,9 @@ class _Bytes(_Type):
             self._wrong(value, where)
         return value
 
+    def from_wire(self, value):
+        return bytes(value)  # a large value arrives as a view over the message received
+
 
 class _List(_Type):
     def __init__(self, item):
@@ -273,7 +276,10 @@ class _Tensor(_Type):
         if count * dtype.itemsize != len(data):
             raise ValueError(f"a received tensor of shape {shape} and dtype {dtype} holds "
                              f"{len(data)} bytes, not {count * dtype.itemsize}")
-        return numpy.frombuffer(data, dtype=dtype).reshape(shape)
+        array = numpy.frombuffer(data, dtype=dtype)
+        if isinstance(data, bytes):
+            array = array.copy()  # small: writable like a large one, which is a view (toPython)
+        return array.reshape(shape)
 
 
 def _numpy(where):

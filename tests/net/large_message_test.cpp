@@ -1,6 +1,8 @@
 // Large messages: their memory is reused from one message to the next, which must never show
 // one message's bytes in another, nor change a message its holder still reads.
 
+#include <thread>
+
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 #include <kj/vector.h>
@@ -228,6 +230,54 @@ TEST_F(LargeMessageTest, BuffersNoLongerReusedAreGivenBack) {
   test::advanceInSteps(loop, INTERVAL, INTERVAL);
   EXPECT_EQ(cachedMessageBufferBytes(), 0u);
   EXPECT_EQ(cachedMessageBuffers(), 0u);
+}
+
+TEST_F(LargeMessageTest, AReceivedPayloadIsKeptPastItsMessageWithoutACopy) {
+  auto echo = ref<Echo>("echo");
+  auto r = echoPattern(echo, 4 * MiB, 9).wait(ws());
+  auto payload = r.getPayload();
+  auto kept = KJ_ASSERT_NONNULL(keepReceivedBytes(payload));
+  EXPECT_EQ(kept.begin(), payload.begin());  // the message's own memory, not a copy
+  EXPECT_EQ(kept.size(), 4 * MiB);
+  auto moreOfIt = KJ_ASSERT_NONNULL(keepReceivedBytes(payload.slice(MiB, 2 * MiB)));
+  EXPECT_EQ(moreOfIt.begin(), payload.begin() + MiB);
+
+  // The response goes; what was kept stays, and the next large message gets memory of its own.
+  r = echoPattern(echo, 4 * MiB, 10).wait(ws());
+  EXPECT_NE(r.getPayload().begin(), kept.begin());
+  EXPECT_EQ(firstMismatch(r.getPayload(), 10), 4 * MiB);
+  EXPECT_EQ(firstMismatch(kept, 9), 4 * MiB);
+  EXPECT_EQ(firstMismatch(moreOfIt, 9), MiB);
+
+  // Let go of on the loop's thread, the memory goes back to its cache for the next message.
+  auto buffersBefore = cachedMessageBuffers();
+  kept = nullptr;
+  moreOfIt = nullptr;
+  EXPECT_EQ(cachedMessageBuffers(), buffersBefore + 1);
+}
+
+TEST_F(LargeMessageTest, OnlyLargeReceivedMessagesAreKept) {
+  auto echo = ref<Echo>("echo");
+  auto small = echoPattern(echo, 1024, 1).wait(ws());
+  EXPECT_TRUE(keepReceivedBytes(small.getPayload()) == nullptr);
+
+  capnp::MallocMessageBuilder built;
+  auto local = built.initRoot<Echo::EchoParams>().initPayload(MiB);
+  EXPECT_TRUE(keepReceivedBytes(local) == nullptr);
+  EXPECT_TRUE(keepReceivedBytes(kj::ArrayPtr<const kj::byte>()) == nullptr);
+}
+
+TEST_F(LargeMessageTest, KeptBytesLetGoOfOnAThreadWithoutALoopAreGivenBack) {
+  auto echo = ref<Echo>("echo");
+  auto kept = KJ_ASSERT_NONNULL(
+      keepReceivedBytes(echoPattern(echo, 8 * MiB, 3).wait(ws()).getPayload()));
+  size_t cachedThere = 1;
+  std::thread([&]() {
+    EXPECT_EQ(firstMismatch(kept, 3), 8 * MiB);
+    kept = nullptr;  // the last holder: the memory goes now, not into a cache no loop trims
+    cachedThere = cachedMessageBuffers();
+  }).join();
+  EXPECT_EQ(cachedThere, 0u);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ import pytest
 
 import troupe
 from conftest import BIN_DIR
-from py_actors import Echo, ParameterServer, Shard
+from py_actors import Echo, Keeper, ParameterServer, Shard, received_over
 
 
 @pytest.fixture
@@ -81,6 +81,32 @@ def test_torch_tensors_go_out_as_tensors(host):
     back = pool.call("tensor", t)
     assert back.dtype == np.float32 and back.shape == (2, 3)
     assert torch.equal(torch.from_numpy(back.copy()), t)
+
+
+def test_large_tensors_arrive_over_the_bytes_received_and_outlive_their_call(host):
+    _, pool = host(Keeper, "kept", "keeper")
+    n = 1 << 18  # 1 MiB of float32: each message's memory would be reused by the next
+    for i in range(4):
+        assert pool.call("keep", np.full(n, i, dtype=np.float32)) == "message"
+    assert pool.call("keep", np.zeros(4, dtype=np.float32)) == "own"  # small: copied
+    assert pool.call("sums") == [float((i + 1) * n) for i in range(4)] + [4.0]
+
+    ramps = [pool.call("ramp", n) for _ in range(3)]
+    for ramp in ramps:
+        assert received_over(ramp) == "message" and ramp.flags.writeable
+        assert np.array_equal(ramp, np.arange(n, dtype=np.float32))
+    small = pool.call("ramp", 4)
+    assert received_over(small) == "own" and small.flags.writeable
+    big = pool.broadcast("ramp", n).wait_all(timeout=30)[0].value
+    assert received_over(big) == "message"
+    assert np.array_equal(big, np.arange(n, dtype=np.float32))
+
+
+def test_large_bytes_still_arrive_as_bytes(host):
+    _, pool = host(Echo, "large-bytes", "echo")
+    data = bytes(range(256)) * 4096
+    back = pool.call("blob", data, True)
+    assert type(back) is bytes and back == data[::-1]
 
 
 def test_structs_lists_dicts_optionals_and_bytes_round_trip(host):
