@@ -53,6 +53,40 @@ kj::Exception actorRaised(py::error_already_set& e, const std::string& where, sp
   return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::mv(description));
 }
 
+// A Python thread state for the calling thread, kept from one taking of the GIL to the next while
+// this lives. Without it each taking makes a thread state and deletes it again, and a new
+// thread state's first frame maps a 16 KiB stack chunk: an mmap, page faults and a munmap per
+// call. GIL not held.
+class KeptThreadState {
+public:
+  KeptThreadState() {
+    py::gil_scoped_acquire gil;
+    gil.inc_ref();  // outlives `gil`
+  }
+  ~KeptThreadState() {
+    py::gil_scoped_acquire gil;
+    gil.dec_ref();  // `gil` deletes it as it goes
+  }
+  KJ_DISALLOW_COPY(KeptThreadState);
+};
+
+// The GIL, taken on one of the loop's worker threads: their thread states are kept for the
+// threads' lives (libuv's workers last until the process exits, after Python is gone, so they
+// could not let go of them safely).
+class WorkerGil {
+public:
+  WorkerGil() {
+    thread_local bool kept = false;
+    if (!kept) {
+      gil.inc_ref();
+      kept = true;
+    }
+  }
+
+private:
+  py::gil_scoped_acquire gil;
+};
+
 // Python objects that must be let go of with the GIL held, on whatever thread drops them.
 struct Held {
   std::optional<py::object> fn;
@@ -128,7 +162,7 @@ public:
         .offload([held = kj::mv(held), type, where, log = log]() mutable {
           Outcome out;
           auto root = out.results->initRoot<capnp::DynamicStruct>(type);
-          py::gil_scoped_acquire gil;
+          WorkerGil gil;
           out.failure = runMethod(held, root, where, *log, &out.borrowed);
           return out;
         })
@@ -261,6 +295,7 @@ HostedActor::~HostedActor() noexcept(false) {
 }
 
 void HostedActor::run() {
+  KeptThreadState kept;  // this thread takes the GIL for every call
   auto outcome = kj::runCatchingExceptions([&]() {
     EventLoop loop;
     ActorServer server(loop, JobContext::fromEnvironment());
