@@ -21,10 +21,12 @@ void applyQuery(kj::StringPtr url, kj::StringPtr query, RegistryResolverOptions&
 
 }  // namespace
 
-kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
+kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url,
+                               std::shared_ptr<Credentials> credentials) {
   if (url.startsWith("registry://") || url.startsWith("registry+tls://") ||
       url.startsWith("registry+unix:")) {
     RegistryResolverOptions options;
+    options.credentials = kj::mv(credentials);
     KJ_IF_MAYBE(q, url.findFirst('?')) {
       applyQuery(url, url.slice(*q + 1), options);
       return kj::heap<RegistryResolver>(loop, kj::heapString(url.slice(0, *q)), options);
@@ -32,7 +34,9 @@ kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url) {
     return kj::heap<RegistryResolver>(loop, url, options);
   }
   if (url.startsWith("etcd://") || url.startsWith("etcds://") || url.startsWith("etcd+unix:")) {
-    return kj::heap<EtcdResolver>(loop, EtcdResolver::parseUrl(url));
+    auto options = EtcdResolver::parseUrl(url);
+    if (credentials != nullptr) options.credentials = kj::mv(credentials);
+    return kj::heap<EtcdResolver>(loop, kj::mv(options));
   }
   if (url.startsWith("fixed:")) return FixedResolver::parse(url.slice(strlen("fixed:")));
   if (url.startsWith("file:")) {

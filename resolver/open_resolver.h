@@ -1,10 +1,13 @@
 #pragma once
 // openResolver: a Resolver from a URL, as JobContext::resolver and TROUPE_RESOLVER carry it.
 
+#include <memory>
+
 #include <kj/memory.h>
 #include <kj/string.h>
 
 #include "troupe/base/event_loop.h"
+#include "troupe/net/credentials.h"
 #include "troupe/resolver/resolver.h"
 
 namespace troupe {
@@ -31,9 +34,13 @@ namespace troupe {
 //   fixed:NAME=ADDR,...       FixedResolver::parse(the rest)
 //   file:PATH                 FixedResolver::fromFile(PATH), read now
 //
+// `credentials` are what a registry or etcd resolver verifies its server with and presents (the
+// resolver options' `credentials`); null for the loop's (loopCredentials(), net/credentials.h).
+//
 // Throws INVALID_ARGUMENT naming `url` for any other scheme, and whatever the chosen resolver's
 // constructor or parser throws (INVALID_ARGUMENT for a malformed address, spec or file). Does not
 // contact a registry yet.
-kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url);
+kj::Own<Resolver> openResolver(EventLoop& loop, kj::StringPtr url,
+                               std::shared_ptr<Credentials> credentials = nullptr);
 
 }  // namespace troupe

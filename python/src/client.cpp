@@ -59,10 +59,40 @@ kj::Duration durationOf(double seconds, const char* what) {
 // ---------------------------------------------------------------------------------------------
 // PyResolver, PyGroup
 
-PyResolver::PyResolver(const std::string& url) : url(url) {
+namespace {
+
+// Credentials from `files`, or null (the loop's) when none is given. The job credential a
+// replica holds (TROUPE_JOB_ID, TROUPE_JOB_TOKEN_FILE) is kept either way.
+std::shared_ptr<Credentials> credentialsOf(const ClientCredentialFiles& files) {
+  if (files.tokenFile.empty() && files.tlsCa.empty() && files.tlsCert.empty() &&
+      files.tlsKey.empty() && files.tlsServerName.empty()) {
+    return nullptr;
+  }
+  auto environment = Credentials::optionsFromEnvironment();
+  CredentialsOptions options;
+  options.jobId = kj::mv(environment.jobId);
+  options.jobToken = kj::mv(environment.jobToken);
+  options.jobTokenFile = kj::mv(environment.jobTokenFile);
+  options.tokenFile = files.tokenFile;
+  if (!files.tlsCa.empty() || !files.tlsCert.empty() || !files.tlsKey.empty() ||
+      !files.tlsServerName.empty()) {
+    TlsOptions tls;
+    tls.caFile = files.tlsCa;
+    tls.certFile = files.tlsCert;
+    tls.keyFile = files.tlsKey;
+    tls.serverName = files.tlsServerName;
+    options.tls = kj::mv(tls);
+  }
+  return std::make_shared<Credentials>(kj::mv(options));
+}
+
+}  // namespace
+
+PyResolver::PyResolver(const std::string& url, const ClientCredentialFiles& files) : url(url) {
   auto done = kj::atomicRefcounted<Completion>();
-  runOn<Completion>(done, [this](EventLoop& loop, Completion&) {
-    resolver.set(openResolver(loop, this->url.c_str()));
+  runOn<Completion>(done, [this, &files](EventLoop& loop, Completion&) {
+    credentials = credentialsOf(files);
+    resolver.set(openResolver(loop, this->url.c_str(), credentials));
     return kj::READY_NOW;
   });
 }
@@ -71,8 +101,10 @@ PyGroup::PyGroup(std::shared_ptr<PyResolver> r, const std::string& job, const st
     : resolver(kj::mv(r)), job(job), actor(actor) {
   auto done = kj::atomicRefcounted<Completion>();
   runOn<Completion>(done, [this](EventLoop& loop, Completion&) {
+    ActorGroupOptions options;
+    options.channel.credentials = resolver->credentials;
     group.set(kj::heap<ActorGroupBase>(loop, resolver->resolver.get(), this->job.c_str(),
-                                       this->actor.c_str()));
+                                       this->actor.c_str(), kj::mv(options)));
     return kj::READY_NOW;
   });
 }
@@ -104,6 +136,30 @@ py::list endpointList(kj::ArrayPtr<const Endpoint> endpoints, bool namesOnly) {
 }
 
 }  // namespace
+
+py::list PyResolver::list(const std::string& prefix, double timeout) {
+  auto limit = durationOf(timeout, "timeout");
+  auto done = kj::atomicRefcounted<EndpointsCompletion>();
+  python::start(*done, [self = shared_from_this(), prefix, limit](EventLoop& loop, Completion& c) {
+    auto& out = static_cast<EndpointsCompletion&>(c);
+    auto listed = self->resolver.get().resolve(prefix).then([&out](kj::Array<Endpoint> found) {
+      std::sort(found.begin(), found.end(),
+                [](const Endpoint& a, const Endpoint& b) { return a.name < b.name; });
+      out.endpoints = kj::mv(found);
+    });
+    auto late = loop.timer().afterDelay(limit).then([self, limit]() {
+      throwError(ErrorCode::DEADLINE_EXCEEDED,
+                 kj::str("the resolver at ", self->url.c_str(), " did not answer within ",
+                         limit / kj::MILLISECONDS, " ms"));
+    });
+    return listed.exclusiveJoin(kj::mv(late)).attach(kj::mv(self));
+  });
+  done->wait(true);
+  KJ_IF_MAYBE(e, done->error()) {
+    raise(*e);
+  }
+  return endpointList(done->endpoints, false);
+}
 
 kj::Own<Completion> PyGroup::startWaitReady(size_t count, double timeout) {
   auto limit = durationOf(timeout, "timeout");

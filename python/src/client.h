@@ -52,11 +52,28 @@ private:
   uint64_t id = 0;
 };
 
+// Credentials given to open_resolver() as arguments: files, "" for none. All empty: the
+// environment's (the loop's credentials).
+struct ClientCredentialFiles {
+  std::string tokenFile;
+  std::string tlsCa;
+  std::string tlsCert;
+  std::string tlsKey;
+  std::string tlsServerName;
+};
+
 class PyResolver : public std::enable_shared_from_this<PyResolver> {
 public:
-  explicit PyResolver(const std::string& url);
+  // Raises InvalidArgument for a bad URL or a credential file that is missing or unfit.
+  PyResolver(const std::string& url, const ClientCredentialFiles& files);
+  // Every endpoint whose name starts with `prefix`, in name order: dicts of name, address,
+  // state, incarnation. Waits up to `timeout` seconds for the resolver (interruptible).
+  pybind11::list list(const std::string& prefix, double timeout);
   LoopOwned<Resolver> resolver;
   std::string url;
+  // What the resolver and its groups' connections to members present and verify with; null for
+  // the loop's.
+  std::shared_ptr<Credentials> credentials;
 };
 
 class PyGroup : public std::enable_shared_from_this<PyGroup> {

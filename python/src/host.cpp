@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/actor_server.h"
+#include "troupe/actor/blob.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/job_context.h"
 #include "troupe/base/errors.h"
@@ -85,6 +86,16 @@ public:
 
 private:
   py::gil_scoped_acquire gil;
+};
+
+// A Python object let go of with the GIL held.
+struct HeldObject {
+  std::optional<py::object> object;
+  ~HeldObject() {
+    if (!object) return;
+    py::gil_scoped_acquire gil;
+    object.reset();
+  }
 };
 
 // Python objects that must be let go of with the GIL held, on whatever thread drops them.
@@ -298,6 +309,7 @@ void HostedActor::run() {
   KeptThreadState kept;  // this thread takes the GIL for every call
   auto outcome = kj::runCatchingExceptions([&]() {
     EventLoop loop;
+    HeldObject blobTaker;  // what takes the blobs, kept by the server's blob handlers
     ActorServer server(loop, JobContext::fromEnvironment());
     ActorOptions actor;
     actor.maxConcurrency = options.maxConcurrency;
@@ -305,10 +317,28 @@ void HostedActor::run() {
       py::gil_scoped_acquire gil;  // the actor holds the object
       auto object = kj::mv(*impl);
       impl.reset();
+      if (!options.blobNames.empty()) blobTaker.object = object;
       server.hostCapability(options.name.c_str(), schema,
                             kj::heap<PythonActor>(loop, schema, kj::mv(object),
                                                   options.maxConcurrency != 1, options.views),
                             actor);
+    }
+    for (auto& blob : options.blobNames) {
+      auto log = loop.logger();
+      server.acceptBlobs(
+          blob.c_str(),
+          [](const BlobHeader& header) { return kj::heapArray<kj::byte>(header.size); },
+          [&blobTaker, log](Blob received) {
+            auto where = "blob '" + received.name + "'";
+            py::gil_scoped_acquire gil;
+            try {
+              (*blobTaker.object)
+                  .attr("take_blob")(received.name, received.version,
+                                     viewOf(kj::mv(received.bytes), false));
+            } catch (py::error_already_set& e) {
+              kj::throwFatalException(actorRaised(e, where, *log));
+            }
+          });
     }
     if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
     auto replica = publishReplica(loop, server);

@@ -25,6 +25,9 @@ struct ServeOptions {
   std::vector<std::string> importPath;  // for the schema's imports, before /usr/include
   bool catchSigint = true;              // SIGINT drains as SIGTERM does (else Python keeps it)
   bool views = false;  // large received Data reach the object as views (toPython(), values.h)
+  // Blobs the object takes (ActorServer::acceptBlobs): each version of each is handed to its
+  // take_blob(name, version, data), data a read-only memoryview over the bytes received.
+  std::vector<std::string> blobNames;
 };
 
 // Where an interface's schema comes from: the file at `path`, or, when `text` is not empty, that

@@ -102,8 +102,14 @@ void bindRuntime(py::module_& m) {
 // Calling actors: resolvers, groups, pools, references and broadcasts.
 void bindClient(py::module_& m) {
   py::class_<PyResolver, std::shared_ptr<PyResolver>>(m, "Resolver")
-      .def(py::init<std::string>())
+      .def(py::init([](const std::string& url, const std::string& tokenFile,
+                       const std::string& tlsCa, const std::string& tlsCert,
+                       const std::string& tlsKey, const std::string& tlsServerName) {
+        return std::make_shared<PyResolver>(url, ClientCredentialFiles{tokenFile, tlsCa, tlsCert,
+                                                                       tlsKey, tlsServerName});
+      }))
       .def_readonly("url", &PyResolver::url)
+      .def("list", &PyResolver::list)
       .def("group",
            [](std::shared_ptr<PyResolver> self, const std::string& job, const std::string& actor) {
              return std::make_shared<PyGroup>(kj::mv(self), job, actor);
@@ -272,10 +278,12 @@ PYBIND11_MODULE(_troupe, m) {
       .def(py::init([](const std::string& path, const std::string& text,
                        const std::string& interface, py::object impl, const std::string& name,
                        const std::string& listen, uint32_t maxConcurrency,
-                       std::vector<std::string> importPath, bool catchSigint, bool views) {
+                       std::vector<std::string> importPath, bool catchSigint, bool views,
+                       std::vector<std::string> blobNames) {
         return std::make_unique<HostedActor>(SchemaSource{path, text}, interface, kj::mv(impl),
                                              ServeOptions{name, listen, maxConcurrency,
-                                                          kj::mv(importPath), catchSigint, views});
+                                                          kj::mv(importPath), catchSigint, views,
+                                                          kj::mv(blobNames)});
       }))
       .def_property_readonly("address", &HostedActor::address)
       .def_property_readonly("endpoints", &HostedActor::endpoints)

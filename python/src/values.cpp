@@ -398,10 +398,11 @@ void fillStruct(capnp::DynamicStruct::Builder target, py::handle fields, const s
 
 namespace {
 
-// Received bytes kept past their message (troupe::keepReceivedBytes()), seen from Python as a
-// writable buffer; what toPython()'s views are views of.
+// Bytes troupe received (kept past their message by troupe::keepReceivedBytes(), or a blob), seen
+// from Python as a buffer; what toPython()'s and viewOf()'s views are views of.
 struct ReceivedBytes {
-  kj::Array<kj::byte> bytes;
+  kj::Array<const kj::byte> bytes;
+  bool writable;
 };
 
 }  // namespace
@@ -409,10 +410,15 @@ struct ReceivedBytes {
 void bindValues(py::module_& m) {
   py::class_<ReceivedBytes>(m, "_ReceivedBytes", py::buffer_protocol())
       .def_buffer([](ReceivedBytes& b) {
-        return py::buffer_info(b.bytes.begin(), 1, py::format_descriptor<uint8_t>::format(), 1,
-                               {static_cast<py::ssize_t>(b.bytes.size())}, {1}, false);
+        return py::buffer_info(const_cast<kj::byte*>(b.bytes.begin()), 1,
+                               py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.bytes.size())}, {1}, !b.writable);
       })
       .def("__len__", [](const ReceivedBytes& b) { return b.bytes.size(); });
+}
+
+py::object viewOf(kj::Array<const kj::byte> bytes, bool writable) {
+  return py::memoryview(py::cast(ReceivedBytes{kj::mv(bytes), writable}));
 }
 
 py::object toPython(capnp::DynamicValue::Reader value, bool views) {
@@ -437,7 +443,7 @@ py::object toPython(capnp::DynamicValue::Reader value, bool views) {
       auto data = value.as<capnp::Data>();
       if (views && data.size() >= VIEWED_DATA_MIN_BYTES) {
         KJ_IF_MAYBE(kept, keepReceivedBytes(data)) {
-          return py::memoryview(py::cast(ReceivedBytes{kj::mv(*kept)}));
+          return viewOf(kj::mv(*kept), true);
         }
       }
       return py::bytes(reinterpret_cast<const char*>(data.begin()), data.size());

@@ -85,7 +85,11 @@ constexpr size_t VIEWED_DATA_MIN_BYTES = 64 * 1024;
 // copy as bytes: how a received tensor reaches NumPy without a copy.
 pybind11::object toPython(capnp::DynamicValue::Reader value, bool views = false);
 
-// Registers the type of the views toPython() makes. Once, at import.
+// A memoryview over `bytes`, which it keeps until Python lets go of it (on any thread). GIL
+// held.
+pybind11::object viewOf(kj::Array<const kj::byte> bytes, bool writable);
+
+// Registers the type of the views toPython() and viewOf() make. Once, at import.
 void bindValues(pybind11::module_& m);
 
 // Copies every field set in `from` into `to` (same schema). No GIL needed. A Data value (a

@@ -31,7 +31,8 @@ __all__ = [
     "open_resolver", "connect", "Resolver", "Group", "ActorGroup", "Pool", "TypedPool", "Ref",
     "Broadcast", "Result", "BlobResult",
     # Python classes as actors, and Python objects with a schema file
-    "actor", "schema_of", "host_actor", "HostedActor", "serve", "Tensor", "AnnotationError",
+    "actor", "on_blob", "schema_of", "host_actor", "HostedActor", "serve", "Tensor",
+    "AnnotationError",
     # jobs
     "LocalLauncher", "SlurmLauncher", "Job", "ResourceConfig",
     # errors
@@ -200,15 +201,24 @@ class _ClosedOnExit:
 
 # --- resolvers, groups, pools --------------------------------------------------------------------
 
-def open_resolver(url=None):
+def open_resolver(url=None, *, token_file=None, tls_ca=None, tls_cert=None, tls_key=None,
+                  tls_server_name=None):
     """A resolver from a URL (registry://HOST:PORT, registry+tls://, etcd://HOST:PORT,
-    fixed:NAME=ADDR,..., file:PATH); default $TROUPE_RESOLVER."""
+    fixed:NAME=ADDR,..., file:PATH); default $TROUPE_RESOLVER.
+
+    Credentials: `token_file`, a file holding the cluster token (readable by its owner only);
+    `tls_ca`, `tls_cert`, `tls_key`, PEM files (the CA that servers' certificates chain to, and
+    this client's certificate and key for mutual TLS); `tls_server_name`, the name servers'
+    certificates must carry. They apply to the resolver and to its groups' connections to their
+    members. Given any, the environment's TROUPE_TOKEN*, TROUPE_TLS_* are not read; given none,
+    they are (as everywhere in troupe). A missing or unfit file raises InvalidArgument."""
     if url is None:
         url = os.environ.get("TROUPE_RESOLVER")
         if not url:
             raise InvalidArgument("open_resolver: no URL given and TROUPE_RESOLVER is not set",
                                   code="invalid_argument", may_have_run=False)
-    return Resolver(_troupe.Resolver(url))
+    files = [os.fspath(f) if f is not None else "" for f in (token_file, tls_ca, tls_cert, tls_key)]
+    return Resolver(_troupe.Resolver(url, *files, tls_server_name or ""))
 
 
 class Resolver:
@@ -221,6 +231,11 @@ class Resolver:
 
     def __repr__(self):
         return f"<troupe.Resolver {self.url}>"
+
+    def ls(self, prefix="", timeout=10.0):
+        """Every endpoint whose name starts with `prefix` ("" for all, "ps/" for job ps's), in
+        name order: dicts of name, address, state, incarnation and metadata."""
+        return self._impl.list(prefix, timeout)
 
     def group(self, job, actor, actor_class=None):
         """The ActorGroup of job `job`'s members for `actor` (endpoints job/actor-N). With
@@ -492,7 +507,7 @@ class _Launcher(_ClosedOnExit):
             argv += ["--max-concurrency", str(max_concurrency)]
         submitted = self.submit(job or name, argv, replicas=count, resources=resources,
                                 env=environment, max_retries_failure=max_retries_failure)
-        group = _troupe.Resolver(self.resolver_url).group(submitted.id, name)
+        group = _troupe.Resolver(self.resolver_url, "", "", "", "", "").group(submitted.id, name)
         return ActorGroup(group, spec, submitted)
 
     def close(self, grace=None):
@@ -571,6 +586,21 @@ def actor(cls):
     return cls
 
 
+def on_blob(name):
+    """Marks a method of a troupe.actor class as the one that takes blob `name`, which senders
+    send with Pool.broadcast_blob(name, version, data):
+
+        @troupe.on_blob("policy")
+        def swap_in(self, version, data):   # data: a read-only memoryview, no copy
+            ...
+
+    It is called with each version once the blob arrived whole and checked, between calls (as
+    a sync method runs: never during another sync method), with the bytes where they were
+    received, kept while `data` (or an array over it) is referenced. What it raises is the
+    member's error in the sender's results. It is not part of the actor's interface."""
+    return _actors.on_blob(name)
+
+
 def schema_of(actor_class):
     """The Cap'n Proto schema text troupe generates for `actor_class`."""
     return _actors.spec_of(actor_class).schema_text
@@ -645,7 +675,8 @@ def host_actor(actor, *, name, args=(), kwargs=None, listen="", max_concurrency=
     servant = _actors.Servant(spec, actor)
     try:
         impl = _troupe.HostedActor(spec.file_name, spec.schema_text, spec.interface, servant,
-                                   name, listen, max_concurrency, [], False, True)
+                                   name, listen, max_concurrency, [], False, True,
+                                   list(spec.blob_handlers))
     except BaseException:
         servant.close()
         raise

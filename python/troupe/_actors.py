@@ -65,11 +65,16 @@ class ActorSpec:
         self.qualname = cls.__qualname__
         self.interface = type_name(cls.__name__)
         self.methods = {}
+        self.blob_handlers = {}  # blob name -> the method (its Python name) that takes it
         for name in _public_methods(cls):
             fn = inspect.getattr_static(cls, name)
             if isinstance(fn, (staticmethod, classmethod)):
                 continue
             where = f"{cls.__qualname__}.{name}"
+            blob = getattr(fn, BLOB_ATTRIBUTE, None)
+            if blob is not None:
+                self._add_blob_handler(blob, name, fn, where)
+                continue
             params, sig, hints = _params(fn, where)
             if "return" not in hints:
                 raise AnnotationError(f"{where} has no return annotation: write '-> int' (or "
@@ -104,6 +109,19 @@ class ActorSpec:
         body = "\n".join(lines)
         return (f"@0x{file_id:016x};\n{schema.text()}\n"
                 f"interface {self.interface} {{\n{body}\n}}\n")
+
+    def _add_blob_handler(self, blob, name, fn, where):
+        if blob in self.blob_handlers:
+            raise AnnotationError(f"{where}: blob '{blob}' is taken already by "
+                                  f"{self.qualname}.{self.blob_handlers[blob]}")
+        if inspect.iscoroutinefunction(fn):
+            raise AnnotationError(f"{where}: a blob handler runs between calls; make it a plain "
+                                  "'def'")
+        params = list(inspect.signature(fn).parameters)
+        if len(params) != 3:
+            raise AnnotationError(f"{where}: a blob handler takes (self, version, data), not "
+                                  f"({', '.join(params)})")
+        self.blob_handlers[blob] = name
 
     def method(self, name):
         """The Method called `name` (its Python name, or the schema's)."""
@@ -143,11 +161,29 @@ class ActorSpec:
         return f"<troupe.ActorSpec {self.module}.{self.qualname}: {', '.join(self.methods)}>"
 
 
+# Where troupe.on_blob() marks a method: the blob name it takes.
+BLOB_ATTRIBUTE = "__troupe_blob__"
+
+
+def on_blob(name):
+    """Marks a method of a troupe.actor class as what takes blob `name` (see troupe.on_blob)."""
+    if not isinstance(name, str) or not name:
+        raise TypeError("troupe.on_blob takes the blob's name, a non-empty str")
+
+    def mark(fn):
+        if not callable(fn):
+            raise TypeError("troupe.on_blob marks a method")
+        setattr(fn, BLOB_ATTRIBUTE, name)
+        return fn
+    return mark
+
+
 def _public_methods(cls):
     seen = []
     for klass in reversed(cls.__mro__[:-1]):  # object's last: base classes' methods first
         for name, value in vars(klass).items():
-            if name.startswith("_") or name in seen:
+            if name in seen or (name.startswith("_") and
+                                getattr(value, BLOB_ATTRIBUTE, None) is None):
                 continue
             if callable(value) or isinstance(value, (staticmethod, classmethod)):
                 seen.append(name)
@@ -220,6 +256,16 @@ class Servant:
 
         call.__name__ = method.capnp
         return call
+
+    def take_blob(self, name, version, data):
+        """Hands blob `name` at `version` (`data`, a read-only memoryview over the bytes
+        received) to the method marked to take it, as a sync method runs."""
+        fn = getattr(self._obj, self._spec.blob_handlers[name])
+        if self._lock is not None:
+            with self._lock:
+                fn(version, data)
+        else:
+            fn(version, data)
 
     def close(self):
         if self._async is not None:

@@ -102,3 +102,27 @@ class Keeper:
 
     def ramp(self, n: int) -> troupe.Tensor:
         return np.arange(n, dtype=np.float32)
+
+
+@troupe.actor
+class Model:
+    """Takes its weights as blobs while it serves: "weights" swaps them in, "broken" refuses."""
+
+    def __init__(self):
+        self.weights = np.zeros(0, dtype=np.float32)
+        self.version = 0
+        self.writable = None
+
+    @troupe.on_blob("weights")
+    def swap_in(self, version, data):
+        self.writable = not data.readonly
+        self.weights = np.frombuffer(data, dtype=np.float32)  # no copy: the bytes received
+        self.version = version
+
+    @troupe.on_blob("broken")
+    def _refuse(self, version, data):
+        raise Refused(f"version {version} of {len(data)} bytes")
+
+    def held(self) -> dict[str, float]:
+        return {"version": float(self.version), "sum": float(self.weights.sum(dtype=np.float64)),
+                "writable": float(bool(self.writable))}

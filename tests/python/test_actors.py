@@ -13,7 +13,7 @@ import pytest
 
 import troupe
 from conftest import BIN_DIR
-from py_actors import Echo, Keeper, ParameterServer, Shard, received_over
+from py_actors import Echo, Keeper, Model, ParameterServer, Shard, received_over
 
 
 @pytest.fixture
@@ -107,6 +107,49 @@ def test_large_bytes_still_arrive_as_bytes(host):
     data = bytes(range(256)) * 4096
     back = pool.call("blob", data, True)
     assert type(back) is bytes and back == data[::-1]
+
+
+def test_an_actor_takes_blobs_while_it_serves(host):
+    _, pool = host(Model, "blobs", "model")
+    assert "swapIn" not in troupe.schema_of(Model)  # blob handlers are not methods
+    for version in (1, 2):
+        weights = np.full(1 << 18, version, dtype=np.float32)
+        [result] = pool.broadcast_blob("weights", version, weights, fanout="chain")
+        assert result.ok and result.bytes == weights.nbytes
+        assert pool.call("held") == {"version": float(version), "sum": float(version << 18),
+                                     "writable": 0.0}
+    [refused] = pool.broadcast_blob("broken", 3, b"x" * 4096)
+    assert not refused.ok
+    assert "Refused: version 3 of 4096 bytes" in str(refused.error)
+    assert pool.call("held")["version"] == 2.0  # still serving, with what it had
+
+
+def test_blob_handlers_are_checked_at_decoration():
+    with pytest.raises(troupe.AnnotationError) as raised:
+        @troupe.actor
+        class Twice:
+            @troupe.on_blob("w")
+            def a(self, version, data):
+                pass
+
+            @troupe.on_blob("w")
+            def b(self, version, data):
+                pass
+    assert "blob 'w' is taken already" in str(raised.value)
+    with pytest.raises(troupe.AnnotationError) as raised:
+        @troupe.actor
+        class Async:
+            @troupe.on_blob("w")
+            async def a(self, version, data):
+                pass
+    assert "make it a plain 'def'" in str(raised.value)
+    with pytest.raises(troupe.AnnotationError) as raised:
+        @troupe.actor
+        class Short:
+            @troupe.on_blob("w")
+            def a(self, data):
+                pass
+    assert "takes (self, version, data), not (self, data)" in str(raised.value)
 
 
 def test_structs_lists_dicts_optionals_and_bytes_round_trip(host):

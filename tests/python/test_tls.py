@@ -70,3 +70,40 @@ def test_without_the_token_python_is_refused_as_unauthenticated(secured):
     env = dict(secured)
     del env["TROUPE_TOKEN_FILE"]
     assert run_client(env) == ["Unauthenticated unauthenticated"]
+
+
+CLIENT_WITH_ARGUMENTS = r"""
+import sys, troupe
+url, token, ca, cert, key = sys.argv[1:]
+try:
+    resolver = troupe.open_resolver(url, token_file=token, tls_ca=ca, tls_cert=cert, tls_key=key)
+    print(sorted(e["name"] for e in resolver.ls("tlscalc/")))
+    group = resolver.group("tlscalc", "calc")
+    group.wait_ready(2, timeout=30)
+    print(group.pool().call("calc.add", a=40, b=2)["value"])
+except troupe.Error as e:
+    print(type(e).__name__, e.code, str(e).replace(token, "TOKEN_FILE"))
+"""
+
+
+def run_client_with_arguments(secured, token_file):
+    # Nothing of the cluster's in the environment: the credentials are arguments.
+    env = {k: v for k, v in secured.items() if not k.startswith("TROUPE_")}
+    args = [secured["TROUPE_RESOLVER"], token_file, secured["TROUPE_TLS_CA"],
+            secured["TROUPE_TLS_CERT"], secured["TROUPE_TLS_KEY"]]
+    out = subprocess.run([sys.executable, "-c", CLIENT_WITH_ARGUMENTS, *args], env=env,
+                         capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_open_resolver_takes_the_credentials_as_arguments(secured):
+    assert run_client_with_arguments(secured, secured["TROUPE_TOKEN_FILE"]) == [
+        "['tlscalc/calc-0', 'tlscalc/calc-1']", "42.0"]
+
+
+def test_a_missing_token_file_given_to_open_resolver_is_named(secured, tmp_path):
+    missing = str(tmp_path / "no-such-token")
+    [line] = run_client_with_arguments(secured, missing)
+    assert line.startswith("InvalidArgument invalid_argument")
+    assert "TOKEN_FILE" in line  # the file is named
