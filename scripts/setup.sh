@@ -23,8 +23,9 @@ packages=(
   # The dashboard's test drives a real headless browser (tests/dashboard/dashboard_test.py).
   chromium chromium-driver python3 python3-selenium
   python3-dev pybind11-dev python3-pytest
-  # The Python module's troupe.Tensor is a NumPy array; its tests send them.
-  python3-numpy
+  # The Python module's troupe.Tensor is a NumPy array (or a torch tensor); its tests send
+  # both, and examples/rl_weight_sync trains a policy with torch (CPU).
+  python3-numpy python3-torch
   "$@"
 )
 
