@@ -18,6 +18,7 @@
 #include "troupe/resolver/host_actor.h"
 #include "python/src/client.h"
 #include "python/src/errors.h"
+#include "python/src/logs.h"
 #include "python/src/values.h"
 
 namespace py = pybind11;
@@ -308,7 +309,9 @@ HostedActor::~HostedActor() noexcept(false) {
 void HostedActor::run() {
   KeptThreadState kept;  // this thread takes the GIL for every call
   auto outcome = kj::runCatchingExceptions([&]() {
-    EventLoop loop;
+    EventLoopOptions loopOptions;
+    loopOptions.logger = pythonLogger();
+    EventLoop loop(kj::mv(loopOptions));
     HeldObject blobTaker;  // what takes the blobs, kept by the server's blob handlers
     ActorServer server(loop, JobContext::fromEnvironment());
     ActorOptions actor;
@@ -395,6 +398,7 @@ bool HostedActor::wait(std::optional<double> timeout) {
       changed.wait_until(lock, next, [this]() { return phase == Phase::STOPPED; });
       if (phase == Phase::STOPPED) break;
     }
+    runGilQueue();  // the serving thread's logs, among others
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     if (until && Clock::now() >= *until) return false;
   }

@@ -12,6 +12,7 @@
 #include "python/src/errors.h"
 #include "python/src/host.h"
 #include "python/src/jobs.h"
+#include "python/src/logs.h"
 #include "python/src/runtime.h"
 
 namespace py = pybind11;
@@ -270,6 +271,7 @@ void bindJobs(py::module_& m) {
 PYBIND11_MODULE(_troupe, m) {
   m.attr("__version__") = troupe::VERSION;
   bindRuntime(m);
+  bindLogs(m);
   bindValues(m);
   bindClient(m);
   bindResourceConfig(m);

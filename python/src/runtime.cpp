@@ -16,6 +16,7 @@
 #include "troupe/base/errors.h"
 #include "troupe/base/uv_handle.h"
 #include "python/src/errors.h"
+#include "python/src/logs.h"
 
 namespace py = pybind11;
 
@@ -258,7 +259,9 @@ Runtime::Runtime() {
 
 void Runtime::run() {
   kj::Maybe<kj::Exception> failure = kj::runCatchingExceptions([this]() {
-    EventLoop eventLoop;
+    EventLoopOptions options;
+    options.logger = pythonLogger();
+    EventLoop eventLoop(kj::mv(options));
     LoopState state;
     loopState = &state;
     auto stop = kj::newPromiseAndFulfiller<void>();

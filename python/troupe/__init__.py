@@ -11,14 +11,21 @@ broadcast to every member, with values as dicts and troupe's errors as exception
 Calls run on an event loop of the module's own, on a thread of its own; a waiting call releases
 the GIL, and Ctrl-C interrupts it (cancelling the call). The environment is read as C++
 programs read it: TROUPE_RESOLVER, TROUPE_TLS_*, TROUPE_TOKEN_FILE.
+
+troupe logs through Python's logging, to the logger "troupe" (at TROUPE_LOG_LEVEL's level,
+default info). Until the program configures logging (a handler on "troupe" or the root logger,
+as logging.basicConfig() adds), the records are written to stderr as troupe's C++ programs write
+them.
 """
 
 import asyncio
 import atexit
 import inspect
 import json
+import logging
 import os
 import sys
+import time
 import weakref
 
 from . import _actors, _troupe
@@ -187,6 +194,30 @@ _CLASSES = {
 }
 _troupe._set_error_classes(_CLASSES)
 atexit.register(_troupe._shutdown)
+
+_log = logging.getLogger("troupe")
+_LEVEL_NAMES = {5: "trace", 10: "debug", 20: "info", 30: "warning", 40: "error", 50: "critical"}
+
+
+def _deliver_logs(records):
+    # What troupe's loops logged, as (levelno, created, message): to the "troupe" logger once
+    # logging is configured, to stderr in troupe's own format until then.
+    configured = _log.hasHandlers()
+    for level, created, message in records:
+        if not configured:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
+            sys.stderr.write(f"[{stamp}.{int(created % 1 * 1000):03d}] [troupe] "
+                             f"[{_LEVEL_NAMES.get(level, level)}] {message}\n")
+        elif _log.isEnabledFor(level):
+            record = _log.makeRecord(_log.name, level, "(troupe)", 0, message, (), None)
+            record.created = created
+            record.msecs = int(created % 1 * 1000)
+            record.relativeCreated = (created - logging._startTime) * 1000
+            _log.handle(record)
+
+
+_troupe.set_log_handler(_deliver_logs)
+atexit.register(_troupe.close_logs)  # runs before _shutdown: later records go to stderr
 
 
 class _ClosedOnExit:

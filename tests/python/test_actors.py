@@ -4,6 +4,7 @@ Python values, from `troupe call`, with tracebacks crossing the wire."""
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 from typing import Any, Optional
@@ -188,6 +189,17 @@ def test_a_traceback_crosses_the_wire_with_the_type_of_what_was_raised(host):
     assert raised.value.remote_type == "py_actors.Refused"
     assert "not today" in str(raised.value)
     assert pool.call("divide", 1, 2) == 0.5  # it goes on serving
+
+
+def test_the_replica_logs_what_its_methods_raise_through_logging(host, caplog):
+    caplog.set_level(logging.INFO, logger="troupe")
+    _, pool = host(Echo, "logged", "echo")
+    with pytest.raises(troupe.ActorError):
+        pool.call("refuse", "logged here")
+    raised = [r for r in caplog.records if "raised py_actors.Refused" in r.getMessage()]
+    assert raised and raised[0].name == "troupe" and raised[0].levelno == logging.WARNING
+    assert "logged here" in raised[0].getMessage() and "Traceback" in raised[0].getMessage()
+    assert any("listening on" in r.getMessage() for r in caplog.records)
 
 
 def test_annotations_troupe_cannot_map_are_refused_at_decoration():
