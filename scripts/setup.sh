@@ -26,6 +26,8 @@ packages=(
   # The Python module's troupe.Tensor is a NumPy array (or a torch tensor); its tests send
   # both, and examples/rl_weight_sync trains a policy with torch (CPU).
   python3-numpy python3-torch
+  # The module's type stubs are checked with mypy (tests/python/test_typing.py).
+  mypy
   "$@"
 )
 

@@ -67,7 +67,8 @@ def _build(build_dir):
                    stdout=sys.stderr)
     package = os.path.join(build_dir, "python", NAME)
     files = sorted(f for f in os.listdir(package)
-                   if f.endswith(".py") or (f.startswith("_troupe") and f.endswith(".so")))
+                   if f.endswith((".py", ".pyi")) or f == "py.typed"
+                   or (f.startswith("_troupe") and f.endswith(".so")))
     if not any(f.endswith(".so") for f in files):
         raise RuntimeError(f"the build in {build_dir} made no extension module")
     return package, files
