@@ -23,13 +23,20 @@ namespace {
 
 int pythonLevel(spdlog::level::level_enum level) {
   switch (level) {
-    case spdlog::level::trace: return 5;
-    case spdlog::level::debug: return 10;
-    case spdlog::level::info: return 20;
-    case spdlog::level::warn: return 30;
-    case spdlog::level::err: return 40;
-    case spdlog::level::critical: return 50;
-    default: return 20;
+    case spdlog::level::trace:
+      return 5;
+    case spdlog::level::debug:
+      return 10;
+    case spdlog::level::info:
+      return 20;
+    case spdlog::level::warn:
+      return 30;
+    case spdlog::level::err:
+      return 40;
+    case spdlog::level::critical:
+      return 50;
+    default:
+      return 20;
   }
 }
 
