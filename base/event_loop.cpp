@@ -71,6 +71,14 @@ kj::Promise<void> trimMessageBuffersEvery(kj::Timer& timer, kj::TimePoint last) 
   });
 }
 
+// While it lives, this thread's message buffer cache is trimmed by a loop (buffer_cache.h).
+class TrimmedHere {
+public:
+  TrimmedHere() { beginTrimmingMessageBuffers(); }
+  ~TrimmedHere() { endTrimmingMessageBuffers(); }
+  KJ_DISALLOW_COPY(TrimmedHere);
+};
+
 }  // namespace
 
 struct EventLoop::Impl {
@@ -97,6 +105,7 @@ struct EventLoop::Impl {
     });
   }
 
+  TrimmedHere trimmed;  // first made, last gone
   std::shared_ptr<spdlog::logger> log;
   Random random;
   uv_loop_t uv;
@@ -116,7 +125,6 @@ struct EventLoop::Impl {
 EventLoop::EventLoop(EventLoopOptions options) {
   ignoreSigpipe();
   impl = kj::heap<Impl>(kj::mv(options));
-  beginTrimmingMessageBuffers();
 }
 
 EventLoop::~EventLoop() noexcept(false) {
@@ -153,7 +161,6 @@ EventLoop::~EventLoop() noexcept(false) {
   uv_run(&impl->uv, UV_RUN_DEFAULT);
   int closed = uv_loop_close(&impl->uv);
   impl = nullptr;
-  endTrimmingMessageBuffers();
 
   if (!unwind.isUnwinding()) {
     KJ_REQUIRE(leaked.empty() && closed == 0,

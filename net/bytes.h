@@ -27,9 +27,10 @@ bool attachToOutgoingMessage(const void* address, kj::Array<const kj::byte>& byt
 // receiver that keeps a large payload (a tensor an actor stores) need not copy it. The array
 // holds the whole message's memory until it is dropped, on any thread. Writing through it is
 // safe (the memory is this process's own) but the message's readers see what was written.
-// Returns null, and the caller copies, when `data` is empty or lies in no received message of at
-// least 64 KiB that is still held (a message built in this process, an in-process call, a small
-// message). Any thread.
+// Keeping any part keeps the whole message's memory. Returns null, and the caller copies, when
+// `data` is empty or lies in no received message of at least 64 KiB that is still held (a
+// message built in this process, an in-process call, a small message), or in the part of a
+// message a SegmentPlacement gave its memory for (a blob chunk). Any thread.
 kj::Maybe<kj::Array<kj::byte>> keepReceivedBytes(kj::ArrayPtr<const kj::byte> data);
 
 // Sets the Data field that `adopt` (a generated `adoptXxx` method of struct builder `M`) adopts

@@ -541,6 +541,7 @@ py::list PyPool::broadcastBlob(const std::string& name, uint64_t version, py::ha
                                std::optional<uint32_t> chunkBytes,
                                std::optional<uint64_t> windowBytes, double timeout) {
   BlobSendOptions options;
+  options.channel.credentials = group->resolver->credentials;  // open_resolver()'s, if given
   options.fanout = fanoutOf(fanout);
   options.treeFanout = treeFanout;
   if (chunkBytes) options.chunkBytes = *chunkBytes;

@@ -89,6 +89,13 @@ private:
   py::gil_scoped_acquire gil;
 };
 
+// A blob's memory, which Python may let go of on any thread while the loop still forwards from
+// it (the Blob the handler gets shares a loop-only refcount).
+struct BlobMemory final : public kj::AtomicRefcounted {
+  explicit BlobMemory(size_t size) : bytes(kj::heapArray<kj::byte>(size)) {}
+  kj::Array<kj::byte> bytes;
+};
+
 // A Python object let go of with the GIL held.
 struct HeldObject {
   std::optional<py::object> object;
@@ -205,7 +212,7 @@ private:
                                      " is a coroutine: serve() runs plain methods only (a class "
                                      "hosted with troupe.host_actor() may have async methods)"));
       }
-      if (!result.is_none()) fillStruct(results, result, where + " results", borrowed);
+      if (!result.is_none()) fillStruct(results, result, where + " results", borrowed, true);
     } catch (py::error_already_set& e) {
       return actorRaised(e, where, log);
     }
@@ -306,9 +313,59 @@ HostedActor::~HostedActor() noexcept(false) {
   impl.reset();
 }
 
+namespace {
+
+// Hands each version of blob `name` to `taker`'s take_blob(name, version, data), `data` a
+// read-only memoryview that holds the blob's memory (not the loop's Blob) while Python does.
+void acceptBlob(ActorServer& server, const std::string& name, HeldObject& taker,
+                std::shared_ptr<spdlog::logger> log) {
+  // The latest memory given for the blob: one transfer of a name is received at a time.
+  auto latest = kj::heap<kj::Maybe<kj::Own<const BlobMemory>>>();
+  auto& memory = *latest;
+  server.acceptBlobs(
+      name.c_str(),
+      [&memory](const BlobHeader& header) {
+        auto made = kj::atomicRefcounted<BlobMemory>(header.size);
+        auto& bytes = const_cast<kj::Array<kj::byte>&>(made->bytes);
+        auto given = kj::ArrayPtr<kj::byte>(bytes).attach(kj::atomicAddRef(*made));
+        memory = kj::mv(made);
+        return given;
+      },
+      [&memory, &taker, log, latest = kj::mv(latest)](Blob received) {
+        kj::Array<const kj::byte> bytes;
+        KJ_IF_MAYBE(m, memory) {
+          if ((*m)->bytes.begin() == received.bytes.begin()) {
+            bytes = kj::ArrayPtr<const kj::byte>(received.bytes).attach(kj::atomicAddRef(**m));
+          }
+        }
+        if (bytes == nullptr) bytes = kj::heapArray<const kj::byte>(received.bytes);
+        memory = nullptr;
+        auto where = "blob '" + received.name + "'";
+        py::gil_scoped_acquire gil;
+        try {
+          (*taker.object)
+              .attr("take_blob")(received.name, received.version, viewOf(kj::mv(bytes), false));
+        } catch (py::error_already_set& e) {
+          kj::throwFatalException(actorRaised(e, where, *log));
+        }
+      });
+}
+
+}  // namespace
+
 void HostedActor::run() {
-  KeptThreadState kept;  // this thread takes the GIL for every call
-  auto outcome = kj::runCatchingExceptions([&]() {
+  kj::Maybe<kj::Exception> outcome;
+  {
+    // This thread takes the GIL for every call. Its thread state goes before the stop is
+    // reported: once it is, Python may be finalizing, and the GIL is not to be taken again.
+    KeptThreadState kept;
+    outcome = serveHere();
+  }
+  finish(kj::mv(outcome));
+}
+
+kj::Maybe<kj::Exception> HostedActor::serveHere() {
+  return kj::runCatchingExceptions([&]() {
     EventLoopOptions loopOptions;
     loopOptions.logger = pythonLogger();
     EventLoop loop(kj::mv(loopOptions));
@@ -326,23 +383,7 @@ void HostedActor::run() {
                                                   options.maxConcurrency != 1, options.views),
                             actor);
     }
-    for (auto& blob : options.blobNames) {
-      auto log = loop.logger();
-      server.acceptBlobs(
-          blob.c_str(),
-          [](const BlobHeader& header) { return kj::heapArray<kj::byte>(header.size); },
-          [&blobTaker, log](Blob received) {
-            auto where = "blob '" + received.name + "'";
-            py::gil_scoped_acquire gil;
-            try {
-              (*blobTaker.object)
-                  .attr("take_blob")(received.name, received.version,
-                                     viewOf(kj::mv(received.bytes), false));
-            } catch (py::error_already_set& e) {
-              kj::throwFatalException(actorRaised(e, where, *log));
-            }
-          });
-    }
+    for (auto& blob : options.blobNames) acceptBlob(server, blob, blobTaker, loop.logger());
     if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
     auto replica = publishReplica(loop, server);
     auto stopping = kj::newPromiseAndCrossThreadFulfiller<kj::Maybe<kj::Duration>>();
@@ -360,7 +401,6 @@ void HostedActor::run() {
     served.exclusiveJoin(kj::mv(stopped)).wait(loop.waitScope());
     // The drain already removed the endpoints; dropping the publisher releases the leases.
   });
-  finish(kj::mv(outcome));
 }
 
 void HostedActor::finish(kj::Maybe<kj::Exception> outcome) {

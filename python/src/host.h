@@ -71,6 +71,8 @@ public:
 private:
   enum class Phase { STARTING, SERVING, STOPPED };
   void run();
+  // Serves until stopped, on the serving thread (its thread state kept); what it failed with.
+  kj::Maybe<kj::Exception> serveHere();
   void finish(kj::Maybe<kj::Exception> failure);
 
   ServeOptions options;

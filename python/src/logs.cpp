@@ -60,12 +60,8 @@ Queue& queue() {
   return *q;
 }
 
-void deliver() {
-  std::vector<Record> batch;
-  {
-    std::lock_guard<std::mutex> lock(queue().mutex);
-    batch.swap(queue().records);
-  }
+// Hands `batch` to the handler. GIL held.
+void deliver(std::vector<Record> batch) {
   if (batch.empty()) return;
   if (!queue().handler) {  // none registered yet: as troupe's own programs write them
     for (auto& r : batch) fprintf(stderr, "[troupe] %s\n", r.message.c_str());
@@ -78,6 +74,16 @@ void deliver() {
   } catch (py::error_already_set& e) {
     e.discard_as_unraisable("troupe's log handler");
   }
+}
+
+// Hands what is queued to the handler. GIL held.
+void deliver() {
+  std::vector<Record> batch;
+  {
+    std::lock_guard<std::mutex> lock(queue().mutex);
+    batch.swap(queue().records);
+  }
+  deliver(kj::mv(batch));
 }
 
 // Queues each record for Python; straight to stderr once Python has closed the queue.
@@ -125,11 +131,14 @@ void bindLogs(py::module_& m) {
   m.def("set_log_handler", [](py::object handler) { queue().handler = kj::mv(handler); });
   m.def("flush_logs", []() { deliver(); });
   m.def("close_logs", []() {
-    deliver();
+    // Closed and emptied at once, so that no record is left behind in between.
+    std::vector<Record> batch;
     {
       std::lock_guard<std::mutex> lock(queue().mutex);
       queue().open = false;
+      batch.swap(queue().records);
     }
+    deliver(kj::mv(batch));
     queue().handler.reset();
   });
 }

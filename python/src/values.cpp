@@ -21,17 +21,20 @@ using capnp::schema::Type;
 
 // Where a value goes, for errors: the method, and the path to the field ("point.x",
 // "values[3]").
-// And what keeps the buffers the message refers to, if it may.
+// And what keeps the buffers the message refers to, if it may; whether they are an actor's
+// results (referred to only when they cannot change).
 struct Where {
   const std::string& context;
   std::string path;
   Borrowed* borrowed;
+  bool results;
 
   Where field(kj::StringPtr name) const {
-    return {context, path.empty() ? std::string(name.cStr()) : path + "." + name.cStr(), borrowed};
+    return {context, path.empty() ? std::string(name.cStr()) : path + "." + name.cStr(), borrowed,
+            results};
   }
   Where element(size_t i) const {
-    return {context, path + "[" + std::to_string(i) + "]", borrowed};
+    return {context, path + "[" + std::to_string(i) + "]", borrowed, results};
   }
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -86,6 +89,8 @@ public:
   capnp::Data::Reader data() const {
     return {static_cast<const kj::byte*>(view.buf), static_cast<size_t>(view.len)};
   }
+  // Whether its owner lets no one change it (bytes, a read-only array).
+  bool readonly() const { return view.readonly != 0; }
   // The export, from now on the caller's to release.
   Py_buffer release() {
     exported = false;
@@ -208,7 +213,7 @@ void adoptData(capnp::DynamicList::Builder list, uint i, capnp::Orphan<capnp::Da
 }
 
 capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes, const Where& where,
-                                      const void* at = nullptr);
+                                      const void* address = nullptr);
 
 bool isSequence(py::handle v) {
   return (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr()) ||
@@ -234,9 +239,9 @@ void setField(capnp::DynamicStruct::Builder s, capnp::StructSchema::Field f, py:
     }
     case Type::DATA: {
       Bytes bytes(v, where, type);
-      const void* at = capnp::AnyStruct::Builder(s).getDataSection().begin();
-      return adoptData(s, f,
-                       dataOrphan(capnp::Orphanage::getForMessageContaining(s), bytes, where, at));
+      const void* address = capnp::AnyStruct::Builder(s).getDataSection().begin();
+      return adoptData(
+          s, f, dataOrphan(capnp::Orphanage::getForMessageContaining(s), bytes, where, address));
     }
     default:
       return withScalar(type, v, where, [&](capnp::DynamicValue::Reader r) { s.set(f, r); });
@@ -367,18 +372,20 @@ namespace {
 // (borrowable(), and `where` lets it, or the message is about to go over an RPC connection
 // and holds `at`, as an actor's results do), copied otherwise.
 capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes, const Where& where,
-                                      const void* at) {
+                                      const void* address) {
   auto data = bytes.data();
-  if (borrowable(data)) {
+  // What an actor returns it may change once its method returned, while the reply is still
+  // being written: only what cannot change is sent from its own memory.
+  if (borrowable(data) && (!where.results || bytes.readonly())) {
     if (where.borrowed != nullptr) {
       auto orphan = orphanage.referenceExternalData(data);
       where.borrowed->add(std::make_shared<Borrowed::Buffer>(bytes.release()));
       return orphan;
     }
-    if (at != nullptr) {
+    if (where.results && address != nullptr) {
       kj::Array<const kj::byte> held = kj::ArrayPtr<const kj::byte>(data).attach(
           std::make_shared<Borrowed::Buffer>(bytes.release()));
-      if (attachToOutgoingMessage(at, held)) return orphanage.referenceExternalData(data);
+      if (attachToOutgoingMessage(address, held)) return orphanage.referenceExternalData(data);
       auto copy = orphanage.newOrphan<capnp::Data>(data.size());
       memcpy(copy.get().begin(), data.begin(), data.size());
       return copy;
@@ -392,8 +399,8 @@ capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes, 
 }  // namespace
 
 void fillStruct(capnp::DynamicStruct::Builder target, py::handle fields, const std::string& context,
-                Borrowed* borrowed) {
-  fillFields(target, fields, Where{context, "", borrowed});
+                Borrowed* borrowed, bool results) {
+  fillFields(target, fields, Where{context, "", borrowed, results});
 }
 
 namespace {

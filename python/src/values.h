@@ -73,8 +73,12 @@ kj::Array<const kj::byte> borrowBuffer(pybind11::handle buffer, const std::strin
 // `borrowed`, a Data value (a field at any depth, or an element of a list) given a buffer of at
 // least 1 KiB that starts on an 8-byte boundary and is a whole number of 8-byte words refers
 // to it instead of copying it, and `borrowed` keeps it: `borrowed` must outlive the message.
+// `results`: `target` is an actor's results, which refer only to buffers that cannot change
+// (bytes, a read-only array), since the actor may change the others once its method returned;
+// without `borrowed` such a buffer is referred to when `target` is the reply itself (an
+// outgoing message, on the loop thread), which then keeps it.
 void fillStruct(capnp::DynamicStruct::Builder target, pybind11::handle fields,
-                const std::string& context, Borrowed* borrowed = nullptr);
+                const std::string& context, Borrowed* borrowed = nullptr, bool results = false);
 
 // Data values at least this large may be seen as views (toPython()).
 constexpr size_t VIEWED_DATA_MIN_BYTES = 64 * 1024;

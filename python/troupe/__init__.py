@@ -241,8 +241,10 @@ def open_resolver(url=None, *, token_file=None, tls_ca=None, tls_cert=None, tls_
     `tls_ca`, `tls_cert`, `tls_key`, PEM files (the CA that servers' certificates chain to, and
     this client's certificate and key for mutual TLS); `tls_server_name`, the name servers'
     certificates must carry. They apply to the resolver and to its groups' connections to their
-    members. Given any, the environment's TROUPE_TOKEN*, TROUPE_TLS_* are not read; given none,
-    they are (as everywhere in troupe). A missing or unfit file raises InvalidArgument."""
+    members, and to its pools' blob broadcasts. Given any, the environment's TROUPE_TOKEN and
+    TROUPE_TLS_* are not read (a replica's job credential, TROUPE_JOB_TOKEN_FILE, still is);
+    given none, they are (as everywhere in troupe). A missing or unfit file raises
+    InvalidArgument."""
     if url is None:
         url = os.environ.get("TROUPE_RESOLVER")
         if not url:
@@ -625,10 +627,12 @@ def on_blob(name):
         def swap_in(self, version, data):   # data: a read-only memoryview, no copy
             ...
 
-    It is called with each version once the blob arrived whole and checked, between calls (as
-    a sync method runs: never during another sync method), with the bytes where they were
-    received, kept while `data` (or an array over it) is referenced. What it raises is the
-    member's error in the sender's results. It is not part of the actor's interface."""
+    It is called with each version once the blob arrived whole and checked, on the serving
+    thread, with the bytes where they were received, kept while `data` (or an array over it) is
+    referenced. Methods that run one at a time (the default) never run while it does; with
+    max_concurrency other than 1, sync methods of a class without async ones may (guard what
+    they share). What it raises is the member's error in the sender's results. It is not part
+    of the actor's interface."""
     return _actors.on_blob(name)
 
 

@@ -77,10 +77,14 @@ import sys, troupe
 url, token, ca, cert, key = sys.argv[1:]
 try:
     resolver = troupe.open_resolver(url, token_file=token, tls_ca=ca, tls_cert=cert, tls_key=key)
-    print(sorted(e["name"] for e in resolver.ls("tlscalc/")))
     group = resolver.group("tlscalc", "calc")
     group.wait_ready(2, timeout=30)
-    print(group.pool().call("calc.add", a=40, b=2)["value"])
+    print(sorted(e["name"] for e in resolver.ls("tlscalc/")))
+    pool = group.pool()
+    print(pool.call("calc.add", a=40, b=2)["value"])
+    # The blob reaches each member over TLS with the token, whose server takes no blobs.
+    sent = pool.broadcast_blob("weights", 1, b"x" * 4096)
+    print(sorted({type(r.error).__name__ for r in sent}))
 except troupe.Error as e:
     print(type(e).__name__, e.code, str(e).replace(token, "TOKEN_FILE"))
 """
@@ -99,7 +103,7 @@ def run_client_with_arguments(secured, token_file):
 
 def test_open_resolver_takes_the_credentials_as_arguments(secured):
     assert run_client_with_arguments(secured, secured["TROUPE_TOKEN_FILE"]) == [
-        "['tlscalc/calc-0', 'tlscalc/calc-1']", "42.0"]
+        "['tlscalc/calc-0', 'tlscalc/calc-1']", "42.0", "['BlobRefused']"]
 
 
 def test_a_missing_token_file_given_to_open_resolver_is_named(secured, tmp_path):
