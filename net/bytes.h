@@ -13,6 +13,8 @@
 #include <capnp/orphan.h>
 #include <kj/array.h>
 
+#include "troupe/base/buffer_cache.h"
+
 namespace troupe {
 
 // Hands `bytes` to the outgoing RPC message whose memory holds `address` (a struct of that
@@ -22,15 +24,20 @@ namespace troupe {
 // `address`. Loop thread only.
 bool attachToOutgoingMessage(const void* address, kj::Array<const kj::byte>& bytes);
 
+// Received bytes at least this large are kept rather than copied (keepReceivedBytes()): the
+// messages whose memory comes from the buffer cache (buffer_cache.h). Smaller ones are cheaper
+// to copy than to look up.
+constexpr size_t KEPT_RECEIVED_MIN_BYTES = CACHED_BUFFER_MIN_BYTES;
+
 // The bytes of `data`, a Data value read from a large message troupe received over an RPC
 // connection (a call's parameters an actor serves, a response), kept valid beyond the message: a
 // receiver that keeps a large payload (a tensor an actor stores) need not copy it. The array
 // holds the whole message's memory until it is dropped, on any thread. Writing through it is
 // safe (the memory is this process's own) but the message's readers see what was written.
 // Keeping any part keeps the whole message's memory. Returns null, and the caller copies, when
-// `data` is empty or lies in no received message of at least 64 KiB that is still held (a
-// message built in this process, an in-process call, a small message), or in the part of a
-// message a SegmentPlacement gave its memory for (a blob chunk). Any thread.
+// `data` is empty or lies in no received message of at least KEPT_RECEIVED_MIN_BYTES that is
+// still held (a message built in this process, an in-process call, a small message), or in the
+// part of a message a SegmentPlacement gave its memory for (a blob chunk). Any thread.
 kj::Maybe<kj::Array<kj::byte>> keepReceivedBytes(kj::ArrayPtr<const kj::byte> data);
 
 // Sets the Data field that `adopt` (a generated `adoptXxx` method of struct builder `M`) adopts

@@ -12,6 +12,7 @@
 
 #include "troupe/base/buffer_cache.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/bytes.h"
 #include "troupe/net/detail/received_words.h"
 
 namespace troupe::net_detail {
@@ -27,7 +28,7 @@ class MessageMemory {
 public:
   MessageMemory() = default;
   MessageMemory(kj::Array<capnp::word> words, bool shareable) {
-    if (shareable && words.size() * sizeof(capnp::word) >= KEPT_MESSAGE_MIN_BYTES) {
+    if (shareable && words.size() * sizeof(capnp::word) >= KEPT_RECEIVED_MIN_BYTES) {
       shared = kj::atomicRefcounted<ReceivedWords>(kj::mv(words));
       view = shared->get();
     } else {

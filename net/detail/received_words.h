@@ -8,10 +8,6 @@
 
 namespace troupe::net_detail {
 
-// Messages at least this large have their memory registered for keepReceivedBytes(); smaller
-// ones are cheaper to copy than to look up.
-constexpr size_t KEPT_MESSAGE_MIN_BYTES = 64 * 1024;
-
 // `words`, findable by address while anyone holds them. Freed by whoever lets go last, on any
 // thread.
 class ReceivedWords final : public kj::AtomicRefcounted {

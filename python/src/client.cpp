@@ -7,6 +7,7 @@
 
 #include "troupe/actor/dynamic_actor.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/bytes.h"
 #include "troupe/resolver/open_resolver.h"
 #include "python/src/errors.h"
 #include "python/src/values.h"
@@ -24,7 +25,7 @@ std::string stateName(EndpointState state) { return toString(state).cStr(); }
 kj::Own<capnp::MallocMessageBuilder> copyOf(capnp::DynamicStruct::Reader r,
                                             const KeptReceived& kept) {
   auto words = r.totalSize().wordCount;
-  if (words * sizeof(capnp::word) < VIEWED_DATA_MIN_BYTES) {
+  if (words * sizeof(capnp::word) < KEPT_RECEIVED_MIN_BYTES) {
     auto message = kj::heap<capnp::MallocMessageBuilder>(words + 8);
     message->setRoot(r);
     return message;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <kj/common.h>
 #include <spdlog/details/log_msg.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
@@ -21,23 +22,12 @@ namespace troupe::python {
 
 namespace {
 
+// Python's level numbers for spdlog's trace, debug, info, warn, err and critical, in order.
+constexpr int PYTHON_LEVELS[] = {5, 10, 20, 30, 40, 50};
+
 int pythonLevel(spdlog::level::level_enum level) {
-  switch (level) {
-    case spdlog::level::trace:
-      return 5;
-    case spdlog::level::debug:
-      return 10;
-    case spdlog::level::info:
-      return 20;
-    case spdlog::level::warn:
-      return 30;
-    case spdlog::level::err:
-      return 40;
-    case spdlog::level::critical:
-      return 50;
-    default:
-      return 20;
-  }
+  auto i = static_cast<size_t>(level);
+  return i < kj::size(PYTHON_LEVELS) ? PYTHON_LEVELS[i] : 20;
 }
 
 struct Record {

@@ -106,9 +106,11 @@ void bindClient(py::module_& m) {
       .def(py::init([](const std::string& url, const std::string& tokenFile,
                        const std::string& tlsCa, const std::string& tlsCert,
                        const std::string& tlsKey, const std::string& tlsServerName) {
-        return std::make_shared<PyResolver>(url, ClientCredentialFiles{tokenFile, tlsCa, tlsCert,
-                                                                       tlsKey, tlsServerName});
-      }))
+             return std::make_shared<PyResolver>(
+                 url, ClientCredentialFiles{tokenFile, tlsCa, tlsCert, tlsKey, tlsServerName});
+           }),
+           py::arg("url"), py::arg("token_file") = "", py::arg("tls_ca") = "",
+           py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("tls_server_name") = "")
       .def_readonly("url", &PyResolver::url)
       .def("list", &PyResolver::list)
       .def("group",

@@ -374,6 +374,7 @@ namespace {
 capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes, const Where& where,
                                       const void* address) {
   auto data = bytes.data();
+  kj::Array<const kj::byte> held;  // the buffer, once `bytes` let go of it, until it is copied
   // What an actor returns it may change once its method returned, while the reply is still
   // being written: only what cannot change is sent from its own memory.
   if (borrowable(data) && (!where.results || bytes.readonly())) {
@@ -383,12 +384,9 @@ capnp::Orphan<capnp::Data> dataOrphan(capnp::Orphanage orphanage, Bytes& bytes, 
       return orphan;
     }
     if (where.results && address != nullptr) {
-      kj::Array<const kj::byte> held = kj::ArrayPtr<const kj::byte>(data).attach(
+      held = kj::ArrayPtr<const kj::byte>(data).attach(
           std::make_shared<Borrowed::Buffer>(bytes.release()));
       if (attachToOutgoingMessage(address, held)) return orphanage.referenceExternalData(data);
-      auto copy = orphanage.newOrphan<capnp::Data>(data.size());
-      memcpy(copy.get().begin(), data.begin(), data.size());
-      return copy;
     }
   }
   auto copy = orphanage.newOrphan<capnp::Data>(data.size());
@@ -448,7 +446,7 @@ py::object toPython(capnp::DynamicValue::Reader value, bool views) {
     }
     case capnp::DynamicValue::DATA: {
       auto data = value.as<capnp::Data>();
-      if (views && data.size() >= VIEWED_DATA_MIN_BYTES) {
+      if (views && data.size() >= KEPT_RECEIVED_MIN_BYTES) {
         KJ_IF_MAYBE(kept, keepReceivedBytes(data)) {
           return viewOf(kj::mv(*kept), true);
         }
@@ -539,7 +537,7 @@ kj::Maybe<capnp::Orphan<capnp::Data>> Borrowed::refer(capnp::Data::Reader data,
 
 kj::Maybe<capnp::Orphan<capnp::Data>> KeptReceived::refer(capnp::Data::Reader data,
                                                           capnp::DynamicStruct::Builder to) const {
-  if (data.size() < VIEWED_DATA_MIN_BYTES) return nullptr;
+  if (data.size() < KEPT_RECEIVED_MIN_BYTES) return nullptr;
   KJ_IF_MAYBE(bytes, keepReceivedBytes(data)) {
     kept.add(kj::mv(*bytes));
     return capnp::Orphanage::getForMessageContaining(to).referenceExternalData(data);

@@ -80,13 +80,10 @@ kj::Array<const kj::byte> borrowBuffer(pybind11::handle buffer, const std::strin
 void fillStruct(capnp::DynamicStruct::Builder target, pybind11::handle fields,
                 const std::string& context, Borrowed* borrowed = nullptr, bool results = false);
 
-// Data values at least this large may be seen as views (toPython()).
-constexpr size_t VIEWED_DATA_MIN_BYTES = 64 * 1024;
-
 // `value` as a Python object. GIL held. With `views`, a Data value of at least
-// VIEWED_DATA_MIN_BYTES that lies in a message troupe received (troupe::keepReceivedBytes())
-// is a writable memoryview over the message's own memory, kept alive by the view, instead of a
-// copy as bytes: how a received tensor reaches NumPy without a copy.
+// KEPT_RECEIVED_MIN_BYTES (net/bytes.h) that lies in a message troupe received
+// (troupe::keepReceivedBytes()) is a writable memoryview over the message's own memory, kept alive
+// by the view, instead of a copy as bytes: how a received tensor reaches NumPy without a copy.
 pybind11::object toPython(capnp::DynamicValue::Reader value, bool views = false);
 
 // A memoryview over `bytes`, which it keeps until Python lets go of it (on any thread). GIL

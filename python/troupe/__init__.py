@@ -250,8 +250,11 @@ def open_resolver(url=None, *, token_file=None, tls_ca=None, tls_cert=None, tls_
         if not url:
             raise InvalidArgument("open_resolver: no URL given and TROUPE_RESOLVER is not set",
                                   code="invalid_argument", may_have_run=False)
-    files = [os.fspath(f) if f is not None else "" for f in (token_file, tls_ca, tls_cert, tls_key)]
-    return Resolver(_troupe.Resolver(url, *files, tls_server_name or ""))
+    def path(f):
+        return os.fspath(f) if f is not None else ""
+    return Resolver(_troupe.Resolver(url, token_file=path(token_file), tls_ca=path(tls_ca),
+                                     tls_cert=path(tls_cert), tls_key=path(tls_key),
+                                     tls_server_name=tls_server_name or ""))
 
 
 class Resolver:
@@ -425,9 +428,7 @@ class Pool:
     async def broadcast_async(self, method, params=None, /, *, timeout=None, **fields):
         """broadcast() for asyncio: a Broadcast to await one of its *_async waits on (the first
         call learns the members' interface without blocking the loop)."""
-        fetching = self._impl.fetch_schema()
-        if fetching is not None:
-            await _bridge().wait(fetching)
+        await _learn_schema(self._impl)
         return self.broadcast(method, params, timeout=timeout, **fields)
 
     def broadcast_blob(self, name, version, data, *, fanout="star", tree_fanout=2,
@@ -540,7 +541,7 @@ class _Launcher(_ClosedOnExit):
             argv += ["--max-concurrency", str(max_concurrency)]
         submitted = self.submit(job or name, argv, replicas=count, resources=resources,
                                 env=environment, max_retries_failure=max_retries_failure)
-        group = _troupe.Resolver(self.resolver_url, "", "", "", "", "").group(submitted.id, name)
+        group = _troupe.Resolver(self.resolver_url).group(submitted.id, name)
         return ActorGroup(group, spec, submitted)
 
     def close(self, grace=None):
@@ -822,9 +823,7 @@ class TypedPool:
     async def broadcast_async(self, method, /, *args, timeout=None, **kwargs):
         m = self.spec.method(method)
         params = self.spec.request(m, args, kwargs)
-        fetching = self.untyped._impl.fetch_schema()
-        if fetching is not None:
-            await _bridge().wait(fetching)
+        await _learn_schema(self.untyped._impl)
         return self.broadcast(method, *args, timeout=timeout, **kwargs)
 
     def broadcast_blob(self, *args, **kwargs):
@@ -922,10 +921,14 @@ def _bridge():
     return bridge
 
 
-async def _call_async(impl, method, params, fields, idempotent, timeout, views):
-    # The first call learns the interface without blocking the loop, then builds its request.
-    # With `views`, large Data in the results are memoryviews over the bytes received.
+async def _learn_schema(impl):
+    # The first call learns the members' interface without blocking the asyncio loop.
     fetching = impl.fetch_schema()
     if fetching is not None:
         await _bridge().wait(fetching)
+
+
+async def _call_async(impl, method, params, fields, idempotent, timeout, views):
+    # With `views`, large Data in the results are memoryviews over the bytes received.
+    await _learn_schema(impl)
     return await _bridge().wait(impl.start(method, params, fields, idempotent, timeout, views))
