@@ -100,8 +100,8 @@ void bindRuntime(py::module_& m) {
       .def("cancel", &Pending::cancel);
 }
 
-// Calling actors: resolvers, groups, pools, references and broadcasts.
-void bindClient(py::module_& m) {
+// Resolvers: opened with credentials given as files, listed, and the groups they make.
+void bindResolver(py::module_& m) {
   py::class_<PyResolver, std::shared_ptr<PyResolver>>(m, "Resolver")
       .def(py::init([](const std::string& url, const std::string& tokenFile,
                        const std::string& tlsCa, const std::string& tlsCert,
@@ -117,7 +117,10 @@ void bindClient(py::module_& m) {
            [](std::shared_ptr<PyResolver> self, const std::string& job, const std::string& actor) {
              return std::make_shared<PyGroup>(kj::mv(self), job, actor);
            });
+}
 
+// Calling actors: groups, pools, references and broadcasts.
+void bindClient(py::module_& m) {
   py::class_<PyGroup, std::shared_ptr<PyGroup>>(m, "Group")
       .def_readonly("job", &PyGroup::job)
       .def_readonly("actor", &PyGroup::actor)
@@ -275,6 +278,7 @@ PYBIND11_MODULE(_troupe, m) {
   bindRuntime(m);
   bindLogs(m);
   bindValues(m);
+  bindResolver(m);
   bindClient(m);
   bindResourceConfig(m);
   bindJobs(m);
