@@ -110,14 +110,15 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
     });
   }
 
-  kj::Promise<std::string> createJob(std::string jobId) override {
+  kj::Promise<std::string> createJob(std::string jobId, JobDescription description) override {
     struct Outcome {
       kj::Maybe<std::string> credential;
       kj::Maybe<kj::Exception> error;
     };
     auto paf = kj::newPromiseAndFulfiller<std::string>();
-    auto sent = inOrder(jobId, [this, jobId, fulfiller = kj::mv(paf.fulfiller)]() mutable {
-      return kj::evalNow([&]() { return resolver->createJob(jobId); })
+    auto sent = inOrder(jobId, [this, jobId, description = kj::mv(description),
+                                fulfiller = kj::mv(paf.fulfiller)]() mutable {
+      return kj::evalNow([&]() { return resolver->createJob(jobId, description); })
           .then(
               [](std::string c) {
                 return Outcome{kj::mv(c), nullptr};

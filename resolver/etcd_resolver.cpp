@@ -5,6 +5,7 @@
 #include "troupe/resolver/detail/etcd_client.h"
 #include "troupe/resolver/detail/etcd_registration.h"
 #include "troupe/resolver/detail/etcd_watch.h"
+#include "troupe/resolver/detail/job_list.h"
 #include "troupe/resolver/detail/url_query.h"
 
 namespace troupe {
@@ -49,12 +50,22 @@ kj::Promise<JobRead> readJob(EtcdClient& client, std::string jobId) {
       });
 }
 
-kj::String jobValue(EtcdClient& client, JobState state, kj::StringPtr reason, kj::StringPtr owner) {
+int64_t nowMillis(EtcdClient& client) {
+  return (client.loop.calendarNow() - kj::UNIX_EPOCH) / kj::MILLISECONDS;
+}
+
+// The job's new value: `record` (as read) with the state, reason and owner given.
+kj::String jobValue(EtcdClient& client, const EtcdJobRecord& record, JobState state,
+                    kj::StringPtr reason, kj::StringPtr owner) {
   capnp::MallocMessageBuilder message;
   auto job = message.initRoot<schema::etcd::Job>();
   job.setState(state == JobState::ENDED ? "ended" : "running");
   job.setReason(reason);
   job.setOwner(owner);
+  job.setLauncher(record.description.launcher);
+  job.setReplicas(record.description.replicas);
+  job.setCreatedAtMillis(record.createdAtMillis != 0 ? record.createdAtMillis : nowMillis(client));
+  job.setEndedAtMillis(state == JobState::ENDED ? nowMillis(client) : 0);
   return client.encode(job.asReader());
 }
 
@@ -98,7 +109,7 @@ kj::Promise<void> setJobStatusIn(EtcdClient& client, JobStatus status, std::stri
           return kj::READY_NOW;  // running already, nothing to claim
         }
         auto reason = ending ? cutJobReason(status.reason) : std::string();
-        auto value = jobValue(client, status.state, reason, owner);
+        auto value = jobValue(client, read.record, status.state, reason, owner);
         auto write = writeJob(client, status.jobId, read, value, ending);
         return write.then([&client, status = kj::mv(status), credential = kj::mv(credential), tries,
                            reason = kj::mv(reason)](bool written) mutable -> kj::Promise<void> {
@@ -119,9 +130,11 @@ kj::Promise<void> setJobStatusIn(EtcdClient& client, JobStatus status, std::stri
       });
 }
 
-kj::Promise<std::string> createJobIn(EtcdClient& client, std::string jobId, uint32_t tries) {
+kj::Promise<std::string> createJobIn(EtcdClient& client, std::string jobId,
+                                     JobDescription description, uint32_t tries) {
   return readJob(client, jobId)
-      .then([&client, jobId, tries](JobRead read) -> kj::Promise<std::string> {
+      .then([&client, jobId, description = kj::mv(description),
+             tries](JobRead read) mutable -> kj::Promise<std::string> {
         bool ended = read.record.exists && read.record.state == JobState::ENDED;
         bool owned = read.record.exists && !read.record.owner.empty();
         if (!ended && (owned || read.endpoints > 0)) {
@@ -131,11 +144,15 @@ kj::Promise<std::string> createJobIn(EtcdClient& client, std::string jobId, uint
                              "): choose another name, or stop it first"));
         }
         auto credential = newJobCredential();
+        EtcdJobRecord fresh;
+        fresh.description = description;
+        fresh.description.launcher = cutLauncherKind(description.launcher);
         auto value =
-            jobValue(client, JobState::RUNNING, "",
+            jobValue(client, fresh, JobState::RUNNING, "",
                      resolver_detail::credentialDigest(kj::StringPtr(credential).asBytes()));
         return writeJob(client, jobId, read, value, false)
-            .then([&client, jobId, tries, credential = kj::mv(credential)](
+            .then([&client, jobId, description = kj::mv(description), tries,
+                   credential = kj::mv(credential)](
                       bool written) mutable -> kj::Promise<std::string> {
               if (written) {
                 client.log->info("etcd: job '{}' created", jobId);
@@ -147,7 +164,7 @@ kj::Promise<std::string> createJobIn(EtcdClient& client, std::string jobId, uint
                                          "' was written by others while it was "
                                          "being created"));
               }
-              return createJobIn(client, jobId, tries + 1);
+              return createJobIn(client, jobId, kj::mv(description), tries + 1);
             });
       });
 }
@@ -258,9 +275,50 @@ kj::Promise<void> EtcdResolver::setJobStatus(JobStatus status, std::string jobCr
       .attach(kj::addRef(*client));
 }
 
-kj::Promise<std::string> EtcdResolver::createJob(kj::StringPtr jobId) {
+kj::Promise<std::string> EtcdResolver::createJob(kj::StringPtr jobId, JobDescription description) {
   validateJobId(jobId);
-  return createJobIn(*client, jobId.cStr(), 0).attach(kj::addRef(*client));
+  return createJobIn(*client, jobId.cStr(), kj::mv(description), 0).attach(kj::addRef(*client));
+}
+
+kj::Promise<kj::Array<JobInfo>> EtcdResolver::jobs() {
+  // The jobs' records and every endpoint, in one read.
+  capnp::MallocMessageBuilder message;
+  auto txn = message.initRoot<TxnRequest>();
+  auto ops = txn.initSuccess(2);
+  auto& c = *client;
+  auto readAll = [](schema::etcd::RequestOp::Builder op, const std::string& prefix) {
+    auto range = op.initRequestRange();
+    range.setKey(bytesOf(prefix));
+    range.setRangeEnd(bytesOf(prefixRangeEnd(prefix)));
+  };
+  readAll(ops[0], c.jobsPrefix);
+  readAll(ops[1], c.endpointsPrefix);
+  return c.post<TxnResponse>("/v3/kv/txn", txn.asReader())
+      .then([client = kj::addRef(c)](EtcdReply<TxnResponse>&& reply) mutable {
+        auto responses = reply.get().getResponses();
+        resolver_detail::JobList list;
+        for (auto kv : responses[0].getResponseRange().getKvs()) {
+          auto key = resolver_detail::stringOf(kv.getKey());
+          auto jobId = key.substr(client->jobsPrefix.size());
+          KJ_IF_MAYBE(job, resolver_detail::decodeJob(*client, jobId.c_str(), kv.getValue())) {
+            JobInfo info;
+            info.status = kj::mv(job->status);
+            info.launcher = kj::mv(job->description.launcher);
+            info.replicas = job->description.replicas;
+            info.createdAtMillis = job->createdAtMillis;
+            info.endedAtMillis = job->endedAtMillis;
+            list.addRecord(kj::mv(info));
+          }
+        }
+        for (auto kv : responses[1].getResponseRange().getKvs()) {
+          auto key = resolver_detail::stringOf(kv.getKey());
+          KJ_IF_MAYBE(endpoint,
+                      resolver_detail::decodeEndpoint(*client, key.c_str(), kv.getValue())) {
+            list.count(*endpoint);
+          }
+        }
+        return list.finish();
+      });
 }
 
 }  // namespace troupe

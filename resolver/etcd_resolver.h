@@ -108,7 +108,9 @@ public:
   kj::Own<Registration> registerEndpoint(Endpoint endpoint) override;
   kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) override;
   kj::Promise<void> setJobStatus(JobStatus status, std::string jobCredential = {}) override;
-  kj::Promise<std::string> createJob(kj::StringPtr jobId) override;
+  kj::Promise<std::string> createJob(kj::StringPtr jobId, JobDescription description = {}) override;
+  // One read of every job record and every endpoint under the root.
+  kj::Promise<kj::Array<JobInfo>> jobs() override;
 
 private:
   kj::Own<resolver_detail::EtcdClient> client;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <string>
@@ -19,11 +20,19 @@
 #include "troupe/base/errors.h"
 #include "troupe/net/address.h"
 #include "troupe/net/credentials.h"
+#include "troupe/resolver/detail/job_list.h"
 #include "troupe/resolver/detail/watch_queue.h"
 
 namespace troupe {
 
 namespace {
+
+// A static table lives on no loop, so its job stamps come from the system clock.
+int64_t wallClockMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 using resolver_detail::FixedTable;
 
@@ -181,6 +190,23 @@ public:
     auto it = jobs.find(jobId);
     if (it != jobs.end()) return it->second;
     return JobStatus{std::string(jobId), JobState::RUNNING, ""};
+  }
+
+  // Lists the ended jobs (as `records`, those created here, say when they did not end) and
+  // counts every entry for its job.
+  kj::Array<JobInfo> jobList(const std::map<std::string, JobInfo>& records) const {
+    resolver_detail::JobList list;
+    for (auto& [id, info] : records) {
+      auto copy = info;
+      copy.status = jobStatus(id);
+      if (copy.status.state == JobState::RUNNING) copy.endedAtMillis = 0;
+      list.addRecord(kj::mv(copy));
+    }
+    for (auto& [id, status] : jobs) {
+      if (records.count(id) == 0) list.addRecord(JobInfo{status});
+    }
+    for (auto& [name, entry] : entries) list.count(entry.endpoint);
+    return list.finish();
   }
 
   // Records `status`; ending a job removes its entries, then tells the watches it overlaps.
@@ -511,12 +537,16 @@ kj::Promise<void> FixedResolver::setJobStatus(JobStatus status, std::string jobC
                          "' may set its state, and the job credential presented is not the "
                          "job's"));
     }
+    auto record = records.find(status.jobId);
+    if (record != records.end()) {
+      record->second.endedAtMillis = status.state == JobState::ENDED ? wallClockMillis() : 0;
+    }
     table->setJobStatus(kj::mv(status));
     return kj::Promise<void>(kj::READY_NOW);
   });
 }
 
-kj::Promise<std::string> FixedResolver::createJob(kj::StringPtr jobId) {
+kj::Promise<std::string> FixedResolver::createJob(kj::StringPtr jobId, JobDescription description) {
   validateJobId(jobId);
   return kj::evalNow([&]() {
     std::string id(jobId.cStr());
@@ -529,9 +559,17 @@ kj::Promise<std::string> FixedResolver::createJob(kj::StringPtr jobId) {
     }
     auto credential = newJobCredential();
     created[id] = credential;
+    JobInfo record;
+    record.status = JobStatus{id, JobState::RUNNING, ""};
+    record.launcher = cutLauncherKind(description.launcher);
+    record.replicas = description.replicas;
+    record.createdAtMillis = wallClockMillis();
+    records[id] = kj::mv(record);
     table->setJobStatus(JobStatus{id, JobState::RUNNING, ""});
     return kj::Promise<std::string>(kj::mv(credential));
   });
 }
+
+kj::Promise<kj::Array<JobInfo>> FixedResolver::jobs() { return table->jobList(records); }
 
 }  // namespace troupe

@@ -113,11 +113,15 @@ public:
   // PERMISSION_DENIED (registrations, made in this process, need none).
   kj::Promise<JobStatus> jobStatus(kj::StringPtr jobId) override;
   kj::Promise<void> setJobStatus(JobStatus status, std::string jobCredential = {}) override;
-  kj::Promise<std::string> createJob(kj::StringPtr jobId) override;
+  kj::Promise<std::string> createJob(kj::StringPtr jobId, JobDescription description = {}) override;
+
+  // The jobs created here or ended, and those of the entries (Resolver::jobs()); at once.
+  kj::Promise<kj::Array<JobInfo>> jobs() override;
 
 private:
   kj::Own<resolver_detail::FixedTable> table;
   std::map<std::string, std::string> created;  // jobs createJob() made -> their credentials
+  std::map<std::string, JobInfo> records;      // and what their launchers said of them
 };
 
 }  // namespace troupe

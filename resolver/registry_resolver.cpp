@@ -119,19 +119,38 @@ kj::Promise<void> RegistryResolver::setJobStatus(JobStatus status, std::string j
       .then([](Response&&) {});
 }
 
-kj::Promise<std::string> RegistryResolver::createJob(kj::StringPtr jobId) {
+kj::Promise<std::string> RegistryResolver::createJob(kj::StringPtr jobId,
+                                                     JobDescription description) {
   validateJobId(jobId);
   using Response = capnp::Response<schema::Registry::CreateJobResults>;
   return link
       ->call<Response>("createJob",
-                       [jobId = kj::str(jobId)](schema::Registry::Client registry) {
+                       [jobId = kj::str(jobId),
+                        description = kj::mv(description)](schema::Registry::Client registry) {
                          auto request = registry.createJobRequest();
                          request.setJobId(jobId);
+                         request.setLauncher(description.launcher);
+                         request.setReplicas(description.replicas);
                          return request.send();
                        })
       .then([](Response&& response) {
         auto credential = response.getCredential();
         return std::string(credential.asChars().begin(), credential.size());
+      });
+}
+
+kj::Promise<kj::Array<JobInfo>> RegistryResolver::jobs() {
+  using Response = capnp::Response<schema::Registry::ListJobsResults>;
+  return link
+      ->call<Response>("listJobs",
+                       [](schema::Registry::Client registry) {
+                         return registry.listJobsRequest().send();
+                       })
+      .then([](Response&& response) {
+        auto list = response.getJobs();
+        auto result = kj::heapArrayBuilder<JobInfo>(list.size());
+        for (auto j : list) result.add(fromCapnp(j));
+        return result.finish();
       });
 }
 

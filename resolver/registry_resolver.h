@@ -127,7 +127,10 @@ public:
 
   // Creates the job in the registry (Resolver::createJob); it stays live until it is set ended
   // with its credential. Rejects like resolve(), or with JOB_ALREADY_EXISTS.
-  kj::Promise<std::string> createJob(kj::StringPtr jobId) override;
+  kj::Promise<std::string> createJob(kj::StringPtr jobId, JobDescription description = {}) override;
+
+  // The registry's jobs (Resolver::jobs()). Rejects like resolve().
+  kj::Promise<kj::Array<JobInfo>> jobs() override;
 
 private:
   kj::Own<resolver_detail::RegistryLink> link;

@@ -116,9 +116,24 @@ protected:
   }
 
   kj::Promise<void> createJob(CreateJobContext context) override {
-    auto credential = table->createJob(context.getParams().getJobId());
+    auto params = context.getParams();
+    auto credential = table->createJob(params.getJobId(),
+                                       JobDescription{params.getLauncher(), params.getReplicas()});
     context.getResults().setCredential(kj::StringPtr(credential).asBytes());
     OPENSSL_cleanse(credential.data(), credential.size());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> listJobs(ListJobsContext context) override {
+    auto jobs = table->jobList();
+    size_t words = 16;
+    for (auto& j : jobs) {
+      words += (j.status.jobId.size() + j.status.reason.size() + j.launcher.size() + 160) /
+               sizeof(capnp::word);
+    }
+    context.initResults(capnp::MessageSize{words, 0});
+    auto list = context.getResults().initJobs(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) toCapnp(jobs[i], list[i]);
     return kj::READY_NOW;
   }
 

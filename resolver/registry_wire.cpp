@@ -20,6 +20,28 @@ JobStatus fromCapnp(schema::JobStatus::Reader reader) {
   return JobStatus{reader.getJobId(), fromCapnp(reader.getState()), reader.getReason()};
 }
 
+void toCapnp(const JobInfo& info, schema::JobInfo::Builder builder) {
+  toCapnp(info.status, builder.initStatus());
+  builder.setLauncher(info.launcher);
+  builder.setReplicas(info.replicas);
+  builder.setReady(info.ready);
+  builder.setEndpoints(info.endpoints);
+  builder.setCreatedAtMillis(info.createdAtMillis);
+  builder.setEndedAtMillis(info.endedAtMillis);
+}
+
+JobInfo fromCapnp(schema::JobInfo::Reader reader) {
+  JobInfo info;
+  info.status = fromCapnp(reader.getStatus());
+  info.launcher = reader.getLauncher();
+  info.replicas = reader.getReplicas();
+  info.ready = reader.getReady();
+  info.endpoints = reader.getEndpoints();
+  info.createdAtMillis = reader.getCreatedAtMillis();
+  info.endedAtMillis = reader.getEndedAtMillis();
+  return info;
+}
+
 void toCapnp(const WatchEvent& event, schema::WatchEvent::Builder builder) {
   switch (event.type) {
     case WatchEvent::Type::ADDED:

@@ -17,6 +17,9 @@ JobState fromCapnp(schema::JobState state);
 void toCapnp(const JobStatus& status, schema::JobStatus::Builder builder);
 JobStatus fromCapnp(schema::JobStatus::Reader reader);
 
+void toCapnp(const JobInfo& info, schema::JobInfo::Builder builder);
+JobInfo fromCapnp(schema::JobInfo::Reader reader);
+
 void toCapnp(const WatchEvent& event, schema::WatchEvent::Builder builder);
 // The event, or null for a kind this build does not know (sent by a newer registry).
 kj::Maybe<WatchEvent> fromCapnp(schema::WatchEvent::Reader reader);

@@ -14,6 +14,18 @@ kj::StringPtr toString(JobState state) {
   return "unknown";
 }
 
+kj::StringPtr jobOutcome(const JobStatus& status) {
+  if (status.state == JobState::RUNNING) return "running";
+  for (kj::StringPtr phase : {"succeeded"_kj, "failed"_kj, "stopped"_kj, "unschedulable"_kj}) {
+    auto& r = status.reason;
+    if (r.compare(0, phase.size(), phase.cStr()) == 0 &&
+        (r.size() == phase.size() || r[phase.size()] == ':')) {
+      return phase;
+    }
+  }
+  return "ended";
+}
+
 kj::StringPtr toString(WatchEvent::Type type) {
   switch (type) {
     case WatchEvent::Type::ADDED:
@@ -39,6 +51,13 @@ bool jobOverlapsPrefix(kj::StringPtr jobId, kj::StringPtr prefix) {
     if (prefix[i] != c) return false;
   }
   return true;
+}
+
+std::string cutLauncherKind(const std::string& launcher) {
+  if (launcher.size() <= MAX_LAUNCHER_KIND_BYTES) return launcher;
+  size_t end = MAX_LAUNCHER_KIND_BYTES;
+  while (end > 0 && (static_cast<unsigned char>(launcher[end]) & 0xC0) == 0x80) --end;
+  return launcher.substr(0, end);
 }
 
 std::string cutJobReason(const std::string& reason) {

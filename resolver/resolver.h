@@ -24,6 +24,29 @@ struct JobStatus {
   bool operator==(const JobStatus&) const = default;
 };
 
+// How a job stands, for people: "running" while it runs; for an ended job, the first word of its
+// reason when that is a launcher's final phase (launchers' reasons start with it: "succeeded",
+// "failed: replica 2 exited with status 1", "stopped: ...", "unschedulable: ..."), else "ended".
+kj::StringPtr jobOutcome(const JobStatus& status);
+
+// What a launcher says of a job it creates (Resolver::createJob), for job listings.
+struct JobDescription {
+  std::string launcher;   // its kind: "local", "slurm", ... (at most MAX_LAUNCHER_KIND_BYTES)
+  uint32_t replicas = 0;  // how many replicas it runs
+};
+
+// A job as Resolver::jobs() lists it.
+struct JobInfo {
+  JobStatus status;
+  std::string launcher;         // "" for a job no launcher created (replicas started by hand)
+  uint32_t replicas = 0;        // how many replicas its launcher runs; 0 when unknown
+  uint32_t ready = 0;           // replicas with an endpoint READY now (distinct task indices)
+  uint32_t endpoints = 0;       // its endpoints registered now
+  int64_t createdAtMillis = 0;  // wall clock (Unix epoch) it was created or first seen; 0 unknown
+  int64_t endedAtMillis = 0;    // when it ended; 0 while it runs
+  bool operator==(const JobInfo&) const = default;
+};
+
 struct WatchEvent {
   enum class Type : uint8_t {
     ADDED,      // a new endpoint under the prefix
@@ -103,8 +126,20 @@ public:
   // JOB_ALREADY_EXISTS while a job of that name is live anywhere: created (by any launcher or
   // process) and not yet ended by its owner, or open with endpoints registered. The name may be
   // created again once the job ended.
-  virtual kj::Promise<std::string> createJob(kj::StringPtr jobId) = 0;
+  // `description` is what jobs() reports of it.
+  virtual kj::Promise<std::string> createJob(kj::StringPtr jobId,
+                                             JobDescription description = {}) = 0;
+
+  // Every job the resolver knows, sorted by id: created, claimed or ended ones (as many as it
+  // remembers) and open ones with endpoints. A job nothing is known of but its endpoints shows
+  // RUNNING with an empty launcher.
+  virtual kj::Promise<kj::Array<JobInfo>> jobs() = 0;
 };
+
+// The longest launcher kind (JobDescription::launcher) resolvers keep, in bytes; a longer one is
+// cut at a character boundary (cutLauncherKind).
+constexpr size_t MAX_LAUNCHER_KIND_BYTES = 64;
+std::string cutLauncherKind(const std::string& launcher);
 
 // The longest reason a resolver keeps for an ended job, in bytes; a longer one is cut at a
 // character boundary and ends in "...".

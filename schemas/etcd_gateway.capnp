@@ -198,4 +198,8 @@ struct Job {
   state @0 :Text;       # "running" or "ended"
   reason @1 :Text;
   owner @2 :Text;       # SHA-256 of the job's credential, in hex; empty while the job is open
+  launcher @3 :Text;    # what its launcher said of it (JobDescription)
+  replicas @4 :UInt32;
+  createdAtMillis @5 :Int64;  # wall clock (Unix epoch, ms)
+  endedAtMillis @6 :Int64;
 }

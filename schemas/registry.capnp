@@ -18,6 +18,17 @@ struct JobStatus {
   reason @2 :Text;   # why it ended, for people ("completed", "failed: replica 3 exited 1", ...)
 }
 
+struct JobInfo {
+  # A job as `listJobs` reports it.
+  status @0 :JobStatus;
+  launcher @1 :Text;        # "local", "slurm", ...; empty for a job no launcher created (open)
+  replicas @2 :UInt32;      # how many replicas its launcher runs; 0 when unknown
+  ready @3 :UInt32;         # replicas with an endpoint READY now (distinct task indices)
+  endpoints @4 :UInt32;     # its endpoints registered now
+  createdAtMillis @5 :Int64;  # wall clock (Unix epoch, ms) the job was created or first seen; 0 unknown
+  endedAtMillis @6 :Int64;    # when it ended; 0 while it runs
+}
+
 struct WatchEvent {
   union {
     added @0 :Actor.Endpoint;
@@ -89,9 +100,14 @@ interface Registry {
   # registry remembers a bounded number of jobs (maxJobs): past it the job that ended first is
   # forgotten, and its name is open again.
 
-  createJob @5 (jobId :Text) -> (credential :Data);
+  createJob @5 (jobId :Text, launcher :Text, replicas :UInt32) -> (credential :Data);
   # Creates the job `jobId` (running) and returns its credential (64 hexadecimal characters: 32
   # random bytes). Refused with "troupe.job_already_exists" while a job of that name is live: one
   # created and not ended (its owner ends it), or an open one with endpoints. An ended job's name
-  # may be created again, with a new credential.
+  # may be created again, with a new credential. `launcher` (its kind: "local", "slurm", at most
+  # 64 bytes) and `replicas` describe the job for `listJobs`.
+
+  listJobs @6 () -> (jobs :List(JobInfo));
+  # Every job the registry knows, sorted by id: those created, claimed or ended (up to maxJobs)
+  # and the open ones with endpoints.
 }

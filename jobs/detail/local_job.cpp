@@ -128,7 +128,7 @@ void LocalJob::create(uint32_t attempt) {
   KJ_IF_MAYBE(h, host) {
     creating = true;
     createTried = true;
-    tasks->add(h->createJob(request_.name)
+    tasks->add(h->createJob(request_.name, JobDescription{"local", request_.replicaCount()})
                    .then(
                        [this](std::string credential) {
                          creating = false;

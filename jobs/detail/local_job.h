@@ -33,7 +33,7 @@ public:
   // Creates the job in the launcher's resolver (Resolver::createJob), in the same order as the
   // reports, and resolves with its credential; rejects with what the resolver refused
   // (JOB_ALREADY_EXISTS) or failed with.
-  virtual kj::Promise<std::string> createJob(std::string jobId) = 0;
+  virtual kj::Promise<std::string> createJob(std::string jobId, JobDescription description) = 0;
 
   // Takes back one replica's share of the machine: it exited for good, or its job ended.
   virtual void giveBack(const Allocation& allocation) = 0;

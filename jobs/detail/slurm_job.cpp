@@ -176,7 +176,7 @@ kj::Promise<void> SlurmJob::createAndSubmit() {
   ::unlink((settings.logDirectory + "/batch.log").c_str());
   auto testArgs = sbatchArguments(request_, settings, true);
   return h.resolver()
-      .createJob(request_.name)
+      .createJob(request_.name, JobDescription{"slurm", request_.replicaCount()})
       .then([this, testArgs](std::string credential) {
         jobCredential = kj::mv(credential);
         jobTokenFile =

@@ -55,6 +55,9 @@ EtcdJobRecord jobRecordFrom(EtcdClient& client, kj::StringPtr jobId, RangeRespon
     record.owner = kj::mv(job->owner);
     record.reason = kj::mv(job->status.reason);
     record.state = job->status.state;
+    record.description = kj::mv(job->description);
+    record.createdAtMillis = job->createdAtMillis;
+    record.endedAtMillis = job->endedAtMillis;
   }
   return record;
 }

@@ -20,6 +20,9 @@ struct EtcdJobRecord {
   JobState state = JobState::RUNNING;
   std::string reason;
   std::string owner;  // hash of the credential; empty while open
+  JobDescription description;
+  int64_t createdAtMillis = 0;
+  int64_t endedAtMillis = 0;
 };
 
 // SHA-256 of `credential`, in hex: what a job's record keeps instead of the credential itself.

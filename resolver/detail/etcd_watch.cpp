@@ -40,20 +40,23 @@ kj::Maybe<Endpoint> decodeEndpoint(EtcdClient& client, kj::StringPtr key,
 kj::Maybe<EtcdJobValue> decodeJob(EtcdClient& client, kj::StringPtr jobId,
                                   capnp::Data::Reader value) {
   kj::Maybe<EtcdJobValue> result;
-  KJ_IF_MAYBE(
-      e, kj::runCatchingExceptions([&]() {
-        validateJobId(jobId);
-        auto reply = client.decode<schema::etcd::Job>(value.asChars());
-        auto job = reply.get();
-        EtcdJobValue decoded{{jobId.cStr(), JobState::RUNNING, job.getReason()}, job.getOwner()};
-        if (job.getState() == "ended") {
-          decoded.status.state = JobState::ENDED;
-        } else if (job.getState() != "running") {
-          throwError(ErrorCode::INVALID_ARGUMENT,
-                     kj::str("its state is '", printable(job.getState()), "'"));
-        }
-        result = kj::mv(decoded);
-      })) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                validateJobId(jobId);
+                auto reply = client.decode<schema::etcd::Job>(value.asChars());
+                auto job = reply.get();
+                EtcdJobValue decoded{{jobId.cStr(), JobState::RUNNING, job.getReason()},
+                                     job.getOwner(),
+                                     {job.getLauncher(), job.getReplicas()},
+                                     job.getCreatedAtMillis(),
+                                     job.getEndedAtMillis()};
+                if (job.getState() == "ended") {
+                  decoded.status.state = JobState::ENDED;
+                } else if (job.getState() != "running") {
+                  throwError(ErrorCode::INVALID_ARGUMENT,
+                             kj::str("its state is '", printable(job.getState()), "'"));
+                }
+                result = kj::mv(decoded);
+              })) {
     client.log->warn("etcd: the value of job '{}' is not troupe's ({}); the job counts as open "
                      "and running",
                      printable(jobId).cStr(), errorMessage(*e).cStr());

@@ -41,6 +41,9 @@ kj::Maybe<Endpoint> decodeEndpoint(EtcdClient& client, kj::StringPtr key,
 struct EtcdJobValue {
   JobStatus status;
   std::string owner;  // SHA-256 of the job's credential, in hex; empty while the job is open
+  JobDescription description;
+  int64_t createdAtMillis = 0;
+  int64_t endedAtMillis = 0;
 };
 
 // Decodes a job value; null (after a warning) for one that is not troupe's, which counts as an

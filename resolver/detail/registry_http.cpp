@@ -243,7 +243,7 @@ kj::Promise<void> RegistryHttp::request(kj::HttpMethod, kj::StringPtr url, const
 
 kj::Promise<void> RegistryHttp::state(Response& response) {
   kj::Vector<kj::String> jobs;
-  for (auto& j : registry->jobList()) jobs.add(jobJson(j));
+  for (auto& j : registry->jobList()) jobs.add(jobJson(j.status));
   kj::Vector<kj::String> endpoints;
   for (auto& e : registry->resolve("")) endpoints.add(endpointJson(e));
   auto body = kj::str("{\"jobs\":[", kj::strArray(jobs, ","), "],\"endpoints\":[",

@@ -9,6 +9,7 @@
 #include "troupe/base/errors.h"
 #include "troupe/net/address.h"
 #include "troupe/net/credentials.h"
+#include "troupe/resolver/detail/job_list.h"
 #include "troupe/resolver/registry_wire.h"
 
 namespace troupe::resolver_detail {
@@ -449,7 +450,13 @@ RegistryTable::Job& RegistryTable::jobRecord(const std::string& jobId, kj::Strin
     jobs.erase(oldest->second);
     endedOrder.erase(oldest);
   }
-  return jobs[jobId];
+  auto& job = jobs[jobId];
+  job.createdAtMillis = nowMillis();
+  return job;
+}
+
+int64_t RegistryTable::nowMillis() const {
+  return (loop.calendarNow() - kj::UNIX_EPOCH) / kj::MILLISECONDS;
 }
 
 void RegistryTable::markEnded(const std::string& jobId, Job& job, JobStatus status) {
@@ -457,12 +464,14 @@ void RegistryTable::markEnded(const std::string& jobId, Job& job, JobStatus stat
   job.endedSeq = nextEndedSeq++;
   endedOrder.emplace(job.endedSeq, jobId);
   job.ended = kj::mv(status);
+  job.endedAtMillis = nowMillis();
 }
 
 void RegistryTable::markRunning(Job& job) {
   if (job.ended == nullptr) return;
   endedOrder.erase(job.endedSeq);
   job.ended = nullptr;
+  job.endedAtMillis = 0;
 }
 
 void RegistryTable::claimIfOpen(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
@@ -482,7 +491,7 @@ bool RegistryTable::hasEndpoints(kj::StringPtr jobId) const {
   return false;
 }
 
-std::string RegistryTable::createJob(kj::StringPtr jobId) {
+std::string RegistryTable::createJob(kj::StringPtr jobId, JobDescription description) {
   checkRunning();
   validateJobId(jobId);
   std::string id(jobId.cStr(), jobId.size());
@@ -502,6 +511,9 @@ std::string RegistryTable::createJob(kj::StringPtr jobId) {
   if (job.ended != nullptr) log->info("job '{}' is created again", id);
   markRunning(job);
   job.credential = newJobCredential();
+  job.createdAtMillis = nowMillis();
+  description.launcher = cutLauncherKind(description.launcher);
+  job.description = kj::mv(description);
   log->info("job '{}' created", id);
   return job.credential;
 }
@@ -564,22 +576,23 @@ void RegistryTable::shutdown() {
 
 namespace troupe::resolver_detail {
 
-kj::Array<JobStatus> RegistryTable::jobList() const {
-  std::map<std::string, JobStatus> all;
-  for (auto& [name, entry] : entries) {
-    auto& id = entry.endpoint.jobId;
-    all.try_emplace(id, JobStatus{id, JobState::RUNNING, ""});
-  }
+kj::Array<JobInfo> RegistryTable::jobList() const {
+  JobList list;
   for (auto& [id, job] : jobs) {
+    JobInfo info;
     KJ_IF_MAYBE(status, job.ended) {
-      all[id] = *status;
+      info.status = *status;
     } else {
-      all.try_emplace(id, JobStatus{id, JobState::RUNNING, ""});
+      info.status = JobStatus{id, JobState::RUNNING, ""};
     }
+    info.launcher = job.description.launcher;
+    info.replicas = job.description.replicas;
+    info.createdAtMillis = job.createdAtMillis;
+    info.endedAtMillis = job.endedAtMillis;
+    list.addRecord(kj::mv(info));
   }
-  auto out = kj::heapArrayBuilder<JobStatus>(all.size());
-  for (auto& [id, status] : all) out.add(status);
-  return out.finish();
+  for (auto& [name, entry] : entries) list.count(entry.endpoint);
+  return list.finish();
 }
 
 kj::Maybe<const Endpoint&> RegistryTable::find(kj::StringPtr name) const {

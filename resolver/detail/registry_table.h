@@ -70,7 +70,7 @@ public:
 
   // Creates the job (registry.capnp, createJob) and returns its credential; throws
   // JOB_ALREADY_EXISTS while it is live.
-  std::string createJob(kj::StringPtr jobId);
+  std::string createJob(kj::StringPtr jobId, JobDescription description);
 
   // Forgets everything; later calls throw DISCONNECTED.
   void shutdown();
@@ -81,7 +81,7 @@ public:
 
   // Every job it knows, sorted by id: those with endpoints (running unless they ended) and those
   // created, claimed or ended.
-  kj::Array<JobStatus> jobList() const;
+  kj::Array<JobInfo> jobList() const;
 
   // The entry named exactly `name`, or null.
   kj::Maybe<const Endpoint&> find(kj::StringPtr name) const;
@@ -111,9 +111,12 @@ private:
 
   // A job someone created, claimed or ended.
   struct Job {
-    std::string credential;      // empty while the job is open (anyone may act for it)
-    kj::Maybe<JobStatus> ended;  // how it ended; null while it runs
-    uint64_t endedSeq = 0;       // its key in endedOrder while it has ended
+    std::string credential;       // empty while the job is open (anyone may act for it)
+    kj::Maybe<JobStatus> ended;   // how it ended; null while it runs
+    uint64_t endedSeq = 0;        // its key in endedOrder while it has ended
+    JobDescription description;   // what its launcher said of it
+    int64_t createdAtMillis = 0;  // wall clock: created, or first claimed or ended
+    int64_t endedAtMillis = 0;    // wall clock, while it has ended
   };
 
   void taskFailed(kj::Exception&& exception) override;
@@ -131,6 +134,7 @@ private:
   Job& jobRecord(const std::string& jobId, kj::StringPtr what);
   void markEnded(const std::string& jobId, Job& job, JobStatus status);
   void markRunning(Job& job);
+  int64_t nowMillis() const;
 
   // Looks up the entry `leaseId` holds; throws LEASE_LOST when it holds none.
   Entry& leased(kj::StringPtr name, uint64_t leaseId, kj::StringPtr what);

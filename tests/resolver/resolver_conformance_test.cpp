@@ -11,6 +11,7 @@
 // them, and a watch reports them in that order.
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -131,9 +132,10 @@ private:
     kj::Promise<void> setJobStatus(JobStatus status, std::string jobCredential) override {
       return table.setJobStatus(kj::mv(status), kj::mv(jobCredential));
     }
-    kj::Promise<std::string> createJob(kj::StringPtr jobId) override {
-      return table.createJob(jobId);
+    kj::Promise<std::string> createJob(kj::StringPtr jobId, JobDescription description) override {
+      return table.createJob(jobId, kj::mv(description));
     }
+    kj::Promise<kj::Array<JobInfo>> jobs() override { return table.jobs(); }
 
   private:
     FixedResolver& table;
@@ -527,6 +529,60 @@ TEST_P(ResolverConformanceTest, ACreatedJobHasOneOwnerUntilItEnds) {
   auto again = await(loop, backend->client()->createJob("calc"));
   EXPECT_NE(again, credential);
   EXPECT_EQ(await(loop, observer->jobStatus("calc")).state, JobState::RUNNING);
+}
+
+TEST_P(ResolverConformanceTest, JobsListsEveryJobWithItsLauncherAndReadyReplicas) {
+  auto wallNow = []() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  auto before = wallNow();
+  auto launcher = backend->client();
+  auto credential = await(loop, launcher->createJob("calc", {"local", 3}));
+  auto replica = backend->client("calc", credential);
+  auto calc0 = registered(*replica, endpoint("calc/calc-0", "tcp://127.0.0.1:4000"));
+  // A second actor of the same replica: still one replica ready.
+  auto stats0 = registered(*replica, endpoint("calc/stats-0", "tcp://127.0.0.1:4000"));
+  auto calc1 = registered(*replica, endpoint("calc/calc-1", "tcp://127.0.0.1:4001", 1,
+                                             EndpointState::STARTING));
+  auto open = registered(*publisher, endpoint("open/x-0"));
+  auto done = await(loop, launcher->createJob("done", {std::string(100, 'k'), 2}));
+  await(loop, launcher->setJobStatus({"done", JobState::ENDED, "completed"}, done));
+  auto after = wallNow();
+
+  auto jobs = await(loop, observer->jobs());
+  ASSERT_EQ(jobs.size(), 3u);
+  auto& calc = jobs[0];
+  EXPECT_EQ(calc.status, (JobStatus{"calc", JobState::RUNNING, ""}));
+  EXPECT_EQ(calc.launcher, "local");
+  EXPECT_EQ(calc.replicas, 3u);
+  EXPECT_EQ(calc.ready, 1u);
+  EXPECT_EQ(calc.endpoints, 3u);
+  EXPECT_GE(calc.createdAtMillis, before - 1000);
+  EXPECT_LE(calc.createdAtMillis, after + 1000);
+  EXPECT_EQ(calc.endedAtMillis, 0);
+
+  auto& ended = jobs[1];
+  EXPECT_EQ(ended.status, (JobStatus{"done", JobState::ENDED, "completed"}));
+  EXPECT_EQ(ended.launcher, std::string(MAX_LAUNCHER_KIND_BYTES, 'k'));
+  EXPECT_EQ(ended.replicas, 2u);
+  EXPECT_EQ(ended.ready, 0u);
+  EXPECT_GE(ended.endedAtMillis, ended.createdAtMillis);
+  EXPECT_LE(ended.endedAtMillis, after + 1000);
+
+  // A job no launcher created: known by its endpoints, since its first registration.
+  auto& opened = jobs[2];
+  EXPECT_EQ(opened.status, (JobStatus{"open", JobState::RUNNING, ""}));
+  EXPECT_EQ(opened.launcher, "");
+  EXPECT_EQ(opened.replicas, 0u);
+  EXPECT_EQ(opened.ready, 1u);
+  EXPECT_EQ(opened.endpoints, 1u);
+
+  // A replica going ready shows at once.
+  calc1->setState(EndpointState::READY);
+  auto marker = registered(*replica, endpoint("calc/marker-0"));
+  EXPECT_EQ(await(loop, observer->jobs())[0].ready, 2u);
 }
 
 TEST_P(ResolverConformanceTest, ARegistrationUnderACreatedJobNeedsItsCredential) {

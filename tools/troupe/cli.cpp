@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <kj/debug.h>
@@ -297,6 +298,34 @@ Resolver& CommandLoop::resolver(const std::string& flag) {
 }
 
 bool stdoutIsTerminal() { return isatty(STDOUT_FILENO) == 1; }
+
+void printRows(const std::vector<std::vector<std::string>>& rows, bool header,
+               kj::StringPtr empty) {
+  if (!stdoutIsTerminal()) {
+    for (size_t r = header ? 1 : 0; r < rows.size(); ++r) {
+      for (size_t i = 0; i < rows[r].size(); ++i) {
+        printf(i + 1 < rows[r].size() ? "%s " : "%s\n", rows[r][i].c_str());
+      }
+    }
+    return;
+  }
+  std::vector<size_t> widths;
+  for (auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      // The last column is not padded: no trailing spaces.
+      if (i + 1 < row.size()) {
+        printf("%-*s  ", static_cast<int>(widths[i]), row[i].c_str());
+      } else {
+        printf("%s\n", row[i].c_str());
+      }
+    }
+  }
+  if (rows.size() == (header ? 1u : 0u)) printf("%s\n", empty.cStr());
+}
 
 std::string formatAge(uint64_t registeredAtMillis, kj::Date now) {
   if (registeredAtMillis == 0) return "-";

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <kj/async.h>
 #include <kj/function.h>
@@ -130,6 +131,11 @@ private:
 
 // Whether standard output is a terminal (progress lines, colours, tables are for people).
 bool stdoutIsTerminal();
+
+// Prints `rows` (the first one a header, when `header`): on a terminal in aligned columns, the
+// header included; elsewhere one line per row, fields separated by one space, without the header
+// (the last field may hold spaces). Prints `empty` on a terminal when there are no other rows.
+void printRows(const std::vector<std::vector<std::string>>& rows, bool header, kj::StringPtr empty);
 
 // How long before `now` the time `registeredAtMillis` (Unix time, ms) was: "3s", "5m12s",
 // "2h03m", "4d"; "-" for 0 (the resolver did not say).

@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <stdio.h>
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -17,30 +16,13 @@ namespace troupe::cli {
 namespace {
 
 void printTable(const kj::Array<Endpoint>& endpoints, kj::Date now) {
-  bool people = stdoutIsTerminal();
   std::vector<std::vector<std::string>> rows;
-  if (people) rows.push_back({"NAME", "ADDRESS", "STATE", "INCARNATION", "AGE"});
+  rows.push_back({"NAME", "ADDRESS", "STATE", "INCARNATION", "AGE"});
   for (auto& e : endpoints) {
     rows.push_back({e.name, e.address, toString(e.state).cStr(), std::to_string(e.incarnation),
                     formatAge(e.registeredAtMillis, now)});
   }
-  if (!people) {
-    for (auto& row : rows) {
-      printf("%s %s %s %s %s\n", row[0].c_str(), row[1].c_str(), row[2].c_str(), row[3].c_str(),
-             row[4].c_str());
-    }
-    return;
-  }
-  std::vector<size_t> widths(5, 0);
-  for (auto& row : rows) {
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  for (auto& row : rows) {
-    for (size_t i = 0; i < row.size(); ++i) {
-      printf(i + 1 < row.size() ? "%-*s  " : "%-*s\n", static_cast<int>(widths[i]), row[i].c_str());
-    }
-  }
-  if (endpoints.size() == 0) printf("(no endpoints)\n");
+  printRows(rows, true, "(no endpoints)");
 }
 
 kj::Promise<void> printEvents(Watch& watch) {
