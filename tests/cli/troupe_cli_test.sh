@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The troupe command end to end: a registry (troupe registry), a job launched in the foreground
 # (troupe launch) whose replicas host the calculator example's actor, then troupe wait, ls,
-# actors and call against them, Data as base64 against the test server's Echo actor, bad input,
+# actors, call and jobs against them, Data as base64 against the test server's Echo actor, bad input,
 # clients without the token or the CA, listeners refused without credentials, and Ctrl-C
 # stopping the job. Everything runs with TLS and a cluster token, from the environment
 # (certificates made here by scripts/make_certs.sh). Every process started here is stopped by
@@ -198,6 +198,32 @@ grep -q "no such file or directory" <<< "$output" || fail "$output"
 expect_status 1 "$troupe" launch --name false --max-retries 1 -- false
 grep -q "job false: failed: replica 0 (pid [0-9]*) exited with status 1: failure 2" <<< "$output" || fail "$output"
 
+echo "== troupe jobs: every job the registry knows, running ones first"
+expect_status 0 "$troupe" jobs
+head -1 <<< "$output" | grep -Eq "^calc running 2/2 local [0-9]+s - -$" || fail "jobs printed: $output"
+grep -q "^false failed 0/1 local [0-9]*s [0-9]*s replica 0 (pid [0-9]*) exited with status 1: failure 2" \
+  <<< "$output" || fail "jobs printed: $output"
+grep -q "^missing failed 0/1 local [0-9]*s [0-9]*s replica 0 could not start: .*no such file" \
+  <<< "$output" || fail "jobs printed: $output"
+# On a terminal (script gives the command one), aligned columns under a header.
+terminal=$(script -qec "'$troupe' jobs" /dev/null | tr -d '\r')
+grep -Eq "^NAME +STATE +READY +LAUNCHER +AGE +ENDED +REASON$" <<< "$terminal" ||
+  fail "jobs on a terminal printed: $terminal"
+grep -Eq "^calc +running +2/2 +local +[0-9]+s +- +-$" <<< "$terminal" ||
+  fail "jobs on a terminal printed: $terminal"
+terminal=$(script -qec "'$troupe' ls calc/" /dev/null | tr -d '\r')
+grep -Eq "^NAME +ADDRESS +STATE +INCARNATION +AGE$" <<< "$terminal" ||
+  fail "ls on a terminal printed: $terminal"
+expect_status 2 "$troupe" jobs --slurm --watch
+grep -q "^troupe jobs: --watch is for the resolver's jobs, not with --slurm$" <<< "$output" ||
+  fail "$output"
+mkfifo "$out/jobs.out"
+"$troupe" jobs --watch > "$out/jobs.out" &
+jobs_pid=$!
+pids+=("$jobs_pid")
+exec 7< "$out/jobs.out"
+await_line 7 "calc running 2/2 local" > /dev/null
+
 echo "== Ctrl-C stops the launched job; watchers see it end"
 mkfifo "$out/watch.out"
 "$troupe" ls --watch calc/ > "$out/watch.out" &
@@ -215,6 +241,11 @@ cat <&4 > "$out/launch.log"
 grep -q "job calc: stopped" "$out/launch.log" || fail "$(cat "$out/launch.log")"
 kill -TERM "$watch_pid"
 wait "$watch_pid" || fail "troupe ls --watch did not stop cleanly on SIGTERM"
+line=$(await_line 7 "calc stopped")
+grep -q "^calc stopped 0/2 local [0-9]*s [0-9]*s " <<< "$line" || fail "jobs --watch printed: $line"
+kill -INT "$jobs_pid"
+wait "$jobs_pid" || fail "troupe jobs --watch did not stop cleanly on SIGINT"
+exec 7<&-
 
 echo "== troupe wait after the job ended fails at once, not at its timeout"
 expect_status 1 "$troupe" wait calc/ --count 2 --timeout 1h

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `troupe launch --launcher slurm` end to end, on the one-node Slurm cluster of
 # scripts/slurm-local.sh (SLURM_CONF names it): a registry (troupe registry on loopback), the
-# calculator example as a Slurm job of three tasks, troupe wait, troupe jobs and troupe call
-# against them, usage errors, then Ctrl-C (SIGTERM) stopping the job: Slurm cancels it and the
-# registry ends it. Every process started here is stopped by its own pid, and the Slurm job is cancelled,
-# also when the script fails.
+# calculator example as a Slurm job of three tasks, troupe wait, troupe jobs (the registry's and
+# Slurm's) and troupe call against them, usage errors, then Ctrl-C (SIGTERM) stopping the job:
+# Slurm cancels it and the registry ends it. Every process started here is stopped by its own
+# pid, and the Slurm job is cancelled, also when the script fails.
 #
 #   troupe_slurm_test.sh TROUPE CALCULATOR_SERVER
 set -euo pipefail
@@ -57,9 +57,14 @@ jobid=$(squeue --noheader --name=calc-slurm --format=%i)
   fail "job $jobid does not hold 3 cores: $(squeue --jobs="$jobid")"
 
 echo "== troupe jobs shows it as Slurm does"
-expect_status 0 "$troupe" jobs
+expect_status 0 "$troupe" jobs --slurm
 grep -Eq "^calc-slurm +$jobid +RUNNING +3 +0 " <<< "$output" || fail "troupe jobs printed: $output"
 grep -Eq "^calc-nowhere " <<< "$output" && fail "an unschedulable job, never submitted, is listed"
+echo "== troupe jobs shows it as the registry does, with its launcher"
+expect_status 0 "$troupe" jobs
+grep -Eq "^calc-slurm running 3/3 slurm [0-9]+s - -$" <<< "$output" || fail "troupe jobs printed: $output"
+grep -Eq "^calc-nowhere unschedulable 0/[0-9]+ slurm " <<< "$output" ||
+  fail "troupe jobs printed: $output"
 
 echo "== troupe call reaches the replicas"
 expect_status 0 "$troupe" call calc-slurm/calc-2 calc.add '{"a": 1.5, "b": 2}'
@@ -76,7 +81,7 @@ exec 4<&-
 [ "$status" -eq 143 ] || fail "troupe launch exited with $status, not 143"
 state=$(scontrol -o show job "$jobid" | sed -n 's/.* JobState=\([A-Z_]*\) .*/\1/p')
 case $state in COMPLETED | CANCELLED) ;; *) fail "Slurm job $jobid is $state" ;; esac
-expect_status 0 "$troupe" jobs
+expect_status 0 "$troupe" jobs --slurm
 grep -Eq "^calc-slurm +$jobid +(COMPLETED|CANCELLED) " <<< "$output" ||
   fail "troupe jobs printed: $output"
 expect_status 1 "$troupe" wait calc-slurm/ --count 1 --timeout 1h

@@ -15,7 +15,7 @@ const troupe::cli::Subcommand COMMANDS[] = {
     {"wait", "wait until N endpoints under a prefix are ready", troupe::cli::waitCommand},
     {"launch", "run a job of N replicas, on this machine or on Slurm, in the foreground",
      troupe::cli::launchCommand},
-    {"jobs", "list the jobs launchers submitted to Slurm, as Slurm reports them",
+    {"jobs", "list the jobs the resolver knows (or, with --slurm, Slurm's queue)",
      troupe::cli::jobsCommand},
     {"top", "show the endpoints under a prefix live: calls/s, latency, errors from /metrics",
      troupe::cli::topCommand},
