@@ -136,30 +136,81 @@ py::list endpointList(kj::ArrayPtr<const Endpoint> endpoints, bool namesOnly) {
   return out;
 }
 
-}  // namespace
+struct JobsCompletion final : public Completion {
+  kj::Array<JobInfo> jobs;
+};
 
-py::list PyResolver::list(const std::string& prefix, double timeout) {
+py::object secondsOrNone(int64_t millis) {
+  if (millis <= 0) return py::none();
+  return py::float_(static_cast<double>(millis) / 1000.0);
+}
+
+py::list jobList(kj::ArrayPtr<const JobInfo> jobs) {
+  py::list out;
+  for (auto& j : jobs) {
+    py::dict d;
+    d["name"] = j.status.jobId;
+    d["state"] = jobOutcome(j.status).cStr();
+    d["reason"] = j.status.reason;
+    d["launcher"] = j.launcher;
+    d["replicas"] = j.replicas;
+    d["ready"] = j.ready;
+    d["endpoints"] = j.endpoints;
+    d["created_at"] = secondsOrNone(j.createdAtMillis);
+    d["ended_at"] = secondsOrNone(j.endedAtMillis);
+    out.append(d);
+  }
+  return out;
+}
+
+// Runs `ask` (a request to the resolver, on the loop) for Python: fails with DEADLINE_EXCEEDED
+// after `timeout` seconds, raises what it fails with, else returns the completion.
+template <typename Out, typename Ask>
+kj::Own<Out> askResolver(std::shared_ptr<PyResolver> self, double timeout, Ask ask) {
   auto limit = durationOf(timeout, "timeout");
-  auto done = kj::atomicRefcounted<EndpointsCompletion>();
-  python::start(*done, [self = shared_from_this(), prefix, limit](EventLoop& loop, Completion& c) {
-    auto& out = static_cast<EndpointsCompletion&>(c);
-    auto listed = self->resolver.get().resolve(prefix).then([&out](kj::Array<Endpoint> found) {
-      std::sort(found.begin(), found.end(),
-                [](const Endpoint& a, const Endpoint& b) { return a.name < b.name; });
-      out.endpoints = kj::mv(found);
-    });
+  auto done = kj::atomicRefcounted<Out>();
+  python::start(*done, [self = kj::mv(self), limit, ask = kj::mv(ask)](EventLoop& loop,
+                                                                       Completion& c) mutable {
+    auto asked = ask(self->resolver.get(), static_cast<Out&>(c));
     auto late = loop.timer().afterDelay(limit).then([self, limit]() {
       throwError(ErrorCode::DEADLINE_EXCEEDED,
                  kj::str("the resolver at ", self->url.c_str(), " did not answer within ",
                          limit / kj::MILLISECONDS, " ms"));
     });
-    return listed.exclusiveJoin(kj::mv(late)).attach(kj::mv(self));
+    return asked.exclusiveJoin(kj::mv(late)).attach(kj::mv(self));
   });
   done->wait(true);
   KJ_IF_MAYBE(e, done->error()) {
     raise(*e);
   }
+  return done;
+}
+
+}  // namespace
+
+py::list PyResolver::list(const std::string& prefix, double timeout) {
+  auto done = askResolver<EndpointsCompletion>(
+      shared_from_this(), timeout, [prefix](Resolver& resolver, EndpointsCompletion& out) {
+        return resolver.resolve(prefix).then([&out](kj::Array<Endpoint> found) {
+          std::sort(found.begin(), found.end(),
+                    [](const Endpoint& a, const Endpoint& b) { return a.name < b.name; });
+          out.endpoints = kj::mv(found);
+        });
+      });
   return endpointList(done->endpoints, false);
+}
+
+py::list PyResolver::jobs(double timeout) {
+  auto done = askResolver<JobsCompletion>(
+      shared_from_this(), timeout, [](Resolver& resolver, JobsCompletion& out) {
+        return resolver.jobs().then([&out](kj::Array<JobInfo> found) {
+          std::sort(found.begin(), found.end(), [](const JobInfo& a, const JobInfo& b) {
+            return a.status.jobId < b.status.jobId;
+          });
+          out.jobs = kj::mv(found);
+        });
+      });
+  return jobList(done->jobs);
 }
 
 kj::Own<Completion> PyGroup::startWaitReady(size_t count, double timeout) {

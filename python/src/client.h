@@ -69,6 +69,10 @@ public:
   // Every endpoint whose name starts with `prefix`, in name order: dicts of name, address,
   // state, incarnation. Waits up to `timeout` seconds for the resolver (interruptible).
   pybind11::list list(const std::string& prefix, double timeout);
+  // Every job the resolver knows, open or ended, in name order: dicts of name, state ("running",
+  // "succeeded", "failed", "stopped", "unschedulable" or "ended"), reason, launcher, replicas,
+  // ready, endpoints, created_at and ended_at (Unix seconds, None when unknown or running).
+  pybind11::list jobs(double timeout);
   LoopOwned<Resolver> resolver;
   std::string url;
   // What the resolver and its groups' connections to members present and verify with; null for

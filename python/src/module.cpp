@@ -113,6 +113,7 @@ void bindResolver(py::module_& m) {
            py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("tls_server_name") = "")
       .def_readonly("url", &PyResolver::url)
       .def("list", &PyResolver::list)
+      .def("jobs", &PyResolver::jobs)
       .def("group",
            [](std::shared_ptr<PyResolver> self, const std::string& job, const std::string& actor) {
              return std::make_shared<PyGroup>(kj::mv(self), job, actor);

@@ -273,6 +273,15 @@ class Resolver:
         name order: dicts of name, address, state, incarnation and metadata."""
         return self._impl.list(prefix, timeout)
 
+    def jobs(self, timeout=10.0):
+        """Every job the resolver knows, running or ended, in name order: dicts of name, state
+        ("running", "succeeded", "failed", "stopped", "unschedulable", or "ended" for a job
+        ended otherwise), reason (why it ended), launcher ("local", "slurm", "" for replicas
+        started by hand), replicas (how many its launcher runs, 0 if unknown), ready (how many
+        of them are ready now), endpoints (registered now), created_at and ended_at (Unix
+        seconds; None when unknown, ended_at while it runs)."""
+        return self._impl.jobs(timeout)
+
     def group(self, job, actor, actor_class=None):
         """The ActorGroup of job `job`'s members for `actor` (endpoints job/actor-N). With
         `actor_class` (a troupe.actor class), its pools call methods with Python values."""

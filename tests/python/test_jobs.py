@@ -51,3 +51,28 @@ def test_bad_requests_and_resources_are_invalid_arguments(tmp_path):
         launcher.submit("again", ["/bin/sleep", "30"])
         with pytest.raises(troupe.JobAlreadyExists):
             launcher.submit("again", ["/bin/sleep", "30"])
+
+
+def test_the_resolver_lists_its_jobs_with_their_launcher_and_ready_replicas(tmp_path):
+    with troupe.LocalLauncher(log_directory=str(tmp_path)) as launcher:
+        resolver = launcher.resolver()
+        job = launcher.submit("calc", [os.path.join(BIN_DIR, "calculator_server")], replicas=2,
+                              resources=troupe.ResourceConfig.with_cpu(0.1, "64m"))
+        broken = launcher.submit("broken", ["/bin/sh", "-c", "exit 3"], replicas=1)
+        resolver.group("calc", "calc").wait_ready(2, timeout=30)
+        assert broken.wait(timeout=30) == "failed"
+        jobs = {j["name"]: j for j in resolver.jobs()}
+        assert sorted(jobs) == ["broken", "calc"]
+        calc = jobs["calc"]
+        assert (calc["state"], calc["launcher"], calc["replicas"], calc["ready"],
+                calc["endpoints"], calc["ended_at"]) == ("running", "local", 2, 2, 2, None)
+        assert calc["created_at"] > 0
+        failed = jobs["broken"]
+        assert (failed["state"], failed["launcher"], failed["replicas"], failed["ready"]) == (
+            "failed", "local", 1, 0)
+        assert failed["reason"].startswith("failed: replica 0") and "status 3" in failed["reason"]
+        assert failed["ended_at"] >= failed["created_at"]
+        job.terminate(grace=10)
+        calc = {j["name"]: j for j in resolver.jobs()}["calc"]
+        assert (calc["state"], calc["ready"], calc["endpoints"]) == ("stopped", 0, 0)
+        assert calc["ended_at"] >= calc["created_at"]
