@@ -15,6 +15,7 @@
 
 #include "troupe/base/errors.h"
 #include "troupe/jobs/detail/capacity.h"
+#include "troupe/jobs/detail/job_control.h"
 #include "troupe/jobs/detail/local_job.h"
 #include "troupe/jobs/detail/log_files.h"
 #include "troupe/jobs/detail/replica_environment.h"
@@ -108,6 +109,11 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
                       toString(status.state).cStr(), url, e.getDescription().cStr());
           });
     });
+  }
+
+  kj::Maybe<kj::Own<JobControlOffer>> offerControl(jobs_detail::Job& job, std::string credential,
+                                                   const std::string& jobLogDirectory) override {
+    return jobs_detail::offerJobControl(*resolver, job, kj::mv(credential), jobLogDirectory);
   }
 
   kj::Promise<std::string> createJob(std::string jobId, JobDescription description) override {

@@ -303,6 +303,12 @@ bool sameSecret(kj::ArrayPtr<const kj::byte> a, kj::ArrayPtr<const kj::byte> b) 
   return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
 }
 
+std::string readSecret(kj::StringPtr what, const std::string& file) {
+  std::string secret;
+  readSecretFile(what, file, secret);
+  return secret;
+}
+
 std::string newJobCredential() {
   kj::byte random[32];
   KJ_ASSERT(RAND_bytes(random, sizeof(random)) == 1, "no random bytes for a job credential");

@@ -156,6 +156,11 @@ private:
 // that neither where they differ nor the secret's length shows in the time taken.
 bool sameSecret(kj::ArrayPtr<const kj::byte> a, kj::ArrayPtr<const kj::byte> b);
 
+// The secret in the file at `file` (a token: text, its trailing newline dropped), read as
+// Credentials reads its token file: refused with INVALID_ARGUMENT naming `what` and the file
+// (never the content) when other users may read it, it is empty or not a regular file.
+std::string readSecret(kj::StringPtr what, const std::string& file);
+
 // A fresh job credential: 32 random bytes from OpenSSL, as 64 hexadecimal characters.
 std::string newJobCredential();
 

@@ -3,6 +3,7 @@
 #include <kj/debug.h>
 
 #include "troupe/base/errors.h"
+#include "troupe/resolver/detail/registry_job_control.h"
 #include "troupe/resolver/detail/registry_link.h"
 #include "troupe/resolver/detail/registry_registration.h"
 #include "troupe/resolver/detail/registry_watch.h"
@@ -151,6 +152,62 @@ kj::Promise<kj::Array<JobInfo>> RegistryResolver::jobs() {
         auto result = kj::heapArrayBuilder<JobInfo>(list.size());
         for (auto j : list) result.add(fromCapnp(j));
         return result.finish();
+      });
+}
+
+kj::Maybe<kj::Own<JobControlOffer>> RegistryResolver::serveJobControl(kj::StringPtr jobId,
+                                                                      std::string jobCredential,
+                                                                      std::string logLocation,
+                                                                      kj::Own<JobControl> control) {
+  validateJobId(jobId);
+  return kj::Own<JobControlOffer>(kj::heap<resolver_detail::RegistryJobControlOffer>(
+      kj::addRef(*link), jobId, kj::mv(jobCredential), kj::mv(logLocation), kj::mv(control)));
+}
+
+kj::Promise<void> RegistryResolver::stopJob(kj::StringPtr jobId, kj::Duration grace,
+                                            std::string credential) {
+  validateJobId(jobId);
+  using Response = capnp::Response<schema::Registry::StopJobResults>;
+  auto graceMillis = static_cast<uint32_t>(
+      kj::min(grace / kj::MILLISECONDS, int64_t{std::numeric_limits<uint32_t>::max()}));
+  // Not sent twice: a stop that may have reached the launcher is not repeated. The call waits
+  // for the job to end, so its deadline is the grace on top of the registry's.
+  auto target = link->registry();
+  auto request = target.stopJobRequest();
+  request.setJobId(jobId);
+  request.setGraceMillis(graceMillis);
+  request.setCredential(kj::StringPtr(credential).asBytes());
+  auto sent = request.send().then([](Response&&) {});
+  auto limit = grace + link->options.callTimeout;
+  auto late = link->loop.timer().afterDelay(limit).then(
+      [jobId = kj::str(jobId), limit]() -> kj::Promise<void> {
+        return makeError(ErrorCode::DEADLINE_EXCEEDED,
+                         kj::str("job '", jobId, "' did not end within ", limit / kj::MILLISECONDS,
+                                 " ms of being asked to stop"));
+      });
+  return sent.exclusiveJoin(kj::mv(late));
+}
+
+kj::Promise<LogPiece> RegistryResolver::readJobLog(kj::StringPtr jobId, uint32_t replica,
+                                                   uint64_t offset, uint32_t maxBytes) {
+  validateJobId(jobId);
+  using Response = capnp::Response<schema::Registry::ReadJobLogResults>;
+  return link
+      ->call<Response>("readJobLog",
+                       [jobId = kj::str(jobId), replica, offset,
+                        maxBytes](schema::Registry::Client registry) {
+                         auto request = registry.readJobLogRequest();
+                         request.setJobId(jobId);
+                         request.setReplica(replica);
+                         request.setOffset(offset);
+                         request.setMaxBytes(maxBytes);
+                         return request.send();
+                       })
+      .then([](Response&& response) {
+        auto piece = response.getPiece();
+        auto data = piece.getData();
+        return LogPiece{std::string(data.asChars().begin(), data.size()), piece.getNext(),
+                        piece.getSize(), piece.getReplicas()};
       });
 }
 

@@ -131,6 +131,14 @@ public:
 
   // The registry's jobs (Resolver::jobs()). Rejects like resolve().
   kj::Promise<kj::Array<JobInfo>> jobs() override;
+  kj::Maybe<kj::Own<JobControlOffer>> serveJobControl(kj::StringPtr jobId,
+                                                      std::string jobCredential,
+                                                      std::string logLocation,
+                                                      kj::Own<JobControl> control) override;
+  kj::Promise<void> stopJob(kj::StringPtr jobId, kj::Duration grace,
+                            std::string credential) override;
+  kj::Promise<LogPiece> readJobLog(kj::StringPtr jobId, uint32_t replica, uint64_t offset,
+                                   uint32_t maxBytes) override;
 
 private:
   kj::Own<resolver_detail::RegistryLink> link;

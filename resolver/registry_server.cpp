@@ -137,7 +137,59 @@ protected:
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> serveJobControl(ServeJobControlContext context) override {
+    auto params = context.getParams();
+    table->setControl(params.getJobId(), params.getJobCredential(), params.getControl(),
+                      params.getLogLocation());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> stopJob(StopJobContext context) override {
+    auto params = context.getParams();
+    std::string jobId = params.getJobId();
+    auto control = table->controlToStop(jobId, params.getCredential());
+    auto request = control.stopRequest();
+    request.setGraceMillis(params.getGraceMillis());
+    context.releaseParams();
+    // A launcher that ends with its job (troupe launch) may go before its answer does: the job
+    // having ended is the answer then.
+    auto stopped = request.send().ignoreResult().catch_(
+        [table = kj::addRef(*table), jobId](kj::Exception&& e) mutable -> kj::Promise<void> {
+          bool ended = table->jobStatus(jobId).state == JobState::ENDED;
+          if (ended && e.getType() == kj::Exception::Type::DISCONNECTED) return kj::READY_NOW;
+          return kj::mv(e);
+        });
+    return relayed(jobId, kj::mv(stopped));
+  }
+
+  kj::Promise<void> readJobLog(ReadJobLogContext context) override {
+    auto params = context.getParams();
+    std::string jobId = params.getJobId();
+    auto request = table->controlToRead(jobId).readLogRequest();
+    request.setReplica(params.getReplica());
+    request.setOffset(params.getOffset());
+    request.setMaxBytes(kj::min(params.getMaxBytes(), MAX_LOG_PIECE_BYTES));
+    auto read = request.send().then([context](auto&& response) mutable {
+      auto piece = response.getPiece();
+      context.initResults(capnp::MessageSize{piece.totalSize().wordCount + 16, 0}).setPiece(piece);
+    });
+    return relayed(jobId, kj::mv(read));
+  }
+
 private:
+  // `call` to a job's launcher, which may be gone: then the caller is told so and where the
+  // job's logs lie (UNREACHABLE), and the registry forgets the launcher.
+  kj::Promise<void> relayed(const std::string& jobId, kj::Promise<void> call) {
+    return call.catch_(
+        [table = kj::addRef(*table), jobId](kj::Exception&& e) mutable -> kj::Promise<void> {
+          if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+            return makeError(ErrorCode::UNREACHABLE, table->controlLost(jobId));
+          }
+          // The launcher's own error, passed on as if raised here: one "remote exception" only.
+          return makeError(errorCode(e), errorMessage(e));
+        });
+  }
+
   kj::Own<RegistryTable> table;
 };
 

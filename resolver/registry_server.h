@@ -78,6 +78,11 @@ struct RegistryServerOptions {
   // present. Default: null, meaning the loop's (loopCredentials(), net/credentials.h).
   std::shared_ptr<Credentials> credentials;
 
+  // The administrator token: who presents it may stop any job (stopJob), as the job's own
+  // credential does. Empty (the default): only jobs' owners may. Keep it in a file of its
+  // owner's alone (troupe registry --admin-token-file); it is never logged.
+  std::string adminToken;
+
   // Bounds on what clients can make the registry hold: open connections, bytes of messages
   // still arriving, and how long a connection may take to send its first message or finish one
   // (limits.h; defaults 4096, 256 MiB, 10 s and 60 s; `troupe registry --max-connections`,

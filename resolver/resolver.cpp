@@ -86,4 +86,21 @@ void validatePrefix(kj::StringPtr prefix) {
   }
 }
 
+kj::Maybe<kj::Own<JobControlOffer>> Resolver::serveJobControl(kj::StringPtr, std::string,
+                                                              std::string, kj::Own<JobControl>) {
+  return nullptr;
+}
+
+kj::Promise<void> Resolver::stopJob(kj::StringPtr jobId, kj::Duration, std::string) {
+  return makeError(ErrorCode::UNIMPLEMENTED,
+                   kj::str("this resolver cannot reach the launcher of job '", jobId,
+                           "'; stop it where it runs (its troupe launch, or scancel)"));
+}
+
+kj::Promise<LogPiece> Resolver::readJobLog(kj::StringPtr jobId, uint32_t, uint64_t, uint32_t) {
+  return makeError(ErrorCode::UNIMPLEMENTED,
+                   kj::str("this resolver cannot reach the launcher of job '", jobId,
+                           "'; read its logs where it runs (its log directory)"));
+}
+
 }  // namespace troupe

@@ -4,6 +4,7 @@
 
 #include <kj/async.h>
 #include <kj/string.h>
+#include <kj/time.h>
 
 #include "troupe/actor/endpoint.h"
 
@@ -94,6 +95,35 @@ public:
   virtual kj::Promise<void> whenRegistered() = 0;
 };
 
+// A piece of one replica's output, as JobControl::readLog returns it.
+struct LogPiece {
+  std::string data;       // the bytes read, from the offset asked for
+  uint64_t next = 0;      // the offset after them
+  uint64_t size = 0;      // the log's size now (next == size: nothing more for now)
+  uint32_t replicas = 0;  // how many replicas the job has
+};
+
+// The most one readLog returns, in bytes.
+constexpr uint32_t MAX_LOG_PIECE_BYTES = 1 << 20;
+
+// What the launcher that owns a job does for others, through the resolver (Resolver::stopJob,
+// readJobLog): `troupe stop` and `troupe logs` from any machine. Loop thread of its launcher.
+class JobControl {
+public:
+  virtual ~JobControl() noexcept(false) = default;
+  // Stops the job (JobHandle::terminate); resolves once it ended.
+  virtual kj::Promise<void> stop(kj::Duration grace) = 0;
+  // Up to `maxBytes` (at most MAX_LOG_PIECE_BYTES) of replica `replica`'s output from byte
+  // `offset`; INVALID_ARGUMENT for a replica the job does not have.
+  virtual kj::Promise<LogPiece> readLog(uint32_t replica, uint64_t offset, uint32_t maxBytes) = 0;
+};
+
+// A JobControl offered through a resolver (Resolver::serveJobControl): served until dropped.
+class JobControlOffer {
+public:
+  virtual ~JobControlOffer() noexcept(false) = default;
+};
+
 // Belongs to the loop it was made on.
 class Resolver {
 public:
@@ -134,6 +164,28 @@ public:
   // remembers) and open ones with endpoints. A job nothing is known of but its endpoints shows
   // RUNNING with an empty launcher.
   virtual kj::Promise<kj::Array<JobInfo>> jobs() = 0;
+
+  // Serves `control` for job `jobId` (created with `jobCredential`) to stopJob() and
+  // readJobLog() callers anywhere, until the offer is dropped; `logLocation` ("host:/path") is
+  // where the job's logs lie, for when its launcher is gone. A resolver that cannot relay
+  // (fixed, etcd) returns null: the job is then stopped and its logs read where it runs.
+  virtual kj::Maybe<kj::Own<JobControlOffer>> serveJobControl(kj::StringPtr jobId,
+                                                              std::string jobCredential,
+                                                              std::string logLocation,
+                                                              kj::Own<JobControl> control);
+
+  // Has the launcher of job `jobId` stop it (JobControl::stop); resolves once it ended.
+  // `credential` is the job's, or the resolver's administrator token. Rejects with
+  // PERMISSION_DENIED for any other credential, JOB_ENDED (with its reason) for a job that had
+  // ended, UNREACHABLE when no launcher serves the job (the message says where its logs lie),
+  // UNIMPLEMENTED for a resolver that cannot relay.
+  virtual kj::Promise<void> stopJob(kj::StringPtr jobId, kj::Duration grace,
+                                    std::string credential);
+
+  // JobControl::readLog of job `jobId`'s launcher. Rejects with INVALID_ARGUMENT for a job the
+  // resolver does not know, UNREACHABLE when no launcher serves it, UNIMPLEMENTED as stopJob().
+  virtual kj::Promise<LogPiece> readJobLog(kj::StringPtr jobId, uint32_t replica, uint64_t offset,
+                                           uint32_t maxBytes);
 };
 
 // The longest launcher kind (JobDescription::launcher) resolvers keep, in bytes; a longer one is

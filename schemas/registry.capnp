@@ -63,6 +63,25 @@ interface Lease {
   # Publishes a new state; fails like renew() once the entry is gone.
 }
 
+interface JobControl {
+  # Served by the launcher that owns a job and handed to the registry (serveJobControl), which
+  # relays `troupe stop` and `troupe logs` to it from any machine that reaches the registry.
+
+  stop @0 (graceMillis :UInt32) -> ();
+  # Stops the job as its launcher's terminate does (SIGTERM, SIGKILL after the grace); returns
+  # once every replica exited and the job ended.
+
+  readLog @1 (replica :UInt32, offset :UInt64, maxBytes :UInt32) -> (piece :LogPiece);
+  # Up to `maxBytes` of replica `replica`'s output (stdout and stderr) from byte `offset`.
+}
+
+struct LogPiece {
+  data @0 :Data;        # the bytes read, from the offset asked for
+  next @1 :UInt64;      # the offset after them: where to read on
+  size @2 :UInt64;      # the log's size now (next == size: nothing more for now)
+  replicas @3 :UInt32;  # how many replicas the job has (valid indices: 0 .. replicas - 1)
+}
+
 interface Registry {
   # Jobs and their credentials: a job created with createJob is owned by whoever holds its
   # credential (the launcher, and the replicas it hands the credential to). Only a holder may
@@ -110,4 +129,26 @@ interface Registry {
   listJobs @6 () -> (jobs :List(JobInfo));
   # Every job the registry knows, sorted by id: those created, claimed or ended (up to maxJobs)
   # and the open ones with endpoints.
+
+  serveJobControl @7 (jobId :Text, control :JobControl, logLocation :Text, jobCredential :Data)
+      -> ();
+  # The launcher that created the job hands over what stops it and reads its logs; the registry
+  # holds it until the job is forgotten, the launcher offers another, or its connection is
+  # lost. `logLocation` ("host:/path", at most 1024 bytes) says where the logs lie, for when the
+  # launcher is gone. Refused with "troupe.permission_denied" without the job's credential (and
+  # for a job nobody created).
+
+  stopJob @8 (jobId :Text, graceMillis :UInt32, credential :Data) -> ();
+  # Asks the job's launcher to stop it (JobControl.stop) and returns once it has ended.
+  # A job that has ended is refused with "troupe.job_ended", its reason in the message, whatever
+  # the credential. Otherwise `credential` must be the job's or the registry's administrator
+  # token ("troupe.permission_denied"), and a job without a launcher to relay to (its replicas
+  # were started by hand, or its launcher is gone) is refused with "troupe.unreachable", saying
+  # where its logs lie.
+
+  readJobLog @9 (jobId :Text, replica :UInt32, offset :UInt64, maxBytes :UInt32)
+      -> (piece :LogPiece);
+  # JobControl.readLog of the job's launcher, for any client (as resolve is). Refused with
+  # "troupe.invalid_argument" for a job the registry does not know or a replica it does not have,
+  # and "troupe.unreachable" when no launcher serves it (the message says where the logs lie).
 }

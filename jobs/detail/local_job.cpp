@@ -128,46 +128,49 @@ void LocalJob::create(uint32_t attempt) {
   KJ_IF_MAYBE(h, host) {
     creating = true;
     createTried = true;
-    tasks->add(h->createJob(request_.name, JobDescription{"local", request_.replicaCount()})
-                   .then(
-                       [this](std::string credential) {
-                         creating = false;
-                         jobCredential = kj::mv(credential);
-                         if (!isFinal(phase_) && ending == nullptr) reason_.clear();
-                         if (isFinal(phase_)) {
-                           reportEnd();  // stopped while the resolver created it
-                           return;
-                         }
-                         launch();
-                       },
-                       [this, attempt](kj::Exception&& e) {
-                         creating = false;
-                         if (isFinal(phase_)) {
-                           // Stopped while the resolver was asked: nothing was created.
-                           KJ_IF_MAYBE(f, endReportedLater) {
-                             (*f)->fulfill();
-                             endReportedLater = nullptr;
-                           }
-                           return;
-                         }
-                         if (errorCode(e) == ErrorCode::JOB_ALREADY_EXISTS) {
-                           nameRefused = true;
-                           finish(JobPhase::FAILED, errorMessage(e).cStr());
-                           return;
-                         }
-                         // The resolver is unreachable, say: ask again with backoff. The
-                         // replicas wait, so that they never register without the credential.
-                         auto delay = CREATE_BACKOFF.delay(attempt, loop.random());
-                         reason_ = kj::str("waiting to create the job in the resolver: ",
-                                           errorMessage(e))
-                                       .cStr();
-                         settings.logger->warn("job {}: {}; trying again in {} ms", request_.name,
-                                               reason_, delay / kj::MILLISECONDS);
-                         changed();
-                         tasks->add(loop.timer().afterDelay(delay).then([this, attempt]() {
-                           if (!isFinal(phase_) && ending == nullptr) create(attempt + 1);
-                         }));
-                       }));
+    tasks->add(
+        h->createJob(request_.name, JobDescription{"local", request_.replicaCount()})
+            .then(
+                [this](std::string credential) {
+                  creating = false;
+                  jobCredential = kj::mv(credential);
+                  KJ_IF_MAYBE(h, host) {
+                    controlOffer = h->offerControl(*this, jobCredential, settings.logDirectory);
+                  }
+                  if (!isFinal(phase_) && ending == nullptr) reason_.clear();
+                  if (isFinal(phase_)) {
+                    reportEnd();  // stopped while the resolver created it
+                    return;
+                  }
+                  launch();
+                },
+                [this, attempt](kj::Exception&& e) {
+                  creating = false;
+                  if (isFinal(phase_)) {
+                    // Stopped while the resolver was asked: nothing was created.
+                    KJ_IF_MAYBE(f, endReportedLater) {
+                      (*f)->fulfill();
+                      endReportedLater = nullptr;
+                    }
+                    return;
+                  }
+                  if (errorCode(e) == ErrorCode::JOB_ALREADY_EXISTS) {
+                    nameRefused = true;
+                    finish(JobPhase::FAILED, errorMessage(e).cStr());
+                    return;
+                  }
+                  // The resolver is unreachable, say: ask again with backoff. The
+                  // replicas wait, so that they never register without the credential.
+                  auto delay = CREATE_BACKOFF.delay(attempt, loop.random());
+                  reason_ = kj::str("waiting to create the job in the resolver: ", errorMessage(e))
+                                .cStr();
+                  settings.logger->warn("job {}: {}; trying again in {} ms", request_.name, reason_,
+                                        delay / kj::MILLISECONDS);
+                  changed();
+                  tasks->add(loop.timer().afterDelay(delay).then([this, attempt]() {
+                    if (!isFinal(phase_) && ending == nullptr) create(attempt + 1);
+                  }));
+                }));
   }
 }
 
@@ -445,6 +448,7 @@ void LocalJob::detach() {
     r.allocation = nullptr;
   }
   host = nullptr;
+  controlOffer = nullptr;
   if (!isFinal(phase_)) {
     phase_ = JobPhase::STOPPED;
     reason_ = "the launcher was destroyed";

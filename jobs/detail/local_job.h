@@ -35,6 +35,10 @@ public:
   // (JOB_ALREADY_EXISTS) or failed with.
   virtual kj::Promise<std::string> createJob(std::string jobId, JobDescription description) = 0;
 
+  // Offers `job`'s control through the launcher's resolver (jobs_detail::offerJobControl).
+  virtual kj::Maybe<kj::Own<JobControlOffer>> offerControl(Job& job, std::string credential,
+                                                           const std::string& logDirectory) = 0;
+
   // Takes back one replica's share of the machine: it exited for good, or its job ended.
   virtual void giveBack(const Allocation& allocation) = 0;
 
@@ -152,10 +156,11 @@ private:
   kj::Maybe<kj::Promise<void>> killTimer;
   kj::Maybe<kj::ForkedPromise<void>> endReported;  // the resolver has recorded the job's end
   std::string jobCredential;  // from the resolver's createJob(); empty until then
-  std::string jobTokenFile;   // where the replicas read it (TROUPE_JOB_TOKEN_FILE)
-  bool nameRefused = false;   // the resolver refused the name: report nothing about it
-  bool creating = false;      // the resolver's createJob() has not answered yet
-  bool createTried = false;   // create() was called (an unschedulable job never gets there)
+  kj::Maybe<kj::Own<JobControlOffer>> controlOffer;  // troupe stop and logs, through the resolver
+  std::string jobTokenFile;  // where the replicas read it (TROUPE_JOB_TOKEN_FILE)
+  bool nameRefused = false;  // the resolver refused the name: report nothing about it
+  bool creating = false;     // the resolver's createJob() has not answered yet
+  bool createTried = false;  // create() was called (an unschedulable job never gets there)
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> endReportedLater;  // ended while creating
   kj::TimePoint killAt = kj::origin<kj::TimePoint>();
   ChangeSignal changeSignal;

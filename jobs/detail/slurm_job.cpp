@@ -13,6 +13,7 @@
 #include "troupe/base/backoff.h"
 #include "troupe/base/errors.h"
 #include "troupe/base/parse_number.h"
+#include "troupe/jobs/detail/job_control.h"
 #include "troupe/jobs/detail/log_files.h"
 #include "troupe/jobs/detail/replica_environment.h"
 
@@ -179,6 +180,10 @@ kj::Promise<void> SlurmJob::createAndSubmit() {
       .createJob(request_.name, JobDescription{"slurm", request_.replicaCount()})
       .then([this, testArgs](std::string credential) {
         jobCredential = kj::mv(credential);
+        KJ_IF_MAYBE(live, host) {
+          controlOffer = offerJobControl(live->resolver(), *this, jobCredential,
+                                         settings.logDirectory);
+        }
         jobTokenFile =
             writeJobTokenFile(settings.logDirectory.substr(0, settings.logDirectory.rfind('/')),
                               settings.logDirectory, jobCredential);
@@ -482,6 +487,7 @@ kj::Promise<void> SlurmJob::terminate(kj::Maybe<kj::Duration> grace) {
 
 void SlurmJob::detach() {
   host = nullptr;
+  controlOffer = nullptr;
   // Cancels the commands and the report in flight: they use the host.
   tasks = kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this));
   if (!isFinal(phase_)) {

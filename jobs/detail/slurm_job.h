@@ -128,6 +128,7 @@ private:
   bool stopping = false;      // terminate() was called: its end is STOPPED
   std::string stopReason;
   std::string jobCredential;
+  kj::Maybe<kj::Own<JobControlOffer>> controlOffer;  // troupe stop and logs, through the resolver
   std::string jobTokenFile;
   kj::Maybe<kj::ForkedPromise<void>> endReported;
   kj::Own<kj::PromiseFulfiller<void>> endFulfiller;

@@ -511,11 +511,100 @@ std::string RegistryTable::createJob(kj::StringPtr jobId, JobDescription descrip
   if (job.ended != nullptr) log->info("job '{}' is created again", id);
   markRunning(job);
   job.credential = newJobCredential();
+  job.control = nullptr;
+  job.logLocation.clear();
   job.createdAtMillis = nowMillis();
   description.launcher = cutLauncherKind(description.launcher);
   job.description = kj::mv(description);
   log->info("job '{}' created", id);
   return job.credential;
+}
+
+void RegistryTable::setControl(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
+                               schema::JobControl::Client control, std::string logLocation) {
+  checkRunning();
+  validateJobId(jobId);
+  auto it = jobs.find(jobId);
+  if (it == jobs.end() || it->second.credential.empty()) {
+    throwError(ErrorCode::PERMISSION_DENIED,
+               kj::str("cannot serve the control of job '", jobId,
+                       "': only a job created with createJob has a launcher"));
+  }
+  authorize(jobId, presented, "serve its control");
+  constexpr size_t MAX_LOG_LOCATION_BYTES = 1024;
+  if (logLocation.size() > MAX_LOG_LOCATION_BYTES) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("a log location of ", logLocation.size(), " bytes; at most ",
+                       MAX_LOG_LOCATION_BYTES, " are kept"));
+  }
+  it->second.control = kj::mv(control);
+  it->second.logLocation = kj::mv(logLocation);
+}
+
+kj::String RegistryTable::noLauncher(const std::string& jobId, const Job& job) const {
+  if (job.logLocation.empty()) {
+    return kj::str("no launcher serves job '", jobId,
+                   "' (its replicas were started by hand, or by a launcher that cannot be "
+                   "reached through the registry)");
+  }
+  return kj::str("the launcher of job '", jobId, "' is gone; its logs are in ", job.logLocation);
+}
+
+schema::JobControl::Client RegistryTable::controlToStop(const std::string& jobId,
+                                                        kj::ArrayPtr<const kj::byte> presented) {
+  checkRunning();
+  validateJobId(jobId);
+  auto it = jobs.find(jobId);
+  // Whether it ended anyone may know (listJobs says so); the rest needs the credential.
+  if (it != jobs.end()) {
+    KJ_IF_MAYBE(ended, it->second.ended) {
+      throwError(ErrorCode::JOB_ENDED,
+                 kj::str("job '", jobId, "' has already ended: ", ended->reason));
+    }
+  }
+  bool admin = !options.adminToken.empty() &&
+               sameSecret(presented, kj::StringPtr(options.adminToken).asBytes());
+  bool owner = it != jobs.end() && !it->second.credential.empty() &&
+               sameSecret(presented, kj::StringPtr(it->second.credential).asBytes());
+  if (!admin && !owner) {
+    log->warn("refused to stop job '{}': {} credential", jobId,
+              presented.size() == 0 ? "no" : "a wrong");
+    throwError(ErrorCode::PERMISSION_DENIED,
+               kj::str("only the owner of job '", jobId,
+                       "' (its job token) or an administrator (the registry's admin token) "
+                       "may stop it, and the credential ",
+                       presented.size() == 0 ? "was not presented" : "presented is neither"));
+  }
+  if (it == jobs.end()) {
+    throwError(ErrorCode::INVALID_ARGUMENT, kj::str("the registry knows no job '", jobId, "'"));
+  }
+  KJ_IF_MAYBE(c, it->second.control) {
+    log->info("job '{}': stopping it at the request of {}", jobId,
+              admin ? "an administrator" : "its owner");
+    return *c;
+  }
+  throwError(ErrorCode::UNREACHABLE, noLauncher(jobId, it->second));
+}
+
+schema::JobControl::Client RegistryTable::controlToRead(const std::string& jobId) {
+  checkRunning();
+  validateJobId(jobId);
+  auto it = jobs.find(jobId);
+  if (it == jobs.end()) {
+    throwError(ErrorCode::INVALID_ARGUMENT, kj::str("the registry knows no job '", jobId,
+                                                    "' (troupe jobs lists those it knows)"));
+  }
+  KJ_IF_MAYBE(c, it->second.control) {
+    return *c;
+  }
+  throwError(ErrorCode::UNREACHABLE, noLauncher(jobId, it->second));
+}
+
+kj::String RegistryTable::controlLost(const std::string& jobId) {
+  auto it = jobs.find(jobId);
+  if (it == jobs.end()) return kj::str("the launcher of job '", jobId, "' is gone");
+  it->second.control = nullptr;
+  return noLauncher(jobId, it->second);
 }
 
 void RegistryTable::setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> jobCredential) {

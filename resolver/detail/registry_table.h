@@ -72,6 +72,25 @@ public:
   // JOB_ALREADY_EXISTS while it is live.
   std::string createJob(kj::StringPtr jobId, JobDescription description);
 
+  // serveJobControl (registry.capnp): keeps `control` for the job, replacing any before.
+  // Throws PERMISSION_DENIED unless the job was created and `presented` is its credential.
+  void setControl(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
+                  schema::JobControl::Client control, std::string logLocation);
+
+  // The control to relay stopJob to: throws PERMISSION_DENIED unless `presented` is the job's
+  // credential or the administrator token, JOB_ENDED for an ended job, UNREACHABLE when no
+  // launcher serves it.
+  schema::JobControl::Client controlToStop(const std::string& jobId,
+                                           kj::ArrayPtr<const kj::byte> presented);
+
+  // The control to relay readJobLog to: throws INVALID_ARGUMENT for a job it does not know,
+  // UNREACHABLE when no launcher serves it.
+  schema::JobControl::Client controlToRead(const std::string& jobId);
+
+  // A call relayed to the job's launcher failed with DISCONNECTED: forgets its control, so the
+  // next one says the launcher is gone. Returns that message.
+  kj::String controlLost(const std::string& jobId);
+
   // Forgets everything; later calls throw DISCONNECTED.
   void shutdown();
 
@@ -117,7 +136,13 @@ private:
     JobDescription description;   // what its launcher said of it
     int64_t createdAtMillis = 0;  // wall clock: created, or first claimed or ended
     int64_t endedAtMillis = 0;    // wall clock, while it has ended
+    // What its launcher serves for stopJob and readJobLog, while it does; where its logs lie.
+    kj::Maybe<schema::JobControl::Client> control;
+    std::string logLocation;
   };
+
+  // "job 'x' has no launcher to reach...", for UNREACHABLE.
+  kj::String noLauncher(const std::string& jobId, const Job& job) const;
 
   void taskFailed(kj::Exception&& exception) override;
   void checkRunning() const;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The troupe command end to end: a registry (troupe registry), a job launched in the foreground
 # (troupe launch) whose replicas host the calculator example's actor, then troupe wait, ls,
-# actors, call and jobs against them, Data as base64 against the test server's Echo actor, bad input,
-# clients without the token or the CA, listeners refused without credentials, and Ctrl-C
-# stopping the job. Everything runs with TLS and a cluster token, from the environment
+# actors, call, jobs, logs and stop against them, Data as base64 against the test server's Echo
+# actor, bad input, clients without the token or the CA, listeners refused without credentials,
+# and Ctrl-C stopping the job. Everything runs with TLS and a cluster token, from the environment
 # (certificates made here by scripts/make_certs.sh). Every process started here is stopped by
 # its own pid, also when the script fails. A command that should fail at once is given a long
 # timeout: the test's own timeout catches one that waits instead.
@@ -24,7 +24,9 @@ export TROUPE_TLS_KEY="$out/certs/node.key" TROUPE_TOKEN_FILE="$out/token"
 
 echo "== troupe registry"
 mkfifo "$out/registry.out"
+(umask 077 && openssl rand -hex 32 > "$out/admin-token")
 "$troupe" registry --listen tls://127.0.0.1:0 --log-level warn --max-connections 256 \
+  --admin-token-file "$out/admin-token" \
   --max-incomplete-bytes 67108864 --max-queued-event-bytes 16777216 --max-endpoints 1000 \
   --max-watchers 100 --max-jobs 100 > "$out/registry.out" 2> "$out/registry.err" &
 registry_pid=$!
@@ -223,6 +225,59 @@ jobs_pid=$!
 pids+=("$jobs_pid")
 exec 7< "$out/jobs.out"
 await_line 7 "calc running 2/2 local" > /dev/null
+
+echo "== troupe logs: the replicas' output, relayed by the registry from the launcher"
+expect_status 0 "$troupe" logs calc
+grep -q '^\[0\] calculator serving at tls://.* as calc/calc-0$' <<< "$output" || fail "logs printed: $output"
+grep -q '^\[1\] calculator serving at tls://.* as calc/calc-1$' <<< "$output" || fail "logs printed: $output"
+expect_status 0 "$troupe" logs calc 1 --lines 2
+[ "$(wc -l <<< "$output")" -eq 2 ] || fail "logs --lines 2 printed: $output"
+[ "$(tail -1 <<< "$output")" = "$(tail -1 "$out/logs/calc/replica-1.log")" ] ||
+  fail "logs calc 1 printed: $output"
+expect_status 1 "$troupe" logs calc 2
+grep -q "^troupe logs: job 'calc' has 2 replica(s), numbered from 0; not 2$" <<< "$output" ||
+  fail "$output"
+expect_status 1 "$troupe" logs nojob
+grep -q "^troupe logs: the registry knows no job 'nojob'" <<< "$output" || fail "$output"
+
+echo "== troupe stop: only with the job's token or the administrator's"
+"$troupe" launch --name stopme --cpu 0.1 --log-dir "$out/logs" -- "$server" > "$out/stopme.out" 2>&1 &
+stopme_pid=$!
+pids+=("$stopme_pid")
+expect_status 0 "$troupe" wait stopme/ --count 1 --timeout 20s
+mkfifo "$out/follow.out"
+"$troupe" logs stopme 0 --follow --lines 0 > "$out/follow.out" 2>&1 &
+follow_pid=$!
+pids+=("$follow_pid")
+exec 8< "$out/follow.out"
+expect_status 1 "$troupe" stop stopme
+grep -q "^troupe stop: only the owner of job 'stopme' (its job token) or an administrator .* was not presented$" \
+  <<< "$output" || fail "$output"
+expect_status 1 env TROUPE_JOB_TOKEN_FILE="$out/logs/calc/job-token" "$troupe" stop stopme
+grep -q "the credential presented is neither$" <<< "$output" || fail "$output"
+expect_status 0 "$troupe" call stopme/calc-0 calc.add '{"a": 1, "b": 1}'
+expect_status 0 "$troupe" stop stopme --grace 10s --job-token-file "$out/logs/stopme/job-token"
+[ "$output" = "job stopme stopped" ] || fail "stop printed: $output"
+# --follow ends once the launcher is gone, saying where the logs are.
+await_line 8 "troupe logs: the launcher of job 'stopme' is gone; its logs are in " > /dev/null
+wait "$follow_pid" || fail "troupe logs --follow did not end cleanly when the launcher went"
+exec 8<&-
+status=0
+wait "$stopme_pid" || status=$?
+[ "$status" -eq 1 ] || fail "troupe launch of a stopped job exited with $status"
+grep -q "job stopme: stopped" "$out/stopme.out" || fail "$(cat "$out/stopme.out")"
+expect_status 0 "$troupe" stop stopme
+[ "$output" = "job 'stopme' has already ended: stopped: terminated" ] || fail "stop printed: $output"
+expect_status 1 "$troupe" logs stopme
+grep -q "^troupe logs: the launcher of job 'stopme' is gone; its logs are in .*:$out/logs/stopme$" \
+  <<< "$output" || fail "$output"
+"$troupe" launch --name adminstop --cpu 0.1 --log-dir "$out/logs" -- "$server" > /dev/null 2>&1 &
+adminstop_pid=$!
+pids+=("$adminstop_pid")
+expect_status 0 "$troupe" wait adminstop/ --count 1 --timeout 20s
+expect_status 0 "$troupe" stop adminstop --admin-token-file "$out/admin-token"
+[ "$output" = "job adminstop stopped" ] || fail "stop printed: $output"
+wait "$adminstop_pid" || true
 
 echo "== Ctrl-C stops the launched job; watchers see it end"
 mkfifo "$out/watch.out"

@@ -2,9 +2,10 @@
 # `troupe launch --launcher slurm` end to end, on the one-node Slurm cluster of
 # scripts/slurm-local.sh (SLURM_CONF names it): a registry (troupe registry on loopback), the
 # calculator example as a Slurm job of three tasks, troupe wait, troupe jobs (the registry's and
-# Slurm's) and troupe call against them, usage errors, then Ctrl-C (SIGTERM) stopping the job:
-# Slurm cancels it and the registry ends it. Every process started here is stopped by its own
-# pid, and the Slurm job is cancelled, also when the script fails.
+# Slurm's), troupe call and logs against them, troupe stop of a second job, usage errors, then
+# Ctrl-C (SIGTERM) stopping the job: Slurm cancels it and the registry ends it. Every process
+# started here is stopped by its own pid, and the Slurm job is cancelled, also when the script
+# fails.
 #
 #   troupe_slurm_test.sh TROUPE CALCULATOR_SERVER
 set -euo pipefail
@@ -72,6 +73,27 @@ expect_status 0 "$troupe" call calc-slurm/calc-2 calc.add '{"a": 1.5, "b": 2}'
 expect_status 0 "$troupe" call calc-slurm/ calc.sum '{"values": [1, 2, 3]}' --all
 [ "$(grep -c '^calc-slurm/calc-[012] {"value":6}$' <<< "$output")" -eq 3 ] ||
   fail "call --all printed: $output"
+
+echo "== troupe logs reads a Slurm replica's output through the registry"
+expect_status 0 "$troupe" logs calc-slurm 2 --lines 20
+grep -q "^calculator serving at .* as calc-slurm/calc-2$" <<< "$output" || fail "logs printed: $output"
+expect_status 0 "$troupe" logs calc-slurm
+[ "$(grep -c '^\[[012]\] calculator serving at ' <<< "$output")" -eq 3 ] || fail "logs printed: $output"
+
+echo "== troupe stop ends a Slurm job through its launcher"
+"$troupe" launch --launcher slurm --partition debug --time 10m --name stop-slurm --cpu 1 \
+  --ram 64m --log-dir "$out/logs" -- "$server" > "$out/stop-slurm.out" 2>&1 &
+stop_pid=$!
+pids+=("$stop_pid")
+expect_status 0 "$troupe" wait stop-slurm/ --count 1 --timeout 30s
+stop_jobid=$(squeue --noheader --name=stop-slurm --format=%i)
+expect_status 1 "$troupe" stop stop-slurm
+grep -q "PERMISSION_DENIED\|only the owner of job 'stop-slurm'" <<< "$output" || fail "$output"
+expect_status 0 "$troupe" stop stop-slurm --job-token-file "$out/logs/stop-slurm/job-token"
+[ "$output" = "job stop-slurm stopped" ] || fail "stop printed: $output"
+wait "$stop_pid" || true
+state=$(scontrol -o show job "$stop_jobid" | sed -n 's/.* JobState=\([A-Z_]*\) .*/\1/p')
+case $state in COMPLETED | CANCELLED) ;; *) fail "Slurm job $stop_jobid is $state" ;; esac
 
 echo "== SIGTERM stops the job: cancelled in Slurm, ended in the registry"
 kill -TERM "$launch_pid"

@@ -16,5 +16,7 @@ kj::Own<Command> waitCommand();
 kj::Own<Command> launchCommand();
 kj::Own<Command> jobsCommand();
 kj::Own<Command> topCommand();
+kj::Own<Command> stopCommand();
+kj::Own<Command> logsCommand();
 
 }  // namespace troupe::cli

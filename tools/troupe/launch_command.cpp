@@ -236,6 +236,8 @@ public:
     Launcher& launcher = onSlurm ? static_cast<Launcher&>(*slurm) : *local;
     printf("resolver %s; logs in %s/%s\n", launcher.resolverUrl().c_str(),
            launcher.logDirectory().c_str(), request.name.c_str());
+    printf("stop it from anywhere: troupe stop %s --job-token-file %s/%s/job-token\n",
+           request.name.c_str(), launcher.logDirectory().c_str(), request.name.c_str());
     auto job = launcher.submit(kj::mv(request));
     Reporter reporter(job);
 

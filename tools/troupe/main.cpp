@@ -17,6 +17,10 @@ const troupe::cli::Subcommand COMMANDS[] = {
      troupe::cli::launchCommand},
     {"jobs", "list the jobs the resolver knows (or, with --slurm, Slurm's queue)",
      troupe::cli::jobsCommand},
+    {"stop", "stop a job: its launcher drains and ends it (the job's or an admin's token)",
+     troupe::cli::stopCommand},
+    {"logs", "print a job's replicas' output, from any machine (--follow for more)",
+     troupe::cli::logsCommand},
     {"top", "show the endpoints under a prefix live: calls/s, latency, errors from /metrics",
      troupe::cli::topCommand},
 };

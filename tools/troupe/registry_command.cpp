@@ -56,6 +56,12 @@ public:
                     "HTTP on HOST:PORT (port 0 picks a free one). Like --listen, an "
                     "address other machines may reach needs a cluster token or "
                     "--insecure; with a token, the dashboard asks for it.")
+                .addOptionWithArg({"admin-token-file"}, storeIn(adminTokenFile), "FILE",
+                                  "The administrator token, in a file of its owner's alone: "
+                                  "who presents it may stop any job (troupe stop "
+                                  "--admin-token-file), as the job's own token does. Default: "
+                                  "$TROUPE_ADMIN_TOKEN_FILE; without one, only a job's owner "
+                                  "may stop it.")
                 .addOption(
                     {"insecure"},
                     [this]() {
@@ -110,6 +116,13 @@ public:
     spdlog::set_default_logger(logger);
     options.logger = spdlog::default_logger();
 
+    if (adminTokenFile.empty()) {
+      const char* env = getenv("TROUPE_ADMIN_TOKEN_FILE");
+      if (env != nullptr) adminTokenFile = env;
+    }
+    if (!adminTokenFile.empty()) {
+      options.adminToken = readSecret("the administrator token file", adminTokenFile);
+    }
     CommandLoop command(credentialFlags, {.logger = spdlog::default_logger()});
     auto& loop = command.loop;
     auto& credentials = *loopCredentials(loop);
@@ -225,6 +238,7 @@ private:
 
   std::vector<std::string> addresses;
   std::string httpAddress;
+  std::string adminTokenFile;
   bool insecure = false;
   CredentialFlags credentialFlags;
   RegistryServerOptions options;
