@@ -37,9 +37,14 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
     prefix = this->jobId + "/" + this->actor + "-";
     watch = resolver.watch(prefix);
     tasks.add(watchLoop());
-    tasks.add(resolver.jobStatus(jobId).then([this](JobStatus status) {
-      if (status.state == JobState::ENDED) jobHasEnded(kj::mv(status));
-    }));
+    tasks.add(resolver.jobStatus(jobId).then(
+        [this](JobStatus status) {
+          if (status.state == JobState::ENDED) jobHasEnded(kj::mv(status));
+        },
+        [this](kj::Exception&& e) {
+          log->warn("group {}: {}", prefix, e.getDescription().cStr());
+          unanswered = kj::mv(e);
+        }));
   }
 
   ~Impl() noexcept(false) {
@@ -213,13 +218,27 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
       }
       return result.finish();
     }
-    auto expired = loop.timer().atTime(deadline).then(
-        [this, count, timeout]() -> kj::Promise<void> {
-          return makeError(ErrorCode::DEADLINE_EXCEEDED,
-                           kj::str("only ", ready.size(), " of the ", count, " wanted members of ",
-                                   prefix, " were ready after ", timeout / kj::MILLISECONDS,
-                                   " ms; ", describeMembers()));
-        });
+    auto expired = loop.timer().atTime(deadline).then([this, count,
+                                                       timeout]() -> kj::Promise<void> {
+      if (!synced) {
+        // Not "none registered": the resolver never said what is registered.
+        KJ_IF_MAYBE(e, unanswered) {
+          if (errorCode(*e) == ErrorCode::UNREACHABLE) {
+            return makeError(ErrorCode::UNREACHABLE,
+                             kj::str("no member of ", prefix, " after ", timeout / kj::MILLISECONDS,
+                                     " ms: the resolver cannot be reached (", errorMessage(*e),
+                                     ")"));
+          }
+        }
+        return makeError(ErrorCode::DEADLINE_EXCEEDED,
+                         kj::str("no member of ", prefix, " after ", timeout / kj::MILLISECONDS,
+                                 " ms: the resolver has not answered"));
+      }
+      return makeError(ErrorCode::DEADLINE_EXCEEDED,
+                       kj::str("only ", ready.size(), " of the ", count, " wanted members of ",
+                               prefix, " were ready after ", timeout / kj::MILLISECONDS, " ms; ",
+                               describeMembers()));
+    });
     return whenChanged().exclusiveJoin(kj::mv(expired)).then([this, count, deadline, timeout]() {
       return waitReady(count, deadline, timeout);
     });
@@ -241,7 +260,8 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   std::set<std::pair<std::string, uint64_t>> handedOut;  // (name, incarnation)
   kj::Maybe<JobStatus> ended;
   kj::Maybe<kj::Exception> broken;
-  bool synced = false;  // the watch reported its snapshot
+  bool synced = false;                  // the watch reported its snapshot
+  kj::Maybe<kj::Exception> unanswered;  // why the resolver did not answer the job's status
   ChangeSignal changeSignal;
   kj::Canceler waits;  // waitReady() promises, which refer to the group
   kj::TaskSet tasks;

@@ -387,15 +387,17 @@ PyPool::PyPool(std::shared_ptr<PyGroup> g, ActorPoolOptions options)
 namespace {
 
 // The interface of a READY member of `pool`'s group (the same for every member), once one is.
+// Waits up to `limit` for one (the call's timeout, else the pool's default deadline).
 kj::Promise<capnp::InterfaceSchema> schemaOfAMember(std::shared_ptr<PyPool> pool,
-                                                    capnp::SchemaLoader& loader) {
+                                                    capnp::SchemaLoader& loader,
+                                                    kj::Duration limit) {
   auto& group = pool->group->group.get();
-  auto limit = pool->pool.get().options().defaultDeadline;
   return group.waitReady(1, limit).then(
-      [&group, &loader, pool](kj::Array<Endpoint>) mutable -> kj::Promise<capnp::InterfaceSchema> {
+      [&group, &loader, pool,
+       limit](kj::Array<Endpoint>) mutable -> kj::Promise<capnp::InterfaceSchema> {
         auto ready = group.readyMembers();
         // It left again before this turn: wait for one anew.
-        if (ready.size() == 0) return schemaOfAMember(kj::mv(pool), loader);
+        if (ready.size() == 0) return schemaOfAMember(kj::mv(pool), loader, limit);
         auto member = kj::mv(ready[0]);
         return openDynamicActor(member->ref.channel(), pool->group->actor.c_str(), loader)
             .then([](DynamicActor actor) { return actor.schema; })
@@ -405,15 +407,22 @@ kj::Promise<capnp::InterfaceSchema> schemaOfAMember(std::shared_ptr<PyPool> pool
 
 }  // namespace
 
-kj::Function<Methods::Fetch()> PyPool::fetchFromAMember() {
-  return [self = shared_from_this()]() -> Methods::Fetch {
-    return [self](capnp::SchemaLoader& loader) { return schemaOfAMember(self, loader); };
+kj::Function<Methods::Fetch()> PyPool::fetchFromAMember(std::optional<double> timeout) {
+  kj::Maybe<kj::Duration> limit;
+  if (timeout) limit = durationOf(*timeout, "timeout");
+  return [self = shared_from_this(), limit]() -> Methods::Fetch {
+    return [self, limit](capnp::SchemaLoader& loader) {
+      // On the loop: the pool's options may be read here.
+      auto wait = limit.orDefault(self->pool.get().options().defaultDeadline);
+      return schemaOfAMember(self, loader, wait);
+    };
   };
 }
 
 kj::Own<CallCompletion> PyPool::start(const std::string& method, py::handle params, py::dict fields,
                                       bool idempotent, std::optional<double> timeout, bool views) {
-  auto prepared = methods.prepare(method, params, fields, idempotent, timeout, fetchFromAMember());
+  auto prepared = methods.prepare(method, params, fields, idempotent, timeout,
+                                  fetchFromAMember(timeout));
   prepared->views = views;
   return startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
     return self->pool.get().callCapabilityResult(
@@ -431,7 +440,8 @@ py::object PyPool::call(const std::string& method, py::handle params, py::dict f
 std::shared_ptr<PyBroadcast> PyPool::broadcast(const std::string& method, py::handle params,
                                                py::dict fields, std::optional<double> timeout,
                                                bool views) {
-  auto prepared = methods.prepare(method, params, fields, false, timeout, fetchFromAMember());
+  auto prepared = methods.prepare(method, params, fields, false, timeout,
+                                  fetchFromAMember(timeout));
   prepared->views = views;
   return std::make_shared<PyBroadcast>(shared_from_this(), kj::mv(prepared));
 }

@@ -237,7 +237,9 @@ public:
   LoopOwned<ActorPoolBase> pool;
   // The interface of the members; asyncio fetches it (Methods::startFetch) before a first call.
   Methods methods;
-  kj::Function<Methods::Fetch()> fetchFromAMember();
+  // Fetches the interface from a READY member, waiting up to `timeout` seconds for one (the
+  // call's; default: the pool's deadline).
+  kj::Function<Methods::Fetch()> fetchFromAMember(std::optional<double> timeout = std::nullopt);
 };
 
 // One actor at one address (ActorRef): calls straight to it, never retried.

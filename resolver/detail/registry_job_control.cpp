@@ -54,8 +54,7 @@ schema::JobControl::Client jobControlCapability(kj::Own<ControlSlot> slot) {
 }
 
 RegistryJobControlOffer::RegistryJobControlOffer(kj::Own<RegistryLink> link, std::string jobId,
-                                                 std::string credential,
-                                                 std::string logLocation,
+                                                 std::string credential, std::string logLocation,
                                                  kj::Own<JobControl> control)
     : link(kj::mv(link)),
       jobId(kj::mv(jobId)),
@@ -78,34 +77,31 @@ void RegistryJobControlOffer::connectionLost() { offer(0); }
 
 void RegistryJobControlOffer::offer(uint32_t attempt) {
   using Response = capnp::Response<schema::Registry::ServeJobControlResults>;
-  auto sent = link->call<Response>(
-      "serveJobControl", [this](schema::Registry::Client registry) {
-        auto request = registry.serveJobControlRequest();
-        request.setJobId(jobId);
-        request.setControl(jobControlCapability(kj::addRef(*slot)));
-        request.setLogLocation(logLocation);
-        request.setJobCredential(kj::StringPtr(credential).asBytes());
-        return request.send();
-      });
+  auto sent = link->call<Response>("serveJobControl", [this](schema::Registry::Client registry) {
+    auto request = registry.serveJobControlRequest();
+    request.setJobId(jobId);
+    request.setControl(jobControlCapability(kj::addRef(*slot)));
+    request.setLogLocation(logLocation);
+    request.setJobCredential(kj::StringPtr(credential).asBytes());
+    return request.send();
+  });
   tasks->add(sent.then(
       [this](Response&&) -> kj::Promise<void> {
         link->ensureProbe();
         return kj::READY_NOW;
       },
-                       [this, attempt](kj::Exception&& e) -> kj::Promise<void> {
-                         auto code = errorCode(e);
-                         if (code == ErrorCode::PERMISSION_DENIED ||
-                             code == ErrorCode::INVALID_ARGUMENT) {
-                           link->log->warn(
-                               "job {}: the registry refused to relay stop and logs to this "
-                               "launcher: {}",
-                               jobId, e.getDescription().cStr());
-                           return kj::READY_NOW;
-                         }
-                         return link->loop.timer()
-                             .afterDelay(link->backoff(attempt))
-                             .then([this, attempt]() { offer(attempt + 1); });
-                       }));
+      [this, attempt](kj::Exception&& e) -> kj::Promise<void> {
+        auto code = errorCode(e);
+        if (code == ErrorCode::PERMISSION_DENIED || code == ErrorCode::INVALID_ARGUMENT) {
+          link->log->warn("job {}: the registry refused to relay stop and logs to this "
+                          "launcher: {}",
+                          jobId, e.getDescription().cStr());
+          return kj::READY_NOW;
+        }
+        return link->loop.timer().afterDelay(link->backoff(attempt)).then([this, attempt]() {
+          offer(attempt + 1);
+        });
+      }));
 }
 
 void RegistryJobControlOffer::taskFailed(kj::Exception&& exception) {

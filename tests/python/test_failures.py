@@ -131,3 +131,26 @@ def test_ctrl_c_interrupts_a_waiting_call_and_cancels_it(registry, blockers):
         if caller.poll() is None:
             caller.kill()
             caller.wait()
+
+
+def test_a_calls_timeout_bounds_its_wait_for_members(registry):
+    pool = troupe.open_resolver(registry).group("nobody-here", "calc").pool()
+    with pytest.raises(troupe.DeadlineExceeded) as raised:
+        pool.call("calc.add", a=1, b=2, timeout=0.5)
+    # The call's 0.5 s, not the pool's default deadline of 60 s.
+    assert "were ready after 500 ms; none registered" in str(raised.value)
+
+
+def test_an_unreachable_resolver_is_unreachable_not_none_registered():
+    import socket
+    with socket.socket() as s:  # a loopback port nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    resolver = troupe.open_resolver(f"registry://127.0.0.1:{port}")
+    with pytest.raises(troupe.Unreachable):
+        resolver.ls()
+    pool = resolver.group("calc", "calc").pool()
+    with pytest.raises(troupe.Unreachable) as raised:
+        pool.call("calc.add", a=1, b=2, timeout=0.5)
+    assert "the resolver cannot be reached" in str(raised.value)
+    assert "none registered" not in str(raised.value)

@@ -33,41 +33,40 @@ class LogsCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
     return credentialFlags
-        .addTo(
-            kj::MainBuilder(
-                context, VERSION_TEXT,
-                "Prints the output (stdout and stderr) of job JOB's replicas, or of replica "
-                "REPLICA alone, read from the job's launcher through the registry, from any "
-                "machine that reaches it. Without REPLICA each line starts with \"[INDEX] \". A "
-                "launcher that is gone leaves a message saying where the files are; --follow "
-                "ends when it goes (a troupe launch goes when its job ends).")
-                .addOption(
-                    {'f', "follow"},
-                    [this]() {
-                      following = true;
-                      return true;
-                    },
-                    "Go on printing what the replicas write, until interrupted.")
-                .addOptionWithArg(
-                    {'n', "lines"},
-                    [this](kj::StringPtr text) {
-                      lines = parseWhole("--lines", text, 0);
-                      return true;
-                    },
-                    "N", "Start with the last N lines of each log (default: all of it).")
-                .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
-                                  "registry://HOST:PORT, registry+unix:PATH (default: "
-                                  "$TROUPE_RESOLVER). Only the registry relays to launchers.")
-                .expectArg("JOB", storeIn(jobId))
-                .expectOptionalArg("REPLICA",
-                                   [this](kj::StringPtr text) {
-                                     auto index = parseWhole("REPLICA", text, 0);
-                                     if (index > UINT32_MAX) {
-                                       throw UsageError{"REPLICA is a replica's index, from 0"};
-                                     }
-                                     only = static_cast<uint32_t>(index);
-                                     return true;
-                                   }))
+        .addTo(kj::MainBuilder(
+                   context, VERSION_TEXT,
+                   "Prints the output (stdout and stderr) of job JOB's replicas, or of replica "
+                   "REPLICA alone, read from the job's launcher through the registry, from any "
+                   "machine that reaches it. Without REPLICA each line starts with \"[INDEX] \". A "
+                   "launcher that is gone leaves a message saying where the files are; --follow "
+                   "ends when it goes (a troupe launch goes when its job ends).")
+                   .addOption(
+                       {'f', "follow"},
+                       [this]() {
+                         following = true;
+                         return true;
+                       },
+                       "Go on printing what the replicas write, until interrupted.")
+                   .addOptionWithArg(
+                       {'n', "lines"},
+                       [this](kj::StringPtr text) {
+                         lines = parseWhole("--lines", text, 0);
+                         return true;
+                       },
+                       "N", "Start with the last N lines of each log (default: all of it).")
+                   .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+                                     "registry://HOST:PORT, registry+unix:PATH (default: "
+                                     "$TROUPE_RESOLVER). Only the registry relays to launchers.")
+                   .expectArg("JOB", storeIn(jobId))
+                   .expectOptionalArg("REPLICA",
+                                      [this](kj::StringPtr text) {
+                                        auto index = parseWhole("REPLICA", text, 0);
+                                        if (index > UINT32_MAX) {
+                                          throw UsageError{"REPLICA is a replica's index, from 0"};
+                                        }
+                                        only = static_cast<uint32_t>(index);
+                                        return true;
+                                      }))
         .build();
   }
 
@@ -119,8 +118,8 @@ private:
     if (end == 0 || count == 0) return count == 0 ? size : uint64_t{0};
     uint64_t from = end > PIECE_BYTES ? end - PIECE_BYTES : 0;
     return opened->readJobLog(jobId.c_str(), replica, from, static_cast<uint32_t>(end - from))
-        .then([this, replica, count, size, from, seen](LogPiece piece) mutable
-              -> kj::Promise<uint64_t> {
+        .then([this, replica, count, size, from,
+               seen](LogPiece piece) mutable -> kj::Promise<uint64_t> {
           for (size_t i = piece.data.size(); i > 0; --i) {
             uint64_t at = from + i - 1;
             // The newline that ends the file's last line starts no line.
@@ -145,9 +144,10 @@ private:
   }
 
   kj::Promise<void> follow(EventLoop& loop) {
-    return loop.timer().afterDelay(FOLLOW_INTERVAL).then([this]() { return readAll(0); }).then([this, &loop]() {
-      return follow(loop);
-    });
+    return loop.timer()
+        .afterDelay(FOLLOW_INTERVAL)
+        .then([this]() { return readAll(0); })
+        .then([this, &loop]() { return follow(loop); });
   }
 
   void print(Reader& r, const std::string& data) {

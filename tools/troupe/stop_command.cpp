@@ -32,34 +32,33 @@ class StopCommand final : public Command {
 public:
   kj::MainFunc parser(kj::ProcessContext& context) override {
     return credentialFlags
-        .addTo(
-            kj::MainBuilder(
-                context, VERSION_TEXT,
-                "Stops job JOB: its launcher (a troupe launch, a program's launcher, or a Slurm "
-                "launcher) sends SIGTERM to every replica, which drains, SIGKILLs those still "
-                "running after the grace, and ends the job; returns once it has ended. Only "
-                "the job's owner may (its token: the file job-token in the job's log folder, "
-                "which troupe launch prints, as --job-token-file or $TROUPE_JOB_TOKEN_FILE) or "
-                "an administrator (the registry's --admin-token-file, as --admin-token-file or "
-                "$TROUPE_ADMIN_TOKEN_FILE). A job that has already ended is left as it is, and "
-                "said so.")
-                .addOptionWithArg(
-                    {"grace"},
-                    [this](kj::StringPtr text) {
-                      grace = parseDuration("--grace", text, 0 * kj::SECONDS, 24 * kj::HOURS);
-                      return true;
-                    },
-                    "DURATION",
-                    "How long replicas may drain before they are killed (default 30s).")
-                .addOptionWithArg({"job-token-file"}, storeIn(jobTokenFile), "FILE",
-                                  "The job's token (default: $TROUPE_JOB_TOKEN_FILE).")
-                .addOptionWithArg({"admin-token-file"}, storeIn(adminTokenFile), "FILE",
-                                  "The registry's administrator token, instead of the job's "
-                                  "(default: $TROUPE_ADMIN_TOKEN_FILE).")
-                .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
-                                  "registry://HOST:PORT, registry+unix:PATH (default: "
-                                  "$TROUPE_RESOLVER). Only the registry relays to launchers.")
-                .expectArg("JOB", storeIn(jobId)))
+        .addTo(kj::MainBuilder(
+                   context, VERSION_TEXT,
+                   "Stops job JOB: its launcher (a troupe launch, a program's launcher, or a Slurm "
+                   "launcher) sends SIGTERM to every replica, which drains, SIGKILLs those still "
+                   "running after the grace, and ends the job; returns once it has ended. Only "
+                   "the job's owner may (its token: the file job-token in the job's log folder, "
+                   "which troupe launch prints, as --job-token-file or $TROUPE_JOB_TOKEN_FILE) or "
+                   "an administrator (the registry's --admin-token-file, as --admin-token-file or "
+                   "$TROUPE_ADMIN_TOKEN_FILE). A job that has already ended is left as it is, and "
+                   "said so.")
+                   .addOptionWithArg(
+                       {"grace"},
+                       [this](kj::StringPtr text) {
+                         grace = parseDuration("--grace", text, 0 * kj::SECONDS, 24 * kj::HOURS);
+                         return true;
+                       },
+                       "DURATION",
+                       "How long replicas may drain before they are killed (default 30s).")
+                   .addOptionWithArg({"job-token-file"}, storeIn(jobTokenFile), "FILE",
+                                     "The job's token (default: $TROUPE_JOB_TOKEN_FILE).")
+                   .addOptionWithArg({"admin-token-file"}, storeIn(adminTokenFile), "FILE",
+                                     "The registry's administrator token, instead of the job's "
+                                     "(default: $TROUPE_ADMIN_TOKEN_FILE).")
+                   .addOptionWithArg({"resolver"}, storeIn(resolver), "URL",
+                                     "registry://HOST:PORT, registry+unix:PATH (default: "
+                                     "$TROUPE_RESOLVER). Only the registry relays to launchers.")
+                   .expectArg("JOB", storeIn(jobId)))
         .build();
   }
 
