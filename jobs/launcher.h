@@ -25,6 +25,10 @@ enum class JobPhase : uint8_t {
   UNSCHEDULABLE,  // it can never fit this launcher's machine(s)
 };
 
+// How the reason of a RUNNING job starts while its launcher has not yet created it in the
+// resolver (its replicas wait for the credential): "waiting for the resolver: <why>".
+constexpr kj::StringPtr WAITING_FOR_RESOLVER = "waiting for the resolver"_kj;
+
 // "pending", "running", ...
 kj::StringPtr toString(JobPhase phase);
 

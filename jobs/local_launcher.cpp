@@ -248,6 +248,7 @@ struct LocalLauncher::Impl final : public jobs_detail::LocalJobHost,
         .resolverUrl = url,
         .logDirectory = logDirectory + "/" + request.name,
         .terminateGrace = options.terminateGrace,
+        .resolverPatience = options.resolverPatience,
         .machineGpus = ledger.machine().gpus,
         .logger = log,
     };

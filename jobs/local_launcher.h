@@ -50,6 +50,11 @@ struct LocalLauncherOptions {
   // otherwise; also how long a FAILED job's remaining replicas get. Default 10 s.
   kj::Duration terminateGrace = 10 * kj::SECONDS;
 
+  // How long a job may wait for its resolver to create it while the resolver cannot be reached
+  // (replicas start only once it has): past it the job FAILS, saying why. 0 (the default): as
+  // long as it takes. A resolver that refuses the launcher's credentials fails the job at once.
+  kj::Duration resolverPatience = 0 * kj::SECONDS;
+
   // The machine's capacity jobs are admitted against. 0 (the default) detects it: cores
   // online (sysconf), MemTotal from /proc/meminfo.
   double cpus = 0;

@@ -105,7 +105,7 @@ void LocalJob::start(std::vector<Allocation> allocations) {
   KJ_REQUIRE(phase_ == JobPhase::PENDING, "only a PENDING job can start");
   KJ_REQUIRE(allocations.size() == replicas_.size(), "one allocation per replica");
   phase_ = JobPhase::RUNNING;
-  reason_.clear();
+  reason_ = WAITING_FOR_RESOLVER;  // until create() has the credential
   for (size_t i = 0; i < replicas_.size(); ++i) replicas_[i].allocation = kj::mv(allocations[i]);
 
   // A new job starts its log files afresh (a previous job of the same name wrote there).
@@ -154,16 +154,38 @@ void LocalJob::create(uint32_t attempt) {
                     }
                     return;
                   }
-                  if (errorCode(e) == ErrorCode::JOB_ALREADY_EXISTS) {
+                  auto code = errorCode(e);
+                  if (code == ErrorCode::JOB_ALREADY_EXISTS) {
                     nameRefused = true;
                     finish(JobPhase::FAILED, errorMessage(e).cStr());
                     return;
                   }
+                  // Asking again cannot help a refusal of the launcher's credentials.
+                  if (code == ErrorCode::UNAUTHENTICATED || code == ErrorCode::PERMISSION_DENIED ||
+                      code == ErrorCode::INVALID_ARGUMENT) {
+                    finish(JobPhase::FAILED,
+                           kj::str("the resolver refused to create the job: ", errorMessage(e))
+                               .cStr());
+                    return;
+                  }
+                  auto now = loop.timer().now();
+                  if (settings.resolverPatience > 0 * kj::SECONDS && createGivesUpAt == nullptr) {
+                    createGivesUpAt = now + settings.resolverPatience;
+                  }
+                  KJ_IF_MAYBE(at, createGivesUpAt) {
+                    if (now >= *at) {
+                      finish(JobPhase::FAILED,
+                             kj::str("the resolver could not create the job within ",
+                                     settings.resolverPatience / kj::MILLISECONDS,
+                                     " ms: ", errorMessage(e))
+                                 .cStr());
+                      return;
+                    }
+                  }
                   // The resolver is unreachable, say: ask again with backoff. The
                   // replicas wait, so that they never register without the credential.
                   auto delay = CREATE_BACKOFF.delay(attempt, loop.random());
-                  reason_ = kj::str("waiting to create the job in the resolver: ", errorMessage(e))
-                                .cStr();
+                  reason_ = kj::str(WAITING_FOR_RESOLVER, ": ", errorMessage(e)).cStr();
                   settings.logger->warn("job {}: {}; trying again in {} ms", request_.name, reason_,
                                         delay / kj::MILLISECONDS);
                   changed();

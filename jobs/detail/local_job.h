@@ -53,7 +53,9 @@ struct LocalJobSettings {
   std::string resolverUrl;      // TROUPE_RESOLVER
   std::string logDirectory;     // the job's own: <launcher's log directory>/<job>
   kj::Duration terminateGrace;  // before SIGKILL, when no grace is given
-  uint32_t machineGpus = 0;     // when > 0, replicas given no GPU get CUDA_VISIBLE_DEVICES=""
+  // How long the job may wait for a resolver that cannot be reached to create it; 0: for ever.
+  kj::Duration resolverPatience = 0 * kj::SECONDS;
+  uint32_t machineGpus = 0;  // when > 0, replicas given no GPU get CUDA_VISIBLE_DEVICES=""
   std::shared_ptr<spdlog::logger> logger;
 };
 
@@ -156,8 +158,10 @@ private:
   kj::Maybe<kj::Promise<void>> killTimer;
   kj::Maybe<kj::ForkedPromise<void>> endReported;  // the resolver has recorded the job's end
   std::string jobCredential;  // from the resolver's createJob(); empty until then
-  kj::Maybe<kj::Own<JobControlOffer>> controlOffer;  // troupe stop and logs, through the resolver
-  std::string jobTokenFile;  // where the replicas read it (TROUPE_JOB_TOKEN_FILE)
+  kj::Maybe<kj::Own<JobControlOffer>> controlOffer;
+  kj::Maybe<kj::TimePoint> createGivesUpAt;  // after a first failure, with resolverPatience  //
+                                             // troupe stop and logs, through the resolver
+  std::string jobTokenFile;                  // where the replicas read it (TROUPE_JOB_TOKEN_FILE)
   bool nameRefused = false;  // the resolver refused the name: report nothing about it
   bool creating = false;     // the resolver's createJob() has not answered yet
   bool createTried = false;  // create() was called (an unschedulable job never gets there)

@@ -197,6 +197,18 @@ grep -q "no resolver" <<< "$output" || fail "$output"
 expect_status 0 "$troupe" launch --help
 expect_status 1 "$troupe" launch --name missing -- "$out/no-such-program"
 grep -q "no such file or directory" <<< "$output" || fail "$output"
+echo "== troupe launch fails, saying why, when the resolver refuses it or cannot be reached"
+expect_status 1 env -u TROUPE_TOKEN_FILE "$troupe" launch --name refused --log-dir "$out/logs" -- "$server"
+grep -q "^job refused: failed: the resolver refused to create the job: .*requires the cluster token" \
+  <<< "$output" || fail "$output"
+! grep -q "job refused: running" <<< "$output" || fail "a refused job showed as running: $output"
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+expect_status 1 "$troupe" launch --name nowhere --resolver "registry+tls://127.0.0.1:$port" \
+  --log-dir "$out/logs" -- "$server"
+grep -q "^job nowhere: waiting for the resolver" <<< "$output" || fail "$output"
+grep -q "^job nowhere: failed: the resolver could not create the job within 5000 ms: cannot connect" \
+  <<< "$output" || fail "$output"
+! grep -q "job nowhere: running" <<< "$output" || fail "an uncreated job showed as running: $output"
 expect_status 1 "$troupe" launch --name false --max-retries 1 -- false
 grep -q "job false: failed: replica 0 (pid [0-9]*) exited with status 1: failure 2" <<< "$output" || fail "$output"
 

@@ -536,9 +536,10 @@ TEST_F(LocalLauncherClockTest, AJobWaitsForAResolverThatIsDownAndStartsOnceItIsC
   o.resolver = "registry+unix:" + socket.path;
   auto& launcher = start(kj::mv(o));
   auto job = launcher.submit(request("late", replica({"wait"})));
-  while (job.reason().find("waiting to create the job in the resolver") == std::string::npos) {
+  while (job.reason().find("waiting for the resolver: ") == std::string::npos) {
     await(loop, job.whenChanged());
   }
+  EXPECT_EQ(job.status(), JobPhase::RUNNING);
   EXPECT_EQ(job.replicas()[0].pid, 0);  // no replica runs without the job's credential
 
   RegistryServer registry(loop);
@@ -548,6 +549,28 @@ TEST_F(LocalLauncherClockTest, AJobWaitsForAResolverThatIsDownAndStartsOnceItIsC
   EXPECT_EQ(job.reason(), "");
   auto other = openResolver(loop, ("registry+unix:" + socket.path).c_str());
   EXPECT_EQ(awaitError(loop, other->createJob("late")).code, ErrorCode::JOB_ALREADY_EXISTS);
+}
+
+TEST_F(LocalLauncherClockTest, AJobFailsWhenItsResolverStaysDownPastItsPatience) {
+  test::TempSocket socket("down-registry");
+  auto o = options();
+  o.resolver = "registry+unix:" + socket.path;
+  o.resolverPatience = 2 * kj::SECONDS;
+  auto& launcher = start(kj::mv(o));
+  auto job = launcher.submit(request("down", replica({"wait"})));
+  while (job.reason().find("waiting for the resolver: ") == std::string::npos) {
+    await(loop, job.whenChanged());
+  }
+  // Each step is past the longest wait between attempts, so an attempt fails in each.
+  for (int step = 0; step < 5 && !isFinal(job.status()); ++step) {
+    loop.advanceTime(6 * kj::SECONDS);
+    await(loop, job.whenChanged());
+  }
+  EXPECT_EQ(job.status(), JobPhase::FAILED);
+  EXPECT_NE(job.reason().find("the resolver could not create the job within 2000 ms: "),
+            std::string::npos)
+      << job.reason();
+  EXPECT_EQ(job.replicas()[0].starts, 0u);  // nothing ran
 }
 
 }  // namespace

@@ -25,6 +25,9 @@ namespace troupe::cli {
 
 namespace {
 
+// How long a launch waits for a resolver it cannot reach before its job fails.
+constexpr kj::Duration RESOLVER_PATIENCE = 5 * kj::SECONDS;
+
 // BINARY as the shell would find it: a name without '/' is looked up in $PATH.
 std::string findProgram(const std::string& name) {
   KJ_IF_MAYBE(found, troupe::findProgram(name)) {
@@ -68,8 +71,11 @@ public:
     auto phase = job.status();
     auto reason = job.reason();
     if (phase != lastPhase || reason != lastReason) {
-      printf("job %s: %s%s%s\n", job.id().c_str(), toString(phase).cStr(),
-             reason.empty() ? "" : ": ", reason.c_str());
+      // Not "running" before the resolver has the job: its replicas wait for it.
+      bool waiting = phase == JobPhase::RUNNING &&
+                     kj::StringPtr(reason.c_str()).startsWith(WAITING_FOR_RESOLVER);
+      printf("job %s: %s%s%s\n", job.id().c_str(), waiting ? "" : toString(phase).cStr(),
+             reason.empty() || waiting ? "" : ": ", reason.c_str());
       lastPhase = phase;
       lastReason = reason;
     }
@@ -229,9 +235,11 @@ public:
                                                                  .timeLimit = timeLimit,
                                                                  .logDirectory = logDir});
     } else {
-      local = kj::heap<LocalLauncher>(loop, LocalLauncherOptions{.resolver = resolver,
-                                                                 .logDirectory = logDir,
-                                                                 .stopJobsOnSignal = false});
+      local = kj::heap<LocalLauncher>(loop,
+                                      LocalLauncherOptions{.resolver = resolver,
+                                                           .logDirectory = logDir,
+                                                           .resolverPatience = RESOLVER_PATIENCE,
+                                                           .stopJobsOnSignal = false});
     }
     Launcher& launcher = onSlurm ? static_cast<Launcher&>(*slurm) : *local;
     printf("resolver %s; logs in %s/%s\n", launcher.resolverUrl().c_str(),
@@ -257,9 +265,10 @@ public:
     launcher.drain().wait(loop.waitScope());
 
     auto phase = job.status();
-    if (phase == JobPhase::FAILED) {
+    auto lines = phase == JobPhase::FAILED ? job.logs(10) : std::vector<std::string>{};
+    if (!lines.empty()) {
       printf("last lines of its logs:\n");
-      for (auto& line : job.logs(10)) printf("  %s\n", line.c_str());
+      for (auto& line : lines) printf("  %s\n", line.c_str());
     }
     if (phase == JobPhase::SUCCEEDED) return 0;
     if (signalled != 0) return 128 + signalled;
