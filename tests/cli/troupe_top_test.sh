@@ -2,10 +2,10 @@
 # troupe top end to end: a registry (troupe registry), two replicas of the test host actor (one
 # serving /metrics through TROUPE_METRICS, one not), three calls of which one fails; then top's
 # blocks (totals on the first, rates after), a call between two screens showing as a rate,
-# SIGTERM stopping it with status 0, and bad usage. Everything runs with a cluster token (so
-# /metrics wants it as a Bearer token), which appears in no output. Every process started here
-# is stopped by its own pid, also when the script fails. Nothing waits a fixed time: each step
-# waits for a line.
+# SIGTERM stopping it with status 0, q quitting it on a terminal, and bad usage. Everything runs
+# with a cluster token (so /metrics wants it as a Bearer token), which appears in no output.
+# Every process started here is stopped by its own pid, also when the script fails. Nothing waits
+# a fixed time (each step waits for a line), except the 3 s that show another key does not quit.
 #
 #   troupe_top_test.sh TROUPE TEST_HOST_ACTOR
 set -euo pipefail
@@ -119,6 +119,15 @@ grep -q '^troupe top nobody/  0 members  [0-9:]*$' <<< "$(head -1 <<< "$output")
 [ "$(tail -n +2 <<< "$output")" = \
   $'NAME  STATE  CALLS/S  P50(ms)  P99(ms)  ERR/S  ERRORS  INFLIGHT\n(no endpoints)' ] ||
   fail "top of an empty prefix printed: $output"
+
+echo "== on a terminal (script gives it one), q quits; another key does not"
+# A key typed before top reads the terminal waits in its buffer: no race with top's start.
+printf q | timeout 30 script -qec "'$troupe' top topjob/ --interval 200ms" /dev/null > "$out/top-q.log" ||
+  fail "top on a terminal did not quit on q (status $?)"
+status=0
+printf x | timeout 3 script -qec "'$troupe' top topjob/ --interval 200ms" /dev/null > "$out/top-x.log" ||
+  status=$?
+[ "$status" -eq 124 ] || fail "top on a terminal ended on x (status $status)"
 
 echo "== bad usage exits 2; a resolver that cannot be reached, 1"
 expect_top 2

@@ -1,8 +1,11 @@
 // troupe top PREFIX: a live table of the members under PREFIX, read from their /metrics.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <termios.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -408,7 +411,8 @@ public:
                 "second, errors in all, and calls in flight. The first screen has totals and '-' "
                 "for rates. A member whose server serves no metrics (TROUPE_METRICS unset) says "
                 "so; one that cannot be reached shows why. On a terminal the screen is redrawn in "
-                "place; otherwise one block per refresh is printed. Runs until interrupted, or "
+                "place, and q quits; otherwise one block per refresh is printed. Runs until "
+                "interrupted, or "
                 "for --iterations refreshes.")
                 .addOptionWithArg(
                     {"interval"},
@@ -436,14 +440,46 @@ public:
     auto& loop = command.loop;
     Top top(loop, command.resolver(resolver), options);
     auto stopped = loop.onSignal({SIGINT, SIGTERM}).ignoreResult();
+    // On a terminal, q quits as well: keys are read one at a time, without echo, until then.
+    kj::Maybe<termios> saved;
+    kj::Own<kj::AsyncInputStream> keys;
+    if (stdoutIsTerminal() && isatty(STDIN_FILENO) == 1) {
+      termios t;
+      if (tcgetattr(STDIN_FILENO, &t) == 0) {
+        saved = t;
+        t.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+        t.c_cc[VMIN] = 1;
+        t.c_cc[VTIME] = 0;
+        tcsetattr(STDIN_FILENO, TCSANOW, &t);
+        savedFlags = fcntl(STDIN_FILENO, F_GETFL);  // wrapping makes it non-blocking
+        keys = loop.lowLevelIo().wrapInputFd(STDIN_FILENO);
+        stopped = stopped.exclusiveJoin(untilQuit(*keys));
+      }
+    }
+    // The terminal is the shell's again afterwards, as it was.
+    KJ_DEFER(KJ_IF_MAYBE(t, saved) {
+      keys = nullptr;
+      tcsetattr(STDIN_FILENO, TCSANOW, t);
+      if (savedFlags >= 0) fcntl(STDIN_FILENO, F_SETFL, savedFlags);
+    });
     top.run().exclusiveJoin(kj::mv(stopped)).wait(loop.waitScope());
     return 0;
+  }
+
+  // Resolves when `keys` gives a 'q' (or 'Q'), or ends.
+  kj::Promise<void> untilQuit(kj::AsyncInputStream& keys) {
+    return keys.tryRead(&key, 1, 1).then([this, &keys](size_t n) -> kj::Promise<void> {
+      if (n == 0 || key == 'q' || key == 'Q') return kj::READY_NOW;
+      return untilQuit(keys);
+    });
   }
 
 private:
   TopOptions options;
   std::string resolver;
   CredentialFlags credentialFlags;
+  char key = 0;
+  int savedFlags = -1;
 };
 
 }  // namespace
