@@ -1,16 +1,21 @@
 # Helpers the troupe command's end-to-end tests source: a scratch folder $out, the pids of what
-# they start (stopped by their own pid when the test exits, passing or not), and waits on output.
+# they start (stopped by their own pid when the test exits, passing or not: SIGTERM, then SIGKILL),
+# and waits on output.
 # A test may set cleanup_extra to a function that undoes more (cancelling a Slurm job, say).
 
 out=$(mktemp -d)
 pids=()
 cleanup_extra=
 cleanup() {
+  # SIGTERM first, so that a troupe launch stops its replicas (a SIGKILLed one would leave them
+  # running); SIGKILL what has not exited 15 s later.
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do
     if kill -0 "$pid" 2>/dev/null; then
+      timeout 15 tail --pid="$pid" -f /dev/null 2>/dev/null || true
       kill -KILL "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
     fi
+    wait "$pid" 2>/dev/null || true
   done
   if [ -n "$cleanup_extra" ]; then "$cleanup_extra" || true; fi
   rm -rf "$out"
