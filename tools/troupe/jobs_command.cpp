@@ -149,7 +149,7 @@ private:
   // prints it again if it differs (on a terminal, always).
   kj::Promise<void> showChanges(EventLoop& loop, Resolver& opened) {
     return opened.jobs()
-        .then([this, &loop, &opened](kj::Array<JobInfo> jobs) {
+        .then([this, &loop](kj::Array<JobInfo> jobs) {
           auto rows = jobRows(jobs, loop.calendarNow());
           // AGE moves every second; a change is one in what the jobs are, not in how old.
           std::vector<std::vector<std::string>> what;
