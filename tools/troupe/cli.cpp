@@ -279,10 +279,15 @@ kj::String durationText(kj::Duration duration) {
   return kj::str(seconds / 3600, "h");
 }
 
-std::string resolverUrl(const std::string& flag) {
+std::string flagOrEnvironment(const std::string& flag, const char* variable) {
   if (!flag.empty()) return flag;
-  const char* env = getenv("TROUPE_RESOLVER");
-  if (env != nullptr && env[0] != '\0') return env;
+  const char* env = getenv(variable);
+  return env != nullptr ? env : "";
+}
+
+std::string resolverUrl(const std::string& flag) {
+  auto url = flagOrEnvironment(flag, "TROUPE_RESOLVER");
+  if (!url.empty()) return url;
   throw UsageError{"no resolver: pass --resolver URL or set TROUPE_RESOLVER "
                    "(e.g. registry://127.0.0.1:7700)"};
 }

@@ -109,6 +109,10 @@ struct CredentialFlags {
   bool requireClientCertificates = false;
 };
 
+// `flag` when given, else the environment variable `variable` ("" when it is unset or empty):
+// how a flag stands for its variable.
+std::string flagOrEnvironment(const std::string& flag, const char* variable);
+
 // The resolver URL: `flag` (--resolver) when given, else $TROUPE_RESOLVER, else UsageError.
 std::string resolverUrl(const std::string& flag);
 

@@ -213,8 +213,7 @@ public:
     };
     // The replicas prove themselves with what this command does.
     request.environment = credentialFlags.environment();
-    const char* fromEnvironment = getenv("TROUPE_RESOLVER");
-    if (resolver.empty() && fromEnvironment != nullptr) resolver = fromEnvironment;
+    resolver = flagOrEnvironment(resolver, "TROUPE_RESOLVER");
 
     bool onSlurm = launcherKind == "slurm";
     if (!onSlurm && (!partition.empty() || timeLimit != 0 * kj::SECONDS)) {

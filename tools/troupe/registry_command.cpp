@@ -116,12 +116,9 @@ public:
     spdlog::set_default_logger(logger);
     options.logger = spdlog::default_logger();
 
-    if (adminTokenFile.empty()) {
-      const char* env = getenv("TROUPE_ADMIN_TOKEN_FILE");
-      if (env != nullptr) adminTokenFile = env;
-    }
-    if (!adminTokenFile.empty()) {
-      options.adminToken = readSecret("the administrator token file", adminTokenFile);
+    auto adminTokenPath = flagOrEnvironment(adminTokenFile, "TROUPE_ADMIN_TOKEN_FILE");
+    if (!adminTokenPath.empty()) {
+      options.adminToken = readSecret("the administrator token file", adminTokenPath);
     }
     CommandLoop command(credentialFlags, {.logger = spdlog::default_logger()});
     auto& loop = command.loop;

@@ -2,7 +2,6 @@
 // resolver, with the job's token or the registry's administrator token.
 
 #include <stdio.h>
-#include <stdlib.h>
 
 #include <string>
 
@@ -21,12 +20,6 @@ namespace {
 
 // The --grace default, as JobHandle::terminate's.
 constexpr kj::Duration DEFAULT_GRACE = 30 * kj::SECONDS;
-
-std::string flagOrEnvironment(const std::string& flag, const char* variable) {
-  if (!flag.empty()) return flag;
-  const char* env = getenv(variable);
-  return env != nullptr ? env : "";
-}
 
 class StopCommand final : public Command {
 public:
