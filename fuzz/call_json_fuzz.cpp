@@ -3,9 +3,10 @@
 // command loads what a server sends: into a capnp::SchemaLoader. The input is a method name of
 // call_params.capnp's MoreCallParams, a newline, and the JSON text.
 //
-// Refusals (INVALID_ARGUMENT, saying what is wrong) are fine. Checked: every other exception is
-// a bug, and parameters that were read print as JSON (as `troupe call` prints results) that reads
-// back to parameters that print the same.
+// Refusals (INVALID_ARGUMENT, saying what is wrong) are fine, as `troupe call` reads the text and
+// as `troupe call --partial` does. Checked: every other exception is a bug, and parameters that
+// were read print as JSON (as `troupe call` prints results) that reads back to parameters that
+// print the same.
 
 #include <capnp/message.h>
 #include <capnp/schema-loader.h>
@@ -40,7 +41,8 @@ kj::String printed(const Target& target, capnp::InterfaceSchema::Method method,
                    kj::StringPtr json) {
   capnp::MallocMessageBuilder message;
   auto params = message.initRoot<capnp::DynamicStruct>(method.getParamType());
-  target.codec.decodeParams(json, params, "params.method");
+  // Printing leaves out null pointers, so what it printed reads back as --partial reads it.
+  target.codec.decodeParams(json, params, "params.method", cli::MissingParams::DEFAULT);
   return target.codec.encodeResults(params.asReader());
 }
 
@@ -59,13 +61,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto method = kj::heapString(input.slice(0, newline));
   auto json = kj::heapString(input.slice(newline + 1, size));
 
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { cli::JsonCall(target.actor, method, json); })) {
-    if (errorCode(*e) != ErrorCode::INVALID_ARGUMENT) {
-      fprintf(stderr, "fuzz: %s\n", e->getDescription().cStr());
-      check(false, "JSON parameters failed with something other than INVALID_ARGUMENT");
+  auto read = [&](cli::MissingParams missing) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                       [&]() { cli::JsonCall(target.actor, method, json, missing); })) {
+      if (errorCode(*e) != ErrorCode::INVALID_ARGUMENT) {
+        fprintf(stderr, "fuzz: %s\n", e->getDescription().cStr());
+        check(false, "JSON parameters failed with something other than INVALID_ARGUMENT");
+      }
+      return false;
     }
-    return 0;
-  }
+    return true;
+  };
+  read(cli::MissingParams::REFUSE);
+  if (!read(cli::MissingParams::DEFAULT)) return 0;
   auto found = KJ_ASSERT_NONNULL(target.actor.schema.findMethodByName(method));
   kj::String once;
   kj::String twice;

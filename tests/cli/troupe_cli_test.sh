@@ -83,7 +83,57 @@ expect_status 0 "$troupe" call calc calc.sum '{"values": [1]}' --all
 [ "$output" = $'calc/calc-0 {"value":1}\ncalc/calc-1 {"value":1}' ] || fail "call --all printed: $output"
 address=$(sed -n 's/^calc\/calc-1 \(tls:[^ ]*\) .*/\1/p' <<< "$("$troupe" ls calc/calc-1)")
 expect_status 0 "$troupe" call "$address" calc.calls
-grep -q '^{"count":"[0-9]*"}$' <<< "$output" || fail "call by address printed: $output"
+grep -q '^{"count":[0-9][0-9]*}$' <<< "$output" || fail "call by address printed: $output"
+
+echo "== troupe call: the JSON from a file (@FILE) or from standard input (-)"
+printf '{"a": 1.5,\n "b": 2}\n' > "$out/add.json"
+expect_status 0 "$troupe" call calc/calc-0 calc.add "@$out/add.json"
+[ "$output" = '{"value":3.5}' ] || fail "call @FILE printed: $output"
+expect_status 0 "$troupe" call calc/calc-0 calc.add - < "$out/add.json"
+[ "$output" = '{"value":3.5}' ] || fail "call - printed: $output"
+# Larger than one argument of a command line may be (128 KiB on Linux).
+{ printf '{"values": ['; seq -s ', ' 1 100000 | tr -d '\n'; printf ']}'; } > "$out/sum.json"
+[ "$(stat -c %s "$out/sum.json")" -gt 131072 ] || fail "sum.json fits in an argument"
+expect_status 0 "$troupe" call calc/calc-0 calc.sum "@$out/sum.json"
+[ "$output" = '{"value":5000050000}' ] || fail "call of a large @FILE printed: $output"
+expect_status 0 "$troupe" call calc/ calc.sum - --all < "$out/sum.json"
+[ "$output" = $'calc/calc-0 {"value":5000050000}\ncalc/calc-1 {"value":5000050000}' ] ||
+  fail "call --all of a large - printed: $output"
+expect_status 1 "$troupe" call calc/ calc.add "@$out/no-such.json"
+grep -qxF "troupe call: cannot read the JSON parameters from '$out/no-such.json': No such file or directory" \
+  <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add "@$out"
+grep -qxF "troupe call: cannot read the JSON parameters from '$out': Is a directory" <<< "$output" ||
+  fail "$output"
+printf '{"a": 1, "b": 2}\0{}' > "$out/nul.json"
+expect_status 1 "$troupe" call calc/ calc.add "@$out/nul.json"
+grep -qxF "troupe call: the JSON parameters from '$out/nul.json' hold a NUL byte (at byte 17), which JSON text never does" \
+  <<< "$output" || fail "$output"
+printf '{"a": 1,\n' > "$out/cut.json"
+expect_status 1 "$troupe" call calc/ calc.add - < "$out/cut.json"
+grep -qxF "troupe call: '{\"a\": 1,\x0a' is not valid JSON: it ends where a field name in double quotes should be" \
+  <<< "$output" || fail "$output"
+expect_status 2 "$troupe" call calc/ calc.add @
+grep -qxF "troupe call: '@' needs a file name: @FILE reads the JSON from FILE" <<< "$output" ||
+  fail "$output"
+
+echo "== troupe call refuses parameters left out, unless --partial"
+expect_status 1 "$troupe" call calc/ calc.add '{"a": 1}'
+grep -qxF "troupe call: calc.add is missing parameter 'b': give it, or say --partial to let it take its default" \
+  <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ calc.add
+grep -qxF "troupe call: calc.add is missing parameters 'a', 'b': give them, or say --partial to let them take their defaults" \
+  <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call calc/ calc.sum '{}' --all
+grep -qxF "troupe call: calc.sum is missing parameter 'values': give it, or say --partial to let it take its default" \
+  <<< "$output" || fail "$output"
+expect_status 0 "$troupe" call calc/ calc.add '{"a": 1}' --partial
+[ "$output" = '{"value":1}' ] || fail "call --partial printed: $output"
+expect_status 0 "$troupe" call calc/ calc.add --partial
+[ "$output" = '{"value":0}' ] || fail "call --partial without JSON printed: $output"
+expect_status 0 "$troupe" call calc/ calc.sum '{}' --all --partial
+[ "$output" = $'calc/calc-0 {"value":0}\ncalc/calc-1 {"value":0}' ] ||
+  fail "call --all --partial printed: $output"
 
 echo "== troupe call: Data as base64, against the test server's Echo actor"
 mkfifo "$out/test_server.out"
@@ -102,6 +152,28 @@ grep -q '^troupe call: parameter .payload. of echo.echo is Data, a base64 string
   <<< "$output" || fail "$output"
 expect_status 1 "$troupe" call "$echo_address" echo.echo '{"payload": "not base64!"}'
 grep -q "^troupe call: parameter 'payload' of echo.echo is Data, a base64 string" <<< "$output" ||
+  fail "$output"
+
+echo "== troupe call: 64-bit integers as numbers up to 2^53, as strings beyond (the test server's calc)"
+expect_status 0 "$troupe" call "$echo_address" calc.add '{"a": 9007199254740991, "b": 1}'
+[ "$output" = '{"sum":9007199254740992}' ] || fail "2^53 printed: $output"
+expect_status 0 "$troupe" call "$echo_address" calc.add '{"a": "9007199254740992", "b": 1}'
+[ "$output" = '{"sum":"9007199254740993"}' ] || fail "2^53 + 1 printed: $output"
+expect_status 0 "$troupe" call "$echo_address" calc.add '{"a": -9007199254740992, "b": 0}'
+[ "$output" = '{"sum":-9007199254740992}' ] || fail "-2^53 printed: $output"
+expect_status 0 "$troupe" call "$echo_address" calc.add '{"a": "-9007199254740992", "b": -1}'
+[ "$output" = '{"sum":"-9007199254740993"}' ] || fail "-2^53 - 1 printed: $output"
+expect_status 0 "$troupe" call "$echo_address" calc.add '{"a": 1000000000000000, "b": -7}'
+[ "$output" = '{"sum":999999999999993}' ] || fail "10^15 - 7 printed: $output"
+expect_status 0 "$troupe" call "$echo_address" calc.add '{"a": 1000000000000000, "b": 0}'
+[ "$output" = '{"sum":1000000000000000}' ] || fail "10^15 printed: $output"
+expect_status 0 "$troupe" call "$echo_address" calc.add '{"a": "9223372036854775806", "b": 1}'
+[ "$output" = '{"sum":"9223372036854775807"}' ] || fail "2^63 - 1 printed: $output"
+expect_status 1 "$troupe" call "$echo_address" calc.add '{"a": 9007199254740995, "b": 0}'
+grep -qxF "troupe call: parameter 'a' of calc.add is an Int64; got 9007199254740996: a JSON number of magnitude beyond 2^53 may have lost digits: give it as a string of digits instead" \
+  <<< "$output" || fail "$output"
+expect_status 1 "$troupe" call "$echo_address" calc.add '{"a": 1.5, "b": 0}'
+grep -qxF "troupe call: parameter 'a' of calc.add is an Int64; got 1.5" <<< "$output" ||
   fail "$output"
 kill -TERM "$test_server_pid"
 wait "$test_server_pid" || fail "the test server did not stop cleanly on SIGTERM"
@@ -190,6 +262,9 @@ help=$("$troupe" --help 2>/dev/null) || fail "troupe --help failed"
 grep -q "^  call " <<< "$help" || fail "troupe --help printed: $help"
 help=$("$troupe" call --help 2>/dev/null) || fail "troupe call --help failed"
 grep -q "^Usage: troupe call .*TARGET ACTOR.METHOD \[JSON\]$" <<< "$help" || fail "$help"
+grep -q "^ *--partial$" <<< "$help" || fail "troupe call --help has no --partial: $help"
+tr -s '\n ' ' ' <<< "$help" | grep -q "JSON may be @FILE to read it from FILE, or - to read it from" ||
+  fail "troupe call --help does not say @FILE and -: $help"
 version=$("$troupe" --version 2>/dev/null) || fail "troupe --version failed"
 grep -q "^troupe [0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*$" <<< "$version" || fail "--version: $version"
 expect_status 2 env -u TROUPE_RESOLVER "$troupe" ls

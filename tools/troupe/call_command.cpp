@@ -1,9 +1,13 @@
-// troupe call TARGET ACTOR.METHOD 'JSON' [--all]: calls an actor's method without its generated
-// code, and prints the results as JSON. With --all over endpoint names, through the pool's
-// broadcast to every READY member of the job's group for ACTOR.
+// troupe call TARGET ACTOR.METHOD 'JSON'|@FILE|- [--all] [--partial]: calls an actor's method
+// without its generated code, and prints the results as JSON. With --all over endpoint names,
+// through the pool's broadcast to every READY member of the job's group for ACTOR.
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <set>
 #include <string>
@@ -41,16 +45,61 @@ kj::Promise<T> by(EventLoop& loop, kj::TimePoint until, kj::Duration limit, kj::
   return promise.exclusiveJoin(kj::mv(expired));
 }
 
+// All of what the file descriptor `fd` reads until its end; `what` names it in errors ("'p.json'",
+// "standard input"). Throws INVALID_ARGUMENT with the system's reason when a read fails, and
+// when the text holds a NUL byte, which no JSON text has.
+std::string readAll(int fd, kj::StringPtr what) {
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("cannot read the JSON parameters from ", what, ": ", strerror(errno)));
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  auto nul = text.find('\0');
+  if (nul != std::string::npos) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("the JSON parameters from ", what, " hold a NUL byte (at byte ", nul + 1,
+                       "), which JSON text never does"));
+  }
+  return text;
+}
+
+// The JSON text the JSON argument stands for: the argument itself, the contents of FILE for
+// "@FILE", or all of standard input for "-". Throws INVALID_ARGUMENT naming the file and the
+// system's reason when it cannot be read, UsageError for "@" without a file name.
+std::string paramsJson(const std::string& argument) {
+  if (argument == "-") return readAll(STDIN_FILENO, "standard input");
+  if (argument.empty() || argument[0] != '@') return argument;
+  auto path = argument.substr(1);
+  if (path.empty()) throw UsageError{"'@' needs a file name: @FILE reads the JSON from FILE"};
+  auto what = kj::str("'", printable(path), "'");
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("cannot read the JSON parameters from ", what, ": ", strerror(errno)));
+  }
+  KJ_DEFER(::close(fd));
+  return readAll(fd, what);
+}
+
 // One call on one server, from connecting to the JSON it answered.
 kj::Promise<std::string> callOne(EventLoop& loop, const Target& target, std::string actor,
-                                 std::string method, std::string json, kj::Duration deadline) {
+                                 std::string method, std::string json, MissingParams missing,
+                                 kj::Duration deadline) {
   auto channel = Channel::open(loop, target.address.c_str());
   auto loader = kj::heap<capnp::SchemaLoader>();
   auto opened = openDynamicActor(*channel, actor.c_str(), *loader);
   auto call = opened.then(
-      [&loop, method = kj::mv(method), json = kj::mv(json), deadline](DynamicActor actor) {
+      [&loop, method = kj::mv(method), json = kj::mv(json), missing, deadline](DynamicActor actor) {
         auto holder = kj::heap<DynamicActor>(kj::mv(actor));
-        auto promise = callWithJson(*holder, method.c_str(), json.c_str(), deadline, loop.timer());
+        auto promise = callWithJson(*holder, method.c_str(), json.c_str(), missing, deadline,
+                                    loop.timer());
         return promise.attach(kj::mv(holder));
       });
   // Connecting and fetching the schema count against the deadline too.
@@ -66,12 +115,14 @@ public:
         .addTo(
             kj::MainBuilder(
                 context, VERSION_TEXT,
-                "Calls METHOD of the actor named ACTOR with the parameters in JSON (an object; "
-                "default {}) and prints the results as JSON; Data travels as base64 strings. The "
-                "server sends the actor's schema: no generated code is needed. TARGET is an "
-                "address (tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or a prefix "
-                "of endpoint names: then one READY member is called, or with --all every member, "
-                "printing \"<endpoint> <json>\" per member (exit 1 if any failed).")
+                "Calls METHOD of the actor named ACTOR with the parameters in JSON, an object "
+                "naming every parameter (default {}), and prints the results as JSON; Data "
+                "travels as base64 strings, 64-bit integers as numbers up to 2^53 and as strings "
+                "beyond. JSON may be @FILE to read it from FILE, or - to read it from standard "
+                "input. The server sends the actor's schema: no generated code is needed. TARGET "
+                "is an address (tcp://HOST:PORT, unix:PATH), an endpoint name (job/actor-0), or "
+                "a prefix of endpoint names: then one READY member is called, or with --all "
+                "every member, printing \"<endpoint> <json>\" per member (exit 1 if any failed).")
                 .addOption(
                     {"all"},
                     [this]() {
@@ -81,6 +132,14 @@ public:
                     "Call every READY member of the job TARGET names for ACTOR (its endpoints "
                     "<job>/ACTOR-<index>) at once, through a pool's broadcast; TARGET is then the "
                     "job (calc/), or a prefix of all its members, or one endpoint.")
+                .addOption(
+                    {"partial"},
+                    [this]() {
+                      missing = MissingParams::DEFAULT;
+                      return true;
+                    },
+                    "Let the parameters JSON leaves out take their defaults, rather than refusing "
+                    "the call.")
                 .addOptionWithArg(
                     {"timeout"},
                     [this](kj::StringPtr text) {
@@ -99,6 +158,7 @@ public:
   }
 
   int run() override {
+    json = paramsJson(json);  // before connecting: a file that cannot be read fails at once
     CommandLoop command(credentialFlags);
     auto& loop = command.loop;
     if (isAddress(target)) return callOneAndPrint(loop, {target, target});
@@ -123,7 +183,7 @@ public:
 private:
   // Calls one server. Prints the results; with --all, as "<name> <json>" or "<name> error: ...".
   int callOneAndPrint(EventLoop& loop, const Target& one) {
-    auto call = callOne(loop, one, actor, method, json, deadline);
+    auto call = callOne(loop, one, actor, method, json, missing, deadline);
     if (!all) {
       printf("%s\n", call.wait(loop.waitScope()).c_str());
       return 0;
@@ -162,7 +222,7 @@ private:
                            kj::str(members[0]->endpoint.name, " sent no schema"),
                            openDynamicActor(first.channel(), actor, loader))
                             .wait(loop.waitScope());
-    JsonCall call(dynamicActor, method.c_str(), json.c_str());
+    JsonCall call(dynamicActor, method.c_str(), json.c_str(), missing);
 
     ActorPoolBase pool(group);  // before `call` goes, the pool and its calls have gone
     auto left = until - loop.timer().now();
@@ -225,13 +285,14 @@ private:
   }
 
   bool all = false;
+  MissingParams missing = MissingParams::REFUSE;
   kj::Duration deadline = 30 * kj::SECONDS;
   std::string resolver;
   CredentialFlags credentialFlags;
   std::string target;
   std::string actor;
   std::string method;
-  std::string json = "{}";
+  std::string json = "{}";  // the JSON argument, then (run()) the text it stands for
 };
 
 }  // namespace

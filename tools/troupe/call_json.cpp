@@ -1,5 +1,9 @@
 #include "tools/troupe/call_json.h"
 
+#include <math.h>
+
+#include <type_traits>
+
 #include <capnp/message.h>
 #include <kj/debug.h>
 #include <kj/encoding.h>
@@ -168,6 +172,134 @@ private:
   kj::Maybe<kj::String> error;
 };
 
+// 2^53: up to this magnitude a double holds every whole number exactly.
+constexpr double EXACT_IN_DOUBLE = 9007199254740992.0;
+
+// Adds to `missing` the parameters of `schema` that the JSON object `object` leaves out: "'b'",
+// a group's field as "'at.row'" (`prefix` is "at."), and for a union none of whose fields is
+// given "one of 'shape'/'color'". Fields of a group given as an object are looked for in it.
+void findMissing(capnp::JsonValue::Reader object, capnp::StructSchema schema, kj::StringPtr prefix,
+                 kj::Vector<kj::String>& missing) {
+  auto given = [&](capnp::StructSchema::Field field) -> kj::Maybe<capnp::JsonValue::Reader> {
+    for (auto member : object.getObject()) {
+      if (member.getName() == field.getProto().getName()) return member.getValue();
+    }
+    return nullptr;
+  };
+  auto lookInto = [&](capnp::StructSchema::Field field, capnp::JsonValue::Reader value) {
+    if (field.getProto().isGroup() && value.isObject()) {
+      findMissing(value, field.getType().asStruct(),
+                  kj::str(prefix, field.getProto().getName(), "."), missing);
+    }
+  };
+  for (auto field : schema.getNonUnionFields()) {
+    KJ_IF_MAYBE(value, given(field)) {
+      lookInto(field, *value);
+    } else {
+      missing.add(kj::str("'", prefix, field.getProto().getName(), "'"));
+    }
+  }
+  auto unionFields = schema.getUnionFields();
+  if (unionFields.size() == 0) return;
+  for (auto field : unionFields) {
+    KJ_IF_MAYBE(value, given(field)) {
+      lookInto(field, *value);
+      return;
+    }
+  }
+  kj::Vector<kj::String> names;
+  for (auto field : unionFields) names.add(kj::str("'", prefix, field.getProto().getName(), "'"));
+  missing.add(kj::str("one of ", kj::strArray(names, "/")));
+}
+
+// `text` as a JSON string, escaped as Cap'n Proto's JsonCodec escapes it.
+void writeString(kj::StringPtr text, kj::Vector<char>& out) {
+  static constexpr char HEX[] = "0123456789abcdef";
+  out.add('"');
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out.addAll(kj::StringPtr("\\\""));
+        break;
+      case '\\':
+        out.addAll(kj::StringPtr("\\\\"));
+        break;
+      case '\b':
+        out.addAll(kj::StringPtr("\\b"));
+        break;
+      case '\f':
+        out.addAll(kj::StringPtr("\\f"));
+        break;
+      case '\n':
+        out.addAll(kj::StringPtr("\\n"));
+        break;
+      case '\r':
+        out.addAll(kj::StringPtr("\\r"));
+        break;
+      case '\t':
+        out.addAll(kj::StringPtr("\\t"));
+        break;
+      default: {
+        auto byte = static_cast<unsigned char>(c);
+        if (byte < 0x20) {
+          out.addAll(kj::StringPtr("\\u00"));
+          out.add(HEX[byte / 16]);
+          out.add(HEX[byte % 16]);
+        } else {
+          out.add(c);
+        }
+      }
+    }
+  }
+  out.add('"');
+}
+
+// `value` as compact JSON, as JsonCodec::encodeRaw() writes it, except that a whole number of
+// magnitude up to 2^53 is written in digits ("1000000000000000", where kj writes "1e15").
+void writeJson(const capnp::JsonCodec& codec, capnp::JsonValue::Reader value,
+               kj::Vector<char>& out) {
+  switch (value.which()) {
+    case capnp::JsonValue::NUMBER: {
+      double number = value.getNumber();
+      if (number != 0 && fabs(number) <= EXACT_IN_DOUBLE && number == trunc(number)) {
+        out.addAll(kj::str(static_cast<int64_t>(number)));
+      } else {
+        out.addAll(kj::str(number));
+      }
+      break;
+    }
+    case capnp::JsonValue::STRING:
+      writeString(value.getString(), out);
+      break;
+    case capnp::JsonValue::ARRAY: {
+      out.add('[');
+      bool first = true;
+      for (auto element : value.getArray()) {
+        if (!first) out.add(',');
+        first = false;
+        writeJson(codec, element, out);
+      }
+      out.add(']');
+      break;
+    }
+    case capnp::JsonValue::OBJECT: {
+      out.add('{');
+      bool first = true;
+      for (auto member : value.getObject()) {
+        if (!first) out.add(',');
+        first = false;
+        writeString(member.getName(), out);
+        out.add(':');
+        writeJson(codec, member.getValue(), out);
+      }
+      out.add('}');
+      break;
+    }
+    default:  // null, true, false (and calls, which results never hold)
+      out.addAll(codec.encodeRaw(value));
+  }
+}
+
 // "a, b" or "none": the parameters of a method, for a message.
 kj::String fieldNames(capnp::StructSchema schema) {
   kj::Vector<kj::StringPtr> names;
@@ -197,13 +329,54 @@ capnp::Orphan<capnp::Data> Base64DataHandler::decode(const capnp::JsonCodec&,
   return orphanage.newOrphanCopy(capnp::Data::Reader(bytes));
 }
 
+template <typename T>
+void Int64Handler<T>::encode(const capnp::JsonCodec&, T input,
+                             capnp::JsonValue::Builder output) const {
+  auto magnitude = static_cast<uint64_t>(input);
+  if constexpr (std::is_signed_v<T>) {
+    if (input < 0) magnitude = -magnitude;  // -2^63 too: unsigned negation wraps to 2^63
+  }
+  if (magnitude <= static_cast<uint64_t>(EXACT_IN_DOUBLE)) {
+    output.setNumber(static_cast<double>(input));
+  } else {
+    output.setString(kj::str(input));
+  }
+}
+
+template <typename T>
+T Int64Handler<T>::decode(const capnp::JsonCodec&, capnp::JsonValue::Reader input) const {
+  switch (input.which()) {
+    case capnp::JsonValue::NUMBER: {
+      double number = input.getNumber();
+      KJ_REQUIRE(number == trunc(number), "not a whole number");
+      KJ_REQUIRE(std::is_signed_v<T> || number >= 0, "negative");
+      // 2^53 itself reads back as encode() writes it, though "2^53 + 1" reads as 2^53 too.
+      if (fabs(number) > EXACT_IN_DOUBLE) {
+        throwError(ErrorCode::INVALID_ARGUMENT,
+                   "a JSON number of magnitude beyond 2^53 may have lost digits: give it as a "
+                   "string of digits instead");
+      }
+      return static_cast<T>(number);
+    }
+    case capnp::JsonValue::STRING:
+      return input.getString().parseAs<T>();
+    default:
+      KJ_FAIL_REQUIRE("not an integer");
+  }
+}
+
+template class Int64Handler<int64_t>;
+template class Int64Handler<uint64_t>;
+
 CallJson::CallJson() {
   codec.setRejectUnknownFields(true);
   codec.addTypeHandler(base64);
+  codec.addTypeHandler(int64);
+  codec.addTypeHandler(uint64);
 }
 
 void CallJson::decodeParams(kj::StringPtr json, capnp::DynamicStruct::Builder params,
-                            kj::StringPtr method) const {
+                            kj::StringPtr method, MissingParams missing) const {
   KJ_IF_MAYBE(error, jsonSyntaxError(json)) {
     throwError(ErrorCode::INVALID_ARGUMENT,
                kj::str("'", printable(json), "' is not valid JSON: ", *error));
@@ -231,6 +404,19 @@ void CallJson::decodeParams(kj::StringPtr json, capnp::DynamicStruct::Builder pa
                          fieldNames(schema), ")"));
     }
   }
+  if (missing == MissingParams::DEFAULT) return;
+  kj::Vector<kj::String> left;
+  findMissing(value, schema, "", left);
+  if (left.size() == 1) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str(method, " is missing parameter ", left[0],
+                       ": give it, or say --partial to let it take its default"));
+  }
+  if (left.size() > 1) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str(method, " is missing parameters ", kj::strArray(left, ", "),
+                       ": give them, or say --partial to let them take their defaults"));
+  }
 }
 
 void CallJson::decodeParam(capnp::StructSchema::Field field, capnp::JsonValue::Reader value,
@@ -250,15 +436,24 @@ void CallJson::decodeParam(capnp::StructSchema::Field field, capnp::JsonValue::R
                    codec.decode(value, type, capnp::Orphanage::getForMessageContaining(params)));
     }
   });
-  if (failed != nullptr) {
+  KJ_IF_MAYBE(e, failed) {
+    // A reason of troupe's own (from Int64Handler) says what to write instead; kj's would not.
+    auto reason = errorCode(*e) == ErrorCode::INVALID_ARGUMENT ? kj::str(": ", errorMessage(*e))
+                                                               : kj::str();
     throwError(ErrorCode::INVALID_ARGUMENT,
                kj::str("parameter '", name, "' of ", method, " is ", describeType(type), "; got ",
-                       printable(codec.encodeRaw(value))));
+                       printable(codec.encodeRaw(value)), reason));
   }
 }
 
 kj::String CallJson::encodeResults(capnp::DynamicStruct::Reader results) const {
-  return codec.encode(kj::mv(results));
+  capnp::MallocMessageBuilder message;
+  auto json = message.initRoot<capnp::JsonValue>();
+  codec.encode(results, results.getSchema(), json);
+  kj::Vector<char> out;
+  writeJson(codec, json.asReader(), out);
+  out.add('\0');
+  return kj::String(out.releaseAsArray());
 }
 
 kj::Maybe<kj::String> jsonSyntaxError(kj::ArrayPtr<const char> text) {

@@ -8,21 +8,23 @@
 
 namespace troupe::cli {
 
-JsonCall::JsonCall(const DynamicActor& actor, kj::StringPtr methodName, kj::StringPtr json)
+JsonCall::JsonCall(const DynamicActor& actor, kj::StringPtr methodName, kj::StringPtr json,
+                   MissingParams missing)
     : schema(actor.schema),
       method(findMethod(actor.schema, methodName)),
       json(json.cStr()),
-      label(kj::str(actor.name.c_str(), ".", methodName).cStr()) {
+      label(kj::str(actor.name.c_str(), ".", methodName).cStr()),
+      missing(missing) {
   // Read once here, so that bad parameters fail before any call is sent.
   capnp::MallocMessageBuilder scratch;
   codec.decodeParams(json, scratch.initRoot<capnp::DynamicStruct>(method.getParamType()),
-                     label.c_str());
+                     label.c_str(), missing);
 }
 
 capnp::RemotePromise<capnp::DynamicStruct> JsonCall::send(
     capnp::Capability::Client capability) const {
   auto request = capability.castAs<capnp::DynamicCapability>(schema).newRequest(method);
-  codec.decodeParams(json.c_str(), request, label.c_str());
+  codec.decodeParams(json.c_str(), request, label.c_str(), missing);
   return request.send();
 }
 
@@ -31,8 +33,9 @@ std::string JsonCall::resultsJson(capnp::DynamicStruct::Reader results) const {
 }
 
 kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method, kj::StringPtr json,
-                                      kj::Duration deadline, kj::Timer& timer) {
-  auto call = kj::heap<JsonCall>(actor, method, json);
+                                      MissingParams missing, kj::Duration deadline,
+                                      kj::Timer& timer) {
+  auto call = kj::heap<JsonCall>(actor, method, json, missing);
   auto sent = call->send(actor.capability);
   auto results = sent.then([&call = *call](capnp::Response<capnp::DynamicStruct> response) {
                        return call.resultsJson(response);

@@ -21,10 +21,12 @@ namespace troupe::cli {
 // interface; its results read back as JSON (see CallJson: Data as base64). Loop thread only.
 class JsonCall {
 public:
-  // Finds `methodName` ("add") in `actor`'s interface and checks `json` against its parameters.
-  // Throws INVALID_ARGUMENT, before anything is sent, for an unknown method (naming the known
-  // ones) or JSON that does not fit the parameters (saying why, and naming the parameter).
-  JsonCall(const DynamicActor& actor, kj::StringPtr methodName, kj::StringPtr json);
+  // Finds `methodName` ("add") in `actor`'s interface and checks `json` against its parameters,
+  // those it leaves out refused or left to their defaults as `missing` says. Throws
+  // INVALID_ARGUMENT, before anything is sent, for an unknown method (naming the known ones) or
+  // JSON that does not fit the parameters (saying why, and naming the parameter).
+  JsonCall(const DynamicActor& actor, kj::StringPtr methodName, kj::StringPtr json,
+           MissingParams missing);
   KJ_DISALLOW_COPY(JsonCall);
 
   // Sends the call to `capability`, an actor with the interface. The promise does not borrow
@@ -39,13 +41,15 @@ private:
   capnp::InterfaceSchema::Method method;
   std::string json;
   std::string label;  // "calc.add", for messages
+  MissingParams missing;
   CallJson codec;
 };
 
-// Calls `method` of `actor` with the parameters in `json` (see JsonCall, whose errors it throws)
-// and resolves with the results as JSON; DEADLINE_EXCEEDED when no answer came within
-// `deadline`.
+// Calls `method` of `actor` with the parameters in `json`, those it leaves out handled as
+// `missing` says (see JsonCall, whose errors it throws), and resolves with the results as JSON;
+// DEADLINE_EXCEEDED when no answer came within `deadline`.
 kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method, kj::StringPtr json,
-                                      kj::Duration deadline, kj::Timer& timer);
+                                      MissingParams missing, kj::Duration deadline,
+                                      kj::Timer& timer);
 
 }  // namespace troupe::cli
