@@ -8,8 +8,8 @@
 #include <string>
 
 #include "troupe/base/errors.h"
+#include "troupe/observe/metrics_text.h"
 #include "fuzz/fuzz_support.h"
-#include "tools/troupe/metrics_text.h"
 
 namespace troupe::fuzz {
 namespace {

@@ -41,6 +41,10 @@ struct ReplicaInfo {
   int pid = 0;          // of the running process; 0 when none runs
   uint32_t starts = 0;  // how many times it was started (restarts + 1)
   std::string logPath;  // where its stdout and stderr go
+  // "waiting" (to be started, or started again), "running", or how it last ended ("exited with
+  // status 0", "was killed by signal 9 (SIGKILL)").
+  std::string state;
+  std::string host;  // where it runs or last ran; "" when the launcher does not know
 };
 
 namespace jobs_detail {
@@ -56,6 +60,8 @@ public:
   virtual std::vector<std::string> logs(size_t lines) const = 0;
   virtual kj::Promise<void> terminate(kj::Maybe<kj::Duration> grace) = 0;
   virtual std::vector<ReplicaInfo> replicas() const = 0;
+  // What each replica was given, for people (describe(const ResourceConfig&)).
+  virtual std::string resources() const = 0;
   // The timer of the loop the job belongs to (JobHandle::wait's timeout).
   virtual kj::Timer& timer() = 0;
 };

@@ -5,6 +5,7 @@
 #include <set>
 
 #include <kj/debug.h>
+#include <kj/vector.h>
 
 #include "troupe/base/errors.h"
 #include "troupe/base/parse_number.h"
@@ -203,6 +204,21 @@ std::string toString(const Device& device) {
     return "tpu " + tpu->variant;
   }
   return "cpu";
+}
+
+std::string describe(const ResourceConfig& config) {
+  kj::Vector<kj::String> parts;
+  if (config.cpu > 0) parts.add(kj::str(config.cpu, config.cpu == 1 ? " cpu" : " cpus"));
+  auto bytes = [](uint64_t n) {
+    if (n % (uint64_t{1} << 30) == 0) return kj::str(n >> 30, " GiB");
+    if (n % (uint64_t{1} << 20) == 0) return kj::str(n >> 20, " MiB");
+    return kj::str(n, " bytes");
+  };
+  if (config.ramBytes > 0) parts.add(kj::str(bytes(config.ramBytes), " memory"));
+  if (config.diskBytes > 0) parts.add(kj::str(bytes(config.diskBytes), " disk"));
+  if (parts.empty()) parts.add(kj::str("nothing reserved"));
+  parts.add(kj::str(toString(config.device).c_str()));
+  return kj::strArray(parts, ", ").cStr();
 }
 
 ResourceConfig ResourceConfig::withCpu(double cpus, kj::StringPtr ram) {

@@ -52,6 +52,12 @@ using Device = std::variant<CpuDevice, GpuDevice, TpuDevice>;
 // "cpu", "gpu H100x8", "tpu v5p-8".
 std::string toString(const Device& device);
 
+struct ResourceConfig;
+
+// What each replica of `config` is given, for people: "2 cpus, 4 GiB memory, gpu H100x8", or
+// "nothing reserved, cpu" when it reserves nothing.
+std::string describe(const ResourceConfig& config);
+
 // A plain value; every field can be set directly, and the factories fill in consistent
 // defaults. validate() checks the whole.
 //

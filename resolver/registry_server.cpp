@@ -266,8 +266,11 @@ std::string RegistryServer::listenHttp(kj::StringPtr address) {
   if (!options.credentials) options.credentials = credentials;
   if (!options.logger) options.logger = impl->log;
   options.publicPaths = resolver_detail::RegistryHttp::publicPaths();
+  resolver_detail::HistoryOptions history{.interval = impl->options.historyInterval,
+                                          .length = impl->options.historyLength,
+                                          .maxSeries = impl->options.maxHistorySeries};
   auto routes = kj::heap<resolver_detail::RegistryHttp>(impl->loop, kj::addRef(*impl->table),
-                                                        options.credentials, impl->log);
+                                                        options.credentials, history, impl->log);
   impl->http = kj::heap<HttpEndpoint>(impl->loop, address, kj::mv(options), *routes);
   routes->attach(*impl->http);
   impl->httpRoutes = kj::mv(routes);

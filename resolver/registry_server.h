@@ -91,6 +91,15 @@ struct RegistryServerOptions {
 
   // Options of the HTTP endpoint listenHttp() opens (credentials default to the registry's).
   HttpEndpointOptions http;
+
+  // The dashboard's history (while the registry serves HTTP): every `historyInterval` the
+  // registry reads each endpoint's /metrics and keeps, per endpoint and per job, `historyLength`
+  // of calls/s, errors/s by code, p50 and p99, for at most `maxHistorySeries` endpoints and jobs
+  // together, about 9 KiB each at the defaults (18 MiB at most). An interval of 0 keeps none.
+  // `troupe registry --history-interval`, `--history-length`.
+  kj::Duration historyInterval = 5 * kj::SECONDS;
+  kj::Duration historyLength = 15 * kj::MINUTES;
+  size_t maxHistorySeries = 2000;
 };
 
 // An in-memory registry of endpoints, leases, watchers and job states. Belongs to the loop it

@@ -2,6 +2,9 @@
 // Resolver: where endpoints are published and found. Implementations: FixedResolver (a static
 // table), and later the registry client and etcd.
 
+#include <string>
+#include <vector>
+
 #include <kj/async.h>
 #include <kj/string.h>
 #include <kj/time.h>
@@ -106,6 +109,22 @@ struct LogPiece {
 // The most one readLog returns, in bytes.
 constexpr uint32_t MAX_LOG_PIECE_BYTES = 1 << 20;
 
+// One replica of a job as its launcher sees it (JobControl::describe).
+struct ReplicaDetail {
+  uint32_t index = 0;
+  std::string state;  // "waiting", "running", or how it last ended ("exited with status 0")
+  int pid = 0;        // of the running process; 0 when none runs (or not the launcher's)
+  std::string host;   // where it runs or last ran; "" when not known
+  uint32_t restarts = 0;
+};
+
+// A job as its launcher sees it: the dashboard's job page.
+struct JobDetail {
+  std::vector<ReplicaDetail> replicas;
+  std::string resources;  // what each replica was given, for people
+  std::string phase;      // the launcher's phase: "pending", "running", "succeeded", ...
+};
+
 // What the launcher that owns a job does for others, through the resolver (Resolver::stopJob,
 // readJobLog): `troupe stop` and `troupe logs` from any machine. Loop thread of its launcher.
 class JobControl {
@@ -116,6 +135,8 @@ public:
   // Up to `maxBytes` (at most MAX_LOG_PIECE_BYTES) of replica `replica`'s output from byte
   // `offset`; INVALID_ARGUMENT for a replica the job does not have.
   virtual kj::Promise<LogPiece> readLog(uint32_t replica, uint64_t offset, uint32_t maxBytes) = 0;
+  // The job's replicas and resources now.
+  virtual kj::Promise<JobDetail> describe() = 0;
 };
 
 // A JobControl offered through a resolver (Resolver::serveJobControl): served until dropped.

@@ -73,6 +73,24 @@ interface JobControl {
 
   readLog @1 (replica :UInt32, offset :UInt64, maxBytes :UInt32) -> (piece :LogPiece);
   # Up to `maxBytes` of replica `replica`'s output (stdout and stderr) from byte `offset`.
+
+  describe @2 () -> (job :JobDetail);
+  # The job's replicas as its launcher sees them, and what each was given (the dashboard's job
+  # page).
+}
+
+struct ReplicaDetail {
+  index @0 :UInt32;
+  state @1 :Text;       # "running", "starting", "exited", "waiting" (to be started again)
+  pid @2 :Int32;        # of the running process; 0 when none runs
+  host @3 :Text;        # where it runs (or last ran); empty when not known
+  restarts @4 :UInt32;  # how many times it was started again
+}
+
+struct JobDetail {
+  replicas @0 :List(ReplicaDetail);
+  resources @1 :Text;   # what each replica was given, for people ("2 CPUs, 4 GiB, 1 GPU")
+  phase @2 :Text;       # the launcher's phase of the job: "pending", "running", "succeeded", ...
 }
 
 struct LogPiece {

@@ -34,17 +34,31 @@ public:
     return readLogPiece(replicas[replica].logPath, offset, maxBytes, count);
   }
 
+  kj::Promise<JobDetail> describe() override {
+    JobDetail detail;
+    detail.resources = job.resources();
+    detail.phase = toString(job.phase()).cStr();
+    for (auto& r : job.replicas()) {
+      detail.replicas.push_back({.index = r.index,
+                                 .state = r.state,
+                                 .pid = r.pid,
+                                 .host = r.host,
+                                 .restarts = r.starts > 0 ? r.starts - 1 : 0});
+    }
+    return kj::mv(detail);
+  }
+
 private:
   Job& job;  // holds the offer that holds this
 };
+
+}  // namespace
 
 std::string hostName() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
   return name;
 }
-
-}  // namespace
 
 kj::Maybe<kj::Own<JobControlOffer>> offerJobControl(Resolver& resolver, Job& job,
                                                     std::string credential,

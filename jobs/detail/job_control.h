@@ -11,6 +11,9 @@
 
 namespace troupe::jobs_detail {
 
+// This machine's name ("localhost" when it has none).
+std::string hostName();
+
 // Offers `job`'s control through `resolver` (null when it cannot relay). The offer must not
 // outlive `job`: the job holds it. `logDirectory` is the job's, named with this host in the
 // offer's log location.

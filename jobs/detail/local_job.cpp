@@ -12,6 +12,7 @@
 
 #include "troupe/base/backoff.h"
 #include "troupe/base/errors.h"
+#include "troupe/jobs/detail/job_control.h"
 #include "troupe/jobs/detail/log_files.h"
 #include "troupe/jobs/detail/replica_environment.h"
 
@@ -79,15 +80,22 @@ std::vector<ReplicaInfo> LocalJob::replicas() const {
   for (auto& r : replicas_) {
     ReplicaInfo info;
     info.index = r.index;
+    info.state = "waiting";
     KJ_IF_MAYBE(p, r.process) {
       info.pid = (*p)->pid();
+      info.state = "running";
+    } else KJ_IF_MAYBE(e, r.lastExit) {
+      info.state = describe(*e);
     }
     info.starts = r.starts;
     info.logPath = r.logPath;
+    if (r.starts > 0) info.host = hostName();
     out.push_back(kj::mv(info));
   }
   return out;
 }
+
+std::string LocalJob::resources() const { return describe(request_.resources); }
 
 void LocalJob::setPendingReason(std::string why) {
   KJ_REQUIRE(phase_ == JobPhase::PENDING, "only a PENDING job waits for capacity");

@@ -146,10 +146,16 @@ std::vector<ReplicaInfo> SlurmJob::replicas() const {
     info.index = i;
     info.starts = started ? restarts + 1 : 0;
     info.logPath = settings.logDirectory + "/replica-" + std::to_string(i) + ".log";
+    // Slurm runs the replicas on its nodes, as one step: their pids are not the launcher's.
+    info.state = phase_ == JobPhase::RUNNING   ? "running"
+                 : phase_ == JobPhase::PENDING ? "waiting"
+                                               : toString(phase_).cStr();
     out.push_back(kj::mv(info));
   }
   return out;
 }
+
+std::string SlurmJob::resources() const { return describe(request_.resources); }
 
 void SlurmJob::setPhase(JobPhase phase, std::string why) {
   if (isFinal(phase_) || (phase == phase_ && why == reason_)) return;

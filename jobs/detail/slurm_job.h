@@ -63,6 +63,7 @@ public:
   std::vector<std::string> logs(size_t lines) const override;
   kj::Promise<void> terminate(kj::Maybe<kj::Duration> grace) override;
   std::vector<ReplicaInfo> replicas() const override;
+  std::string resources() const override;
   kj::Timer& timer() override { return loop.timer(); }
 
   // For the launcher.

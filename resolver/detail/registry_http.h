@@ -14,6 +14,10 @@
 //                               URL the endpoint published under "metrics" (only when that URL's
 //                               host is the endpoint address's host), so a browser needs to
 //                               reach only the registry
+//   GET /api/history            every job's totals over time: schemas/dashboard.capnp's History
+//   GET /api/history?job=J      job J's totals and each of its endpoints' series
+//   GET /api/job?job=J          job J's page: schemas/dashboard.capnp's JobPage (its replicas
+//                               and resources from its launcher, its events, its logs' last lines)
 
 #include <memory>
 
@@ -21,6 +25,7 @@
 
 #include "troupe/net/credentials.h"
 #include "troupe/observe/http_endpoint.h"
+#include "troupe/resolver/detail/metrics_reader.h"
 #include "troupe/resolver/detail/registry_table.h"
 
 namespace troupe::resolver_detail {
@@ -32,7 +37,8 @@ class EventSession;
 class RegistryHttp final : public kj::HttpService {
 public:
   RegistryHttp(EventLoop& loop, kj::Own<RegistryTable> table,
-               std::shared_ptr<Credentials> credentials, std::shared_ptr<spdlog::logger> log);
+               std::shared_ptr<Credentials> credentials, HistoryOptions history,
+               std::shared_ptr<spdlog::logger> log);
   ~RegistryHttp() noexcept(false);
   KJ_DISALLOW_COPY(RegistryHttp);
 
@@ -55,6 +61,8 @@ private:
   kj::Promise<void> state(Response& response);
   kj::Promise<void> events(Response& response);
   kj::Promise<void> endpointMetrics(kj::StringPtr url, Response& response);
+  kj::Promise<void> history(kj::StringPtr url, Response& response);
+  kj::Promise<void> jobPage(kj::StringPtr url, Response& response);
   const kj::HttpHeaderTable& table() const;
 
   EventLoop& loop;
@@ -62,9 +70,7 @@ private:
   std::shared_ptr<Credentials> credentials;
   std::shared_ptr<spdlog::logger> log;
   kj::Maybe<HttpEndpoint&> endpoint;
-  kj::Own<kj::HttpHeaderTable> clientHeaders;
-  kj::Own<kj::Network> tlsNetwork;  // for endpoints that serve HTTPS
-  kj::Own<kj::HttpClient> client;
+  MetricsReader reader;
   size_t streams = 0;
 };
 

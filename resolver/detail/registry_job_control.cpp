@@ -36,6 +36,24 @@ protected:
         });
   }
 
+  kj::Promise<void> describe(DescribeContext context) override {
+    return control().describe().then([context](JobDetail detail) mutable {
+      auto out = context.getResults().initJob();
+      out.setResources(detail.resources);
+      out.setPhase(detail.phase);
+      auto replicas = out.initReplicas(static_cast<uint32_t>(detail.replicas.size()));
+      for (uint32_t i = 0; i < replicas.size(); ++i) {
+        auto& r = detail.replicas[i];
+        auto b = replicas[i];
+        b.setIndex(r.index);
+        b.setState(r.state);
+        b.setPid(r.pid);
+        b.setHost(r.host);
+        b.setRestarts(r.restarts);
+      }
+    });
+  }
+
 private:
   JobControl& control() {
     KJ_IF_MAYBE(c, slot->control) {

@@ -81,11 +81,17 @@ RegistryTable::Granted RegistryTable::add(Endpoint endpoint, uint32_t ttlMillis,
               old.endpoint.address);
     leaseNames.erase(old.leaseId);
     deadlines.erase({old.deadline, old.leaseId});
+    recordEvent(endpoint.jobId,
+                kj::str(endpoint.name, " came back as incarnation ", endpoint.incarnation, " (was ",
+                        old.endpoint.incarnation, ") at ", endpoint.address));
     old = Entry{kj::mv(endpoint), leaseId, ttl, deadline};
     event = WatchEvent::Type::CHANGED;
   } else {
     log->info("registered '{}' at {} (incarnation {}, {}, ttl {} ms)", endpoint.name,
               endpoint.address, endpoint.incarnation, toString(endpoint.state).cStr(), millis(ttl));
+    recordEvent(endpoint.jobId,
+                kj::str(endpoint.name, " registered at ", endpoint.address, " (incarnation ",
+                        endpoint.incarnation, ", ", toString(endpoint.state), ")"));
     std::string name = endpoint.name;
     it = entries.emplace(kj::mv(name), Entry{kj::mv(endpoint), leaseId, ttl, deadline}).first;
   }
@@ -176,6 +182,7 @@ void RegistryTable::setState(kj::StringPtr name, uint64_t leaseId, EndpointState
   auto& entry = leased(name, leaseId, "set the state of");
   if (entry.endpoint.state == state) return;
   log->info("'{}' is {}", entry.endpoint.name, toString(state).cStr());
+  recordEvent(entry.endpoint.jobId, kj::str(entry.endpoint.name, " is ", toString(state)));
   entry.endpoint.state = state;
   notify(WatchEvent::Type::CHANGED, entry.endpoint);
 }
@@ -202,6 +209,7 @@ void RegistryTable::erase(std::map<std::string, Entry, std::less<>>::iterator it
   Endpoint gone = kj::mv(entry.endpoint);
   entries.erase(it);
   log->info("removed '{}' at {} ({})", gone.name, gone.address, why.cStr());
+  recordEvent(gone.jobId, kj::str(gone.name, " removed: ", why));
   notify(WatchEvent::Type::REMOVED, gone);
   ++erasedSinceTrim;
   trimLater();
@@ -517,6 +525,10 @@ std::string RegistryTable::createJob(kj::StringPtr jobId, JobDescription descrip
   description.launcher = cutLauncherKind(description.launcher);
   job.description = kj::mv(description);
   log->info("job '{}' created", id);
+  recordEvent(id, job.description.launcher.empty()
+                      ? kj::str("created")
+                      : kj::str("created by a ", job.description.launcher, " launcher, ",
+                                job.description.replicas, " replica(s)"));
   return job.credential;
 }
 
@@ -619,6 +631,7 @@ void RegistryTable::setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> 
       markRunning(it->second);
       if (it->second.credential.empty()) jobs.erase(it);
       log->info("job '{}' is running again; its endpoints may register", status.jobId);
+      recordEvent(jobId, kj::str("running again"));
     }
     return;
   }
@@ -626,6 +639,7 @@ void RegistryTable::setJobStatus(JobStatus status, kj::ArrayPtr<const kj::byte> 
   log->info("job '{}' ended ({}); removing its endpoints", status.jobId,
             printable(status.reason).cStr());
   markEnded(status.jobId, jobRecord(status.jobId, "end a job"), status);
+  recordEvent(jobId, kj::str("ended: ", status.reason.empty() ? "no reason given" : status.reason));
   kj::Vector<std::string> doomed;
   for (auto& [name, entry] : entries) {
     if (entry.endpoint.jobId == status.jobId) doomed.add(name);
@@ -659,6 +673,32 @@ void RegistryTable::shutdown() {
   trimQueued = false;
   jobs.clear();
   endedOrder.clear();
+  events.clear();
+}
+
+void RegistryTable::recordEvent(kj::StringPtr jobId, kj::String text) {
+  if (events.size() >= MAX_JOB_EVENTS) events.pop_front();
+  events.push_back({jobId.cStr(), nowMillis(), printable(text).cStr()});
+}
+
+std::vector<JobEvent> RegistryTable::jobEvents(kj::StringPtr jobId) const {
+  std::vector<JobEvent> out;
+  for (auto& e : events) {
+    if (e.jobId == view(jobId)) out.push_back(e);
+  }
+  return out;
+}
+
+std::string RegistryTable::logLocation(kj::StringPtr jobId) const {
+  auto it = jobs.find(view(jobId));
+  return it == jobs.end() ? std::string() : it->second.logLocation;
+}
+
+kj::Maybe<JobInfo> RegistryTable::jobInfo(kj::StringPtr jobId) const {
+  for (auto& info : jobList()) {
+    if (info.status.jobId == view(jobId)) return kj::mv(info);
+  }
+  return nullptr;
 }
 
 }  // namespace troupe::resolver_detail

@@ -21,6 +21,17 @@
 
 namespace troupe::resolver_detail {
 
+// Something that happened to a job, for its history on the dashboard.
+struct JobEvent {
+  std::string jobId;
+  int64_t atMillis = 0;  // wall clock (Unix epoch)
+  std::string text;      // "created by a local launcher, 2 replicas", "w-0 ready", ...
+};
+
+// How many job events a registry keeps, over every job together (the oldest go first): about
+// 150 bytes each, so about 1.5 MiB.
+constexpr size_t MAX_JOB_EVENTS = 10'000;
+
 // What an endpoint costs a registry to keep, in bytes: its name, address and metadata keys and
 // values (the parts of the name that are repeated in jobId and actor are not counted again).
 size_t endpointBytes(const Endpoint& endpoint);
@@ -102,6 +113,15 @@ public:
   // created, claimed or ended.
   kj::Array<JobInfo> jobList() const;
 
+  // What happened to job `jobId` lately (at most MAX_JOB_EVENTS over all jobs), oldest first.
+  std::vector<JobEvent> jobEvents(kj::StringPtr jobId) const;
+
+  // The job's entry in jobList(), or null when the registry does not know it.
+  kj::Maybe<JobInfo> jobInfo(kj::StringPtr jobId) const;
+
+  // Where job `jobId`'s logs lie ("host:/path"), "" when not known.
+  std::string logLocation(kj::StringPtr jobId) const;
+
   // The entry named exactly `name`, or null.
   kj::Maybe<const Endpoint&> find(kj::StringPtr name) const;
 
@@ -174,6 +194,7 @@ private:
   void expire();
 
   void notify(WatchEvent::Type type, const Endpoint& endpoint);
+  void recordEvent(kj::StringPtr jobId, kj::String text);
   void push(uint64_t id, Watcher& watcher, WatchEvent event);
   void send(uint64_t id, Watcher& watcher);
   void dropWatcher(uint64_t id, kj::StringPtr why, bool expected = false);
@@ -211,6 +232,7 @@ private:
   std::map<std::string, Job, std::less<>> jobs;  // created, claimed or ended
   std::map<uint64_t, std::string> endedOrder;    // ended jobs, oldest first
   uint64_t nextEndedSeq = 1;
+  std::deque<JobEvent> events;  // every job's, oldest first; at most MAX_JOB_EVENTS
 
   kj::Own<kj::TaskSet> tasks;  // expiry timers, events() calls in flight
 };

@@ -8,6 +8,7 @@
 
 #include "troupe/actor/actor_server.h"
 #include "troupe/resolver/registry_server.h"
+#include "tests/support/calculator_calls.h"
 #include "tests/support/http_get.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/test_actors.h"
@@ -154,6 +155,48 @@ TEST_F(RegistryHttpTest, AnEndpointsMetricsComeThroughTheRegistryFromItsOwnHostO
   EXPECT_EQ(r.status, 404u);
   r = httpGet(loop, url + "/api/metrics");
   EXPECT_EQ(r.status, 400u);
+}
+
+TEST_F(RegistryHttpTest, HistoryKeepsCallsErrorsByCodeAndLatencyPerEndpointAndJob) {
+  server = kj::heap<RegistryServer>(loop, RegistryServerOptions{
+                                              .historyInterval = 50 * kj::MILLISECONDS});
+  url = server->listenHttp("127.0.0.1:0");
+  JobContext job;
+  job.jobId = "calc";
+  ActorServer replica(loop, job, ActorServerOptions{.httpAddress = "127.0.0.1:0"});
+  replica.host<Calculator>("calc", kj::heap<CalculatorImpl>());
+  auto address = replica.listen("tcp://127.0.0.1:0");
+  auto lease = add(replica.endpoints()[0]);
+
+  auto calc = ActorRef<Calculator>::connect(loop, address.c_str(), "calc");
+  // Calls until the job's history shows both kinds: each read sees what came since the last.
+  auto deadline = loop.timer().now() + PATIENCE;
+  HttpResult history;
+  while (!history.contains("\"code\":\"failed\"") || !history.contains("\"name\":\"calc\"")) {
+    ASSERT_LT(loop.timer().now(), deadline) << history.body;
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(await(loop, test::add(calc, i, 1)), i + 1);
+    EXPECT_THROW(await(loop, divide(calc, 1, 0)), kj::Exception);
+    history = httpGet(loop, url + "/api/history?job=calc");
+  }
+  EXPECT_EQ(history.status, 200u);
+  EXPECT_TRUE(history.contains("\"intervalMillis\":50,\"lengthMillis\":900000")) << history.body;
+  EXPECT_TRUE(history.contains("\"endpoints\":[{\"name\":\"calc/calc-0\"")) << history.body;
+  // Every job's totals, without their endpoints.
+  auto all = httpGet(loop, url + "/api/history");
+  EXPECT_TRUE(all.contains("\"jobs\":[{\"name\":\"calc\"")) << all.body;
+  EXPECT_FALSE(all.contains("calc/calc-0")) << all.body;
+}
+
+TEST_F(RegistryHttpTest, AJobPageHasItsEventsAndSaysWhyItHasNoLauncherDetail) {
+  start();
+  auto lease = add(endpoint("calc/calc-0", "tcp://127.0.0.1:4001"));
+  auto page = httpGet(loop, url + "/api/job?job=calc");
+  EXPECT_EQ(page.status, 200u);
+  EXPECT_TRUE(page.contains("\"text\":\"calc/calc-0 registered at tcp://127.0.0.1:4001"))
+      << page.body;
+  EXPECT_TRUE(page.contains("\"detailError\":\"no launcher created this job")) << page.body;
+  EXPECT_EQ(httpGet(loop, url + "/api/job?job=nope").status, 404u);
+  EXPECT_EQ(httpGet(loop, url + "/api/job").status, 400u);
 }
 
 TEST_F(RegistryHttpTest, WithAClusterTokenThePageIsOpenButTheDataNeedsTheToken) {

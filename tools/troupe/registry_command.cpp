@@ -3,7 +3,8 @@
 //   troupe registry [--listen ADDRESS]... [--default-ttl DURATION] [--max-endpoint-bytes N]
 //                   [--max-connections N] [--max-incomplete-bytes N]
 //                   [--max-queued-event-bytes N] [--max-endpoints N] [--max-watchers N]
-//                   [--max-jobs N] [--http HOST:PORT] [--log-level LEVEL] [--insecure]
+//                   [--max-jobs N] [--http HOST:PORT] [--history-interval DURATION]
+//                   [--history-length DURATION] [--log-level LEVEL] [--insecure]
 //                   [TLS and token flags]
 //
 // ADDRESS is "tcp://HOST:PORT", "tls://HOST:PORT" (port 0 picks a free one) or "unix:PATH";
@@ -56,6 +57,13 @@ public:
                     "HTTP on HOST:PORT (port 0 picks a free one). Like --listen, an "
                     "address other machines may reach needs a cluster token or "
                     "--insecure; with a token, the dashboard asks for it.")
+                .addOptionWithArg({"history-interval"}, KJ_BIND_METHOD(*this, setHistoryInterval),
+                                  "DURATION",
+                                  "How often the dashboard's history reads every endpoint's "
+                                  "metrics (default 5s; 0s keeps no history).")
+                .addOptionWithArg({"history-length"}, KJ_BIND_METHOD(*this, setHistoryLength),
+                                  "DURATION",
+                                  "How far back the dashboard's history goes (default 15m).")
                 .addOptionWithArg({"admin-token-file"}, storeIn(adminTokenFile), "FILE",
                                   "The administrator token, in a file of its owner's alone: "
                                   "who presents it may stop any job (troupe stop "
@@ -181,6 +189,16 @@ private:
 
   kj::MainBuilder::Validity setDefaultTtl(kj::StringPtr text) {
     options.defaultTtl = parseDuration("--default-ttl", text);
+    return true;
+  }
+
+  kj::MainBuilder::Validity setHistoryInterval(kj::StringPtr text) {
+    options.historyInterval = parseDuration("--history-interval", text, 0 * kj::SECONDS);
+    return true;
+  }
+
+  kj::MainBuilder::Validity setHistoryLength(kj::StringPtr text) {
+    options.historyLength = parseDuration("--history-length", text);
     return true;
   }
 

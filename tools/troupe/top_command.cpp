@@ -21,10 +21,10 @@
 #include "troupe/net/address.h"
 #include "troupe/net/credentials.h"
 #include "troupe/observe/http_endpoint.h"
+#include "troupe/observe/metrics_text.h"
 #include "troupe/resolver/open_resolver.h"
 #include "tools/troupe/cli.h"
 #include "tools/troupe/commands.h"
-#include "tools/troupe/metrics_text.h"
 
 namespace troupe::cli {
 

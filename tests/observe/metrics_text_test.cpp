@@ -1,7 +1,7 @@
 // parsePrometheusText: what toPrometheusText() writes reads back the same; other exporters' text
 // reads within what a snapshot holds; bad text is refused with its line, and kept within bounds.
 
-#include "tools/troupe/metrics_text.h"
+#include "troupe/observe/metrics_text.h"
 
 #include <cmath>
 #include <string>

@@ -1,4 +1,4 @@
-#include "tools/troupe/metrics_text.h"
+#include "troupe/observe/metrics_text.h"
 
 #include <algorithm>
 #include <array>

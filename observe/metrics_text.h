@@ -1,6 +1,6 @@
 #pragma once
 // parsePrometheusText: the Prometheus text exposition format (version 0.0.4) read back into a
-// MetricsSnapshot, for clients of /metrics (`troupe top`) and for tests.
+// MetricsSnapshot, for clients of /metrics (`troupe top`, the registry's history) and for tests.
 //
 // What MetricsSnapshot::toPrometheusText() writes reads back into an equal snapshot: the same
 // families, help, types, series (in the same order, labels in the same order), values and
