@@ -8,6 +8,8 @@
 #include <capnp/dynamic.h>
 #include <kj/debug.h>
 #include <kj/filesystem.h>
+#include <kj/mutex.h>
+#include <kj/vector.h>
 #include <spdlog/spdlog.h>
 
 #include "troupe/actor/actor_server.h"
@@ -240,6 +242,69 @@ capnp::InterfaceSchema findInterface(capnp::ParsedSchema parsed, const std::stri
                        "' (it declares: " + (names.empty() ? "nothing" : names) + ")");
 }
 
+// What the files of one schema share: the directories its absolute imports are looked for in,
+// each with the name the user gave it, and the errors found in any of the files. It outlives the
+// parser (schema-parser.h).
+struct SchemaContext {
+  kj::Vector<const kj::ReadableDirectory*> importDirs;
+  kj::Vector<kj::String> importNames;  // without a trailing '/'
+  // Each as "<path>:<line>:<column>: <message>", 1-based. Guarded: the parser may compile lazily
+  // on whichever thread uses a schema.
+  kj::MutexGuarded<kj::Vector<kj::String>> errors;
+};
+
+// A schema file that adds its errors to the context's rather than failing at the first, named as
+// the user named it (`name`; getDisplayName() is the wrapped file's, which names the schema's
+// types), and wraps the files it imports alike. Borrows the context.
+class ReportingSchemaFile final : public capnp::SchemaFile {
+public:
+  ReportingSchemaFile(kj::Own<capnp::SchemaFile> inner, kj::String name, SchemaContext& context)
+      : inner(kj::mv(inner)), name(kj::mv(name)), context(context) {}
+
+  kj::StringPtr getDisplayName() const override { return inner->getDisplayName(); }
+  kj::Array<const char> readContent() const override { return inner->readContent(); }
+
+  kj::Maybe<kj::Own<capnp::SchemaFile>> import(kj::StringPtr target) const override {
+    KJ_IF_MAYBE(file, inner->import(target)) {
+      return kj::Own<capnp::SchemaFile>(
+          kj::heap<ReportingSchemaFile>(kj::mv(*file), importedName(target), context));
+    }
+    return nullptr;
+  }
+
+  bool operator==(const capnp::SchemaFile& other) const override {
+    return *inner == *kj::downcast<const ReportingSchemaFile>(other).inner;
+  }
+  bool operator!=(const capnp::SchemaFile& other) const override { return !operator==(other); }
+  size_t hashCode() const override { return inner->hashCode(); }
+
+  void reportError(SourcePos start, SourcePos, kj::StringPtr message) const override {
+    context.errors.lockExclusive()->add(
+        kj::str(name, ':', start.line + 1, ':', start.column + 1, ": ", message));
+  }
+
+private:
+  // The name of the file `target` imports: the first import directory that has it for an
+  // absolute import (as the wrapped file looks), else beside this file.
+  kj::String importedName(kj::StringPtr target) const {
+    if (target.startsWith("/")) {
+      auto path = kj::Path::parse(target.slice(1));
+      for (auto i : kj::indices(context.importDirs)) {
+        if (context.importDirs[i]->exists(path)) return kj::str(context.importNames[i], target);
+      }
+      return kj::str(target);
+    }
+    KJ_IF_MAYBE(slash, name.findLast('/')) {
+      return kj::str(name.slice(0, *slash + 1), target);
+    }
+    return kj::str(target);
+  }
+
+  kj::Own<capnp::SchemaFile> inner;
+  kj::String name;
+  SchemaContext& context;
+};
+
 }  // namespace
 
 // What a SchemaParser reads files through: it must outlive the parser (schema-parser.h).
@@ -247,40 +312,53 @@ struct HostedActor::Files {
   kj::Own<kj::Filesystem> fs = kj::newDiskFilesystem();
   kj::Own<kj::Directory> text = kj::newInMemoryDirectory(kj::nullClock());
   std::vector<kj::Own<const kj::ReadableDirectory>> dirs;
-  std::vector<const kj::ReadableDirectory*> imports;
+  SchemaContext context;
 
   // Parses the schema `source` names, its imports found in `importPath`, then /usr/local/include
-  // and /usr/include.
+  // and /usr/include. Raises InvalidArgument with every error found in it and its imports, each
+  // as "<path>:<line>:<column>: <message>", or with why it could not be read.
   capnp::ParsedSchema parse(const capnp::SchemaParser& parser, const SchemaSource& source,
                             const std::vector<std::string>& importPath) {
-    auto& root = fs->getRoot();
-    auto addDir = [&](kj::StringPtr dir) {
-      KJ_IF_MAYBE(d, root.tryOpenSubdir(fs->getCurrentPath().evalNative(dir))) {
-        dirs.push_back(kj::mv(*d));
-      }
-    };
-    for (auto& dir : importPath) addDir(dir.c_str());
-    addDir("/usr/local/include");
-    addDir("/usr/include");
-    for (auto& d : dirs) imports.push_back(d.get());
-    auto importDirs = kj::arrayPtr(imports.data(), imports.size());
+    for (auto& dir : importPath) addImportDir(dir.c_str());
+    addImportDir("/usr/local/include");
+    addImportDir("/usr/include");
 
     kj::Maybe<capnp::ParsedSchema> file;
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  if (source.text.empty()) {
-                    file = parser.parseFromDirectory(
-                        root, fs->getCurrentPath().evalNative(source.path), importDirs);
-                  } else {
-                    auto path = kj::Path::parse(source.path);
-                    text->openFile(path, kj::WriteMode::CREATE | kj::WriteMode::CREATE_PARENT)
-                        ->writeAll(source.text);
-                    file = parser.parseFromDirectory(*text, kj::mv(path), importDirs);
-                  }
-                })) {
+    auto failure = kj::runCatchingExceptions([&]() { file = parser.parseFile(open(source)); });
+    auto errors = kj::strArray(*context.errors.lockExclusive(), "\n");
+    if (errors.size() > 0) raiseInvalidArgument(errors.cStr());
+    KJ_IF_MAYBE(e, failure) {
       raiseInvalidArgument("cannot read schema '" + source.path +
                            "': " + e->getDescription().cStr());
     }
     return KJ_ASSERT_NONNULL(file);
+  }
+
+private:
+  void addImportDir(kj::StringPtr dir) {
+    KJ_IF_MAYBE(d, fs->getRoot().tryOpenSubdir(fs->getCurrentPath().evalNative(dir))) {
+      context.importDirs.add(d->get());
+      dirs.push_back(kj::mv(*d));
+      size_t length = dir.size();
+      while (length > 0 && dir[length - 1] == '/') --length;
+      context.importNames.add(kj::heapString(dir.begin(), length));
+    }
+  }
+
+  // The file `source` names (on disk, or its text), reporting its errors to `context`.
+  kj::Own<capnp::SchemaFile> open(const SchemaSource& source) {
+    auto importDirs = context.importDirs.asPtr();
+    kj::Own<capnp::SchemaFile> file;
+    if (source.text.empty()) {
+      file = capnp::SchemaFile::newFromDirectory(
+          fs->getRoot(), fs->getCurrentPath().evalNative(source.path), importDirs);
+    } else {
+      auto path = kj::Path::parse(source.path);
+      text->openFile(path, kj::WriteMode::CREATE | kj::WriteMode::CREATE_PARENT)
+          ->writeAll(source.text);
+      file = capnp::SchemaFile::newFromDirectory(*text, kj::mv(path), importDirs);
+    }
+    return kj::heap<ReportingSchemaFile>(kj::mv(file), kj::str(source.path.c_str()), context);
   }
 };
 
