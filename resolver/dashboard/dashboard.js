@@ -3,10 +3,13 @@
 // rather than EventSource so that it can carry the cluster token (asked for when the API answers
 // 401, kept in sessionStorage, sent as "Authorization: Bearer"). When the stream ends it
 // reconnects after a second; the new stream resends the whole view, and what it does not resend
-// before "synced" is gone. The overview (#/) lists jobs and their endpoints; an endpoint's page
-// (#/endpoint/<name>) shows its fields and metadata and, every 2 s, a table computed from its
-// Prometheus metrics (GET /api/metrics?endpoint=<name>): calls/s, errors, in flight, p50/p99.
-// Everything that comes from the network goes into the page as text, never as HTML.
+// before "synced" is gone. The overview (#/) lists jobs, running ones first and then ended ones,
+// latest first, each with its endpoints and a chart of its traffic from the registry's history
+// (GET /api/history); a job's page (#/job/<id>, job.js) has its replicas, events, logs and
+// charts; an endpoint's page (#/endpoint/<name>) shows its fields and metadata, its history and,
+// every 2 s, a table computed from its Prometheus metrics (GET /api/metrics?endpoint=<name>):
+// calls/s, errors, in flight, p50/p99. Charts are drawn by charts.js. Everything that comes from
+// the network goes into the page as text, never as HTML.
 'use strict';
 
 const TOKEN_KEY = 'troupe.clusterToken';
@@ -14,6 +17,7 @@ const RECONNECT_MS = 1000;  // after the event stream ends or fails
 const GONE_MS = 2000;       // how long a removed endpoint's row stays, marked gone
 const METRICS_MS = 2000;    // the metrics poll period on an endpoint's page
 const SILENCE_MS = 45000;   // a stream this silent (keepalives come every 15 s) is dead
+const HISTORY_MS = 5000;    // the overview's history poll period
 
 const $ = (id) => document.getElementById(id);
 const collate = new Intl.Collator('en', {numeric: true}).compare;
@@ -45,7 +49,7 @@ function api(path, signal) {
 
 // ---- The model, jobs and endpoints, each entry holding its part of the overview.
 
-const jobs = new Map();       // jobId -> {jobId, state, reason, listed, section, parts...}
+const jobs = new Map();       // jobId -> {jobId, state, reason, endedAt, listed, section, ...}
 const endpoints = new Map();  // name -> {ep, confirmed, gone, goneTimer, row, cells}
 let synced = false;           // the current stream has sent its whole snapshot
 
@@ -73,15 +77,35 @@ function jobEntry(jobId) {
   if (jobs.has(jobId)) return jobs.get(jobId);
   const section = clone('job-template');
   section.dataset.job = jobId;
-  section.querySelector('.job-id').textContent = jobId;
-  const job = {jobId, state: 'running', reason: '', listed: false, section,
+  const link = section.querySelector('.job-id a');
+  link.textContent = jobId;
+  link.setAttribute('href', '#/job/' + encodeURIComponent(jobId));
+  const job = {jobId, state: 'running', reason: '', endedAt: 0, listed: false, section,
                stateEl: section.querySelector('.job-state'),
                reasonEl: section.querySelector('.reason'),
+               endedEl: section.querySelector('.ended'),
+               sparkEl: section.querySelector('.spark'),
                tbody: section.querySelector('tbody'), emptyEl: section.querySelector('.empty'),
                tableEl: section.querySelector('.table-wrap')};
   jobs.set(jobId, job);
-  insertSorted($('jobs'), section, 'job', jobId);
+  placeJob(job);
   return job;
+}
+
+// Running jobs first, by name; then ended ones, the latest ended first.
+function jobOrder(job) {
+  if (job.state !== 'ended') return '0 ' + job.jobId;
+  return '1 ' + String(9e15 - (job.endedAt || 0)).padStart(16, '0') + ' ' + job.jobId;
+}
+
+function placeJob(job) {
+  const key = jobOrder(job);
+  if (job.section.dataset.order === key && job.section.parentNode) return;
+  job.section.dataset.order = key;
+  const parent = $('jobs');
+  const next = Array.from(parent.children).find((c) => c !== job.section &&
+                                                   collate(c.dataset.order, key) > 0);
+  parent.insertBefore(job.section, next || null);
 }
 
 // Shows the job's state, or drops its section when nothing keeps it: no endpoint rows, not
@@ -92,20 +116,29 @@ function settleJob(job) {
     job.section.remove();
     jobs.delete(job.jobId);
   } else {
-    job.stateEl.textContent = job.state;
-    job.stateEl.className = 'badge job-' + job.state;
+    const outcome = jobOutcome(job.state, job.reason);
+    job.stateEl.textContent = outcome;
+    job.stateEl.className = 'badge job-state job-' + outcome;
     job.reasonEl.textContent = job.reason;
+    job.endedEl.textContent = job.state === 'ended' && job.endedAt ?
+        'ended ' + formatTime(job.endedAt) : '';
+    placeJob(job);
     job.emptyEl.hidden = rows > 0;
     job.tableEl.hidden = rows === 0;
   }
   $('no-jobs').hidden = jobs.size > 0;
 }
 
+// A JobStatus (the event stream's jobEnded), or a JobInfo (/api/state) with its times.
 function setJobStatus(raw) {
-  if (!raw || !raw.jobId) return null;
-  const job = jobEntry(String(raw.jobId));
-  job.state = String(raw.state || 'running');
-  job.reason = String(raw.reason || '');
+  const info = raw && raw.status ? raw : {status: raw};
+  const status = info.status || {};
+  if (!status.jobId) return null;
+  const job = jobEntry(String(status.jobId));
+  job.state = String(status.state || 'running');
+  job.reason = String(status.reason || '');
+  const ended = Number(info.endedAtMillis || 0);
+  job.endedAt = job.state !== 'ended' ? 0 : ended || job.endedAt || Date.now();
   settleJob(job);
   return job;
 }
@@ -129,7 +162,7 @@ function upsertEndpoint(raw) {
   clearTimeout(entry.goneTimer);
   Object.assign(entry, {ep, confirmed: true, gone: false, goneTimer: 0});
   const job = jobEntry(ep.jobId);
-  if (job.state === 'ended') Object.assign(job, {state: 'running', reason: ''});
+  if (job.state === 'ended') Object.assign(job, {state: 'running', reason: '', endedAt: 0});
   if (!entry.row) {
     entry.row = clone('endpoint-template');
     entry.row.dataset.endpoint = ep.name;
@@ -178,6 +211,29 @@ function applyEvent(ev) {
   if (page.name !== null) renderEndpointPage();
 }
 
+// ---- The overview's charts: each job's traffic, from the registry's history.
+
+let historyTimer = 0;
+
+async function pollHistory() {
+  clearTimeout(historyTimer);
+  try {
+    const res = await api('/api/history');
+    if (res.ok) {
+      const history = normHistory(await res.json());
+      const byJob = new Map(history.jobs.map((s) => [s.name, s]));
+      for (const job of jobs.values()) {
+        const series = byJob.get(job.jobId);
+        job.sparkEl.replaceChildren();
+        if (series && history.interval > 0) job.sparkEl.append(drawSparkline(history, series));
+      }
+    }
+  } catch (e) {
+    // The next poll tries again; the connection indicator says what is wrong.
+  }
+  historyTimer = setTimeout(pollHistory, HISTORY_MS);
+}
+
 // ---- The connection: /api/state, then the event stream until it ends, and again.
 
 let cycle = 0;         // the current connection attempt; older ones stop
@@ -198,6 +254,7 @@ function needToken() {
   $('token-error').textContent = 'The registry refused that token.';
   $('token-error').hidden = !refused;
   $('token-form').hidden = false;
+  $('views').hidden = true;
   setConnection('token');
 }
 
@@ -429,8 +486,23 @@ function showMetrics(text) {
       'updated ' + new Date().toLocaleTimeString() + (prev ? '' : '; rates after the next fetch');
 }
 
+// The endpoint's history: its traffic and latency charts.
+async function endpointHistory(gen) {
+  const jobId = page.last ? page.last.jobId : page.name.split('/')[0];
+  const res = await api('/api/history?job=' + encodeURIComponent(jobId));
+  if (!res.ok || gen !== page.gen) return;
+  const history = normHistory(await res.json());
+  if (gen !== page.gen) return;
+  const series = history.endpoints.find((s) => s.name === page.name) ||
+                 {name: page.name, samples: []};
+  $('endpoint-history').replaceChildren(
+      drawChart('traffic', history, series, trafficLines(series)),
+      drawChart('latency', history, series, latencyLines()));
+}
+
 function pollMetrics(gen) {
   const status = (text) => { if (gen === page.gen) $('metrics-status').textContent = text; };
+  endpointHistory(gen).catch(() => {});
   api('/api/metrics?endpoint=' + encodeURIComponent(page.name))
       .then(async (res) => {
         const text = await res.text();
@@ -457,12 +529,16 @@ function decode(text) {
 function route() {
   const match = /^#\/endpoint\/(.+)$/.exec(location.hash);
   const name = match ? decode(match[1]) : null;  // a malformed link shows the overview
+  const jobMatch = /^#\/job\/(.+)$/.exec(location.hash);
+  const jobId = jobMatch ? decode(jobMatch[1]) : null;
   clearTimeout(page.timer);
   Object.assign(page, {name, last: null, ageEl: null, prev: null, gen: page.gen + 1});
   page.rows.clear();
   $('metrics-body').replaceChildren();
-  $('overview').hidden = name !== null;
+  $('endpoint-history').replaceChildren();
+  $('overview').hidden = name !== null || jobId !== null;
   $('endpoint-view').hidden = name === null;
+  openJobPage(jobId);
   if (name === null) return;
   $('metrics-status').textContent = 'loading…';
   renderEndpointPage();
@@ -481,10 +557,12 @@ $('token-form').addEventListener('submit', (event) => {
   sessionStorage.setItem(TOKEN_KEY, token);
   $('token-input').value = '';
   $('token-form').hidden = true;
+  $('views').hidden = false;
   connect();
-  if (page.name !== null) route();
+  route();
 });
 window.addEventListener('hashchange', route);
 setInterval(tick, 1000);
 route();
 connect();
+pollHistory();

@@ -46,10 +46,10 @@ kj::String endpointJson(const Endpoint& e) {
   return toJson(b.asReader());
 }
 
-kj::String jobJson(const JobStatus& status) {
+kj::String jobInfoJson(const JobInfo& info) {
   capnp::MallocMessageBuilder message;
-  auto b = message.initRoot<schema::JobStatus>();
-  toCapnp(status, b);
+  auto b = message.initRoot<schema::JobInfo>();
+  toCapnp(info, b);
   return toJson(b.asReader());
 }
 
@@ -324,7 +324,8 @@ RegistryHttp::RegistryHttp(EventLoop& loop, kj::Own<RegistryTable> table,
 RegistryHttp::~RegistryHttp() noexcept(false) {}
 
 std::vector<std::string> RegistryHttp::publicPaths() {
-  return {"/", "/index.html", "/dashboard.js", "/dashboard.css", "/favicon.ico", "/healthz"};
+  return {"/",       "/index.html",    "/dashboard.js", "/charts.js",
+          "/job.js", "/dashboard.css", "/favicon.ico",  "/healthz"};
 }
 
 const kj::HttpHeaderTable& RegistryHttp::table() const {
@@ -367,7 +368,7 @@ kj::Promise<void> RegistryHttp::request(kj::HttpMethod, kj::StringPtr url, const
 
 kj::Promise<void> RegistryHttp::state(Response& response) {
   kj::Vector<kj::String> jobs;
-  for (auto& j : registry->jobList()) jobs.add(jobJson(j.status));
+  for (auto& j : registry->jobList()) jobs.add(jobInfoJson(j));
   kj::Vector<kj::String> endpoints;
   for (auto& e : registry->resolve("")) endpoints.add(endpointJson(e));
   auto body = kj::str("{\"jobs\":[", kj::strArray(jobs, ","), "],\"endpoints\":[",

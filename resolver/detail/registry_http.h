@@ -3,7 +3,7 @@
 //
 //   GET /                       the dashboard (HTML), /dashboard.js, /dashboard.css
 //   GET /healthz                200 "ok" while the registry serves
-//   GET /api/state              {"jobs": [JobStatus...], "endpoints": [Endpoint...]} (JSON, as
+//   GET /api/state              {"jobs": [JobInfo...], "endpoints": [Endpoint...]} (JSON, as
 //                               capnp-json writes schemas/registry.capnp's structs)
 //   GET /api/events             server-sent events, one `data:` line per WatchEvent as JSON
 //                               ({"added": Endpoint}, {"changed": ...}, {"removed": ...},

@@ -1,14 +1,21 @@
 #!/usr/bin/python3
 """The registry's dashboard in a real headless browser.
 
-    dashboard_test.py BIN_DIR
+    dashboard_test.py BIN_DIR [SCREENSHOT_DIR]
 
-Starts `troupe registry --http` and two replicas of troupe_test_host_actor (job "dash"), opens
-the dashboard in Debian's chromium through a chromedriver of its own, and checks that it shows
-the endpoints live, an endpoint's metrics, a killed replica's row going away without a reload,
-and an endpoint's hostile metadata as plain text. Every port is 0 and read back; every wait is
-on the condition itself, with a deadline; every process started here is stopped by its pid.
-Prints one line per check and exits 0 only when all of them passed.
+Starts `troupe registry --http` (with a short history interval) and two replicas of
+troupe_test_host_actor (job "dash"), a job of two replicas through `troupe launch` (job "lj"),
+and two short jobs that succeed and fail; opens the dashboard in Debian's chromium through a
+chromedriver of its own, and checks that it shows the endpoints live, jobs in order (running
+first, then ended ones, the latest first) with their outcome and end time, each job's traffic
+chart from the registry's history, a job's page (replicas with state, pid, host and restarts,
+resources, events, the last log lines, charts per job and per endpoint), an endpoint's history
+and metrics, a killed replica's row going away without a reload, an endpoint's hostile metadata
+as plain text, and, on a registry with a cluster token, the token form alone. Saves a
+screenshot of each page (overview, job, endpoint, token) as PNG in SCREENSHOT_DIR (default: a
+"dashboard-screenshots" folder beside BIN_DIR) for a person to look at. Every port is 0 and
+read back; every wait is on the condition itself, with a deadline; every process started here
+is stopped by its pid. Prints one line per check and exits 0 only when all of them passed.
 """
 
 import os
@@ -101,9 +108,10 @@ class Process:
 
 
 class DashboardTest:
-    def __init__(self, bin_dir, tmp):
+    def __init__(self, bin_dir, tmp, screenshots):
         self.bin_dir = bin_dir
         self.tmp = tmp
+        self.screenshots = screenshots
         self.processes = []
         self.driver = None
         self.env = dict(os.environ)  # what every child starts from
@@ -135,10 +143,22 @@ class DashboardTest:
 
     # ---- Setting up.
 
+    def troupe(self, *args):
+        return [os.path.join(self.bin_dir, "troupe"), *args]
+
+    def screenshot(self, name):
+        os.makedirs(self.screenshots, exist_ok=True)
+        path = os.path.join(self.screenshots, name + ".png")
+        self.driver.set_window_size(1200, 900)
+        height = self.js("return document.documentElement.scrollHeight")
+        self.driver.set_window_size(1200, max(900, min(int(height) + 140, 6000)))
+        self.check(f"a screenshot of the {name} page is saved",
+                   self.driver.save_screenshot(path) and os.path.getsize(path) > 0, path)
+
     def start_registry(self):
-        registry = self.start("registry", [os.path.join(self.bin_dir, "troupe"), "registry",
-                                           "--listen", "tcp://127.0.0.1:0",
-                                           "--http", "127.0.0.1:0"], self.env)
+        registry = self.start("registry", self.troupe("registry", "--listen", "tcp://127.0.0.1:0",
+                                                      "--http", "127.0.0.1:0",
+                                                      "--history-interval", "500ms"), self.env)
         self.registry_address = registry.wait_line("LISTENING ").split(" ", 1)[1]
         self.http = registry.wait_line("HTTP ").split(" ", 1)[1].rstrip("/")
         self.check("registry listens on 127.0.0.1",
@@ -154,6 +174,22 @@ class DashboardTest:
                    TROUPE_METRICS="127.0.0.1:0")
         return self.start(f"replica-{index}",
                           [os.path.join(self.bin_dir, "troupe_test_host_actor")], env)
+
+    def launch(self, name, replicas, binary, wait_for):
+        """`troupe launch` of `replicas` replicas of `binary` as job `name`."""
+        env = dict(self.env, TROUPE_METRICS="127.0.0.1:0")
+        process = self.start(f"launch-{name}", self.troupe(
+            "launch", "--resolver", self.resolver, "--name", name, "--replicas", str(replicas),
+            "--ram", "64Mi", "--log-dir", os.path.join(self.tmp, "logs"), "--", binary), env)
+        process.wait_line(wait_for)
+        return process
+
+    def make_calls(self, target, count):
+        for _ in range(count):
+            subprocess.run(self.troupe("call", "--resolver", self.resolver, target,
+                                       "member.whoami"),
+                           env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=30, check=True)
 
     def start_browser(self):
         self.chromedriver_log = os.path.join(self.tmp, "chromedriver-verbose.log")
@@ -188,6 +224,15 @@ class DashboardTest:
     def rows_present(self, *names):
         return lambda d: all(d.find_elements(By.CSS_SELECTOR, self.row(n)) for n in names)
 
+    def chart_points(self, selector):
+        """The samples the first chart under `selector` draws, or 0 when there is none."""
+        return self.js("const c = document.querySelector(arguments[0]);"
+                       "return c ? Number(c.dataset.points) : 0;", selector)
+
+    def job_order(self):
+        return self.js("return Array.from(document.querySelectorAll('#jobs > .job'))"
+                       ".map((s) => s.dataset.job);")
+
     def marker_unchanged(self):
         self.check("the page did not reload", self.js("return window.__loaded") == self.marker,
                    f"window.__loaded is {self.js('return window.__loaded')!r}")
@@ -202,6 +247,94 @@ class DashboardTest:
         self.marker = secrets.token_hex(8)
         self.js("window.__loaded = arguments[0];", self.marker)
 
+    def overview_history_and_order(self):
+        self.make_calls("dash/", 20)
+        self.wait("job dash's traffic chart has samples from the registry's history",
+                  lambda d: self.chart_points('[data-job="dash"] .spark .chart') >= 2)
+        self.check("its path is drawn",
+                   bool(self.driver.find_elements(By.CSS_SELECTOR,
+                                                  '[data-job="dash"] .spark path.line.calls')))
+        self.wait("the job that succeeded shows a green 'succeeded' badge with its end time",
+                  lambda d: self.js(
+                      "const s = document.querySelector('[data-job=\"ok-job\"]');"
+                      "return s && s.querySelector('.job-state').className.includes('job-succeeded')"
+                      " && s.querySelector('.ended').textContent.startsWith('ended ');"))
+        self.wait("the job that failed shows a red 'failed' badge",
+                  lambda d: self.js(
+                      "const s = document.querySelector('[data-job=\"bad-job\"]');"
+                      "return s && s.querySelector('.job-state').className.includes('job-failed')"
+                      " && s.querySelector('.job-state').textContent === 'failed';"))
+        color = self.js("return getComputedStyle(document.querySelector("
+                        "'[data-job=\"bad-job\"] .job-state')).color")
+        self.check("the failed badge is red", color == "rgb(180, 35, 24)", color)
+        order = self.job_order()
+        self.check("running jobs come first, then ended ones, the latest ended first",
+                   order.index("dash") < order.index("bad-job")
+                   and order.index("lj") < order.index("bad-job")
+                   and order.index("bad-job") < order.index("ok-job"), repr(order))
+        self.screenshot("overview")
+
+    def job_page(self):
+        self.make_calls("lj/", 20)
+        self.driver.find_element(By.CSS_SELECTOR, '[data-job="lj"] .job-id a').click()
+        self.wait("the page of job lj opens",
+                  lambda d: d.execute_script("return location.hash") == "#/job/lj"
+                  and d.find_element(By.ID, "job-view").is_displayed())
+        self.wait("its replicas are listed running, with pids, host and restarts",
+                  lambda d: self.js(
+                      "const rows = document.querySelectorAll('#replicas-body tr');"
+                      "return rows.length === 2 && Array.from(rows).every((r) =>"
+                      " r.cells[1].textContent === 'running' && /^[0-9]+$/.test(r.cells[2].textContent)"
+                      " && r.cells[3].textContent !== '–' && r.cells[4].textContent === '0');"))
+        pids = self.js("return Array.from(document.querySelectorAll('#replicas-body tr'))"
+                       ".map((r) => Number(r.cells[2].textContent));")
+        launched = sorted(int(line.rsplit(" ", 1)[1]) for line in self.lj.seen
+                          if line.startswith("  replica ") and ", pid " in line)
+        self.check("the pids are those troupe launch started", sorted(pids) == launched[-2:],
+                   f"{pids} vs {launched}")
+        fields = self.js("return document.getElementById('job-fields').textContent")
+        self.check("its resources and launcher are shown",
+                   "64 MiB memory" in fields and "local" in fields, fields)
+        self.wait("its events say how it was created and its replicas registered",
+                  lambda d: "created by a local launcher, 2 replica(s)" in self.js(
+                      "return document.getElementById('job-events').textContent")
+                  and "lj/member-1 is ready" in self.js(
+                      "return document.getElementById('job-events').textContent"))
+        self.wait("the last lines of each replica's log are shown",
+                  lambda d: self.js(
+                      "const logs = document.querySelectorAll('#job-logs .log pre');"
+                      "return logs.length === 2 && logs[1].textContent.includes("
+                      "'troupe: job lj, replica 1, start 1');"))
+        self.wait("charts for the job and for each endpoint have samples",
+                  lambda d: self.chart_points('#job-charts .chart') >= 2
+                  and self.chart_points('[data-endpoint="lj/member-0"] .chart') >= 2
+                  and self.chart_points('[data-endpoint="lj/member-1"] .chart') >= 2)
+        self.wait("the job's traffic shows the calls made",
+                  lambda d: self.js(
+                      "return Array.from(document.querySelectorAll('#job-charts path.line.calls'))"
+                      ".length > 0;"))
+        self.screenshot("job")
+        self.driver.back()
+        self.wait("back on the overview from the job page",
+                  lambda d: d.find_element(By.ID, "overview").is_displayed())
+
+    def token_page(self):
+        token_file = os.path.join(self.tmp, "cluster-token")
+        with open(token_file, "w") as f:
+            f.write(secrets.token_hex(16))
+        os.chmod(token_file, 0o600)
+        registry = self.start("registry-token", self.troupe(
+            "registry", "--listen", "tcp://127.0.0.1:0", "--http", "127.0.0.1:0",
+            "--token-file", token_file), self.env)
+        http = registry.wait_line("HTTP ").split(" ", 1)[1].rstrip("/")
+        self.driver.get(http + "/")
+        self.wait("behind a cluster token, the token form shows",
+                  lambda d: d.find_element(By.ID, "token-form").is_displayed())
+        self.check("and nothing else: no 'No jobs registered.' under it",
+                   not self.driver.find_element(By.ID, "no-jobs").is_displayed()
+                   and not self.driver.find_element(By.ID, "views").is_displayed())
+        self.screenshot("token")
+
     def endpoint_page(self):
         link = self.driver.find_element(By.CSS_SELECTOR, self.row("dash/member-0") + " a")
         link.click()
@@ -211,6 +344,9 @@ class DashboardTest:
         self.wait("a metrics row for member.whoami",
                   lambda d: d.find_elements(
                       By.CSS_SELECTOR, 'tr[data-actor="member"][data-method="whoami"]'))
+        self.wait("the endpoint's history charts have samples",
+                  lambda d: self.chart_points('#endpoint-history .chart') >= 2)
+        self.screenshot("endpoint")
         self.driver.back()
         self.wait("back on the overview",
                   lambda d: d.find_element(By.ID, "overview").is_displayed()
@@ -260,11 +396,19 @@ class DashboardTest:
     def run(self):
         self.start_registry()
         replicas = [self.start_replica(i) for i in range(2)]
+        self.lj = self.launch("lj", 2, os.path.join(self.bin_dir, "troupe_test_host_actor"),
+                              "  replica 1: running")
+        for name, binary in [("ok-job", "/bin/true"), ("bad-job", "/bin/false")]:
+            done = self.launch(name, 1, binary, f"job {name}: ")
+            done.popen.wait(timeout=START_TIMEOUT)
         self.start_browser()
         self.overview()
+        self.overview_history_and_order()
+        self.job_page()
         self.endpoint_page()
         self.kill_replica(replicas[1])
         self.hostile_metadata()
+        self.token_page()
         self.console_clean()
 
     def cleanup(self):
@@ -281,17 +425,19 @@ class DashboardTest:
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     bin_dir = os.path.abspath(sys.argv[1])
+    screenshots = (os.path.abspath(sys.argv[2]) if len(sys.argv) == 3
+                   else os.path.join(os.path.dirname(bin_dir), "dashboard-screenshots"))
     # Nothing goes through a proxy, ours (the WebDriver client) or the children's: every address
     # here is 127.0.0.1.
     for key in list(os.environ):
         if key.lower() in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
             del os.environ[key]
     tmp = tempfile.mkdtemp(prefix="troupe-dashboard-test-")
-    test = DashboardTest(bin_dir, tmp)
+    test = DashboardTest(bin_dir, tmp, screenshots)
     ok = True
     try:
         test.run()
