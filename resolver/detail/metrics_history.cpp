@@ -136,6 +136,7 @@ MetricsHistory::Series* MetricsHistory::series(std::map<std::string, Series, std
 
 void MetricsHistory::push(Series& s, Sample sample) {
   if (s.ring.size() < capacity) {
+    if (s.ring.empty()) s.ring.reserve(capacity);  // exactly: growing by doubling would waste
     s.ring.push_back(sample);
   } else {
     s.ring[s.next] = sample;
