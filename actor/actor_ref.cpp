@@ -5,6 +5,7 @@
 
 #include "troupe/actor/endpoint.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/limits.h"
 
 namespace troupe {
 
@@ -192,6 +193,13 @@ capnp::Capability::Client ActorRefBase::capability() {
 }
 
 kj::Maybe<uint64_t> ActorRefBase::incarnation() const { return state->incarnation; }
+
+kj::Exception ActorRefBase::notSent(kj::Exception&& e) const {
+  KJ_IF_MAYBE(tooLarge, tooLargeToBuild(e, state->channel->maxMessageBytes())) {
+    return kj::mv(*tooLarge);
+  }
+  return kj::mv(e);
+}
 
 kj::Promise<uint64_t> ActorRefBase::ping(CallOptions options) {
   auto promise = state->channel->host().pingRequest().send().then(

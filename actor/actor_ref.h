@@ -13,6 +13,7 @@
 
 #include <capnp/capability.h>
 #include <kj/async.h>
+#include <kj/function.h>
 #include <kj/refcount.h>
 
 #include "troupe/base/event_loop.h"
@@ -130,6 +131,14 @@ public:
   // connection breaks; ask again afterwards.
   capnp::Capability::Client capability();
 
+  // Runs `send`, which builds a request on capability() (or a chain of them) and sends it,
+  // returning its promise. When `send` throws instead, the promise rejects with what it threw;
+  // when that is Cap'n Proto refusing a value too large for any message (a Data of 512 MiB or
+  // more), it rejects with MESSAGE_TOO_LARGE (tooLargeToBuild(), net/limits.h): the request
+  // was never sent.
+  template <typename V>
+  kj::Promise<V> start(kj::FunctionParam<kj::Promise<V>()> send);
+
   // Applies the call's deadline (or the default one) to `promise`, drops the connection when
   // the call fails because it broke, so that the next call connects again, and counts the call
   // in metrics() (unless the options say not to).
@@ -180,6 +189,8 @@ private:
   kj::Maybe<kj::Duration> deadlineOf(const CallOptions& options) const;
   // Rejects with DEADLINE_EXCEEDED (naming the actor and its address) after `deadline`.
   kj::Promise<void> expiry(kj::Duration deadline) const;
+  // What start() rejects with when its function threw `e`.
+  kj::Exception notSent(kj::Exception&& e) const;
 
   kj::Own<actor_detail::ActorRefState> state;
 };
@@ -214,12 +225,21 @@ public:
   template <typename Fn>
   auto call(Fn&& fn, CallOptions options = {}) -> kj::Promise<CallValue<Fn, typename T::Client>> {
     using Value = CallValue<Fn, typename T::Client>;
-    kj::Promise<Value> promise = kj::evalNow([&]() -> kj::Promise<Value> { return fn(client()); });
+    auto promise = start<Value>([&]() -> kj::Promise<Value> { return fn(client()); });
     return finishCall(kj::mv(promise), options);
   }
 };
 
 // ---------------------------------------------------------------------------------------------
+
+template <typename V>
+kj::Promise<V> ActorRefBase::start(kj::FunctionParam<kj::Promise<V>()> send) {
+  kj::Promise<V> promise = nullptr;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { promise = send(); })) {
+    return notSent(kj::mv(*e));
+  }
+  return promise;
+}
 
 template <typename V>
 kj::Promise<V> ActorRefBase::finishCall(kj::Promise<V> promise, const CallOptions& options) {

@@ -92,6 +92,9 @@ public:
   const TransportCounters& transport() const { return counters; }
   uint64_t connectionsMade() const { return connectionsMade_; }
 
+  // The largest message it sends or accepts (ChannelOptions::maxMessageBytes).
+  uint64_t maxMessageBytes() const { return options.maxMessageBytes; }
+
   void collectMetrics(MetricsSnapshot& out) const override;
 
 private:

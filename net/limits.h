@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include <kj/exception.h>
 #include <kj/time.h>
 
 namespace troupe {
@@ -14,6 +15,18 @@ namespace troupe {
 // closes that connection (its other connections keep serving). A receiver allocates at most
 // this much for a message before reading it.
 constexpr uint64_t DEFAULT_MAX_MESSAGE_BYTES = uint64_t{512} << 20;
+
+// The MESSAGE_TOO_LARGE error for a message of `bytes` (a request or a response, framing left
+// out) over `maxMessageBytes`, refused before any of it was sent: it names the limit in MiB and
+// points at blobs (troupe/actor/blob.h), which stream payloads of any size in chunks.
+kj::Exception messageTooLarge(uint64_t bytes, uint64_t maxMessageBytes);
+
+// What a message that could not be built because of `e` fails with: MESSAGE_TOO_LARGE (worded as
+// messageTooLarge() is) when `e` is Cap'n Proto refusing a value too large for any message (a
+// Data or Text of 512 MiB or more, a list of 2^29 elements or more: kj's "integer overflow" and
+// the like), since every such message is over the limit too; null for any other error. Building
+// a request happens before it is sent, so a call that fails this way never ran.
+kj::Maybe<kj::Exception> tooLargeToBuild(const kj::Exception& e, uint64_t maxMessageBytes);
 
 // What a server's connections may hold, together and each (ActorServerOptions::connections,
 // RegistryServerOptions::connections). Whatever its peers send, careless or hostile, a server

@@ -172,7 +172,7 @@ BroadcastFutureBase ActorPoolBase::broadcastWith(Attempt attempt, const CallOpti
       ++KJ_ASSERT_NONNULL(counted).attempts;
     }
     ActorRefBase ref = m->ref;
-    auto sent = kj::evalNow([&]() { return attempt(ref.capability()); });
+    auto sent = ref.start<kj::Own<AnyResponse>>([&]() { return attempt(ref.capability()); });
     auto call = ref.finishCall(kj::mv(sent), options)
                     .then(
                         [&pool, &s, i, counted](kj::Own<AnyResponse>&& response) {

@@ -154,7 +154,9 @@ public:
   struct Impl;  // in actor_pool.cpp
 
   // One attempt of a call (or one member's call of a broadcast) on a member's capability, with
-  // its response's type erased (call_result.h), so that what surrounds it compiles once.
+  // its response's type erased (call_result.h), so that what surrounds it compiles once. What
+  // the call function throws while building its request it throws on, so that the pool knows
+  // the request was never sent (ActorRefBase::start).
   using Attempt = kj::Function<kj::Promise<kj::Own<AnyResponse>>(capnp::Capability::Client)>;
 
 private:
@@ -232,7 +234,8 @@ private:
 template <typename V, typename Fn>
 ActorPoolBase::Attempt ActorPoolBase::erase(Fn&& fn) {
   return [fn = kj::fwd<Fn>(fn)](capnp::Capability::Client c) mutable {
-    kj::Promise<V> sent = kj::evalNow([&]() -> kj::Promise<V> { return fn(kj::mv(c)); });
+    // What `fn` throws is thrown on: ActorRefBase::start() tells a request too large to build.
+    kj::Promise<V> sent = fn(kj::mv(c));
     return sent.then([](V&& value) { return wrapResponse(kj::mv(value)); });
   };
 }

@@ -9,8 +9,8 @@
 #include <kj/debug.h>
 
 #include "troupe/base/buffer_cache.h"
-#include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
+#include "troupe/net/limits.h"
 
 namespace troupe::net_detail {
 
@@ -199,11 +199,7 @@ void RpcNetwork::send(OutgoingMessage& message) {
   auto segments = message.message.getSegmentsForOutput();
   uint64_t bytes = 0;
   for (auto& s : segments) bytes += s.size() * sizeof(word);
-  if (bytes > maxMessageBytes) {
-    throwError(ErrorCode::MESSAGE_TOO_LARGE,
-               kj::str("outgoing message of ", bytes, " bytes exceeds this side's ",
-                       maxMessageBytes, "-byte limit; not sent"));
-  }
+  if (bytes > maxMessageBytes) kj::throwFatalException(messageTooLarge(bytes, maxMessageBytes));
   KJ_IF_MAYBE(write, messages.queueMessage(segments)) {
     largeWrites.add(write->attach(kj::addRef(message)));
   }

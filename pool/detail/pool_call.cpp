@@ -103,7 +103,7 @@ kj::Promise<Attempted> PoolCall::attempting(const GroupMember& member,
   // When the attempt started, for its member's latency, when the pool counts.
   auto startedAt = counted == nullptr ? start : pool.group.loop().timer().now();
   ActorRefBase ref = member.ref;
-  auto sent = kj::evalNow([&]() { return attempt(ref.capability()); });
+  auto sent = ref.start<kj::Own<AnyResponse>>([&]() { return attempt(ref.capability()); });
   auto answer = ref.finishCall(kj::mv(sent), CallOptions{.idempotent = idempotent});
   if (pool.health.watches(idempotent)) {
     // Rejects when the member should be given up on (see MemberHealth::watch).

@@ -8,6 +8,7 @@
 #include "troupe/actor/dynamic_actor.h"
 #include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
+#include "troupe/net/limits.h"
 #include "troupe/resolver/open_resolver.h"
 #include "python/src/errors.h"
 #include "python/src/values.h"
@@ -337,8 +338,18 @@ std::shared_ptr<PreparedCall> Methods::prepare(const std::string& method, py::ha
       }
     }
   }
-  fillStruct(root, params, call->method.signature, &call->borrowed);
-  fillStruct(root, fields, call->method.signature, &call->borrowed);
+  try {
+    fillStruct(root, params, call->method.signature, &call->borrowed);
+    fillStruct(root, fields, call->method.signature, &call->borrowed);
+  } catch (const kj::Exception& e) {
+    // A value too large for any message (a Data of 512 MiB or more) is refused as the
+    // connection refuses a message over its limit: nothing was sent. The module's connections
+    // keep the default limit.
+    KJ_IF_MAYBE(tooLarge, tooLargeToBuild(e, DEFAULT_MAX_MESSAGE_BYTES)) {
+      raise(*tooLarge);
+    }
+    throw;
+  }
   call->options.idempotent = idempotent;
   if (timeout) call->options.deadline = durationOf(*timeout, "timeout");
   return call;

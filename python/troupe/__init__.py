@@ -145,7 +145,8 @@ class Unimplemented(Error):
 
 
 class MessageTooLarge(Error):
-    """A message over the size limit."""
+    """A message over the size limit (512 MiB), refused before it was sent: the call never ran.
+    Send payloads that large as blobs (Pool.broadcast_blob)."""
 
 
 class Unauthenticated(Error):

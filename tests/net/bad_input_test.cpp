@@ -1,10 +1,14 @@
 // Bad input reaching a server: it gets a clear error on the side that caused it, and the server
 // keeps serving everyone else.
 
+#include <string>
+
 #include <capnp/rpc.capnp.h>
 #include <capnp/serialize-async.h>
 #include <gtest/gtest.h>
 
+#include "troupe/net/bytes.h"
+#include "troupe/net/limits.h"
 #include "tests/support/server_fixture.h"
 
 namespace troupe {
@@ -77,6 +81,98 @@ TEST_F(BadInputTest, ARequestOverTheSendersLimitFailsOnlyThatCall) {
   // The same connection still works.
   auto r = echoBytes(echo, 1000).wait(ws());
   EXPECT_EQ(r.getPayload().size(), 1000u);
+}
+
+// The error of a request over the limit says so, names the limit and what to use instead.
+void expectTooLarge(const kj::Exception& e) {
+  std::string description = e.getDescription().cStr();
+  EXPECT_EQ(errorCode(e), ErrorCode::MESSAGE_TOO_LARGE) << description;
+  EXPECT_TRUE(callNeverRan(errorCode(e)));
+  EXPECT_NE(description.find("512 MiB"), std::string::npos) << description;
+  EXPECT_NE(description.find("blobs"), std::string::npos) << description;
+}
+
+TEST_F(BadInputTest, AValueTooLargeForAnyMessageFailsBeforeItIsSent) {
+  auto echo = ref<Echo>("echo");
+  constexpr size_t SIZE = size_t{512} << 20;  // Cap'n Proto's Data hold less
+  // Built in the message: refused before anything is allocated.
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                echo.call([](Echo::Client c) {
+                      auto q = c.echoRequest();
+                      q.initPayload(SIZE);
+                      return q.send();
+                    })
+                    .wait(ws());
+              })) {
+    expectTooLarge(*e);
+  } else {
+    ADD_FAILURE() << "a 512 MiB Data went through";
+  }
+  // Referred to: memory of the caller's own, never touched, so never resident.
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                echo.call([](Echo::Client c) {
+                      auto q = c.echoRequest();
+                      kj::Array<const kj::byte> bytes = kj::heapArray<kj::byte>(SIZE);
+                      adoptBytes(q, &Echo::EchoParams::Builder::adoptPayload, kj::mv(bytes));
+                      return q.send();
+                    })
+                    .wait(ws());
+              })) {
+    expectTooLarge(*e);
+  } else {
+    ADD_FAILURE() << "a 512 MiB Data went through";
+  }
+  // Nothing was sent: the connection serves the next call.
+  EXPECT_EQ(echoBytes(echo, 1000).wait(ws()).getPayload().size(), 1000u);
+  EXPECT_EQ(echo.channel().connectionsMade(), 1u);
+}
+
+// Answers an echo with the size of its payload (8 bytes) and its last byte.
+class Measurer final : public Echo::Server {
+protected:
+  kj::Promise<void> echo(EchoContext context) override {
+    auto in = context.getParams().getPayload();
+    auto out = context.getResults().initPayload(9);
+    uint64_t size = in.size();
+    memcpy(out.begin(), &size, sizeof(size));
+    out[8] = size == 0 ? 0 : in[size - 1];
+    return kj::READY_NOW;
+  }
+};
+
+TEST_F(BadInputTest, ARequestJustUnderTheDefaultLimitGoesAndOneJustOverIsNotSent) {
+  server->host<Echo>("measurer", kj::heap<Measurer>());
+  auto measurer = ref<Echo>("measurer");
+  // Once the actor is found, the payload is referred to, not copied: only the pages written
+  // become resident.
+  EXPECT_EQ(echoBytes(measurer, 100).wait(ws()).getPayload().size(), 9u);
+  auto measure = [&](size_t size) {
+    return measurer.call([size](Echo::Client c) {
+      auto q = c.echoRequest();
+      auto bytes = kj::heapArray<kj::byte>(size);
+      bytes[size - 1] = 0x5a;
+      adoptBytes(q, &Echo::EchoParams::Builder::adoptPayload,
+                 kj::Array<const kj::byte>(kj::mv(bytes)));
+      return q.send();
+    });
+  };
+  // The RPC call around a payload takes a few hundred bytes of the message.
+  constexpr size_t UNDER = DEFAULT_MAX_MESSAGE_BYTES - 4096;
+  auto r = measure(UNDER).wait(ws());
+  ASSERT_EQ(r.getPayload().size(), 9u);
+  uint64_t size;
+  memcpy(&size, r.getPayload().begin(), sizeof(size));
+  EXPECT_EQ(size, UNDER);
+  EXPECT_EQ(r.getPayload()[8], 0x5a);
+
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                     [&]() { measure(DEFAULT_MAX_MESSAGE_BYTES - 8).wait(ws()); })) {
+    expectTooLarge(*e);
+  } else {
+    ADD_FAILURE() << "a message over the limit went through";
+  }
+  EXPECT_EQ(echoBytes(measurer, 100).wait(ws()).getPayload().size(), 9u);
+  EXPECT_EQ(measurer.channel().connectionsMade(), 1u);
 }
 
 TEST_F(BadInputTest, AMessageOverTheReceiversLimitDropsThatConnectionOnly) {

@@ -4,6 +4,7 @@
 #include "troupe/pool/actor_pool.h"
 
 #include <set>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <kj/debug.h>
@@ -279,6 +280,39 @@ TEST_F(ActorPoolTest, AnActorsExceptionIsNeverRetried) {
 
 // An actor's own error does not say which member raised it; callResult() does, as it does for
 // an answer.
+TEST_F(ActorPoolTest, ARequestTooLargeForAnyMessageFailsBeforeItIsSentAndTheMemberStaysIn) {
+  startReplicas(1);
+  ActorGroup<Blocker> group(loop, resolver, "job-1", "blocker");
+  group.waitReady(1, 10 * kj::SECONDS).wait(ws());
+  ActorPool<Blocker> pool(group);
+  // A Text of 512 MiB: Cap'n Proto refuses it before allocating anything.
+  auto result = pool.callResult([](Blocker::Client c) {
+                      auto q = c.holdRequest();
+                      q.initTag(uint32_t{512} << 20);
+                      return q.send();
+                    })
+                    .wait(ws());
+  auto& e = KJ_ASSERT_NONNULL(result.error);
+  std::string description = e.getDescription().cStr();
+  EXPECT_EQ(errorCode(e), ErrorCode::MESSAGE_TOO_LARGE) << description;
+  EXPECT_TRUE(callNeverRan(errorCode(e)));
+  EXPECT_NE(description.find("at most 512 MiB"), std::string::npos) << description;
+  EXPECT_NE(description.find("blobs"), std::string::npos) << description;
+  EXPECT_EQ(result.endpoint.name, "job-1/blocker-0");
+  // Tried once, never counted against the member, which takes the next call.
+  auto m = pool.metrics();
+  EXPECT_EQ(m.sum("troupe_client_attempts_total"), 1);
+  EXPECT_EQ(m.sum("troupe_client_calls_total", {{"code", "message_too_large"}}), 1);
+  EXPECT_FALSE(pool.ejected("job-1/blocker-0"));
+  auto released = pool.call([](Blocker::Client c) {
+                        auto q = c.releaseRequest();
+                        q.setTag("none");
+                        return q.send();
+                      })
+                      .wait(ws());
+  EXPECT_FALSE(released.getReleased());
+}
+
 TEST_F(ActorPoolTest, CallResultNamesTheMemberOfTheLastAttempt) {
   startReplicas(2);
   ActorGroup<Member> group(loop, resolver, "job-1", "member");

@@ -110,6 +110,21 @@ def test_large_bytes_still_arrive_as_bytes(host):
     assert type(back) is bytes and back == data[::-1]
 
 
+def test_a_request_over_the_message_limit_is_refused_before_it_is_sent(host):
+    _, pool = host(Echo, "too-large", "echo")
+    # Too large for any Cap'n Proto message; then under that, but over the 512 MiB limit with
+    # the call around it. bytes(n) is calloc'd: its pages are never made resident.
+    for size in (512 << 20, (512 << 20) - 8):
+        data = bytes(size)
+        with pytest.raises(troupe.MessageTooLarge) as raised:
+            pool.call("blob", data, False)
+        del data
+        assert raised.value.code == "message_too_large"
+        assert raised.value.may_have_run is False
+        assert "512 MiB" in str(raised.value) and "broadcast_blob" in str(raised.value)
+    assert pool.call("blob", b"abc", True) == b"cba"
+
+
 def test_an_actor_takes_blobs_while_it_serves(host):
     _, pool = host(Model, "blobs", "model")
     assert "swapIn" not in troupe.schema_of(Model)  # blob handlers are not methods
