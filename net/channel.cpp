@@ -111,6 +111,10 @@ void Channel::startConnecting() {
             auto conn = kj::heap<net_detail::RpcConnection>(kj::mv(stream), options.maxMessageBytes,
                                                             address_.kind != Address::Kind::TLS);
             conn->countInto(counters);
+            conn->onLargeMessageProgress([this](size_t bytes) {
+              largeBytesMoved += bytes;
+              largeLastMoved = loop_.timer().now();
+            });
             ++connectionsMade_;
             // Every troupe server's bootstrap is an Authenticator; the service behind it is
             // asked for at once, and calls on it are pipelined behind the authentication.

@@ -95,6 +95,14 @@ public:
   // The largest message it sends or accepts (ChannelOptions::maxMessageBytes).
   uint64_t maxMessageBytes() const { return options.maxMessageBytes; }
 
+  // Bytes of large messages (those that pass the small-message buffers: over 8 KiB read, over
+  // 16 KiB written) moved so far over its connections, either way, counted while they move
+  // rather than once a message is whole; and when some last moved (by the loop's timer), null
+  // before any did. A connection moving a large message delays whatever was sent behind it (a
+  // ping, a small call) however alive the peer is, which these tell.
+  uint64_t largeMessageBytesMoved() const { return largeBytesMoved; }
+  kj::Maybe<kj::TimePoint> largeMessageLastMoved() const { return largeLastMoved; }
+
   void collectMetrics(MetricsSnapshot& out) const override;
 
 private:
@@ -116,6 +124,8 @@ private:
   kj::Own<kj::TaskSet> tasks;
   kj::Canceler connecting;  // the connection attempt, which refers to this channel
   TransportCounters counters;
+  uint64_t largeBytesMoved = 0;
+  kj::Maybe<kj::TimePoint> largeLastMoved;
   uint64_t connectionsMade_ = 0;
   MetricsSet::Registration metricsRegistration;  // last: goes first
 };

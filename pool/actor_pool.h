@@ -55,7 +55,9 @@ struct ActorPoolOptions {
   // waiting on it go to other members at once, while calls that are not idempotent keep waiting
   // (they must not run twice; their deadline bounds them). So a member whose actor blocks its
   // server's loop for longer than probeAfter + probeTimeout counts as unresponsive: raise both
-  // for such actors. Zero `probeAfter`: no probes. Defaults 1 s and 1 s.
+  // for such actors. A ping that is late while the member's connection moves a large message
+  // (a big request or response, either way, which the ping waits behind) is not unanswered:
+  // the member is busy, not stuck. Zero `probeAfter`: no probes. Defaults 1 s and 1 s.
   kj::Duration probeAfter = 1 * kj::SECONDS;
   kj::Duration probeTimeout = 1 * kj::SECONDS;
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 
-#include <capnp/serialize-async.h>
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
@@ -81,7 +80,27 @@ uint32_t readLe32(const kj::byte* p) {
 
 uint64_t millis(kj::Duration d) { return d / kj::MILLISECONDS; }
 
+// Writes the segment table of a message of `segments` at `out` (tableBytes(segments.size())).
+void writeTable(kj::byte* out, kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
+  memset(out, 0, tableBytes(segments.size()));
+  uint32_t count = static_cast<uint32_t>(segments.size() - 1);
+  memcpy(out, &count, sizeof(count));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    uint32_t words = static_cast<uint32_t>(segments[i].size());
+    memcpy(out + 4 + i * 4, &words, sizeof(words));
+  }
+}
+
 }  // namespace
+
+// A large message being written: its table, and where the next step starts.
+struct BoundedMessageStream::LargeWrite {
+  kj::Array<kj::byte> table;
+  kj::Array<kj::ArrayPtr<const kj::byte>> pieces;  // the table, then each segment
+  size_t piece = 0;
+  size_t offset = 0;                              // into pieces[piece]
+  kj::Vector<kj::ArrayPtr<const kj::byte>> step;  // what the write in flight writes
+};
 
 // ------------------------------------------------------------------------------------------------
 // The budget of incomplete messages
@@ -304,14 +323,8 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
   if (readBegin == readEnd) readBegin = readEnd = 0;
 
   if (buffered == body.size()) return complete(kj::mv(words), kj::mv(segments), options);
-  size_t rest = body.size() - buffered;
-  auto read = bounded(stream.tryRead(body.begin() + buffered, rest, rest));
-  return read.then([this, rest, options, words = kj::mv(words), segments = kj::mv(segments)](
-                       size_t n) mutable -> kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> {
-    if (n < rest) {
-      kj::throwFatalException(
-          KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));
-    }
+  auto read = bounded(readRest(body.slice(buffered, body.size())));
+  return read.then([this, options, words = kj::mv(words), segments = kj::mv(segments)]() mutable {
     return complete(kj::mv(words), kj::mv(segments), options);
   });
 }
@@ -358,13 +371,26 @@ kj::Promise<void> BoundedMessageStream::readInto(kj::ArrayPtr<kj::byte> into) {
   readBegin += buffered;
   if (readBegin == readEnd) readBegin = readEnd = 0;
   if (buffered == into.size()) return kj::READY_NOW;
-  size_t rest = into.size() - buffered;
-  return bounded(stream.tryRead(into.begin() + buffered, rest, rest)).then([rest](size_t n) {
-    if (n < rest) {
-      kj::throwFatalException(
-          KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message"));
-    }
-  });
+  return bounded(readRest(into.slice(buffered, into.size())));
+}
+
+kj::Promise<void> BoundedMessageStream::readRest(kj::ArrayPtr<kj::byte> into) {
+  size_t step = std::min(into.size(), PROGRESS_STEP_BYTES);
+  return stream.tryRead(into.begin(), step, into.size())
+      .then([this, into, step](size_t n) mutable -> kj::Promise<void> {
+        moved(n);
+        if (n < step) {
+          return KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message");
+        }
+        if (n == into.size()) return kj::READY_NOW;
+        return readRest(into.slice(n, into.size()));
+      });
+}
+
+void BoundedMessageStream::moved(size_t bytes) {
+  KJ_IF_MAYBE(p, progress) {
+    (*p)(bytes);
+  }
 }
 
 kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> BoundedMessageStream::complete(
@@ -450,20 +476,13 @@ kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
   if (bytes > COALESCE_MAX_MESSAGE_BYTES) {
     // Large: after the batch, from the message's own segments.
     flush();
-    return track(
-        afterWrites().then([this, segments]() { return capnp::writeMessage(stream, segments); }));
+    return track(afterWrites().then([this, segments]() { return writeLarge(segments); }));
   }
 
   size_t at = batch.size();
   batch.resize(at + bytes);
   kj::byte* out = batch.begin() + at;
-  memset(out, 0, table);
-  uint32_t count = static_cast<uint32_t>(segments.size() - 1);
-  memcpy(out, &count, sizeof(count));
-  for (size_t i = 0; i < segments.size(); ++i) {
-    uint32_t words = static_cast<uint32_t>(segments[i].size());
-    memcpy(out + 4 + i * 4, &words, sizeof(words));
-  }
+  writeTable(out, segments);
   out += table;
   for (auto& s : segments) {
     auto b = s.asBytes();
@@ -482,6 +501,41 @@ kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
                  }).eagerlyEvaluate(nullptr);
   }
   return nullptr;
+}
+
+kj::Promise<void> BoundedMessageStream::writeLarge(
+    kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
+  auto w = kj::heap<LargeWrite>();
+  w->table = kj::heapArray<kj::byte>(tableBytes(segments.size()));
+  writeTable(w->table.begin(), segments);
+  auto pieces = kj::heapArrayBuilder<kj::ArrayPtr<const kj::byte>>(segments.size() + 1);
+  pieces.add(w->table);
+  for (auto& s : segments) pieces.add(s.asBytes());
+  w->pieces = pieces.finish();
+  auto& write = *w;
+  return writeSteps(write).attach(kj::mv(w));
+}
+
+kj::Promise<void> BoundedMessageStream::writeSteps(LargeWrite& w) {
+  // The next PROGRESS_STEP_BYTES, across pieces: one write with as few system calls as before.
+  w.step.clear();
+  size_t bytes = 0;
+  while (w.piece < w.pieces.size() && bytes < PROGRESS_STEP_BYTES) {
+    auto piece = w.pieces[w.piece];
+    size_t take = std::min(piece.size() - w.offset, PROGRESS_STEP_BYTES - bytes);
+    if (take > 0) w.step.add(piece.slice(w.offset, w.offset + take));
+    bytes += take;
+    w.offset += take;
+    if (w.offset == piece.size()) {
+      ++w.piece;
+      w.offset = 0;
+    }
+  }
+  if (w.step.empty()) return kj::READY_NOW;
+  return stream.write(w.step.asPtr()).then([this, &w, bytes]() {
+    moved(bytes);
+    return writeSteps(w);
+  });
 }
 
 kj::Maybe<int> BoundedMessageStream::getSendBufferSize() {

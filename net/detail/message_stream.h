@@ -13,6 +13,7 @@
 #include <capnp/message.h>
 #include <capnp/rpc.h>
 #include <kj/async-io.h>
+#include <kj/function.h>
 #include <kj/timer.h>
 #include <kj/vector.h>
 
@@ -82,6 +83,13 @@ constexpr size_t READ_BUFFER_BYTES = 8 * 1024;
 // ones are written from Cap'n Proto's own segments, after the batch.
 constexpr size_t COALESCE_MAX_MESSAGE_BYTES = 16 * 1024;
 
+// A large message's bytes (those read past the read buffer, or written apart from the batch) are
+// read in steps of at least this much and written in steps of at most this much (or what is left
+// of the message), each reported to onLargeMessageProgress() as it completes: a transfer shows
+// progress every time this much more has moved. Small enough for a slow link to show progress
+// within a pool's probe timeout, large enough to cost nothing measurable (bench/README.md).
+constexpr size_t PROGRESS_STEP_BYTES = 1024 * 1024;
+
 // A batch's memory is kept for the next turn's batch up to this size.
 constexpr size_t KEPT_BATCH_CAPACITY = 64 * 1024;
 
@@ -128,6 +136,10 @@ public:
   // stream.
   void countInto(TransportCounters& counters) { this->counters = counters; }
 
+  // Calls `moved` with the bytes of each step (PROGRESS_STEP_BYTES) of a large message read or
+  // written from now on, as the step completes, before the message is whole.
+  void onLargeMessageProgress(kj::Function<void(size_t bytes)> moved) { progress = kj::mv(moved); }
+
   // Writes what is queued, then shuts the stream down for writing.
   kj::Promise<void> end();
 
@@ -152,8 +164,16 @@ private:
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readPlaced(
       capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes, uint64_t totalWords,
       size_t lastWords);
-  // `into`: what the buffer holds of it first, then the rest from the socket.
+  // `into`: what the buffer holds of it first, then the rest from the socket (readRest()).
   kj::Promise<void> readInto(kj::ArrayPtr<kj::byte> into);
+  // `into`, all of it from the socket, step by step (PROGRESS_STEP_BYTES); rejects with
+  // DISCONNECTED when the stream ends first.
+  kj::Promise<void> readRest(kj::ArrayPtr<kj::byte> into);
+  // Writes a large message, table first, from `segments`, step by step.
+  struct LargeWrite;
+  kj::Promise<void> writeLarge(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
+  kj::Promise<void> writeSteps(LargeWrite& write);
+  void moved(size_t bytes);
   // A whole message read: the next one has no deadline until it begins. `placed` is its last
   // segment's memory when that is not in `words`; `placedIsOurs` when it came from
   // takeMessageBuffer() rather than from the SegmentPlacement.
@@ -180,6 +200,7 @@ private:
   kj::Maybe<ReadLimits> limits;
   kj::Maybe<TransportCounters&> counters;
   kj::Maybe<SegmentPlacement&> placement;
+  kj::Maybe<kj::Function<void(size_t)>> progress;
   kj::Maybe<kj::TimePoint> deadline;  // of the message being read, or of the first one
   bool deadlineIsFirst = true;        // the deadline is the first message's
   bool firstMessageRead = false;

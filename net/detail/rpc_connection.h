@@ -32,6 +32,12 @@ public:
   // Counts this connection's messages into `counters`, which must outlive it.
   void countInto(TransportCounters& counters) { messages.countInto(counters); }
 
+  // Calls `moved` as bytes of large messages move either way (BoundedMessageStream); what it
+  // refers to must outlive the connection.
+  void onLargeMessageProgress(kj::Function<void(size_t bytes)> moved) {
+    messages.onLargeMessageProgress(kj::mv(moved));
+  }
+
   // Resolves when the peer disconnects or the connection fails.
   kj::Promise<void> onDisconnect() { return network.onDisconnect(); }
 

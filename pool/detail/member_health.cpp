@@ -142,9 +142,13 @@ kj::Promise<bool> MemberHealth::probe(const GroupMember& member) {
     }
     r.pinging = true;
     ActorRefBase ref = member.ref;
+    auto sentAt = loop.timer().now();
     auto answered = ref.ping(CallOptions{.deadline = options.probeTimeout})
                         .then([](uint64_t) { return kj::str(); },
-                              [](kj::Exception&& e) { return kj::str(errorMessage(e)); });
+                              [this, m = share(member), sentAt](kj::Exception&& e) {
+                                if (busy(*m, sentAt, e)) return kj::str();
+                                return kj::str(errorMessage(e));
+                              });
     r.ping = answered
                  .then([this, m = share(member)](kj::String error) -> bool {
                    auto found = records.find(m->endpoint.name);
@@ -163,6 +167,24 @@ kj::Promise<bool> MemberHealth::probe(const GroupMember& member) {
                  .fork();
   }
   return KJ_ASSERT_NONNULL(r.ping).addBranch();
+}
+
+bool MemberHealth::busy(const GroupMember& member, kj::TimePoint sentAt,
+                        const kj::Exception& e) const {
+  if (errorCode(e) != ErrorCode::DEADLINE_EXCEEDED) return false;
+  // A ping waits behind a large message on the same connection, in either direction, and behind
+  // what the kernels' buffers still held of one when it was sent. Bytes that moved since a probe
+  // timeout before the ping show that the member is moving them, not stuck.
+  auto& channel = member.ref.channel();
+  KJ_IF_MAYBE(last, channel.largeMessageLastMoved()) {
+    if (*last + options.probeTimeout < sentAt) return false;
+    loop.logger()->debug(
+        "{} did not answer a ping within {} ms while its connection moved a large message ({} "
+        "bytes so far): busy, not unresponsive",
+        member.endpoint.name, millis(options.probeTimeout), channel.largeMessageBytesMoved());
+    return true;
+  }
+  return false;
 }
 
 bool MemberHealth::watches(bool idempotent) const {

@@ -76,8 +76,12 @@ private:
 
   Record& recordFor(const GroupMember& member);
   // Pings `member` (one ping in flight per member, shared); resolves true if it answered within
-  // the probe timeout. An unanswered ping ejects the member.
+  // the probe timeout, or if it was busy (busy()). An unanswered ping ejects the member.
   kj::Promise<bool> probe(const GroupMember& member);
+  // Whether a ping of `member` sent at `sentAt` that failed with `e` was late because its
+  // connection was moving a large message (either way) while it waited: a timeout while bytes
+  // moved, which does not count against the member.
+  bool busy(const GroupMember& member, kj::TimePoint sentAt, const kj::Exception& e) const;
   void eject(Record& record, const GroupMember& member, kj::StringPtr why);
   kj::Exception abandoned(const GroupMember& member, kj::StringPtr why) const;
 

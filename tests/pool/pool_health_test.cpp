@@ -1,6 +1,7 @@
 // A pool's view of its members' health: attempts given up past their timeout, members that do
-// not answer a ping ejected, failures in a row ejecting a member, and (in child processes) a
-// frozen member among three costing no idempotent call.
+// not answer a ping ejected, failures in a row ejecting a member, a member busy moving a large
+// message not ejected for the pings that wait behind it, and (in child processes) a frozen member
+// among three costing no idempotent call.
 //
 // In process, the member that never answers is a listening socket nobody accepts on: the kernel
 // completes the connection and takes what is sent, and no answer ever comes, as with a frozen
@@ -8,10 +9,15 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <string>
+
 #include <gtest/gtest.h>
 #include <kj/debug.h>
 
+#include "troupe/actor/actor_server.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/address.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/fixed_resolver.h"
 #include "tests/support/pool_replica.h"
@@ -186,6 +192,194 @@ TEST_F(PoolFailureTest, FailuresInARowEjectAMember) {
   auto before = replica->member->count;
   for (int i = 0; i < 4; ++i) EXPECT_EQ(whoami(pool).wait(ws()), "job-1/member-1");
   EXPECT_EQ(replica->member->count, before + 4);
+}
+
+// A TCP proxy in front of one server that moves bytes only as the test allows: the slow path a
+// large message takes on a busy network, paced by the test rather than by a clock. Each
+// direction moves what allow() let it, then reads nothing more (so TCP holds the sender back)
+// until allowed again. Loop thread only.
+class Valve {
+public:
+  Valve(EventLoop& loop, kj::StringPtr target) : loop(loop), target(Address::parse(target)) {
+    listener = loop.network().parseAddress("127.0.0.1", 0).wait(loop.waitScope())->listen();
+    accepting = accept().eagerlyEvaluate([](kj::Exception&& e) {
+      ADD_FAILURE() << "the valve failed: " << e.getDescription().cStr();
+    });
+  }
+
+  std::string address() { return "tcp://127.0.0.1:" + std::to_string(listener->getPort()); }
+
+  // Lets each direction of every connection move up to `bytes` until the next allow(); what a
+  // direction leaves unused is not kept, so a direction idle for a while does not move a burst.
+  void allow(size_t bytes) {
+    for (auto& d : directions) {
+      d->allowance = bytes;
+      KJ_IF_MAYBE(f, d->waiting) {
+        (*f)->fulfill();
+        d->waiting = nullptr;
+      }
+    }
+  }
+
+  // Bytes moved so far, both directions together.
+  size_t moved() const {
+    size_t total = 0;
+    for (auto& d : directions) total += d->moved;
+    return total;
+  }
+
+private:
+  struct Direction {
+    Direction(kj::Own<kj::AsyncIoStream> from, kj::AsyncIoStream& to)
+        : from(kj::mv(from)), to(to) {}
+    kj::Own<kj::AsyncIoStream> from;  // owned by the direction that reads from it
+    kj::AsyncIoStream& to;
+    size_t allowance = 0;
+    size_t moved = 0;
+    kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> waiting;
+    kj::byte buffer[64 * 1024];
+  };
+
+  kj::Promise<void> accept() {
+    return listener->accept().then([this](kj::Own<kj::AsyncIoStream> client) {
+      return loop.network()
+          .parseAddress(target.toKjAddress())
+          .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); })
+          .then([this, client = kj::mv(client)](kj::Own<kj::AsyncIoStream> server) mutable {
+            auto& c = *client;
+            auto& s = *server;
+            auto up = kj::heap<Direction>(kj::mv(client), s);
+            auto down = kj::heap<Direction>(kj::mv(server), c);
+            pumps.add(pump(*up).eagerlyEvaluate(nullptr));
+            pumps.add(pump(*down).eagerlyEvaluate(nullptr));
+            directions.add(kj::mv(up));
+            directions.add(kj::mv(down));
+            return accept();
+          });
+    });
+  }
+
+  kj::Promise<void> pump(Direction& d) {
+    if (d.allowance == 0) {
+      auto paf = kj::newPromiseAndFulfiller<void>();
+      d.waiting = kj::mv(paf.fulfiller);
+      return paf.promise.then([this, &d]() { return pump(d); });
+    }
+    size_t most = std::min(d.allowance, sizeof(d.buffer));
+    return d.from->tryRead(d.buffer, 1, most).then([this, &d](size_t n) -> kj::Promise<void> {
+      if (n == 0) {
+        d.to.shutdownWrite();
+        return kj::READY_NOW;
+      }
+      d.allowance -= n;
+      d.moved += n;
+      return d.to.write(d.buffer, n).then([this, &d]() { return pump(d); });
+    });
+  }
+
+  EventLoop& loop;
+  Address target;
+  kj::Own<kj::ConnectionReceiver> listener;
+  kj::Vector<kj::Own<Direction>> directions;  // before the pumps that use them: dropped after
+  kj::Vector<kj::Promise<void>> pumps;
+  kj::Promise<void> accepting = nullptr;
+};
+
+// One member, reached through a Valve, on a manual clock: the pool pings it every 100 ms of the
+// loop's time and gives a ping 100 ms, while the test moves a large message through the valve a
+// MiB at a time.
+class PoolBusyMemberTest : public ::testing::Test {
+protected:
+  static constexpr size_t MiB = size_t{1} << 20;
+  static constexpr const char* NAME = "job-1/echo-0";
+
+  PoolBusyMemberTest() : loop({.manualClock = true}) {
+    JobContext job;
+    job.jobId = "job-1";
+    server = kj::heap<ActorServer>(loop, job);
+    server->host<test::Echo>("echo", kj::heap<test::EchoImpl>());
+    valve = kj::heap<Valve>(loop, server->listen("tcp://127.0.0.1:0"));
+    Endpoint e;
+    e.name = NAME;
+    e.address = valve->address();
+    e.state = EndpointState::READY;
+    resolver.add(e);
+    group = kj::heap<ActorGroup<test::Echo>>(loop, resolver, "job-1", "echo");
+    group->waitReady(1, 10 * kj::SECONDS).wait(ws());
+    pool = kj::heap<ActorPool<test::Echo>>(
+        *group, ActorPoolOptions{.probeAfter = 100 * kj::MILLISECONDS,
+                                 .probeTimeout = 100 * kj::MILLISECONDS});
+  }
+  ~PoolBusyMemberTest() noexcept override {}
+
+  kj::WaitScope& ws() { return loop.waitScope(); }
+
+  // An echo of `size` bytes, idempotent: a member given up on would have it sent again.
+  kj::Promise<capnp::Response<test::Echo::EchoResults>> echo(size_t size) {
+    return pool->call(
+        [size](test::Echo::Client c) {
+          auto q = c.echoRequest(capnp::MessageSize{size / sizeof(capnp::word) + 16, 0});
+          auto data = q.initPayload(size);
+          for (size_t i = 0; i < size; i += 4096) data[i] = static_cast<kj::byte>(i / 4096);
+          return q.send();
+        },
+        {.deadline = 60 * kj::SECONDS, .idempotent = true});
+  }
+
+  // Moves the loop's clock 10 ms at a time, letting `perStep` bytes through the valve each way
+  // before every step, until `promise` settles; false if it has not after `most` steps.
+  template <typename T>
+  bool stepUntilSettled(kj::Promise<T>& promise, size_t perStep, size_t most) {
+    for (size_t step = 0; step < most; ++step) {
+      valve->allow(perStep);
+      if (promise.poll(ws())) return true;
+      loop.advanceTime(10 * kj::MILLISECONDS);
+      EXPECT_FALSE(pool->ejected(NAME))
+          << "ejected at step " << step << ", " << valve->moved() / MiB << " MiB moved";
+      if (pool->ejected(NAME)) return false;
+    }
+    return promise.poll(ws());
+  }
+
+  EventLoop loop;
+  FixedResolver resolver;
+  kj::Own<ActorServer> server;
+  kj::Own<Valve> valve;
+  kj::Own<ActorGroup<test::Echo>> group;
+  kj::Own<ActorPool<test::Echo>> pool;
+};
+
+TEST_F(PoolBusyMemberTest, AMemberMovingALargeMessageEitherWayIsNotEjectedForLatePings) {
+  // 64 MiB each way at 1 MiB per 10 ms: about 1.3 s of the loop's time, in which half a dozen pings
+  // wait behind the request or the response, each past its 100 ms.
+  constexpr size_t SIZE = 64 * MiB;
+  auto call = echo(SIZE);
+  ASSERT_TRUE(stepUntilSettled(call, 1 * MiB, 1000)) << "the call did not finish";
+  EXPECT_GE(valve->moved(), 2 * SIZE);
+  auto r = call.wait(ws());
+  ASSERT_EQ(r.getPayload().size(), SIZE);
+  EXPECT_EQ(r.getPayload()[4096 * 7], 7);
+  auto m = pool->metrics();
+  EXPECT_EQ(m.sum("troupe_client_attempts_total"), 1) << "the call was sent again";
+  EXPECT_EQ(m.sum("troupe_client_attempt_failures_total"), 0);
+  EXPECT_FALSE(pool->ejected(NAME));
+}
+
+TEST_F(PoolBusyMemberTest, AMemberWhoseLargeMessageStopsMovingIsStillEjected) {
+  auto connected = echo(16);  // the connection through the valve is up
+  ASSERT_TRUE(stepUntilSettled(connected, 1 * MiB, 100));
+  connected.wait(ws());
+  auto call = echo(64 * MiB);
+  valve->allow(8 * MiB);  // part of the request, then nothing more
+  ws().poll();
+  // Pings late while bytes moved a moment before they were sent are excused; one sent after
+  // more than a probe timeout of stillness is not.
+  for (int step = 0; step < 100 && !pool->ejected(NAME); ++step) {
+    loop.advanceTime(10 * kj::MILLISECONDS);
+    ws().poll();
+  }
+  EXPECT_TRUE(pool->ejected(NAME));
+  EXPECT_FALSE(call.poll(ws()));
 }
 
 // The target users care about: three replicas in child processes, one SIGSTOPped under steady
