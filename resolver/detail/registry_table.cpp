@@ -1,6 +1,7 @@
 #include "troupe/resolver/detail/registry_table.h"
 
 #include <malloc.h>
+#include <string.h>
 
 #include <kj/debug.h>
 #include <kj/vector.h>
@@ -673,18 +674,38 @@ void RegistryTable::shutdown() {
   trimQueued = false;
   jobs.clear();
   endedOrder.clear();
-  events.clear();
+  events = {};
+  nextEvent = 0;
 }
 
 void RegistryTable::recordEvent(kj::StringPtr jobId, kj::String text) {
-  if (events.size() >= MAX_JOB_EVENTS) events.pop_front();
-  events.push_back({jobId.cStr(), nowMillis(), printable(text).cStr()});
+  if (events.capacity() == 0) events.reserve(MAX_JOB_EVENTS);
+  EventRecord* r;
+  if (events.size() < MAX_JOB_EVENTS) {
+    r = &events.emplace_back();
+  } else {
+    r = &events[nextEvent];
+    nextEvent = (nextEvent + 1) % MAX_JOB_EVENTS;
+  }
+  auto shown = printable(text);  // printable() cuts it to 160 bytes
+  // A job id (at most MAX_NAME_LENGTH bytes) always fits whole; the text is cut to what is left.
+  static_assert(sizeof(EventRecord::text) > MAX_NAME_LENGTH);
+  size_t jobBytes = kj::min(jobId.size(), MAX_NAME_LENGTH);
+  size_t textBytes = kj::min(shown.size(), sizeof(r->text) - jobBytes);
+  memcpy(r->text, jobId.begin(), jobBytes);
+  memcpy(r->text + jobBytes, shown.begin(), textBytes);
+  r->atMillis = nowMillis();
+  r->jobBytes = static_cast<uint16_t>(jobBytes);
+  r->textBytes = static_cast<uint16_t>(textBytes);
 }
 
 std::vector<JobEvent> RegistryTable::jobEvents(kj::StringPtr jobId) const {
   std::vector<JobEvent> out;
-  for (auto& e : events) {
-    if (e.jobId == view(jobId)) out.push_back(e);
+  for (size_t i = 0; i < events.size(); ++i) {
+    auto& r = events[(nextEvent + i) % events.size()];
+    if (std::string_view(r.text, r.jobBytes) != view(jobId)) continue;
+    out.push_back({std::string(r.text, r.jobBytes), r.atMillis,
+                   std::string(r.text + r.jobBytes, r.textBytes)});
   }
   return out;
 }

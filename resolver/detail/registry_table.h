@@ -28,9 +28,12 @@ struct JobEvent {
   std::string text;      // "created by a local launcher, 2 replicas", "w-0 ready", ...
 };
 
-// How many job events a registry keeps, over every job together (the oldest go first): about
-// 150 bytes each, so about 1.5 MiB.
+// How many job events a registry keeps, over every job together (the oldest go first), each in
+// a fixed record of JOB_EVENT_BYTES (its job id and text, cut to fit): 3.2 MB in one block,
+// allocated at the first event, so that events never scatter small allocations over the heap
+// (which would keep it from shrinking after many endpoints went).
 constexpr size_t MAX_JOB_EVENTS = 10'000;
+constexpr size_t JOB_EVENT_BYTES = 320;
 
 // What an endpoint costs a registry to keep, in bytes: its name, address and metadata keys and
 // values (the parts of the name that are repeated in jobId and actor are not counted again).
@@ -232,7 +235,15 @@ private:
   std::map<std::string, Job, std::less<>> jobs;  // created, claimed or ended
   std::map<uint64_t, std::string> endedOrder;    // ended jobs, oldest first
   uint64_t nextEndedSeq = 1;
-  std::deque<JobEvent> events;  // every job's, oldest first; at most MAX_JOB_EVENTS
+  struct EventRecord {
+    int64_t atMillis;
+    uint16_t jobBytes;   // the job id's, first in `text`
+    uint16_t textBytes;  // what follows it
+    char text[JOB_EVENT_BYTES - 12];
+  };
+  static_assert(sizeof(EventRecord) == JOB_EVENT_BYTES);
+  std::vector<EventRecord> events;  // every job's: a ring of MAX_JOB_EVENTS, oldest at nextEvent
+  size_t nextEvent = 0;
 
   kj::Own<kj::TaskSet> tasks;  // expiry timers, events() calls in flight
 };
