@@ -32,27 +32,41 @@ kj::Maybe<kj::Exception> tooLargeToBuild(const kj::Exception& e, uint64_t maxMes
 // RegistryServerOptions::connections). Whatever its peers send, careless or hostile, a server
 // holds at most about maxConnections * 24 KiB plus maxIncompleteMessageBytes for connections
 // and messages still arriving. Every connection closed for a bound is logged (warn) with the
-// peer's address and the bound it passed.
+// peer's address and the bound it passed, and counted (troupe_connections_refused_total,
+// troupe_connections_timed_out_total{timeout="first_message"|"message"}).
 struct ConnectionLimits {
   // Connections open at once, TLS handshakes included. One past it is closed as soon as it is
   // accepted. Default 4096.
   uint32_t maxConnections = 4096;
 
-  // Bytes that messages still arriving may hold, across all connections. A message that does not
-  // fit in its connection's 8 KiB read buffer reserves its whole size before its body is read;
-  // one that would take the total past this waits, not reading (TCP holds its sender back),
-  // until other messages complete. A message alone is always let in, so a message the size
-  // limit allows never waits forever. Default 1 GiB.
+  // Bytes that messages still arriving may hold, across all connections, shared so that no
+  // connection, nor any group of connections from one address, can keep the others' messages
+  // waiting. A message that does not fit in its connection's 8 KiB read buffer takes nothing
+  // until its body begins to arrive (a peer that announces a message and sends nothing holds
+  // nothing), then:
+  // * it is let in whole when nothing else is held (a message alone always is, so one the size
+  //   limit allows never waits forever), or when it fits in what is free and the messages let in
+  //   whole hold at most half of this with it;
+  // * otherwise it is read in steps of 1 MiB, each granted before it is read, so that it holds
+  //   what has arrived plus one step. A step goes only to a message that could be completed from
+  //   what is free (messages arriving together never wait for each other), and waiting messages
+  //   are served in turn, first those holding less than their fair share: this divided by the
+  //   messages arriving, and for their peer address this divided by the addresses sending them.
+  //   The others get what those cannot use.
+  // A message that waits is not read (TCP holds its sender back), and its wait counts against
+  // the timeouts below. Keep it at least twice the message size limit, so that a message the
+  // limit allows can be let in whole beside others. Default 1 GiB.
   uint64_t maxIncompleteMessageBytes = uint64_t{1} << 30;
 
   // A connection that has not delivered one whole message this long after it was accepted (a
-  // TLS handshake counts against it) is closed. Default 10 s.
+  // TLS handshake counts against it, and so does waiting for the budget above) is closed.
+  // Default 10 s.
   kj::Duration firstMessageTimeout = 10 * kj::SECONDS;
 
-  // A message still incomplete this long after its first byte (or, for one that waited for the
-  // budget above, after its turn came) is a stalled or trickling sender: its connection is
-  // closed. Idle connections between messages are kept. Default 60 s, enough for a 512 MiB
-  // message at 10 MB/s.
+  // A message still incomplete this long after its first byte, however long of that it waited
+  // for the budget above, is a stalled or trickling sender: its connection is closed (sooner
+  // for a connection's first message if firstMessageTimeout ends first). Idle connections
+  // between messages are kept. Default 60 s, enough for a 512 MiB message at 10 MB/s.
   kj::Duration messageTimeout = 60 * kj::SECONDS;
 };
 

@@ -25,28 +25,38 @@ namespace {
 // After this many refused authentications a connection is closed.
 constexpr uint32_t MAX_FAILED_AUTHENTICATIONS = 3;
 
-// "127.0.0.1:5555", "[::1]:5555" or "a unix socket": who is at the other end, for log lines.
-kj::String peerName(kj::AsyncIoStream& stream) {
+// Who is at the other end of a connection.
+struct Peer {
+  kj::String name;  // "127.0.0.1:5555", "[::1]:5555" or "a unix socket", for log lines
+  kj::String host;  // "127.0.0.1", "::1"; empty for a unix socket or an unknown peer
+};
+
+Peer peerOf(kj::AsyncIoStream& stream) {
   struct sockaddr_storage addr;
   uint len = sizeof(addr);
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 stream.getpeername(reinterpret_cast<struct sockaddr*>(&addr), &len);
               })) {
     (void)e;
-    return kj::str("an unknown peer");
+    return {kj::str("an unknown peer"), kj::str()};
   }
   char host[INET6_ADDRSTRLEN] = "?";
   if (addr.ss_family == AF_INET) {
     auto& in = reinterpret_cast<struct sockaddr_in&>(addr);
     inet_ntop(AF_INET, &in.sin_addr, host, sizeof(host));
-    return kj::str(host, ':', ntohs(in.sin_port));
+    return {kj::str(host, ':', ntohs(in.sin_port)), kj::str(host)};
   }
   if (addr.ss_family == AF_INET6) {
     auto& in6 = reinterpret_cast<struct sockaddr_in6&>(addr);
     inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof(host));
-    return kj::str('[', host, "]:", ntohs(in6.sin6_port));
+    return {kj::str('[', host, "]:", ntohs(in6.sin6_port)), kj::str(host)};
   }
-  return kj::str("a unix socket");
+  return {kj::str("a unix socket"), kj::str()};
+}
+
+kj::String peerName(kj::AsyncIoStream& stream) {
+  auto peer = peerOf(stream);
+  return kj::mv(peer.name);
 }
 
 // The bootstrap capability of one connection: it hands out the server's own once the
@@ -144,6 +154,7 @@ RpcAcceptor::RpcAcceptor(EventLoop& loop, capnp::Capability::Client bootstrap,
       credentials(credentials ? kj::mv(credentials) : loopCredentials(loop)),
       limits(limits),
       budget(kj::heap<net_detail::IncomingBudget>(limits.maxIncompleteMessageBytes)),
+      timeouts(kj::heap<net_detail::TimeoutCounters>()),
       acceptTasks(kj::heap<kj::TaskSet>(*this)),
       connectionTasks(kj::heap<kj::TaskSet>(*this)) {}
 
@@ -199,16 +210,18 @@ void RpcAcceptor::taskFailed(kj::Exception&& exception) {
 kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool direct, bool certified,
                                      kj::TimePoint acceptedAt) {
   auto close = kj::newPromiseAndFulfiller<void>();
-  auto peer = peerName(*stream);
+  auto peer = peerOf(*stream);
   net_detail::ReadLimits reads{loop.timer(),
                                acceptedAt + limits.firstMessageTimeout,
                                limits.firstMessageTimeout,
                                limits.messageTimeout,
                                *budget,
+                               *timeouts,
                                log,
-                               kj::str(what, ": connection from ", peer).cStr()};
-  capnp::Capability::Client gate = kj::heap<Gate>(bootstrap, credentials, log, what, kj::mv(peer),
-                                                  certified, kj::mv(close.fulfiller));
+                               kj::str(what, ": connection from ", peer.name).cStr(),
+                               peer.host.cStr()};
+  capnp::Capability::Client gate = kj::heap<Gate>(
+      bootstrap, credentials, log, what, kj::mv(peer.name), certified, kj::mv(close.fulfiller));
   auto connection = kj::heap<Connection>(*this, kj::mv(stream), kj::mv(gate), direct,
                                          kj::mv(reads));
   auto& rpc = connection->rpc;
@@ -314,6 +327,20 @@ void RpcAcceptor::collectMetrics(MetricsSnapshot& out, const MetricLabels& label
           counters.largeMessagesSent);
   add("troupe_incomplete_message_bytes", "Bytes held by messages still arriving.",
       MetricType::GAUGE, static_cast<double>(incompleteMessageBytes()));
+  add("troupe_incomplete_messages_waiting",
+      "Messages still arriving that wait for their share of "
+      "ConnectionLimits::maxIncompleteMessageBytes.",
+      MetricType::GAUGE, static_cast<double>(budget->waiting()));
+  auto timedOut = [&](kj::StringPtr timeout, uint64_t value) {
+    auto withTimeout = labels;
+    withTimeout.emplace_back("timeout", timeout.cStr());
+    out.add("troupe_connections_timed_out_total",
+            "Connections closed for ConnectionLimits::firstMessageTimeout (first_message) or "
+            "messageTimeout (message).",
+            MetricType::COUNTER, kj::mv(withTimeout), static_cast<double>(value));
+  };
+  timedOut("first_message", timeouts->firstMessage);
+  timedOut("message", timeouts->message);
 }
 
 }  // namespace troupe

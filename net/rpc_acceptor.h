@@ -29,7 +29,8 @@ namespace troupe {
 
 namespace net_detail {
 class IncomingBudget;
-}
+struct TimeoutCounters;
+}  // namespace net_detail
 
 // Belongs to `loop`. Dropping it closes every listener (removing the unix socket files it made)
 // and every connection.
@@ -102,8 +103,9 @@ private:
   std::string what;
   std::shared_ptr<Credentials> credentials;  // never null
   const ConnectionLimits limits;
-  kj::Own<net_detail::IncomingBudget> budget;  // outlives the connections, which reserve from it
-  size_t open = 0;                             // accepted and not yet closed
+  kj::Own<net_detail::IncomingBudget> budget;     // outlives the connections, which claim from it
+  kj::Own<net_detail::TimeoutCounters> timeouts;  // outlives the connections, which count there
+  size_t open = 0;                                // accepted and not yet closed
   kj::Maybe<SegmentPlacement&> placement;
   TransportCounters counters;
   uint64_t refusedSinceLog = 0;

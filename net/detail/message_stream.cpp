@@ -2,9 +2,11 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <new>
 
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
@@ -91,6 +93,37 @@ void writeTable(kj::byte* out, kj::ArrayPtr<const kj::ArrayPtr<const capnp::word
   }
 }
 
+// Unmaps what untouchedMemory() mapped.
+class UnmappingDisposer final : public kj::ArrayDisposer {
+  void disposeImpl(void* first, size_t elementSize, size_t count, size_t,
+                   void (*)(void*)) const override {
+    munmap(first, elementSize * count);
+  }
+};
+
+const UnmappingDisposer unmappingDisposer;
+
+// `words` words that cost no memory until written: the kernel maps each page as it is first
+// touched (and, MAP_NORESERVE, charges nothing for the rest), so a message read in steps holds
+// in memory what has arrived of it, as the budget counts. Throws std::bad_alloc as `new` does.
+kj::Array<capnp::word> untouchedMemory(size_t words) {
+  void* p = mmap(nullptr, words * sizeof(capnp::word), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return kj::Array<capnp::word>(static_cast<capnp::word*>(p), words, unmappingDisposer);
+}
+
+// Memory for `words` words of a message: the thread's buffer cache (buffer_cache.h), unless the
+// message is read in steps (its claim was not granted whole) and this is more than a step.
+kj::Array<capnp::word> bodyMemory(size_t words, kj::Maybe<IncomingBudget::Claim&> claim) {
+  KJ_IF_MAYBE(c, claim) {
+    if (!c->whole() && words * sizeof(capnp::word) > BUDGET_STEP_BYTES) {
+      return untouchedMemory(words);
+    }
+  }
+  return takeMessageBuffer(words);
+}
+
 }  // namespace
 
 // A large message being written: its table, and where the next step starts.
@@ -101,51 +134,6 @@ struct BoundedMessageStream::LargeWrite {
   size_t offset = 0;                              // into pieces[piece]
   kj::Vector<kj::ArrayPtr<const kj::byte>> step;  // what the write in flight writes
 };
-
-// ------------------------------------------------------------------------------------------------
-// The budget of incomplete messages
-
-class IncomingBudget::Reservation {
-public:
-  Reservation(IncomingBudget& budget, uint64_t bytes) : budget(budget), bytes(bytes) {
-    budget.held_ += bytes;
-  }
-  ~Reservation() noexcept(false) { budget.release(bytes); }
-  KJ_DISALLOW_COPY(Reservation);
-
-private:
-  IncomingBudget& budget;
-  const uint64_t bytes;
-};
-
-IncomingBudget::~IncomingBudget() noexcept(false) {}
-
-kj::Promise<kj::Own<IncomingBudget::Reservation>> IncomingBudget::reserve(uint64_t bytes) {
-  if (waiters.empty() && fits(bytes)) return kj::heap<Reservation>(*this, bytes);
-  auto paf = kj::newPromiseAndFulfiller<kj::Own<Reservation>>();
-  waiters.push_back(Waiter{bytes, kj::mv(paf.fulfiller)});
-  return kj::mv(paf.promise);
-}
-
-void IncomingBudget::release(uint64_t bytes) {
-  held_ -= bytes;
-  grant();
-}
-
-void IncomingBudget::grant() {
-  while (!waiters.empty()) {
-    auto& next = waiters.front();
-    if (!next.fulfiller->isWaiting()) {  // its connection closed while it waited
-      waiters.pop_front();
-      continue;
-    }
-    if (!fits(next.bytes)) return;
-    auto waiter = kj::mv(next);
-    waiters.pop_front();
-    // Made here, not by the waiter: if its promise goes before it runs, the bytes come back.
-    waiter.fulfiller->fulfill(kj::heap<Reservation>(*this, waiter.bytes));
-  }
-}
 
 // ------------------------------------------------------------------------------------------------
 
@@ -192,6 +180,8 @@ kj::Promise<bool> BoundedMessageStream::fill(size_t bytes, bool atMessageStart) 
 }
 
 void BoundedMessageStream::messageBegan() {
+  announced = 0;
+  arrived = 0;
   KJ_IF_MAYBE(l, limits) {
     auto end = l->timer.now() + l->messageTimeout;
     // Before the first whole message, whichever deadline comes first.
@@ -205,8 +195,10 @@ template <typename T>
 kj::Promise<T> BoundedMessageStream::bounded(kj::Promise<T> promise) {
   KJ_IF_MAYBE(l, limits) {
     KJ_IF_MAYBE(d, deadline) {
+      // Thrown, not returned as a promise: a promise would settle a turn later, when the other
+      // branch (a grant of the budget, say) may have won, after timedOut() had logged anyway.
       return promise.exclusiveJoin(
-          l->timer.atTime(*d).then([this]() -> kj::Promise<T> { return timedOut(); }));
+          l->timer.atTime(*d).then([this]() -> T { kj::throwFatalException(timedOut()); }));
     }
   }
   return promise;
@@ -219,8 +211,17 @@ kj::Exception BoundedMessageStream::timedOut() {
                            " ms of connecting (ConnectionLimits::firstMessageTimeout)")
                  : kj::str("a message was still incomplete ", millis(l.messageTimeout),
                            " ms after it began (ConnectionLimits::messageTimeout)");
-  l.log->warn("{}: {}; closing it", l.peer, why.cStr());
-  return makeError(ErrorCode::DISCONNECTED, kj::str(why, "; closing the connection"));
+  ++(deadlineIsFirst ? l.timeouts.firstMessage : l.timeouts.message);
+  // What it was doing: a peer that announced a message and sent nothing, one that stalled
+  // partway, or one whose turn in the budget had not come (its wait counts).
+  auto doing = announced == 0
+                   ? kj::str()
+                   : kj::str(", with ", arrived, " of the ", announced, " bytes of a message in",
+                             waitingForBudget ? ", waiting for its share of the budget for "
+                                                "incomplete messages"
+                                              : "");
+  l.log->warn("{}: {}{}; closing it", l.peer, why.cStr(), doing.cStr());
+  return makeError(ErrorCode::DISCONNECTED, kj::str(why, doing, "; closing the connection"));
 }
 
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readMessage(
@@ -269,40 +270,70 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
                      kj::str("incoming message of ", totalBytes, " bytes exceeds this side's ",
                              maxMessageBytes, "-byte limit; closing the connection"));
   }
+  announced = totalBytes;
   bool whole = readEnd - readBegin - table >= totalBytes;
-  KJ_IF_MAYBE(l, limits) {
-    if (!whole) {
-      // Its memory stays taken until the rest arrives: it must fit in the server's budget
-      // first. Nothing is read meanwhile, so the segment table waits in the buffer.
-      if (!l->budget.availableNow(totalBytes)) {
-        l->log->info("{}: a message of {} bytes waits: incomplete messages hold {} bytes of "
-                     "the server's budget (ConnectionLimits::maxIncompleteMessageBytes)",
-                     l->peer, totalBytes, l->budget.held());
-      }
-      return l->budget.reserve(totalBytes)
-          .then([this, options, segmentCount, table,
-                 totalWords](kj::Own<IncomingBudget::Reservation> reservation) {
-            auto& l = KJ_ASSERT_NONNULL(limits);
-            deadline = l.timer.now() + l.messageTimeout;  // waiting for the budget is not stalling
-            deadlineIsFirst = false;
-            return readSegments(options, segmentCount, table, totalWords)
-                .attach(kj::mv(reservation));
-          });
-    }
+  if (whole || limits == nullptr) {
+    return readSegments(options, segmentCount, table, totalWords, nullptr);
   }
-  return readSegments(options, segmentCount, table, totalWords);
+  // Its memory stays taken until the rest arrives: it must have its share of the server's budget.
+  return readClaimed(options, segmentCount, table, totalWords);
+}
+
+kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readClaimed(
+    capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords) {
+  auto& l = KJ_ASSERT_NONNULL(limits);
+  if (readEnd - readBegin == table) {
+    // Nothing of its body yet: it takes nothing of the budget until some comes, so a peer that
+    // announces a message and sends nothing holds nothing. Its deadline runs meanwhile.
+    return bounded(fill(table + 1, false)).then([this, options, segmentCount, table](bool) {
+      return readBody(options, segmentCount, table);
+    });
+  }
+  uint64_t totalBytes = totalWords * sizeof(capnp::word);
+  auto claim = l.budget.claim(totalBytes, l.peerHost);
+  auto& c = *claim;
+  // Nothing is read while it waits, so the segment table waits in the buffer; the wait counts
+  // against its deadline.
+  auto granted = moreBudget(c);
+  if (waitingForBudget) {
+    l.log->info("{}: a message of {} bytes waits: incomplete messages hold {} bytes of the "
+                "server's budget (ConnectionLimits::maxIncompleteMessageBytes)",
+                l.peer, totalBytes, l.budget.held());
+  }
+  return bounded(kj::mv(granted))
+      .then([this, options, segmentCount, table, totalWords, &c]() {
+        return readSegments(options, segmentCount, table, totalWords, c);
+      })
+      .attach(kj::mv(claim));
+}
+
+kj::Promise<void> BoundedMessageStream::moreBudget(IncomingBudget::Claim& claim) {
+  auto granted = claim.more();
+  if (claim.unused() > 0) return granted;
+  waitingForBudget = true;
+  return granted.then([this]() {
+    // Granted as its deadline passed (the budget freed by peers closed at the same deadline,
+    // say): too late, and the bytes go back at once.
+    KJ_IF_MAYBE(l, limits) {
+      KJ_IF_MAYBE(d, deadline) {
+        if (l->timer.now() >= *d) kj::throwFatalException(timedOut());
+      }
+    }
+    waitingForBudget = false;
+  });
 }
 
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readSegments(
-    capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords) {
+    capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords,
+    kj::Maybe<IncomingBudget::Claim&> claim) {
   const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
   if (placement != nullptr && segmentCount > 1) {
     size_t lastWords = readLe32(sizes + (segmentCount - 1) * 4);
     if (lastWords * sizeof(capnp::word) >= PLACED_SEGMENT_MIN_BYTES) {
-      return readPlaced(options, segmentCount, table, totalWords, lastWords);
+      return readPlaced(options, segmentCount, table, totalWords, lastWords, claim);
     }
   }
-  auto words = takeMessageBuffer(totalWords);
+  auto words = bodyMemory(totalWords, claim);
   kj::Array<kj::ArrayPtr<const capnp::word>> segments;
   if (segmentCount > 1) {
     segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
@@ -317,13 +348,9 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
 
   // What the buffer already holds of the body, then the rest straight from the socket.
   auto body = words.asBytes();
-  size_t buffered = std::min(readEnd - readBegin, body.size());
-  memcpy(body.begin(), readBuffer.begin() + readBegin, buffered);
-  readBegin += buffered;
-  if (readBegin == readEnd) readBegin = readEnd = 0;
-
+  size_t buffered = takeBuffered(body, claim);
   if (buffered == body.size()) return complete(kj::mv(words), kj::mv(segments), options);
-  auto read = bounded(readRest(body.slice(buffered, body.size())));
+  auto read = bounded(readRest(body.slice(buffered, body.size()), claim));
   return read.then([this, options, words = kj::mv(words), segments = kj::mv(segments)]() mutable {
     return complete(kj::mv(words), kj::mv(segments), options);
   });
@@ -331,9 +358,9 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
 
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readPlaced(
     capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords,
-    size_t lastWords) {
+    size_t lastWords, kj::Maybe<IncomingBudget::Claim&> claim) {
   const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
-  auto head = takeMessageBuffer(totalWords - lastWords);
+  auto head = bodyMemory(totalWords - lastWords, claim);
   auto segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
   size_t offset = 0;
   for (uint32_t i = 0; i + 1 < segmentCount; ++i) {
@@ -343,47 +370,70 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
   }
   readBegin += table;
   auto headBytes = head.asBytes();
-  auto read = readInto(headBytes);
-  return read.then(
-      [this, options, lastWords, head = kj::mv(head), segments = kj::mv(segments)]() mutable {
-        auto& p = KJ_ASSERT_NONNULL(placement);
-        kj::Array<capnp::word> last;
-        bool ours = false;  // memory of the message's own, not its placement's
-        KJ_IF_MAYBE(placed, p.place(segments.slice(0, segments.size() - 1), lastWords)) {
-          last = kj::mv(*placed);
-        } else {
-          last = takeMessageBuffer(lastWords);
-          ours = true;
-        }
-        segments[segments.size() - 1] = last;
-        auto lastBytes = last.asBytes();
-        return readInto(lastBytes).then([this, options, head = kj::mv(head),
-                                         segments = kj::mv(segments), last = kj::mv(last),
-                                         ours]() mutable {
+  auto read = readInto(headBytes, claim);
+  return read.then([this, options, lastWords, claim, head = kj::mv(head),
+                    segments = kj::mv(segments)]() mutable {
+    auto& p = KJ_ASSERT_NONNULL(placement);
+    kj::Array<capnp::word> last;
+    bool ours = false;  // memory of the message's own, not its placement's
+    KJ_IF_MAYBE(placed, p.place(segments.slice(0, segments.size() - 1), lastWords)) {
+      last = kj::mv(*placed);
+    } else {
+      last = bodyMemory(lastWords, claim);
+      ours = true;
+    }
+    segments[segments.size() - 1] = last;
+    auto lastBytes = last.asBytes();
+    return readInto(lastBytes, claim)
+        .then([this, options, head = kj::mv(head), segments = kj::mv(segments), last = kj::mv(last),
+               ours]() mutable {
           return complete(kj::mv(head), kj::mv(segments), options, kj::mv(last), ours);
         });
-      });
+  });
 }
 
-kj::Promise<void> BoundedMessageStream::readInto(kj::ArrayPtr<kj::byte> into) {
+size_t BoundedMessageStream::takeBuffered(kj::ArrayPtr<kj::byte> into,
+                                          kj::Maybe<IncomingBudget::Claim&> claim) {
   size_t buffered = std::min(readEnd - readBegin, into.size());
   memcpy(into.begin(), readBuffer.begin() + readBegin, buffered);
   readBegin += buffered;
   if (readBegin == readEnd) readBegin = readEnd = 0;
-  if (buffered == into.size()) return kj::READY_NOW;
-  return bounded(readRest(into.slice(buffered, into.size())));
+  arrived += buffered;
+  KJ_IF_MAYBE(c, claim) {
+    c->use(buffered);  // the first grant covers the buffer (BUDGET_STEP_BYTES >= its size)
+  }
+  return buffered;
 }
 
-kj::Promise<void> BoundedMessageStream::readRest(kj::ArrayPtr<kj::byte> into) {
-  size_t step = std::min(into.size(), PROGRESS_STEP_BYTES);
-  return stream.tryRead(into.begin(), step, into.size())
-      .then([this, into, step](size_t n) mutable -> kj::Promise<void> {
+kj::Promise<void> BoundedMessageStream::readInto(kj::ArrayPtr<kj::byte> into,
+                                                 kj::Maybe<IncomingBudget::Claim&> claim) {
+  size_t buffered = takeBuffered(into, claim);
+  if (buffered == into.size()) return kj::READY_NOW;
+  return bounded(readRest(into.slice(buffered, into.size()), claim));
+}
+
+kj::Promise<void> BoundedMessageStream::readRest(kj::ArrayPtr<kj::byte> into,
+                                                 kj::Maybe<IncomingBudget::Claim&> claim) {
+  size_t allowed = into.size();
+  KJ_IF_MAYBE(c, claim) {
+    if (c->unused() == 0) {
+      return moreBudget(*c).then([this, into, claim]() mutable { return readRest(into, claim); });
+    }
+    allowed = std::min<uint64_t>(allowed, c->unused());
+  }
+  size_t step = std::min(allowed, PROGRESS_STEP_BYTES);
+  return stream.tryRead(into.begin(), step, allowed)
+      .then([this, into, step, claim](size_t n) mutable -> kj::Promise<void> {
         moved(n);
+        arrived += n;
+        KJ_IF_MAYBE(c, claim) {
+          c->use(n);
+        }
         if (n < step) {
           return KJ_EXCEPTION(DISCONNECTED, "connection closed in the middle of a message");
         }
         if (n == into.size()) return kj::READY_NOW;
-        return readRest(into.slice(n, into.size()));
+        return readRest(into.slice(n, into.size()), claim);
       });
 }
 
@@ -398,6 +448,7 @@ kj::Maybe<kj::Own<capnp::IncomingRpcMessage>> BoundedMessageStream::complete(
     capnp::ReaderOptions options, kj::Array<capnp::word> placed, bool placedIsOurs) {
   firstMessageRead = true;
   deadline = nullptr;
+  announced = 0;
   KJ_IF_MAYBE(c, counters) {
     c->received((words.size() + placed.size()) * sizeof(capnp::word) + tableBytes(segments.size()));
   }

@@ -6,7 +6,6 @@
 // usually brings a whole small message, or several), and small messages written in one turn of
 // the loop leave in one write.
 
-#include <deque>
 #include <memory>
 #include <string>
 
@@ -18,6 +17,7 @@
 #include <kj/vector.h>
 
 #include "troupe/base/metrics.h"
+#include "troupe/net/detail/incoming_budget.h"
 #include "troupe/net/segment_placement.h"
 
 namespace spdlog {
@@ -26,37 +26,11 @@ class logger;
 
 namespace troupe::net_detail {
 
-// The bytes that messages still arriving may hold across a server's connections
-// (ConnectionLimits::maxIncompleteMessageBytes). Loop thread only; outlives its reservations.
-class IncomingBudget {
-public:
-  explicit IncomingBudget(uint64_t maxBytes) : maxBytes(maxBytes) {}
-  ~IncomingBudget() noexcept(false);
-  KJ_DISALLOW_COPY(IncomingBudget);
-
-  class Reservation;
-
-  // Resolves once `bytes` fit beside what other messages hold, in the order asked; at once when
-  // nothing is held, so that a message alone always gets in. Dropping the reservation gives the
-  // bytes back; dropping the promise gives up the place in line.
-  kj::Promise<kj::Own<Reservation>> reserve(uint64_t bytes);
-
-  uint64_t held() const { return held_; }
-  // Whether reserve(bytes) would resolve at once.
-  bool availableNow(uint64_t bytes) const { return waiters.empty() && fits(bytes); }
-
-private:
-  bool fits(uint64_t bytes) const { return held_ == 0 || held_ + bytes <= maxBytes; }
-  void release(uint64_t bytes);
-  void grant();
-
-  struct Waiter {
-    uint64_t bytes;
-    kj::Own<kj::PromiseFulfiller<kj::Own<Reservation>>> fulfiller;
-  };
-  const uint64_t maxBytes;
-  uint64_t held_ = 0;
-  std::deque<Waiter> waiters;
+// Connections a server closed for each timeout of ConnectionLimits, for its metrics. Loop
+// thread only.
+struct TimeoutCounters {
+  uint64_t firstMessage = 0;  // ConnectionLimits::firstMessageTimeout
+  uint64_t message = 0;       // ConnectionLimits::messageTimeout
 };
 
 // What a server bounds each of its connections' reads by (ConnectionLimits).
@@ -64,10 +38,12 @@ struct ReadLimits {
   kj::Timer& timer;
   kj::TimePoint firstMessageBy;      // the first whole message must have arrived by then
   kj::Duration firstMessageTimeout;  // what firstMessageBy is after the connection, for logs
-  kj::Duration messageTimeout;       // a message begun must be complete within this
+  kj::Duration messageTimeout;       // a message begun must be complete within this, waits included
   IncomingBudget& budget;
+  TimeoutCounters& timeouts;  // counts the connection if it is closed for a timeout
   std::shared_ptr<spdlog::logger> log;
-  std::string peer;  // "actor server: connection from 127.0.0.1:5555", for log lines
+  std::string peer;      // "actor server: connection from 127.0.0.1:5555", for log lines
+  std::string peerHost;  // "127.0.0.1": whose share of the budget it takes; "" for its own
 };
 
 // How many times over a received message may be traversed. Cap'n Proto counts every read of a
@@ -89,6 +65,9 @@ constexpr size_t COALESCE_MAX_MESSAGE_BYTES = 16 * 1024;
 // progress every time this much more has moved. Small enough for a slow link to show progress
 // within a pool's probe timeout, large enough to cost nothing measurable (bench/README.md).
 constexpr size_t PROGRESS_STEP_BYTES = 1024 * 1024;
+
+// A message's first grant from the budget covers whatever of it the read buffer holds.
+static_assert(BUDGET_STEP_BYTES >= READ_BUFFER_BYTES);
 
 // A batch's memory is kept for the next turn's batch up to this size.
 constexpr size_t KEPT_BATCH_CAPACITY = 64 * 1024;
@@ -113,7 +92,10 @@ public:
   // maxMessageBytes, before reading the segments; with FAILED for a malformed segment table; with
   // DISCONNECTED when the stream ends mid-message. Resolves to null on a clean end of stream. When
   // the buffer already holds the whole message, the promise is ready at once. Large bodies are read
-  // into memory from buffer_cache.h.
+  // into memory from buffer_cache.h, or, when the server's budget grants a message in steps
+  // (incoming_budget.h), into memory mapped as it is written. With limits, a message that does not
+  // fit in the buffer waits for its share of the budget (unread), and rejects with DISCONNECTED
+  // when its deadline passes first, waiting or not.
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readMessage(
       capnp::ReaderOptions options);
 
@@ -157,18 +139,29 @@ private:
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readBody(capnp::ReaderOptions options,
                                                                       uint32_t segmentCount,
                                                                       size_t tableBytes);
-  // The body of a message whose segment table is at the start of the buffer.
-  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readSegments(
+  // The body of a message that must hold part of the server's budget while it arrives: once
+  // some of it has come, with what the budget grants it.
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readClaimed(
       capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes, uint64_t totalWords);
+  // The body of a message whose segment table is at the start of the buffer. `claim`: its share
+  // of the budget, which every byte read must have been granted; null when unbounded.
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readSegments(
+      capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes, uint64_t totalWords,
+      kj::Maybe<IncomingBudget::Claim&> claim);
   // The same for a message whose last segment is offered to `placement`: the others first.
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readPlaced(
       capnp::ReaderOptions options, uint32_t segmentCount, size_t tableBytes, uint64_t totalWords,
-      size_t lastWords);
+      size_t lastWords, kj::Maybe<IncomingBudget::Claim&> claim);
   // `into`: what the buffer holds of it first, then the rest from the socket (readRest()).
-  kj::Promise<void> readInto(kj::ArrayPtr<kj::byte> into);
-  // `into`, all of it from the socket, step by step (PROGRESS_STEP_BYTES); rejects with
-  // DISCONNECTED when the stream ends first.
-  kj::Promise<void> readRest(kj::ArrayPtr<kj::byte> into);
+  kj::Promise<void> readInto(kj::ArrayPtr<kj::byte> into, kj::Maybe<IncomingBudget::Claim&> claim);
+  // `into`, all of it from the socket, step by step (PROGRESS_STEP_BYTES, and no more at a time
+  // than `claim` has been granted); rejects with DISCONNECTED when the stream ends first.
+  kj::Promise<void> readRest(kj::ArrayPtr<kj::byte> into, kj::Maybe<IncomingBudget::Claim&> claim);
+  // Copies what the buffer holds of `into` there; returns how much.
+  size_t takeBuffered(kj::ArrayPtr<kj::byte> into, kj::Maybe<IncomingBudget::Claim&> claim);
+  // Resolves once `claim` has been granted more (Claim::more()), noting meanwhile that the
+  // message waits for the budget.
+  kj::Promise<void> moreBudget(IncomingBudget::Claim& claim);
   // Writes a large message, table first, from `segments`, step by step.
   struct LargeWrite;
   kj::Promise<void> writeLarge(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
@@ -204,6 +197,11 @@ private:
   kj::Maybe<kj::TimePoint> deadline;  // of the message being read, or of the first one
   bool deadlineIsFirst = true;        // the deadline is the first message's
   bool firstMessageRead = false;
+  // The message being read, for the log line of a timeout: its size once its segment table is
+  // in, the bytes of its body read into its memory, and whether it waits for the budget now.
+  uint64_t announced = 0;
+  uint64_t arrived = 0;
+  bool waitingForBudget = false;
 
   kj::Array<kj::byte> readBuffer;
   size_t readBegin = 0;  // unread bytes are [readBegin, readEnd)

@@ -1,6 +1,7 @@
 // What peers can make a server hold (ConnectionLimits): connections past the bound closed as
-// they come, silent and trickling connections closed at their timeouts, idle ones kept, and the
-// bytes of messages still arriving bounded across connections. Raw sockets play the careless or
+// they come, silent and trickling connections closed at their timeouts (waiting for the budget
+// or not), idle ones kept, and the bytes of messages still arriving bounded across connections
+// and shared, so that hoarders keep no one else's call waiting. Raw sockets play the careless or
 // hostile peer; a real ActorRef shows that the server still serves. The loop's clock is manual,
 // so a timeout ends exactly when the test moves time past it. Memory is this process's resident
 // set, printed before and after, with the bound the test holds it to.
@@ -13,7 +14,10 @@
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/rpc_acceptor.h"
+#include "troupe/net/segment_placement.h"
 #include "troupe/resolver/registry_server.h"
+#include "tests/support/manual_clock.h"
 #include "tests/support/registry_helpers.h"
 #include "tests/support/resident_memory.h"
 #include "tests/support/test_actors.h"
@@ -68,6 +72,20 @@ protected:
       if (rest.poll(ws())) return true;
     }
     return false;
+  }
+
+  // A raw connection that announces a message of `bytes` (one segment) and sends `sent` bytes of
+  // its body from `chunk`, as far as the server reads them (`writes` keeps the writing).
+  kj::Own<kj::AsyncIoStream> announce(uint64_t bytes, uint64_t sent = 0,
+                                      kj::ArrayPtr<const kj::byte> chunk = nullptr,
+                                      kj::Vector<kj::Promise<void>>* writes = nullptr);
+
+  // An echo of `bytes` on `echo`, with a 15 s deadline: the payload that came back, or null if it
+  // has not come back within 15 s of real time (the loop's clock does not move meanwhile).
+  kj::Maybe<kj::Array<kj::byte>> echoWithin15s(ActorRef<Echo>& echo, size_t bytes);
+
+  double metric(kj::StringPtr name, MetricLabels labels = {}) {
+    return server->metrics().sum(name, labels);
   }
 
   // One echo round trip on a fresh connection: the server still serves.
@@ -173,9 +191,221 @@ kj::Promise<void> sendBody(kj::AsyncIoStream& stream, kj::ArrayPtr<const kj::byt
   });
 }
 
+kj::Own<kj::AsyncIoStream> ConnectionLimitsTest::announce(uint64_t bytes, uint64_t sent,
+                                                          kj::ArrayPtr<const kj::byte> chunk,
+                                                          kj::Vector<kj::Promise<void>>* writes) {
+  auto stream = raw();
+  uint32_t header[2] = {0, static_cast<uint32_t>(bytes / sizeof(capnp::word))};
+  stream->write(header, sizeof(header)).wait(ws());
+  if (sent > 0) {
+    writes->add(
+        sendBody(*stream, chunk, sent).catch_([](kj::Exception&&) {}).eagerlyEvaluate(nullptr));
+  }
+  return stream;
+}
+
+kj::Maybe<kj::Array<kj::byte>> ConnectionLimitsTest::echoWithin15s(ActorRef<Echo>& echo,
+                                                                   size_t bytes) {
+  using Result = kj::Maybe<kj::Array<kj::byte>>;
+  auto call = echo.call(
+      [bytes](Echo::Client c) {
+        auto q = c.echoRequest(capnp::MessageSize{bytes / sizeof(capnp::word) + 16, 0});
+        auto data = q.initPayload(bytes);
+        for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<kj::byte>(i % 251);
+        return q.send();
+      },
+      {.deadline = 15 * kj::SECONDS});
+  return call
+      .then([](capnp::Response<Echo::EchoResults>&& r) -> Result {
+        return kj::heapArray(r.getPayload());
+      })
+      .exclusiveJoin(
+          test::afterRealTime(loop, 15 * kj::SECONDS).then([]() -> Result { return nullptr; }))
+      .wait(ws());
+}
+
+// Whether `payload` is what echoWithin15s() sent.
+bool isEchoed(kj::ArrayPtr<const kj::byte> payload, size_t bytes) {
+  if (payload.size() != bytes) return false;
+  for (size_t i = 0; i < bytes; ++i) {
+    if (payload[i] != static_cast<kj::byte>(i % 251)) return false;
+  }
+  return true;
+}
+
+TEST_F(ConnectionLimitsTest, TwentyPeersThatAnnounce500MiBAndSendNothingKeepNoCallWaiting) {
+  // As it was found: twenty connections each announce a 500 MiB message and send nothing more,
+  // and a well-behaved client makes a 1 MiB call on a fresh connection with a 15 s deadline.
+  start();  // 1 GiB budget, 10 s for a first message
+  kj::Vector<kj::Own<kj::AsyncIoStream>> hoarders;
+  for (int i = 0; i < 20; ++i) hoarders.add(announce(500 * MiB));
+  ASSERT_TRUE(pollUntil([&]() { return server->connectionCount() == 20; }));
+  for (int i = 0; i < 50; ++i) ws().poll();  // the server has read every header
+  EXPECT_EQ(server->incompleteMessageBytes(), 0u) << "a peer that sent no body holds budget";
+
+  auto began = loop.timer().now();
+  auto echo = ActorRef<Echo>::connect(loop, address.c_str(), "echo");
+  KJ_IF_MAYBE(payload, echoWithin15s(echo, MiB)) {
+    EXPECT_TRUE(isEchoed(*payload, MiB));
+  } else {
+    FAIL() << "the 1 MiB call waited past its 15 s deadline behind twenty hoarders";
+  }
+  // It waited for no timeout: the loop's clock has not moved, and the hoarders are still there.
+  EXPECT_EQ(loop.timer().now(), began);
+  EXPECT_EQ(server->connectionCount(), 21u);
+
+  // The hoarders go at the first-message timeout, counted and logged as such.
+  loop.advanceTime(10 * kj::SECONDS - 1 * kj::NANOSECONDS);
+  for (auto& h : hoarders) EXPECT_FALSE(closedByServer(*h));
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  for (auto& h : hoarders) EXPECT_TRUE(closedByServer(*h));
+  EXPECT_EQ(sink->count("no whole message arrived within 10000 ms of connecting "
+                        "(ConnectionLimits::firstMessageTimeout), with 0 of the 524288000 bytes "
+                        "of a message in; closing it"),
+            20u);
+  EXPECT_EQ(metric("troupe_connections_timed_out_total", {{"timeout", "first_message"}}), 20);
+  EXPECT_EQ(metric("troupe_connections_timed_out_total", {{"timeout", "message"}}), 0);
+  ASSERT_TRUE(pollUntil([&]() { return server->connectionCount() == 1; }));
+  EXPECT_EQ(server->incompleteMessageBytes(), 0u);
+  expectServing();
+}
+
+TEST_F(ConnectionLimitsTest, PeersThatStallAfterSomeBytesHoldWhatTheySentAndCloseOnTime) {
+  // Twenty connections each announce 500 MiB and send 2 MiB of it. The first is let in whole;
+  // those read in steps hold what they sent plus a step, while each could still complete from
+  // what is free; the rest wait for the budget. Either way each goes at its first-message
+  // timeout, and a 1 MiB call gets through at once.
+  start();
+  auto chunk = kj::heapArray<kj::byte>(MiB);
+  memset(chunk.begin(), 0, chunk.size());
+  kj::Vector<kj::Promise<void>> writes;
+  kj::Vector<kj::Own<kj::AsyncIoStream>> hoarders;
+  for (int i = 0; i < 20; ++i) hoarders.add(announce(500 * MiB, 2 * MiB, chunk, &writes));
+  ASSERT_TRUE(pollUntil([&]() { return server->connectionCount() == 20; }));
+  for (int i = 0; i < 50; ++i) ws().poll();
+  uint64_t held = server->incompleteMessageBytes();
+  double waiting = metric("troupe_incomplete_messages_waiting");
+  std::printf("twenty peers stalled after 2 MiB of 500: %llu MiB of the budget held, %d waiting\n",
+              static_cast<unsigned long long>(held / MiB), static_cast<int>(waiting));
+  // One whole (500 MiB), each of the others let in at most 3 MiB.
+  EXPECT_GE(held, 500 * MiB);
+  EXPECT_LE(held, 500 * MiB + 19 * 3 * MiB);
+  EXPECT_GT(waiting, 0);
+  EXPECT_LT(waiting, 19);
+
+  auto began = loop.timer().now();
+  auto echo = ActorRef<Echo>::connect(loop, address.c_str(), "echo");
+  KJ_IF_MAYBE(payload, echoWithin15s(echo, MiB)) {
+    EXPECT_TRUE(isEchoed(*payload, MiB));
+  } else {
+    FAIL() << "the 1 MiB call waited past its 15 s deadline behind twenty stalled peers";
+  }
+  EXPECT_EQ(loop.timer().now(), began);
+
+  loop.advanceTime(10 * kj::SECONDS - 1 * kj::NANOSECONDS);
+  for (auto& h : hoarders) EXPECT_FALSE(closedByServer(*h));
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  for (auto& h : hoarders) EXPECT_TRUE(closedByServer(*h));
+  EXPECT_EQ(sink->count("no whole message arrived within 10000 ms of connecting"), 20u);
+  // Those that waited say so.
+  EXPECT_EQ(sink->count("bytes of a message in, waiting for its share of the budget"),
+            static_cast<size_t>(waiting));
+  EXPECT_EQ(metric("troupe_connections_timed_out_total", {{"timeout", "first_message"}}), 20);
+  writes.clear();
+  ASSERT_TRUE(pollUntil([&]() { return server->connectionCount() == 1; }));
+  EXPECT_EQ(server->incompleteMessageBytes(), 0u);
+  EXPECT_EQ(metric("troupe_incomplete_messages_waiting"), 0);
+}
+
+TEST_F(ConnectionLimitsTest, AMessageWaitingForTheBudgetIsClosedAtTheMessageTimeout) {
+  // A client's second message (its first, the bootstrap, came whole) waits for the budget
+  // behind two stalled peers, one after the other, longer than the message timeout allows.
+  start({.maxIncompleteMessageBytes = 8 * MiB,
+         .firstMessageTimeout = 100 * kj::SECONDS,
+         .messageTimeout = 5 * kj::SECONDS});
+  auto chunk = kj::heapArray<kj::byte>(MiB);
+  memset(chunk.begin(), 0, chunk.size());
+  kj::Vector<kj::Promise<void>> writes;
+  // t = 0: 4 MiB announced, 3 MiB sent: let in whole, alone. Its deadline is t = 5.
+  auto first = announce(4 * MiB, 3 * MiB, chunk, &writes);
+  ASSERT_TRUE(pollUntil([&]() { return server->incompleteMessageBytes() == 4 * MiB; }));
+
+  // t = 1: a 6 MiB call cannot complete from the 4 MiB free, and waits. Its deadline is t = 6.
+  loop.advanceTime(1 * kj::SECONDS);
+  auto echo = ActorRef<Echo>::connect(loop, address.c_str(), "echo");
+  echo.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+  auto call = echo.call([](Echo::Client c) {
+    auto q = c.echoRequest(capnp::MessageSize{6 * MiB / sizeof(capnp::word) + 16, 0});
+    q.initPayload(6 * MiB);
+    return q.send();
+  });
+  ASSERT_TRUE(pollUntil([&]() { return metric("troupe_incomplete_messages_waiting") == 1; }));
+
+  // t = 4: another 4 MiB, 3 sent: it can complete from what is free, and takes it in steps.
+  loop.advanceTime(3 * kj::SECONDS);
+  auto second = announce(4 * MiB, 3 * MiB, chunk, &writes);
+  ASSERT_TRUE(pollUntil([&]() { return server->incompleteMessageBytes() == 8 * MiB; }));
+
+  // t = 5: the first goes; the 4 MiB it frees are still too few for the call.
+  loop.advanceTime(1 * kj::SECONDS);
+  EXPECT_TRUE(closedByServer(*first));
+  EXPECT_EQ(server->incompleteMessageBytes(), 4 * MiB);
+  EXPECT_FALSE(call.poll(ws()));
+
+  // t = 6: the call's connection goes at its message timeout, counted and logged with its wait.
+  loop.advanceTime(1 * kj::SECONDS - 1 * kj::NANOSECONDS);
+  EXPECT_FALSE(call.poll(ws()));
+  loop.advanceTime(1 * kj::NANOSECONDS);
+  ASSERT_TRUE(pollUntil([&]() { return call.poll(ws()); }));
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { call.wait(ws()); })) {
+    EXPECT_EQ(e->getType(), kj::Exception::Type::DISCONNECTED) << e->getDescription().cStr();
+  } else {
+    ADD_FAILURE() << "the call went through";
+  }
+  EXPECT_EQ(sink->count("a message was still incomplete 5000 ms after it began "
+                        "(ConnectionLimits::messageTimeout), with "),
+            2u);  // the first peer's, and the call's
+  EXPECT_EQ(sink->count(" bytes of a message in, waiting for its share of the budget for "
+                        "incomplete messages; closing it"),
+            1u);
+  EXPECT_EQ(metric("troupe_connections_timed_out_total", {{"timeout", "message"}}), 2);
+  EXPECT_EQ(metric("troupe_connections_timed_out_total", {{"timeout", "first_message"}}), 0);
+
+  // t = 9: the second goes too, and everything it held comes back.
+  loop.advanceTime(3 * kj::SECONDS);
+  EXPECT_TRUE(closedByServer(*second));
+  writes.clear();
+  EXPECT_EQ(server->incompleteMessageBytes(), 0u);
+  expectServing();
+}
+
+TEST_F(ConnectionLimitsTest, LargeMessagesArrivingTogetherShareTheBudgetAndArriveIntact) {
+  // Four 24 MiB calls at once with a 64 MiB budget: one let in whole, the others read in steps
+  // or waiting their turn; every byte comes back.
+  start({.maxIncompleteMessageBytes = 64 * MiB});
+  kj::Vector<ActorRef<Echo>> refs;
+  for (int i = 0; i < 4; ++i) refs.add(ActorRef<Echo>::connect(loop, address.c_str(), "echo"));
+  for (auto& r : refs) r.call([](Echo::Client c) { return c.whoamiRequest().send(); }).wait(ws());
+  constexpr size_t SIZE = 24 * MiB;
+  kj::Vector<kj::Promise<bool>> calls;
+  for (auto& r : refs) {
+    calls.add(r.call([](Echo::Client c) {
+                 auto q = c.echoRequest(capnp::MessageSize{SIZE / sizeof(capnp::word) + 16, 0});
+                 auto data = q.initPayload(SIZE);
+                 for (size_t i = 0; i < SIZE; ++i) data[i] = static_cast<kj::byte>(i % 251);
+                 return q.send();
+               }).then([](capnp::Response<Echo::EchoResults>&& r) {
+      return isEchoed(r.getPayload(), SIZE);
+    }));
+  }
+  for (auto& ok : kj::joinPromises(calls.releaseAsArray()).wait(ws())) EXPECT_TRUE(ok);
+  EXPECT_EQ(server->incompleteMessageBytes(), 0u);
+}
+
 TEST_F(ConnectionLimitsTest, MessagesStillArrivingHoldNoMoreThanTheBudget) {
   // Eight senders each announce a 16 MiB message and send 12 MiB of it: without the budget the
-  // server would hold 8 x 16 MiB for them. With 32 MiB, two are read and the others wait.
+  // server would hold 8 x 16 MiB for them. With 32 MiB, two are read (the first let in whole,
+  // the second in steps, as what is free lets it complete) and the others wait.
   start({.maxIncompleteMessageBytes = 32 * MiB});
   auto chunk = kj::heapArray<kj::byte>(MiB);
   memset(chunk.begin(), 0, chunk.size());
@@ -198,7 +428,8 @@ TEST_F(ConnectionLimitsTest, MessagesStillArrivingHoldNoMoreThanTheBudget) {
   for (int i = 0; i < 50; ++i) ws().poll();
   uint64_t during = test::residentBytes();
   uint64_t virtualDuring = test::virtualBytes();
-  EXPECT_EQ(server->incompleteMessageBytes(), 32 * MiB);
+  // The first holds its 16 MiB, the second the 12 MiB it sent and a step.
+  EXPECT_EQ(server->incompleteMessageBytes(), 29 * MiB);
   size_t finished = 0;
   for (auto& w : writes) finished += w.poll(ws());
   EXPECT_EQ(finished, 2u) << "a sender past the budget was read";
@@ -222,6 +453,71 @@ TEST_F(ConnectionLimitsTest, MessagesStillArrivingHoldNoMoreThanTheBudget) {
   std::printf("after they went: %llu MiB\n",
               static_cast<unsigned long long>(test::residentBytes() / MiB));
   expectServing();
+}
+
+// Takes the large last segment of every message into memory of its own and checks, as each
+// message lets go of it, that it holds the byte pattern of isEchoed().
+class CheckingPlacement final : public SegmentPlacement {
+public:
+  kj::Maybe<kj::Array<capnp::word>> place(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>,
+                                          size_t lastWords) override {
+    ++placed;
+    return kj::Array<capnp::word>(new capnp::word[lastWords], lastWords, checker);
+  }
+
+  size_t placed = 0;
+  size_t released() const { return checker.released; }
+  size_t intact() const { return checker.intact; }
+
+private:
+  class Checker final : public kj::ArrayDisposer {
+  public:
+    mutable size_t released = 0;
+    mutable size_t intact = 0;
+
+  private:
+    void disposeImpl(void* first, size_t elementSize, size_t count, size_t,
+                     void (*)(void*)) const override {
+      ++released;
+      intact += isEchoed(kj::arrayPtr(static_cast<const kj::byte*>(first), elementSize * count),
+                         elementSize * count);
+      delete[] static_cast<capnp::word*>(first);
+    }
+  };
+  Checker checker;
+};
+
+TEST_F(ConnectionLimitsTest, ALastSegmentReadInStepsLandsInThePlaceItWasGiven) {
+  // Two peers send a message of a one-word segment and a 3 MiB one, the second while the first
+  // is still arriving. With 8 MiB the first is let in whole; the second would take the messages
+  // let in whole past half of it, so it is read in steps, into the memory its placement gave.
+  CheckingPlacement placement;
+  RpcAcceptor acceptor(loop, kj::heap<test::EchoImpl>(), DEFAULT_MAX_MESSAGE_BYTES,
+                       test::loggerFor(sink), "placing server", nullptr,
+                       {.maxIncompleteMessageBytes = 8 * MiB});
+  acceptor.placeSegmentsWith(placement);
+  address = acceptor.listen("tcp://127.0.0.1:0").toString();
+  constexpr size_t LAST = 3 * MiB;
+  auto frame = kj::heapArray<kj::byte>(16 + 8 + LAST);
+  uint32_t table[4] = {1, 1, LAST / sizeof(capnp::word), 0};
+  memcpy(frame.begin(), table, sizeof(table));
+  memset(frame.begin() + 16, 0, 8);  // a null root: the RPC system refuses it once it is read
+  for (size_t i = 0; i < LAST; ++i) frame[24 + i] = static_cast<kj::byte>(i % 251);
+  constexpr size_t PART = 24 + 3 * MiB / 2;  // the head and half the last segment
+
+  auto first = raw();
+  first->write(frame.begin(), PART).wait(ws());
+  ASSERT_TRUE(pollUntil([&]() { return acceptor.incompleteMessageBytes() == 8 + LAST; }));
+  auto second = raw();
+  second->write(frame.begin(), PART).wait(ws());
+  // The second holds its steps of 1 MiB as far as what it sent: two of them.
+  ASSERT_TRUE(pollUntil([&]() { return acceptor.incompleteMessageBytes() == 8 + LAST + 2 * MiB; }));
+  second->write(frame.begin() + PART, frame.size() - PART).wait(ws());
+  first->write(frame.begin() + PART, frame.size() - PART).wait(ws());
+  ASSERT_TRUE(pollUntil([&]() { return placement.released() == 2; }));
+  EXPECT_EQ(placement.placed, 2u);
+  EXPECT_EQ(placement.intact(), 2u);
+  EXPECT_EQ(acceptor.incompleteMessageBytes(), 0u);
 }
 
 TEST_F(ConnectionLimitsTest, TheRegistryHoldsNoMoreThanItsBudgetForMessagesArriving) {
