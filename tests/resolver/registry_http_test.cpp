@@ -214,6 +214,10 @@ TEST_F(RegistryHttpTest, WithAClusterTokenThePageIsOpenButTheDataNeedsTheToken) 
   EXPECT_EQ(httpGet(loop, url + "/dashboard.js").contentType, "text/javascript; charset=utf-8");
   EXPECT_EQ(httpGet(loop, url + "/api/state").status, 401u);
   EXPECT_EQ(httpGet(loop, url + "/api/events").status, 401u);
+  EXPECT_EQ(httpGet(loop, url + "/api/history").status, 401u);
+  EXPECT_EQ(httpGet(loop, url + "/api/job?job=calc").status, 401u);
+  EXPECT_EQ(httpGet(loop, url + "/charts.js").status, 200u);
+  EXPECT_EQ(httpGet(loop, url + "/job.js").status, 200u);
   EXPECT_EQ(httpGet(loop, url + "/metrics", "wrong").status, 401u);
   EXPECT_EQ(httpGet(loop, url + "/api/state", "tok-123").status, 200u);
   EXPECT_EQ(httpGet(loop, url + "/healthz").status, 200u);
