@@ -218,8 +218,10 @@ let historyTimer = 0;
 async function pollHistory() {
   clearTimeout(historyTimer);
   try {
-    const res = await api('/api/history');
-    if (res.ok) {
+    // Only while the overview shows (route() polls at once on coming back): a job's page and
+    // an endpoint's read their own.
+    const res = $('overview').hidden ? null : await api('/api/history');
+    if (res && res.ok) {
       const history = normHistory(await res.json());
       const byJob = new Map(history.jobs.map((s) => [s.name, s]));
       for (const job of jobs.values()) {
@@ -539,6 +541,7 @@ function route() {
   $('overview').hidden = name !== null || jobId !== null;
   $('endpoint-view').hidden = name === null;
   openJobPage(jobId);
+  if (name === null && jobId === null) pollHistory();
   if (name === null) return;
   $('metrics-status').textContent = 'loading…';
   renderEndpointPage();
@@ -565,4 +568,3 @@ window.addEventListener('hashchange', route);
 setInterval(tick, 1000);
 route();
 connect();
-pollHistory();

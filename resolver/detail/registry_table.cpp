@@ -715,34 +715,44 @@ std::string RegistryTable::logLocation(kj::StringPtr jobId) const {
   return it == jobs.end() ? std::string() : it->second.logLocation;
 }
 
-kj::Maybe<JobInfo> RegistryTable::jobInfo(kj::StringPtr jobId) const {
-  for (auto& info : jobList()) {
-    if (info.status.jobId == view(jobId)) return kj::mv(info);
-  }
-  return nullptr;
-}
-
 }  // namespace troupe::resolver_detail
 
 namespace troupe::resolver_detail {
 
+JobInfo RegistryTable::recordInfo(const std::string& id, const Job& job) {
+  JobInfo info;
+  KJ_IF_MAYBE(status, job.ended) {
+    info.status = *status;
+  } else {
+    info.status = JobStatus{id, JobState::RUNNING, ""};
+  }
+  info.launcher = job.description.launcher;
+  info.replicas = job.description.replicas;
+  info.createdAtMillis = job.createdAtMillis;
+  info.endedAtMillis = job.endedAtMillis;
+  return info;
+}
+
 kj::Array<JobInfo> RegistryTable::jobList() const {
   JobList list;
-  for (auto& [id, job] : jobs) {
-    JobInfo info;
-    KJ_IF_MAYBE(status, job.ended) {
-      info.status = *status;
-    } else {
-      info.status = JobStatus{id, JobState::RUNNING, ""};
-    }
-    info.launcher = job.description.launcher;
-    info.replicas = job.description.replicas;
-    info.createdAtMillis = job.createdAtMillis;
-    info.endedAtMillis = job.endedAtMillis;
-    list.addRecord(kj::mv(info));
-  }
+  for (auto& [id, job] : jobs) list.addRecord(recordInfo(id, job));
   for (auto& [name, entry] : entries) list.count(entry.endpoint);
   return list.finish();
+}
+
+kj::Maybe<JobInfo> RegistryTable::jobInfo(kj::StringPtr jobId) const {
+  // As jobList() has it, from the job's record and its endpoints alone.
+  JobList list;
+  auto it = jobs.find(view(jobId));
+  if (it != jobs.end()) list.addRecord(recordInfo(it->first, it->second));
+  auto prefix = kj::str(jobId, "/");
+  for (auto e = entries.lower_bound(view(prefix));
+       e != entries.end() && startsWith(e->first, view(prefix)); ++e) {
+    list.count(e->second.endpoint);
+  }
+  auto found = list.finish();
+  if (found.size() == 0) return nullptr;
+  return kj::mv(found[0]);
 }
 
 kj::Maybe<const Endpoint&> RegistryTable::find(kj::StringPtr name) const {

@@ -177,6 +177,8 @@ private:
   void claimIfOpen(const std::string& jobId, kj::ArrayPtr<const kj::byte> presented,
                    kj::StringPtr what);
   bool hasEndpoints(kj::StringPtr jobId) const;
+  // The job's entry in jobList() as its record alone says it (ready and endpoints uncounted).
+  static JobInfo recordInfo(const std::string& id, const Job& job);
   // The job's record, made when absent; throws OVERLOADED when the registry knows maxJobs jobs
   // and none has ended (the oldest ended one is forgotten to make room).
   Job& jobRecord(const std::string& jobId, kj::StringPtr what);
