@@ -28,8 +28,12 @@ struct CallOptions {
   // too unless the actor disallows cancellation. Default: the ActorRef's default deadline.
   kj::Maybe<kj::Duration> deadline;
 
-  // The caller's statement that running the call twice is harmless. ActorRef never retries;
-  // pools (ActorPool) retry a call that may already have run only when this is true.
+  // The caller's statement that running the call twice is harmless. A call that is not
+  // idempotent is sent so that it runs once while the server that got it lives: when its
+  // connection breaks, it is sent again to the same address with the same id, and the server
+  // answers from what it kept (ActorRefOptions::exactlyOnce; README, "Errors and retries"). An
+  // idempotent call is not: ActorRef does not retry it, and pools (ActorPool) send it to
+  // another member.
   bool idempotent = false;
 };
 
@@ -43,12 +47,20 @@ struct ActorRefOptions {
   // Whether calls are counted and timed (metrics()). Default true. An ActorGroup's members
   // count nothing here: their pool counts every attempt by member.
   bool metrics = true;
+
+  // Whether calls not marked idempotent go through sendOnce(), so that a broken connection
+  // does not leave them in doubt while the server lives. Default true. With false, such a call
+  // whose connection broke fails with DISCONNECTED (and a pool's with MAY_HAVE_RUN), as plain
+  // Cap'n Proto calls do.
+  bool exactlyOnce = true;
 };
 
 namespace actor_detail {
 
-// What copies of one ActorRef share (actor_ref.cpp).
+// What copies of one ActorRef share (detail/actor_ref_state.h).
 class ActorRefState;
+// One call sent by ActorRefBase::sendOnce() (detail/once_call.h).
+class OnceCall;
 
 // One call through an ActorRef, for its metrics: in flight from construction, then counted by
 // outcome and timed once finished() says how it ended, or as cancelled if dropped before.
@@ -139,6 +151,24 @@ public:
   template <typename V>
   kj::Promise<V> start(kj::FunctionParam<kj::Promise<V>()> send);
 
+  // Sends the request(s) `send` makes on the actor's capability so that they run once while
+  // the server that gets them lives (schemas/actor.capnp ExactlyOnce): each goes with an id, and
+  // when the connection breaks after one may have left, the call connects again to the same
+  // address and sends them again with the same ids; the server answers from what it kept
+  // rather than running them twice. `send` is called once per attempt and kept until the call
+  // ends, so it must not refer to anything that may go away before, and must make the same
+  // requests each time. Rejects as the call's requests do, or with MAY_HAVE_RUN when the server
+  // restarted, can no longer tell, or the connection broke 9 times under the call, or with
+  // UNREACHABLE when the connection broke before anything left this process. Applies no
+  // deadline (finishCall() does). Dropping the promise cancels the call, on the server too
+  // (as ActorOptions::allowCancellation says).
+  template <typename V>
+  kj::Promise<V> sendOnce(kj::Function<kj::Promise<V>(capnp::Capability::Client)> send);
+
+  // Whether a call made with `options` goes through sendOnce(): it is not idempotent, and
+  // ActorRefOptions::exactlyOnce is on.
+  bool sendsOnce(const CallOptions& options) const;
+
   // Applies the call's deadline (or the default one) to `promise`, drops the connection when
   // the call fails because it broke, so that the next call connects again, and counts the call
   // in metrics() (unless the options say not to).
@@ -163,6 +193,24 @@ public:
   Channel& channel() const;
 
 private:
+  // One sendOnce() call (actor_detail::OnceCall).
+  class OnceHandle {
+  public:
+    explicit OnceHandle(const ActorRefBase& ref);
+    ~OnceHandle() noexcept(false);
+    KJ_DISALLOW_COPY(OnceHandle);
+
+    capnp::Capability::Client attempt();
+    kj::Promise<void> failed(kj::Exception&& e);
+
+  private:
+    kj::Own<actor_detail::OnceCall> call;
+  };
+
+  template <typename V>
+  kj::Promise<V> attemptOnce(OnceHandle& call,
+                             kj::Function<kj::Promise<V>(capnp::Capability::Client)> send);
+
   // What a call started now tells when it fails: a DISCONNECTED failure of this connection drops
   // it (ActorRefState::callFailed), so that the next call connects again.
   class FailureWatch {
@@ -197,7 +245,9 @@ private:
 
 // A typed handle to an actor implementing Cap'n Proto interface T. Belongs to its loop's thread.
 // Connects lazily, reuses the connection for every call, and connects again on the next call
-// after the connection broke. It never retries a call.
+// after the connection broke. It retries only a call not marked idempotent whose connection broke,
+// and only on the same server with the same id, which runs it once (sendOnce()); it never sends a
+// call anywhere else.
 template <typename T>
 class ActorRef : public ActorRefBase {
 public:
@@ -221,10 +271,17 @@ public:
   // Runs `fn(client)`, which makes one call (or a chain of them) and returns its promise, and
   // applies the deadline. Resolves with the response; rejects with the error taxonomy of
   // errors.h: an exception the actor raised arrives as FAILED with its message. Dropping the
-  // returned promise cancels the call.
+  // returned promise cancels the call. A call not marked idempotent goes through sendOnce():
+  // `fn` (a copy of it) is then kept until the call ends and called again for each retry.
   template <typename Fn>
   auto call(Fn&& fn, CallOptions options = {}) -> kj::Promise<CallValue<Fn, typename T::Client>> {
     using Value = CallValue<Fn, typename T::Client>;
+    if (sendsOnce(options)) {
+      auto promise = sendOnce<Value>(
+          [fn = std::decay_t<Fn>(kj::fwd<Fn>(fn))](capnp::Capability::Client c) mutable
+          -> kj::Promise<Value> { return fn(c.castAs<T>()); });
+      return finishCall(kj::mv(promise), options);
+    }
     auto promise = start<Value>([&]() -> kj::Promise<Value> { return fn(client()); });
     return finishCall(kj::mv(promise), options);
   }
@@ -239,6 +296,27 @@ kj::Promise<V> ActorRefBase::start(kj::FunctionParam<kj::Promise<V>()> send) {
     return notSent(kj::mv(*e));
   }
   return promise;
+}
+
+template <typename V>
+kj::Promise<V> ActorRefBase::sendOnce(
+    kj::Function<kj::Promise<V>(capnp::Capability::Client)> send) {
+  auto call = kj::heap<OnceHandle>(*this);
+  auto promise = attemptOnce<V>(*call, kj::mv(send));
+  return promise.attach(kj::mv(call));
+}
+
+template <typename V>
+kj::Promise<V> ActorRefBase::attemptOnce(
+    OnceHandle& call, kj::Function<kj::Promise<V>(capnp::Capability::Client)> send) {
+  auto promise = start<V>([&]() { return send(call.attempt()); });
+  return promise.catch_(
+      [self = *this, &call, send = kj::mv(send)](kj::Exception&& e) mutable -> kj::Promise<V> {
+        return call.failed(kj::mv(e)).then(
+            [self = kj::mv(self), &call, send = kj::mv(send)]() mutable -> kj::Promise<V> {
+              return self.attemptOnce<V>(call, kj::mv(send));
+            });
+      });
 }
 
 template <typename V>

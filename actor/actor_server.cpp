@@ -90,6 +90,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     // the calls they leave behind, which Cap'n Proto would only cancel on a later turn.
     acceptor = nullptr;
     tracker.abortAll(makeError(ErrorCode::DISCONNECTED, "the actor server was destroyed"));
+    replies.clear();
   }
 
   // --- actors
@@ -217,6 +218,28 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
              {"incarnation", std::to_string(incarnation)},
              {"state", toString(endpointState()).cStr()}},
             1);
+    collectReplyMetrics(out);
+  }
+
+  void collectReplyMetrics(MetricsSnapshot& out) const {
+    auto& s = replies.stats();
+    MetricLabels labels = {{"job", job.jobId}};
+    out.add("troupe_server_reply_callers",
+            "Callers whose calls the server remembers, so that their retries do not run twice.",
+            MetricType::GAUGE, labels, double(s.callers));
+    out.add("troupe_server_replies_running", "Calls sent to run once that are in progress.",
+            MetricType::GAUGE, labels, double(s.running));
+    out.add("troupe_server_replies_kept",
+            "Replies kept for retries until their callers acknowledge them.", MetricType::GAUGE,
+            labels, double(s.replies));
+    out.add("troupe_server_reply_bytes", "Bytes held by kept replies and their bookkeeping.",
+            MetricType::GAUGE, labels, double(s.bytes));
+    out.add("troupe_server_replies_replayed_total",
+            "Retried calls answered from a kept reply or a call in progress, not run again.",
+            MetricType::COUNTER, labels, double(s.replayed));
+    out.add("troupe_server_replies_forgotten_total",
+            "Retried calls answered MAY_HAVE_RUN because their replies were no longer kept.",
+            MetricType::COUNTER, labels, double(s.forgotten));
   }
 
   Endpoint endpointOf(const actor_detail::HostedActor& actor) const {
@@ -289,6 +312,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     acceptor->closeConnections();
     tracker.abortAll(makeError(ErrorCode::DISCONNECTED,
                                "the server stopped before the call finished; it may have run"));
+    replies.clear();
     blobs->stop();
     state = ServerState::STOPPED;
     http = nullptr;
@@ -309,6 +333,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
 
   actor_detail::CallTracker tracker;
   kj::Vector<kj::Own<actor_detail::HostedActor>> actors;
+  actor_detail::ReplyCache replies{loop.timer(), incarnation, options.replies};
   std::vector<EndpointListener*> endpointListeners;
   kj::Own<actor_detail::BlobReceiver> blobs;  // goes after the connections that write into it
 
@@ -334,12 +359,19 @@ public:
 protected:
   kj::Promise<void> getActor(GetActorContext context) override {
     auto name = context.getParams().getName();
-    if (server.tracker.draining) {
+    // A caller whose connection broke may come back while the server drains, to collect what its
+    // calls still running here answer: its lookup is answered, and the gate refuses its new calls.
+    bool returning = context.getParams().hasCaller() && server.state == ServerState::DRAINING;
+    if (server.tracker.draining && !returning) {
       throwError(ErrorCode::DRAINING,
                  kj::str("server at ", server.endpointAddress(), " is draining; actor '", name,
                          "' takes no new calls"));
     }
     auto& actor = server.find(name);
+    if (context.getParams().hasCaller()) {
+      auto caller = context.getParams().getCaller();
+      server.replies.hello(caller.getCallerId(), caller.getFloor());
+    }
     auto results = context.getResults();
     results.setActor(actor.client());
     server.fillInfo(actor, results.initInfo());
@@ -445,8 +477,8 @@ void ActorServer::hostCapability(kj::StringPtr name, capnp::InterfaceSchema sche
     }
   }
   impl->actors.add(kj::heap<actor_detail::HostedActor>(name, schema, kj::mv(actor), options,
-                                                       impl->tracker, impl->loop.timer(),
-                                                       impl->options.metrics));
+                                                       impl->tracker, impl->replies,
+                                                       impl->loop.timer(), impl->options.metrics));
   if (impl->state == ServerState::SERVING) {
     auto endpoint = impl->endpointOf(*impl->actors.back());
     for (auto* l : impl->endpointListeners) l->endpointChanged(endpoint);

@@ -21,6 +21,40 @@
 
 namespace troupe {
 
+// Bounds on what an ActorServer keeps so that a call retried after its connection broke gets
+// its reply rather than running again (README, "Errors and retries"). A caller is one client
+// handle (an ActorRef, or one pool member's); a reply stays until its caller acknowledges it
+// (with its next call) or `retention` passes. Past a bound, the oldest replies are dropped
+// first; a retry of a call whose reply was dropped fails with MAY_HAVE_RUN, never runs twice.
+// bench/README.md measures the memory per kept reply.
+struct ReplyCacheOptions {
+  // Whether replies are kept at all. Default true. When false, calls still run once per
+  // attempt, and every retry fails with MAY_HAVE_RUN.
+  bool enabled = true;
+
+  // How long a reply is kept after its call finished when its caller does not acknowledge it,
+  // and how long a caller without calls is remembered. Default 5 minutes.
+  kj::Duration retention = 5 * 60 * kj::SECONDS;
+
+  // How long a call still running waits for its caller to come back after every connection it
+  // came on broke (a retry attaches to it). With none by then, it is cancelled, when the actor
+  // allows cancellation, as a plain call is at once when its caller goes away; a retry that
+  // comes later gets MAY_HAVE_RUN. Default 10 s.
+  kj::Duration reconnectWindow = 10 * kj::SECONDS;
+
+  // Replies kept per caller. Default 10,000.
+  uint32_t maxRepliesPerCaller = 10000;
+
+  // Bytes of replies kept per caller. Default 64 MiB.
+  uint64_t maxBytesPerCaller = uint64_t(64) << 20;
+
+  // Replies kept in all. Default 1,000,000.
+  uint64_t maxReplies = 1000000;
+
+  // Bytes kept in all, callers' bookkeeping included. Default 512 MiB.
+  uint64_t maxBytes = uint64_t(512) << 20;
+};
+
 struct ActorServerOptions {
   // How long drain() lets in-flight calls finish before closing their connections (those calls
   // then fail with DISCONNECTED on the caller's side). Default 30 s.
@@ -66,6 +100,9 @@ struct ActorServerOptions {
   // reads and the few increments per call (bench/README.md measures them), and leaves the
   // call series at zero.
   bool metrics = true;
+
+  // What the server keeps for calls retried after a broken connection.
+  ReplyCacheOptions replies;
 };
 
 struct ActorOptions {

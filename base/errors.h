@@ -41,10 +41,15 @@
 //   LEASE_LOST         DISCONNECTED   (no call)      yes             a registration expired or was
 //                                                                    replaced: register again
 //   NO_ENDPOINTS       OVERLOADED     no             yes             a pool has no ready member
-//   MAY_HAVE_RUN       DISCONNECTED   yes            no              a pool gave up on a call that
-//                                                                    was not marked idempotent
-//                                                                    after it may have reached an
-//                                                                    actor
+//   MAY_HAVE_RUN       DISCONNECTED   yes            no              a call not marked idempotent
+//                                                                    may have reached an actor and
+//                                                                    no one can tell whether it
+//                                                                    ran: its server died or
+//                                                                    restarted, dropped its reply
+//                                                                    (ReplyCacheOptions), keeps
+//                                                                    none, or its connection broke
+//                                                                    9 times (README, "Errors and
+//                                                                    retries")
 //   JOB_ALREADY_EXISTS FAILED         (no call)      no              a job of that name is still
 //                                                                    live
 //   UNAUTHENTICATED    FAILED         no             no              the connection presented no
@@ -80,6 +85,12 @@
 // from a call it made) does not make its caller's call look unreachable: the server prefixes
 // such messages with "raised by actor '<name>': ", and only a code troupe itself attached to
 // this call counts.
+//
+// A call not marked idempotent that an ActorRef or a pool sends is not left in doubt by a broken
+// connection: it is sent again to the same server with the same id, which runs it once and
+// answers a retry from the reply it kept (ActorRefOptions::exactlyOnce, ReplyCacheOptions). So
+// such a call ends with DISCONNECTED only when the caller turned that off, and with MAY_HAVE_RUN
+// only when the server that got it cannot answer any more (the table's row).
 
 #include <string>
 #include <type_traits>

@@ -6,10 +6,12 @@
 // software cost of a call (on this kind of 2-core VM, waking a process on the other core costs
 // 50-100 us and would swamp it). TROUPE_BENCH_PIN=free leaves placement to the scheduler.
 //
-// Each benchmark reports the mean (Google Benchmark's time) and p50 / p99 in counters.
+// Each benchmark reports the mean (Google Benchmark's time), p50 / p99 and this process's CPU
+// time per call (client_cpu_us) in counters.
 
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -78,14 +80,43 @@ kj::Array<kj::byte> payloadOf(size_t size) {
   return data;
 }
 
-// `address` with `credentials` (null: the loop's), one call at a time.
+// This process's CPU time (user and system) so far.
+Clock::duration cpuTime() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  auto of = [](const timeval& t) {
+    return std::chrono::seconds(t.tv_sec) + std::chrono::microseconds(t.tv_usec);
+  };
+  return std::chrono::duration_cast<Clock::duration>(of(usage.ru_utime) + of(usage.ru_stime));
+}
+
+// Reports this process's CPU time per call ("client_cpu_us") from construction to destruction.
+class ClientCpu {
+public:
+  explicit ClientCpu(benchmark::State& state) : state(state), start(cpuTime()) {}
+  ~ClientCpu() {
+    if (state.iterations() == 0) return;
+    auto spent = std::chrono::duration<double, std::micro>(cpuTime() - start).count();
+    state.counters["client_cpu_us"] = spent / static_cast<double>(state.iterations());
+  }
+
+private:
+  benchmark::State& state;
+  Clock::duration start;
+};
+
+// `address` with `credentials` (null: the loop's), one call at a time. Calls are not marked
+// idempotent, so they go with an id for the server's reply cache (README, "Errors and retries")
+// unless `exactlyOnce` is false.
 void troupePingPong(benchmark::State& state, const std::string& address,
-                    std::shared_ptr<troupe::Credentials> credentials, bool metrics = true) {
+                    std::shared_ptr<troupe::Credentials> credentials, bool metrics = true,
+                    bool exactlyOnce = true) {
   auto payload = payloadOf(state.range(0));
   troupe::EventLoop loop;
   troupe::ActorRefOptions options;
   options.channel.credentials = kj::mv(credentials);
   options.metrics = metrics;
+  options.exactlyOnce = exactlyOnce;
   auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo", options);
   auto call = [&]() {
     return echo.call([&](BenchEcho::Client c) {
@@ -96,6 +127,7 @@ void troupePingPong(benchmark::State& state, const std::string& address,
   };
   for (int i = 0; i < 200; ++i) call().wait(loop.waitScope());  // connect and warm up
   Latencies latencies(state);
+  ClientCpu cpu(state);
   for (auto _ : state) {
     auto start = Clock::now();
     auto r = call().wait(loop.waitScope());
@@ -111,6 +143,12 @@ void BM_Troupe_ActorRef_PingPong(benchmark::State& state) {
 // The same with a handle and a server that count and time nothing: what metrics cost a call.
 void BM_Troupe_ActorRef_PingPong_MetricsOff(benchmark::State& state) {
   troupePingPong(state, "tcp://" + servers->troupeNoMetricsAddress, nullptr, false);
+}
+
+// The same with calls sent plainly, without an id (ActorRefOptions::exactlyOnce off): what
+// running once across broken connections costs a call, the server's reply cache included.
+void BM_Troupe_ActorRef_PingPong_ExactlyOnceOff(benchmark::State& state) {
+  troupePingPong(state, "tcp://" + servers->troupeAddress, nullptr, true, false);
 }
 
 // The same over tls://: what TLS costs a small call.
@@ -137,6 +175,7 @@ void BM_PlainCapnp_PingPong(benchmark::State& state) {
   };
   for (int i = 0; i < 200; ++i) call().wait(io.waitScope);
   Latencies latencies(state);
+  ClientCpu cpu(state);
   for (auto _ : state) {
     auto start = Clock::now();
     auto r = call().wait(io.waitScope);
@@ -148,6 +187,7 @@ void BM_PlainCapnp_PingPong(benchmark::State& state) {
 BENCHMARK(BM_PlainCapnp_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_MetricsOff)->Arg(64)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_Troupe_ActorRef_PingPong_ExactlyOnceOff)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_Tls)->Arg(64)->Arg(4096)->UseRealTime();
 
 }  // namespace

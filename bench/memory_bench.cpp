@@ -10,6 +10,8 @@
 //   same; the difference per extra actor is the cost of hosting one (per_actor_bytes). Then a
 //   client calls each of the 1001 once over one connection; the server's further growth per actor
 //   is what a looked-up actor adds (looked_up_bytes_per_actor).
+// * BM_Troupe_KeptReplies: what a server keeps per reply for calls that may be retried, 1 M of
+//   them (the ReplyCache of troupe/actor/detail/reply_cache.h, in this process).
 // * BM_PlainCapnp_Capabilities: the floor, measured in this process: 1000 capability objects
 //   (the echo implementation behind a capnp::Capability::Client), what plain Cap'n Proto keeps
 //   per served object before any connection refers to it.
@@ -28,6 +30,7 @@
 #include <kj/async-io.h>
 
 #include "troupe/actor/actor_ref.h"
+#include "troupe/actor/detail/reply_cache.h"
 #include "bench_echo.capnp.h"
 #include "bench/bench_peers.h"
 #include "bench/bench_support.h"
@@ -150,10 +153,49 @@ void BM_PlainCapnp_Capabilities(benchmark::State& state) {
   }
 }
 
+// What a server keeps per reply for calls retried after a broken connection (README, "Errors and
+// retries"): 1 M replies of a 64-byte echo, from 100 callers of 10,000 calls each (the default
+// bound per caller), kept by a ReplyCache as an ActorServer's, in this process and with the
+// defaults' other bounds (ReplyCacheOptions). Reports the growth of RSS per kept reply and what
+// the cache counts per reply against its byte bounds.
+constexpr unsigned KEPT_CALLERS = 100;
+constexpr unsigned KEPT_PER_CALLER = 10000;
+
+void BM_Troupe_KeptReplies(benchmark::State& state) {
+  using troupe::actor_detail::StoredReply;
+  static const kj::byte payload[64] = {1, 2, 3};
+  for (auto _ : state) {
+    troupe::EventLoop loop;
+    malloc_trim(0);
+    auto before = residentBytes();
+    troupe::actor_detail::ReplyCache cache(loop.timer(), 1, {});
+    for (uint64_t caller = 1; caller <= KEPT_CALLERS; ++caller) {
+      for (uint64_t seq = 1; seq <= KEPT_PER_CALLER; ++seq) {
+        auto message = kj::heap<capnp::MallocMessageBuilder>(32);
+        message->getRoot<capnp::AnyPointer>().initAs<BenchEcho::EchoResults>().setPayload(
+            kj::arrayPtr(payload, sizeof(payload)));
+        kj::Promise<kj::Own<StoredReply>> reply = kj::refcounted<StoredReply>(kj::mv(message));
+        cache.start({caller, seq, 1, false}, kj::mv(reply), []() { return true; });
+      }
+      loop.waitScope().poll();
+    }
+    auto& stats = cache.stats();
+    if (stats.replies != uint64_t(KEPT_CALLERS) * KEPT_PER_CALLER) {
+      state.SkipWithError("the cache dropped replies within its default bounds");
+    }
+    state.counters["replies_kept"] = static_cast<double>(stats.replies);
+    state.counters["rss_bytes_per_reply"] = growthPer(before, residentBytes(),
+                                                      static_cast<unsigned>(stats.replies));
+    state.counters["counted_bytes_per_reply"] = static_cast<double>(stats.bytes) /
+                                                static_cast<double>(stats.replies);
+  }
+}
+
 BENCHMARK(BM_PlainCapnp_IdleConnections)->Iterations(1)->UseRealTime();
 BENCHMARK(BM_Troupe_IdleConnections)->Iterations(1)->UseRealTime();
 BENCHMARK(BM_PlainCapnp_Capabilities)->Iterations(1)->UseRealTime();
 BENCHMARK(BM_Troupe_HostedActors)->Iterations(1)->UseRealTime();
+BENCHMARK(BM_Troupe_KeptReplies)->Iterations(1)->UseRealTime();
 
 }  // namespace
 

@@ -68,12 +68,16 @@ void BM_PlainCapnp_Echo_512MiBLimit(benchmark::State& state) {
 }
 
 // troupe's echo of the benchmark's payload to `address`, with `credentials` (null: the loop's).
+// The call is not marked idempotent: it goes with an id, and the server keeps a copy of its reply
+// until the next call acknowledges it (README, "Errors and retries"), unless `exactlyOnce` is
+// false.
 void troupeEcho(benchmark::State& state, const std::string& address,
-                std::shared_ptr<troupe::Credentials> credentials) {
+                std::shared_ptr<troupe::Credentials> credentials, bool exactlyOnce = true) {
   auto payload = troupe::bench::payloadOf(state.range(0));
   troupe::EventLoop loop;
   troupe::ActorRefOptions options;
   options.channel.credentials = kj::mv(credentials);
+  options.exactlyOnce = exactlyOnce;
   auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo", options);
   auto call = [&]() {
     return echo.call([&](BenchEcho::Client c) {
@@ -86,6 +90,11 @@ void troupeEcho(benchmark::State& state, const std::string& address,
 }
 
 void BM_Troupe_ActorRef_Echo(benchmark::State& state) { troupeEcho(state, troupeAddress, nullptr); }
+
+// The same sent plainly (ActorRefOptions::exactlyOnce off): what keeping the reply costs.
+void BM_Troupe_ActorRef_Echo_ExactlyOnceOff(benchmark::State& state) {
+  troupeEcho(state, troupeAddress, nullptr, false);
+}
 
 // The same over tls://: what TLS costs a large call.
 std::shared_ptr<troupe::Credentials> tlsClient;
@@ -102,6 +111,7 @@ void sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_PlainCapnp_Echo_DefaultLimit)->Apply(sizes);
 BENCHMARK(BM_PlainCapnp_Echo_512MiBLimit)->Apply(sizes);
 BENCHMARK(BM_Troupe_ActorRef_Echo)->Apply(sizes);
+BENCHMARK(BM_Troupe_ActorRef_Echo_ExactlyOnceOff)->Apply(sizes);
 BENCHMARK(BM_Troupe_ActorRef_Echo_Tls)->Apply(sizes);
 
 }  // namespace

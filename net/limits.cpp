@@ -1,8 +1,11 @@
 #include "troupe/net/limits.h"
 
+#include <string_view>
+
 #include <kj/string.h>
 
 #include "troupe/base/errors.h"
+#include "troupe/base/parse_number.h"
 
 namespace troupe {
 
@@ -22,6 +25,9 @@ constexpr const char* USE_BLOBS =
     "ActorPool::broadcastBlob to servers that acceptBlobs (troupe/actor/blob.h), "
     "Pool.broadcast_blob in Python";
 
+// How incomingTooLarge() ends, after the limit.
+constexpr const char* INCOMING_LIMIT_END = "-byte limit; closing the connection";
+
 // What Cap'n Proto's builders fail with for a size that does not fit its bits (capnp/layout.c++):
 // kj::ThrowOverflow's, and its own words for a Data or Text, a list and a segment.
 constexpr const char* TOO_LARGE_TO_BUILD[] = {
@@ -38,6 +44,24 @@ kj::Exception messageTooLarge(uint64_t bytes, uint64_t maxMessageBytes) {
                    kj::str("a message of ", bytes, " bytes is over the limit of ",
                            limitText(maxMessageBytes), " per message (maxMessageBytes)",
                            USE_BLOBS));
+}
+
+kj::Exception incomingTooLarge(uint64_t bytes, uint64_t maxMessageBytes) {
+  return makeError(ErrorCode::MESSAGE_TOO_LARGE,
+                   kj::str("incoming message of ", bytes, " bytes exceeds this side's ",
+                           maxMessageBytes, INCOMING_LIMIT_END));
+}
+
+kj::Maybe<uint64_t> peerMessageLimit(const kj::Exception& e) {
+  std::string_view text = e.getDescription().cStr();
+  constexpr std::string_view START = "troupe.message_too_large: incoming message of ";
+  constexpr std::string_view MARKER = " bytes exceeds this side's ";
+  auto at = text.find(MARKER);
+  if (!fromPeer(e) || text.find(START) == text.npos || at == text.npos) return nullptr;
+  auto rest = text.substr(at + MARKER.size());
+  auto end = rest.find(INCOMING_LIMIT_END);
+  if (end == rest.npos) return nullptr;
+  return parseWholeNumber(kj::ArrayPtr<const char>(rest.data(), end));
 }
 
 kj::Maybe<kj::Exception> tooLargeToBuild(const kj::Exception& e, uint64_t maxMessageBytes) {

@@ -28,6 +28,15 @@ kj::Exception messageTooLarge(uint64_t bytes, uint64_t maxMessageBytes);
 // a request happens before it is sent, so a call that fails this way never ran.
 kj::Maybe<kj::Exception> tooLargeToBuild(const kj::Exception& e, uint64_t maxMessageBytes);
 
+// What a side that received a message of `bytes` over its `maxMessageBytes` closes the connection
+// with (MESSAGE_TOO_LARGE); its peer reads it as the reason the connection ended.
+kj::Exception incomingTooLarge(uint64_t bytes, uint64_t maxMessageBytes);
+
+// The limit a peer named when it closed the connection for a message over it (incomingTooLarge(),
+// as the connection's end reached this side); null when `e` is anything else. A message of ours
+// larger than that limit can never reach that peer, so a call carrying one never ran there.
+kj::Maybe<uint64_t> peerMessageLimit(const kj::Exception& e);
+
 // What a server's connections may hold, together and each (ActorServerOptions::connections,
 // RegistryServerOptions::connections). Whatever its peers send, careless or hostile, a server
 // holds at most about maxConnections * 24 KiB plus maxIncompleteMessageBytes for connections

@@ -155,6 +155,12 @@ kj::Promise<CallResult<kj::Own<AnyResponse>>> ActorPoolBase::callWith(Attempt at
 BroadcastFutureBase ActorPoolBase::broadcastWith(Attempt attempt, const CallOptions& options) {
   auto& pool = *impl;
   auto members = pool.group.readyMembers();
+  // Each member's call may send it again (sendOnce()), until the last of them ends.
+  struct SharedAttempt final : public kj::Refcounted {
+    explicit SharedAttempt(Attempt attempt) : attempt(kj::mv(attempt)) {}
+    Attempt attempt;
+  };
+  auto shared = kj::refcounted<SharedAttempt>(kj::mv(attempt));
   auto state = kj::refcounted<pool_detail::BroadcastState>(
       pool.group.loop(), KJ_MAP(m, members) { return m->endpoint; });
   auto& s = *state;
@@ -172,7 +178,15 @@ BroadcastFutureBase ActorPoolBase::broadcastWith(Attempt attempt, const CallOpti
       ++KJ_ASSERT_NONNULL(counted).attempts;
     }
     ActorRefBase ref = m->ref;
-    auto sent = ref.start<kj::Own<AnyResponse>>([&]() { return attempt(ref.capability()); });
+    kj::Promise<kj::Own<AnyResponse>> sent = nullptr;
+    if (ref.sendsOnce(options)) {
+      sent = ref.sendOnce<kj::Own<AnyResponse>>(
+          [shared = kj::addRef(*shared)](capnp::Capability::Client c) mutable {
+            return shared->attempt(kj::mv(c));
+          });
+    } else {
+      sent = ref.start<kj::Own<AnyResponse>>([&]() { return shared->attempt(ref.capability()); });
+    }
     auto call = ref.finishCall(kj::mv(sent), options)
                     .then(
                         [&pool, &s, i, counted](kj::Own<AnyResponse>&& response) {

@@ -66,9 +66,11 @@ interface Authenticator {
 interface ActorHost {
   # What an ActorServer's Authenticator hands an authenticated connection.
 
-  getActor @0 (name :Text) -> (actor :Capability, info :ActorInfo, incarnation :UInt64);
+  getActor @0 (name :Text, caller :CallerHello)
+      -> (actor :Capability, info :ActorInfo, incarnation :UInt64);
   # The named actor. Fails with "troupe.actor_not_found" when nothing is hosted under that name
-  # and with "troupe.draining" once the server drains.
+  # and with "troupe.draining" once the server drains. `caller`, when set, introduces a client
+  # that will send ExactlyOnce calls to it.
 
   listActors @1 () -> (actors :List(ActorInfo), incarnation :UInt64);
 
@@ -95,4 +97,47 @@ interface ActorHost {
   # Refused before any byte moves with "troupe.blob_refused" (no receiver of that name, too big,
   # a version it has or is receiving a newer one of), "troupe.invalid_argument" for a malformed
   # header or hop list, and like getActor while draining.
+}
+
+struct CallerHello {
+  # A client that sends ExactlyOnce calls introduces itself in every ActorHost.getActor.
+  callerId @0 :UInt64;
+  # Random, chosen once per client handle (ActorRef); never 0.
+  floor @1 :UInt64;
+  # Used only by a server that does not know the caller: it takes every retried call below
+  # `floor` as possibly run and forgotten. A client that has sent calls to this server before
+  # says the next sequence number it would give; one that has not says the lowest it may retry.
+}
+
+interface ExactlyOnce {
+  # How a troupe client sends a call that must not run twice. The gate in front of every hosted
+  # actor takes it on the actor's own capability: it runs the call inside (`interfaceId`,
+  # `methodId`, `params`) once per (callerId, seq), keeps its reply until the caller
+  # acknowledges it, and answers a retry with the same id from what it kept. Plain Cap'n Proto
+  # calls to the actor keep working as before.
+
+  call @0 (callerId :UInt64, seq :UInt64, incarnation :UInt64, retry :Bool,
+           ackBelow :UInt64, acks :List(UInt64),
+           interfaceId :UInt64, methodId :UInt16, params :AnyPointer)
+      -> (results :AnyPointer, error :OnceError);
+  # `seq` counts the caller's calls from 1. `retry`: an earlier attempt with this id may have
+  # reached the server whose incarnation is `incarnation`; a retry the server cannot answer
+  # (another incarnation, or its reply no longer kept) fails with "troupe.may_have_run" rather
+  # than run again. `ackBelow` and `acks`: the caller has every reply below `ackBelow` and those
+  # listed, and will not ask for them again. An error the call inside ended with (the actor's,
+  # or troupe's on the server) comes back in `error`, `results` then unset, so that the caller
+  # can tell it from the connection breaking: the call itself fails only when the server cannot
+  # answer it (a retry it can no longer tell, a refusal while draining or full).
+
+  cancel @1 (callerId :UInt64, seq :UInt64) -> ();
+  # The caller gave up on the call (it cancelled, or its deadline passed): the server cancels it
+  # if the actor allows cancellation (ActorOptions::allowCancellation), as Cap'n Proto does when
+  # a caller drops a plain call.
+}
+
+struct OnceError {
+  # How an ExactlyOnce call's inner call failed, as Cap'n Proto's own Exception carries it.
+  type @0 :UInt8;
+  # kj::Exception::Type: 0 failed, 1 overloaded, 2 disconnected, 3 unimplemented.
+  description @1 :Text;
 }

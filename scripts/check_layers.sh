@@ -40,6 +40,7 @@ MAX_FUNCTION_LINES=80
 : <<'DETAIL_INCLUDE_ALLOWLIST'
 fuzz/frame_reader_fuzz.cpp  troupe/net/detail/message_stream.h  # fuzzes the frame reader itself, below any public API
 bench/history_bench.cpp  troupe/resolver/detail/metrics_history.h  # measures the registry's history itself, which has no public API
+bench/memory_bench.cpp  troupe/actor/detail/reply_cache.h  # measures the memory per kept reply, which has no public API
 DETAIL_INCLUDE_ALLOWLIST
 
 : <<'FUNCTION_LENGTH_EXCEPTIONS'

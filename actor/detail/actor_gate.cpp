@@ -4,7 +4,9 @@
 
 #include <kj/debug.h>
 
+#include "troupe/actor/detail/once_context.h"
 #include "troupe/base/errors.h"
+#include "troupe/schemas/actor.capnp.h"
 
 namespace troupe::actor_detail {
 
@@ -205,22 +207,44 @@ public:
 
   VoidPromiseAndPipeline call(uint64_t interfaceId, uint16_t methodId,
                               kj::Own<capnp::CallContextHook>&& context) override {
-    kj::Maybe<MethodCounters&> counters;
-    if (actor.counting) counters = actor.countersFor(interfaceId, methodId);
+    if (interfaceId == capnp::typeId<schema::ExactlyOnce>()) {
+      return serveOnce(methodId, kj::mv(context));
+    }
+    return admit(interfaceId, methodId, kj::mv(context));
+  }
+
+  kj::Maybe<capnp::ClientHook&> getResolved() override { return nullptr; }
+  kj::Maybe<kj::Promise<kj::Own<capnp::ClientHook>>> whenMoreResolved() override { return nullptr; }
+  kj::Own<capnp::ClientHook> addRef() override { return kj::addRef(*this); }
+  const void* getBrand() override { return &GATE_BRAND; }
+  kj::Maybe<int> getFd() override { return nullptr; }
+
+private:
+  // Why a call of this method is turned away now (counted as refused); null when it may run.
+  kj::Maybe<kj::Exception> refusal(kj::Maybe<MethodCounters&> counters) {
     if (actor.tracker.draining) {
       refused(counters, ErrorCode::DRAINING);
-      auto e = makeError(ErrorCode::DRAINING,
-                         kj::str("actor '", actor.name,
-                                 "' is draining; the call was not run, send it elsewhere"));
-      return {kj::Promise<void>(kj::cp(e)), capnp::newBrokenPipeline(kj::mv(e))};
+      return makeError(ErrorCode::DRAINING,
+                       kj::str("actor '", actor.name,
+                               "' is draining; the call was not run, send it elsewhere"));
     }
     if (actor.full()) {
       refused(counters, ErrorCode::QUEUE_FULL);
-      auto e = makeError(ErrorCode::QUEUE_FULL,
-                         kj::str("actor '", actor.name, "' has ", actor.options.maxConcurrency,
-                                 " calls in progress and ", actor.options.maxQueued,
-                                 " waiting; the call was not run, send it elsewhere or later"));
-      return {kj::Promise<void>(kj::cp(e)), capnp::newBrokenPipeline(kj::mv(e))};
+      return makeError(ErrorCode::QUEUE_FULL,
+                       kj::str("actor '", actor.name, "' has ", actor.options.maxConcurrency,
+                               " calls in progress and ", actor.options.maxQueued,
+                               " waiting; the call was not run, send it elsewhere or later"));
+    }
+    return nullptr;
+  }
+
+  // Runs a call through the gate: admitted (or refused), counted, and held by the tracker.
+  VoidPromiseAndPipeline admit(uint64_t interfaceId, uint16_t methodId,
+                               kj::Own<capnp::CallContextHook>&& context) {
+    kj::Maybe<MethodCounters&> counters;
+    if (actor.counting) counters = actor.countersFor(interfaceId, methodId);
+    KJ_IF_MAYBE(e, refusal(counters)) {
+      return {kj::Promise<void>(kj::cp(*e)), capnp::newBrokenPipeline(kj::mv(*e))};
     }
     if (actor.options.allowCancellation) context->allowCancellation();
 
@@ -246,13 +270,62 @@ public:
             capnp::newLocalPromisePipeline(kj::mv(pipeline))};
   }
 
-  kj::Maybe<capnp::ClientHook&> getResolved() override { return nullptr; }
-  kj::Maybe<kj::Promise<kj::Own<capnp::ClientHook>>> whenMoreResolved() override { return nullptr; }
-  kj::Own<capnp::ClientHook> addRef() override { return kj::addRef(*this); }
-  const void* getBrand() override { return &GATE_BRAND; }
-  kj::Maybe<int> getFd() override { return nullptr; }
+  // An ExactlyOnce call: runs the call inside it once per id, however often it arrives.
+  VoidPromiseAndPipeline serveOnce(uint16_t methodId, kj::Own<capnp::CallContextHook>&& context) {
+    // The reply waits in the cache however the connection fares; the caller may drop its wait.
+    context->allowCancellation();
+    auto& cache = actor.replies;
+    auto params = context->getParams().getAs<schema::ExactlyOnce::CallParams>();
+    OnceCallId id{params.getCallerId(), params.getSeq(), params.getIncarnation(),
+                  params.getRetry()};
+    if (methodId == 1) {
+      cache.cancel(id.callerId, id.seq);
+      return {kj::READY_NOW, capnp::newBrokenPipeline(KJ_EXCEPTION(FAILED, "no results"))};
+    }
+    if (methodId != 0) {
+      auto e = KJ_EXCEPTION(UNIMPLEMENTED, "no such method of ExactlyOnce", methodId);
+      return {kj::Promise<void>(kj::cp(e)), capnp::newBrokenPipeline(kj::mv(e))};
+    }
+    cache.acknowledge(id.callerId, params.getAckBelow(), params.getAcks());
+    kj::Promise<kj::Own<StoredReply>> reply = nullptr;
+    bool inPlace = false;  // the call runs now and writes its results into this envelope's
+    KJ_IF_MAYBE(known, cache.find(id)) {
+      reply = kj::mv(*known);
+    } else {
+      uint64_t interfaceId = params.getInterfaceId();
+      uint16_t innerMethod = params.getMethodId();
+      kj::Maybe<MethodCounters&> counters;
+      if (actor.counting) counters = actor.countersFor(interfaceId, innerMethod);
+      KJ_IF_MAYBE(e, refusal(counters)) {
+        return {kj::Promise<void>(kj::cp(*e)), capnp::newBrokenPipeline(kj::mv(*e))};
+      }
+      auto inner = kj::refcounted<OnceContext>(context->addRef(), params.getParams());
+      auto& innerRef = *inner;
+      auto run = admit(interfaceId, innerMethod, inner->addRef());
+      auto work = run.promise.then(
+          [inner = kj::mv(inner)]() mutable { return inner->takeReply(); });
+      reply = cache.start(id, kj::mv(work), [&innerRef]() { return innerRef.cancellable; });
+      inPlace = true;
+    }
+    auto forked = reply.fork();
+    auto pipeline = forked.addBranch().then(
+        [](kj::Own<StoredReply>&& r) { return replyPipeline(kj::mv(r)); });
+    auto done = forked.addBranch().then(
+        [context = kj::mv(context), inPlace](kj::Own<StoredReply>&& r) mutable {
+          auto results = context->getResults(nullptr);
+          auto out = inPlace ? results.getAs<schema::ExactlyOnce::CallResults>()
+                             : results.initAs<schema::ExactlyOnce::CallResults>();
+          KJ_IF_MAYBE(e, r->failure()) {
+            auto error = out.initError();
+            error.setType(static_cast<uint8_t>(e->getType()));
+            error.setDescription(e->getDescription());
+          } else if (!inPlace) {
+            r->copyTo(out.initResults());
+          }
+        });
+    return {kj::mv(done), capnp::newLocalPromisePipeline(kj::mv(pipeline))};
+  }
 
-private:
   // A call turned away before it ran.
   static void refused(kj::Maybe<MethodCounters&> counters, ErrorCode code) {
     KJ_IF_MAYBE(c, counters) {
@@ -284,12 +357,13 @@ void addMethods(capnp::InterfaceSchema schema, std::vector<MethodCounters>& out,
 
 HostedActor::HostedActor(kj::StringPtr name, capnp::InterfaceSchema schema,
                          capnp::Capability::Client implClient, ActorOptions options,
-                         CallTracker& tracker, kj::Timer& timer, bool counting)
+                         CallTracker& tracker, ReplyCache& replies, kj::Timer& timer, bool counting)
     : name(name.cStr()),
       schema(schema),
       options(options),
       impl(capnp::ClientHook::from(kj::mv(implClient))),
       tracker(tracker),
+      replies(replies),
       timer(timer),
       counting(counting),
       gate(kj::refcounted<ActorGate>(*this)) {

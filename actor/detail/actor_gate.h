@@ -17,6 +17,7 @@
 #include <kj/vector.h>
 
 #include "troupe/actor/actor_server.h"
+#include "troupe/actor/detail/reply_cache.h"
 #include "troupe/base/change_signal.h"
 #include "troupe/base/metrics.h"
 
@@ -95,9 +96,11 @@ struct MethodCounters {
 // One hosted actor: its implementation, its info, its admission state and its counters.
 class HostedActor {
 public:
-  // `counting`: whether calls are counted and timed (ActorServerOptions::metrics).
+  // `counting`: whether calls are counted and timed (ActorServerOptions::metrics). `replies`:
+  // the server's memory of ExactlyOnce calls.
   HostedActor(kj::StringPtr name, capnp::InterfaceSchema schema, capnp::Capability::Client impl,
-              ActorOptions options, CallTracker& tracker, kj::Timer& timer, bool counting);
+              ActorOptions options, CallTracker& tracker, ReplyCache& replies, kj::Timer& timer,
+              bool counting);
   KJ_DISALLOW_COPY(HostedActor);
 
   // The capability handed to callers: the gate.
@@ -124,6 +127,7 @@ private:
 
   kj::Own<capnp::ClientHook> impl;
   CallTracker& tracker;
+  ReplyCache& replies;
   kj::Timer& timer;
   const bool counting;
   uint32_t running = 0;

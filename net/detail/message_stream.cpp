@@ -15,6 +15,7 @@
 #include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
 #include "troupe/net/detail/received_words.h"
+#include "troupe/net/limits.h"
 
 namespace troupe::net_detail {
 
@@ -266,9 +267,7 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
   for (uint32_t i = 0; i < segmentCount; ++i) totalWords += readLe32(sizes + i * 4);
   uint64_t totalBytes = totalWords * sizeof(capnp::word);
   if (totalBytes > maxMessageBytes) {
-    return makeError(ErrorCode::MESSAGE_TOO_LARGE,
-                     kj::str("incoming message of ", totalBytes, " bytes exceeds this side's ",
-                             maxMessageBytes, "-byte limit; closing the connection"));
+    return incomingTooLarge(totalBytes, maxMessageBytes);
   }
   announced = totalBytes;
   bool whole = readEnd - readBegin - table >= totalBytes;

@@ -52,6 +52,8 @@ void noteFailure(MemberHealth& health, const GroupMember& member, const kj::Exce
 AttemptEnd judge(const kj::Exception& e, bool idempotent) {
   if (raisedByActor(e)) return AttemptEnd::ACTOR_RAISED;
   auto code = errorCode(e);
+  // The member's handle sent it again and could not learn its fate (ActorRefBase::sendOnce).
+  if (code == ErrorCode::MAY_HAVE_RUN) return AttemptEnd::MAY_HAVE_RUN;
   if (!mayRetry(code)) return AttemptEnd::FAILED;
   if (callNeverRan(code) || idempotent) return AttemptEnd::FAILED_OVER;
   return AttemptEnd::MAY_HAVE_RUN;
@@ -103,8 +105,16 @@ kj::Promise<Attempted> PoolCall::attempting(const GroupMember& member,
   // When the attempt started, for its member's latency, when the pool counts.
   auto startedAt = counted == nullptr ? start : pool.group.loop().timer().now();
   ActorRefBase ref = member.ref;
-  auto sent = ref.start<kj::Own<AnyResponse>>([&]() { return attempt(ref.capability()); });
-  auto answer = ref.finishCall(kj::mv(sent), CallOptions{.idempotent = idempotent});
+  CallOptions options{.idempotent = idempotent};
+  kj::Promise<kj::Own<AnyResponse>> sent = nullptr;
+  if (ref.sendsOnce(options)) {
+    // Retried on this member, with the same id, while its server lives; this call outlives it.
+    sent = ref.sendOnce<kj::Own<AnyResponse>>(
+        [this](capnp::Capability::Client c) { return attempt(kj::mv(c)); });
+  } else {
+    sent = ref.start<kj::Own<AnyResponse>>([&]() { return attempt(ref.capability()); });
+  }
+  auto answer = ref.finishCall(kj::mv(sent), options);
   if (pool.health.watches(idempotent)) {
     // Rejects when the member should be given up on (see MemberHealth::watch).
     answer = answer.exclusiveJoin(pool.health.watch(member, idempotent).then([]() {
@@ -139,13 +149,20 @@ kj::Promise<PoolCall::Result> PoolCall::ended(Attempted&& a) {
     case AttemptEnd::ACTOR_RAISED:
     case AttemptEnd::FAILED:
       return done(nullptr, kj::mv(a.error));
-    case AttemptEnd::MAY_HAVE_RUN:
+    case AttemptEnd::MAY_HAVE_RUN: {
+      auto& e = KJ_ASSERT_NONNULL(a.error);
+      if (errorCode(e) == ErrorCode::MAY_HAVE_RUN) {
+        return done(nullptr, makeError(ErrorCode::MAY_HAVE_RUN,
+                                       kj::str("the call to ", member.name, " (", member.address,
+                                               ") may have run there: ", errorMessage(e))));
+      }
       return done(nullptr,
                   makeError(ErrorCode::MAY_HAVE_RUN,
                             kj::str("the call to ", member.name, " (", member.address,
                                     ") failed after it may have reached the actor, and it is not "
                                     "marked idempotent, so it was not sent again: ",
-                                    KJ_ASSERT_NONNULL(a.error).getDescription())));
+                                    e.getDescription())));
+    }
     case AttemptEnd::FAILED_OVER:
       break;
   }

@@ -484,10 +484,17 @@ kj::Own<CallCompletion> PyRef::start(const std::string& method, py::handle param
   auto prepared = methods.prepare(method, params, fields, idempotent, timeout, fetchFromIt());
   prepared->views = views;
   auto completion = startCall(kj::mv(prepared), [self = shared_from_this()](PreparedCall& call) {
+    using Response = capnp::Response<capnp::DynamicStruct>;
     auto& ref = self->ref.get();
-    auto sent = kj::evalNow([&]() -> kj::Promise<capnp::Response<capnp::DynamicStruct>> {
-      return send(call, ref.capability());
-    });
+    // A call not marked idempotent is sent so that it runs once while the actor's server lives
+    // (ActorRefBase::sendOnce); `call` is kept until the call ends (startCall).
+    auto sent = ref.sendsOnce(call.options)
+                    ? ref.sendOnce<Response>(
+                          [&call](capnp::Capability::Client cap) -> kj::Promise<Response> {
+                            return send(call, kj::mv(cap));
+                          })
+                    : kj::evalNow(
+                          [&]() -> kj::Promise<Response> { return send(call, ref.capability()); });
     return ref.finishCall(kj::mv(sent), call.options)
         .then([](capnp::Response<capnp::DynamicStruct>&& r) {
           CallResult<capnp::Response<capnp::DynamicStruct>> result;

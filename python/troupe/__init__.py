@@ -101,7 +101,8 @@ class InvalidArgument(Error, ValueError):
 
 
 class MayHaveRun(Error):
-    """A pool gave up on a call not marked idempotent after it may have reached an actor."""
+    """A call not marked idempotent may have run and no one can tell: the server that got it
+    died or restarted, or no longer keeps its reply (README, "Errors and retries")."""
 
 
 class DeadlineExceeded(Error, TimeoutError):
@@ -410,7 +411,8 @@ class BlobResult:
 
 class Pool:
     """Calls into a group's READY members, round-robin with failover: a call that never ran
-    goes to another member; one that may have run is sent again only if idempotent."""
+    goes to another member; one whose connection broke after it left is sent again to the same
+    member, which runs it once, or, if idempotent, to another member."""
 
     def __init__(self, impl, group):
         self._impl = impl
@@ -863,7 +865,9 @@ class _Aio:
 
 def connect(address, actor):
     """A handle to the actor named `actor` at `address` ("tcp://host:port", "unix:/path"): calls
-    go straight to it and are never retried (connecting happens on the first call)."""
+    go straight to it (connecting happens on the first call). A call not marked idempotent whose
+    connection breaks is sent again to the same server, which runs it once; no call is sent
+    anywhere else."""
     return Ref(_troupe.Ref(address, actor))
 
 

@@ -2,17 +2,18 @@
 # The troupe command end to end: a registry (troupe registry), a job launched in the foreground
 # (troupe launch) whose replicas host the calculator example's actor, then troupe wait, ls,
 # actors, call, jobs, logs and stop against them, Data as base64 against the test server's Echo
-# actor, bad input, clients without the token or the CA, listeners refused without credentials,
-# and Ctrl-C stopping the job. Everything runs with TLS and a cluster token, from the environment
+# actor, a call whose reply a fault proxy cuts (it runs once), bad input, clients without the
+# token or the CA, listeners refused without credentials, and Ctrl-C stopping the job. Everything runs with TLS and a cluster token, from the environment
 # (certificates made here by scripts/make_certs.sh). Every process started here is stopped by
 # its own pid, also when the script fails. A command that should fail at once is given a long
 # timeout: the test's own timeout catches one that waits instead.
 #
-#   troupe_cli_test.sh TROUPE CALCULATOR_SERVER TEST_SERVER
+#   troupe_cli_test.sh TROUPE CALCULATOR_SERVER TEST_SERVER FAULT_PROXY
 set -euo pipefail
 troupe=$1
 server=$2
 test_server=$3
+fault_proxy=$4
 source "$(dirname "$0")/cli_lib.sh"
 
 echo "== credentials: a CA, a certificate and a cluster token"
@@ -175,6 +176,23 @@ grep -qxF "troupe call: parameter 'a' of calc.add is an Int64; got 9007199254740
 expect_status 1 "$troupe" call "$echo_address" calc.add '{"a": 1.5, "b": 0}'
 grep -qxF "troupe call: parameter 'a' of calc.add is an Int64; got 1.5" <<< "$output" ||
   fail "$output"
+
+echo "== troupe call: a call whose reply is cut on its way back gets it and runs once"
+mkfifo "$out/proxy.out"
+"$fault_proxy" "$echo_address" --cut-once-call before-reply > "$out/proxy.out" &
+proxy_pid=$!
+pids+=("$proxy_pid")
+exec 7< "$out/proxy.out"
+line=$(await_line 7 "LISTENING tcp://")
+proxy_address=$(cut -d' ' -f2 <<< "$line")
+expect_status 0 "$troupe" call "$proxy_address" member.whoami
+[ "$output" = '{"name":"test/member-0"}' ] || fail "whoami through the proxy printed: $output"
+await_line 7 "CUT " > /dev/null
+expect_status 0 "$troupe" call "$echo_address" member.calls
+[ "$output" = '{"count":1}' ] || fail "the member counted, after one cut call: $output"
+kill -TERM "$proxy_pid"
+wait "$proxy_pid" || fail "the fault proxy did not stop cleanly on SIGTERM"
+exec 7<&-
 kill -TERM "$test_server_pid"
 wait "$test_server_pid" || fail "the test server did not stop cleanly on SIGTERM"
 exec 6<&-

@@ -7,6 +7,7 @@
 // are registered.
 //
 //   troupe_test_server [--listen ADDR] [--grace-ms N] [--max-message-bytes N]
+//                      [--reconnect-window-ms N]
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,8 @@ int main(int argc, char** argv) {
       options.drainGracePeriod = atoi(argv[i + 1]) * kj::MILLISECONDS;
     } else if (flag == "--max-message-bytes") {
       options.maxMessageBytes = strtoull(argv[i + 1], nullptr, 10);
+    } else if (flag == "--reconnect-window-ms") {
+      options.replies.reconnectWindow = atoi(argv[i + 1]) * kj::MILLISECONDS;
     } else {
       fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;

@@ -16,6 +16,7 @@
 #include <capnp/schema-loader.h>
 #include <kj/debug.h>
 
+#include "troupe/actor/actor_ref.h"
 #include "troupe/base/errors.h"
 #include "troupe/base/event_loop.h"
 #include "troupe/net/channel.h"
@@ -88,24 +89,33 @@ std::string paramsJson(const std::string& argument) {
   return readAll(fd, what);
 }
 
-// One call on one server, from connecting to the JSON it answered.
+// Calls `actor`'s `method` at one server, with the parameters in `json`. The call goes with an
+// id (ActorRefBase::sendOnce()): when the connection breaks under it, it is made again and the
+// call sent again, and the server runs it once. Connecting, fetching the schema and the call
+// count against `deadline`.
 kj::Promise<std::string> callOne(EventLoop& loop, const Target& target, std::string actor,
                                  std::string method, std::string json, MissingParams missing,
                                  kj::Duration deadline) {
-  auto channel = Channel::open(loop, target.address.c_str());
+  ActorRefOptions options;
+  options.metrics = false;
+  ActorRefBase ref(Channel::open(loop, target.address.c_str()), actor.c_str(), options);
   auto loader = kj::heap<capnp::SchemaLoader>();
-  auto opened = openDynamicActor(*channel, actor.c_str(), *loader);
-  auto call = opened.then(
-      [&loop, method = kj::mv(method), json = kj::mv(json), missing, deadline](DynamicActor actor) {
-        auto holder = kj::heap<DynamicActor>(kj::mv(actor));
-        auto promise = callWithJson(*holder, method.c_str(), json.c_str(), missing, deadline,
-                                    loop.timer());
-        return promise.attach(kj::mv(holder));
-      });
-  // Connecting and fetching the schema count against the deadline too.
+  auto opened = openDynamicActor(ref.channel(), actor.c_str(), *loader);
+  auto call = opened.then([ref, method = kj::mv(method), json = kj::mv(json),
+                           missing](DynamicActor actor) mutable {
+    using Response = capnp::Response<capnp::DynamicStruct>;
+    auto request = kj::heap<JsonCall>(actor, method.c_str(), json.c_str(), missing);
+    auto sent = ref.sendOnce<Response>(
+        [&request = *request](capnp::Capability::Client c) -> kj::Promise<Response> {
+          return request.send(kj::mv(c));
+        });
+    return sent
+        .then([&request = *request](Response&& response) { return request.resultsJson(response); })
+        .attach(kj::mv(request));
+  });
   return by(loop, loop.timer().now() + deadline, deadline, kj::str(target.name, " gave no answer"),
             kj::mv(call))
-      .attach(kj::mv(channel), kj::mv(loader));
+      .attach(kj::mv(ref), kj::mv(loader));
 }
 
 class CallCommand final : public Command {

@@ -45,11 +45,4 @@ private:
   CallJson codec;
 };
 
-// Calls `method` of `actor` with the parameters in `json`, those it leaves out handled as
-// `missing` says (see JsonCall, whose errors it throws), and resolves with the results as JSON;
-// DEADLINE_EXCEEDED when no answer came within `deadline`.
-kj::Promise<std::string> callWithJson(DynamicActor& actor, kj::StringPtr method, kj::StringPtr json,
-                                      MissingParams missing, kj::Duration deadline,
-                                      kj::Timer& timer);
-
 }  // namespace troupe::cli

@@ -1,0 +1,54 @@
+#pragma once
+// The server side of an ExactlyOnce call (schemas/actor.capnp): the context the actor's method
+// runs in, which reads the parameters inside the envelope and writes its results inside the
+// envelope's results, in the message that carries them back (so that adoptBytes() works there as
+// in any call), and copies them for the reply cache once the call is done, so that the reply is
+// kept whether or not the connection it came on still stands; and the pipeline over a kept
+// reply.
+
+#include <capnp/capability.h>
+#include <capnp/message.h>
+#include <kj/async.h>
+#include <kj/refcount.h>
+
+#include "troupe/actor/detail/reply_cache.h"
+
+namespace troupe::actor_detail {
+
+// Loop thread only.
+class OnceContext final : public capnp::CallContextHook, public kj::Refcounted {
+public:
+  // `params`: the parameters inside the envelope that `outer` (the call as it arrived) carries.
+  // The results go inside `outer`'s.
+  OnceContext(kj::Own<capnp::CallContextHook> outer, capnp::AnyPointer::Reader params);
+
+  capnp::AnyPointer::Reader getParams() override;
+  void releaseParams() override;
+  capnp::AnyPointer::Builder getResults(kj::Maybe<capnp::MessageSize> sizeHint) override;
+  kj::Promise<void> tailCall(kj::Own<capnp::RequestHook>&& request) override;
+  void allowCancellation() override { cancellable = true; }
+  void setPipeline(kj::Own<capnp::PipelineHook>&&) override {}
+  kj::Promise<capnp::AnyPointer::Pipeline> onTailCall() override { return kj::NEVER_DONE; }
+  capnp::ClientHook::VoidPromiseAndPipeline directTailCall(
+      kj::Own<capnp::RequestHook>&& request) override;
+  kj::Own<capnp::CallContextHook> addRef() override { return kj::addRef(*this); }
+
+  // A copy of the results the method wrote, as the reply to keep (empty results if it wrote
+  // none). They stay in place in the envelope's results too.
+  kj::Own<StoredReply> takeReply();
+
+  // Whether the actor lets its calls be cancelled (the gate said so).
+  bool cancellable = false;
+
+private:
+  kj::Own<capnp::CallContextHook> outer;
+  capnp::AnyPointer::Reader params;
+  bool released = false;                          // the parameters were
+  kj::Maybe<capnp::AnyPointer::Builder> results;  // inside the envelope's results, once asked for
+};
+
+// The pipeline of an ExactlyOnce call, whose results hold the call's own under pointer 0:
+// pipelined calls on them reach the capabilities of `reply`.
+kj::Own<capnp::PipelineHook> replyPipeline(kj::Own<StoredReply> reply);
+
+}  // namespace troupe::actor_detail

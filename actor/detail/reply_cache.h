@@ -1,0 +1,190 @@
+#pragma once
+// The server's memory of calls sent as ExactlyOnce (schemas/actor.capnp): per caller, the calls
+// in progress and the replies not yet acknowledged, so that a call retried after its connection
+// broke attaches to the call in progress or gets the kept reply instead of running again. What
+// it keeps is bounded (ReplyCacheOptions); a retry it can no longer answer gets MAY_HAVE_RUN,
+// never a second run.
+//
+// Each caller has a floor: every retried call below it may have run and been forgotten. The
+// floor rises as the caller acknowledges replies and as the cache drops replies to stay within
+// its bounds, and a caller the server does not know gets one from its hello (ActorHost.getActor)
+// or from its first call. So a retry for a call the server never saw runs, and one for a call it
+// may have forgotten does not.
+
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+
+#include <capnp/any.h>
+#include <capnp/list.h>
+#include <capnp/message.h>
+#include <kj/async.h>
+#include <kj/function.h>
+#include <kj/list.h>
+#include <kj/timer.h>
+#include <kj/vector.h>
+
+#include "troupe/actor/actor_server.h"
+
+namespace troupe::actor_detail {
+
+// One call's reply as kept: its results, or the error it ended with.
+class StoredReply final : public kj::Refcounted {
+public:
+  // A copy of `results`.
+  static kj::Own<StoredReply> copyOf(capnp::AnyPointer::Reader results);
+  // Results built in `message` (its root); kept as one flat array when they are small and carry
+  // no capability, which takes the least memory, else in `message` itself.
+  explicit StoredReply(kj::Own<capnp::MallocMessageBuilder> message);
+  // The error the call ended with.
+  explicit StoredReply(kj::Exception&& error);
+  kj::Own<StoredReply> addRef() { return kj::addRef(*this); }
+
+  // The error the call ended with, if it did.
+  kj::Maybe<const kj::Exception&> failure() const;
+  // Copies the results into `out` (when there is no failure()).
+  void copyTo(capnp::AnyPointer::Builder out) const;
+  // The capability at `ops` in the results (for calls pipelined on them); broken when there is
+  // none.
+  kj::Own<capnp::ClientHook> pipelinedCap(kj::ArrayPtr<const capnp::PipelineOp> ops) const;
+  // Memory held, in bytes, bookkeeping included.
+  size_t bytes() const;
+
+private:
+  kj::Array<capnp::word> flat;  // small results without capabilities, as one flat message
+  kj::Own<capnp::MallocMessageBuilder> message;  // other results
+  capnp::AnyPointer::Reader root;                // message's root
+  kj::Maybe<kj::Own<kj::Exception>> error;
+  size_t size = 0;  // bytes of flat, message or error
+};
+
+// A call's id as it arrived (ExactlyOnce.call).
+struct OnceCallId {
+  uint64_t callerId;
+  uint64_t seq;
+  uint64_t incarnation;
+  bool retry;
+};
+
+// Loop thread only. Belongs to one ActorServer, for all its actors (a caller id is one client
+// handle to one actor).
+class ReplyCache {
+public:
+  ReplyCache(kj::Timer& timer, uint64_t incarnation, ReplyCacheOptions options);
+  ~ReplyCache() noexcept(false);
+  KJ_DISALLOW_COPY(ReplyCache);
+
+  // A caller introduced itself (CallerHello).
+  void hello(uint64_t callerId, uint64_t floor);
+
+  // The caller has every reply below `below` and those in `acks`.
+  void acknowledge(uint64_t callerId, uint64_t below, capnp::List<uint64_t>::Reader acks);
+
+  // The reply to call `id` when it is known: kept, or coming (the call is in progress: the
+  // promise is one of its waiters, see start()). Rejects
+  // with MAY_HAVE_RUN for a retry that can no longer be told from a call that ran. Null when
+  // the call is to run now: run it and start() it.
+  kj::Maybe<kj::Promise<kj::Own<StoredReply>>> find(const OnceCallId& id);
+
+  // Keeps call `id`, which runs now: `work` resolves with its reply (an error it ended with
+  // included, as a StoredReply) and is held here, so that the call runs to its end even when its
+  // connection breaks; `cancellable` says whether cancel() may drop it. Returns its reply. The
+  // promises returned for a call in progress (here and by find()) are its waiters: once every
+  // one is dropped (their connections broke) and none comes within the reconnect window
+  // (ReplyCacheOptions::reconnectWindow), the call is cancelled as by cancel().
+  kj::Promise<kj::Own<StoredReply>> start(const OnceCallId& id,
+                                          kj::Promise<kj::Own<StoredReply>> work,
+                                          kj::Function<bool()> cancellable);
+
+  // The caller gave up on call (callerId, seq): a call in progress that may be cancelled is
+  // dropped, and its waiters get an error saying so.
+  void cancel(uint64_t callerId, uint64_t seq);
+
+  // Drops every call in progress and every reply (the server is going away).
+  void clear();
+
+  struct Stats {
+    uint64_t callers = 0;
+    uint64_t running = 0;
+    uint64_t replies = 0;    // kept, not running
+    uint64_t bytes = 0;      // of kept replies and callers' bookkeeping
+    uint64_t replayed = 0;   // retries answered from a kept or running call
+    uint64_t forgotten = 0;  // retries answered MAY_HAVE_RUN
+  };
+  const Stats& stats() const { return stats_; }
+
+private:
+  struct Caller;
+  // A call in progress: its work, and its reply for every attempt waiting on it.
+  struct Running {
+    kj::ForkedPromise<kj::Own<StoredReply>> reply = nullptr;
+    kj::Promise<void> work = nullptr;
+    kj::Own<kj::PromiseFulfiller<kj::Own<StoredReply>>> fulfiller;
+    kj::Function<bool()> cancellable;
+    uint32_t waiters = 0;
+    kj::Promise<void> abandoning = nullptr;  // the reconnect window, while it has no waiter
+  };
+  // What a waiter's guard reaches the cache through; cleared when the cache goes.
+  struct Liveness final : public kj::Refcounted {
+    explicit Liveness(ReplyCache& cache) : cache(&cache) {}
+    ReplyCache* cache;
+  };
+  // One call of a caller: in progress (running), or finished with its reply kept.
+  struct Entry {
+    Entry(Caller& caller, uint64_t seq) : caller(caller), seq(seq) {}
+    Caller& caller;
+    uint64_t seq;
+    kj::Maybe<kj::Own<Running>> running;
+    kj::Own<StoredReply> reply;  // once finished
+    uint64_t bytes = 0;          // counted in the caller's and the cache's bytes, once finished
+    kj::TimePoint finishedAt = kj::origin<kj::TimePoint>();
+    kj::ListLink<Entry> link;  // in `completed`, once finished
+  };
+  struct Caller {
+    Caller(uint64_t id, uint64_t floor, kj::TimePoint now) : id(id), floor(floor), lastSeen(now) {}
+    uint64_t id;
+    uint64_t floor;  // a retry below it, of a call not kept, may have run
+    std::map<uint64_t, kj::Own<Entry>> entries;
+    uint64_t bytes = 0;  // of its kept replies
+    uint32_t kept = 0;   // its finished entries
+    kj::TimePoint lastSeen;
+    kj::ListLink<Caller> idleLink;  // in `idle` while it has no entries
+  };
+
+  // A waiter of call (callerId, seq), in progress as `running`.
+  kj::Promise<kj::Own<StoredReply>> waiter(uint64_t callerId, uint64_t seq, Running& running);
+  // A waiter of call (callerId, seq) was dropped.
+  void leftBy(uint64_t callerId, uint64_t seq);
+  // Cancels call (callerId, seq) when it is in progress, may be cancelled and has no waiter.
+  void abandon(uint64_t callerId, uint64_t seq);
+  // Ends call `entry` in progress with `error`, dropping its work (which cancels it).
+  void stopRunning(Entry& entry, kj::Exception&& error);
+  Caller& callerFor(uint64_t callerId, uint64_t floor);
+  kj::Maybe<Caller&> knownCaller(uint64_t callerId);
+  // Drops a finished entry; `forget`: raise its caller's floor past it.
+  void drop(Entry& entry, bool forget);
+  void finished(Entry& entry, kj::Own<StoredReply> reply);
+  // Keeps within the bounds, dropping the oldest replies first (never `keep`, nor calls in
+  // progress), then the callers longest idle.
+  void enforce(kj::Maybe<Entry&> keep);
+  void dropCaller(Caller& caller);
+  void becameIdle(Caller& caller);
+  void touch(Caller& caller);
+  void sweep();
+  kj::Promise<void> sweeping();
+  kj::Exception forgottenError(const OnceCallId& id, kj::StringPtr why);
+
+  kj::Timer& timer;
+  const uint64_t incarnation;
+  const ReplyCacheOptions options;
+  std::unordered_map<uint64_t, kj::Own<Caller>> callers;
+  kj::List<Entry, &Entry::link> completed;   // finished entries, oldest first
+  kj::List<Caller, &Caller::idleLink> idle;  // callers without entries, longest idle first
+  kj::Vector<kj::Own<Running>> spent;        // finished work, freed outside its own continuation
+  Stats stats_;
+  kj::Promise<void> sweeper = nullptr;
+  bool sweeperActive = false;
+  kj::Own<Liveness> liveness = kj::refcounted<Liveness>(*this);
+};
+
+}  // namespace troupe::actor_detail
