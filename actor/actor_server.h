@@ -42,6 +42,12 @@ struct ReplyCacheOptions {
   // comes later gets MAY_HAVE_RUN. Default 10 s.
   kj::Duration reconnectWindow = 10 * kj::SECONDS;
 
+  // The largest reply kept, in bytes. A call with a larger reply runs once all the same, and its
+  // reply reaches the caller as any other, but it is not kept: a retry after the connection
+  // broke fails with MAY_HAVE_RUN, saying that the call ran. Keeping a copy of a reply costs its
+  // copy and, for one this large, fresh memory each time. Default 4 MiB.
+  uint64_t maxReplyBytes = uint64_t(4) << 20;
+
   // Replies kept per caller. Default 10,000.
   uint32_t maxRepliesPerCaller = 10000;
 

@@ -303,26 +303,33 @@ private:
       auto& innerRef = *inner;
       auto run = admit(interfaceId, innerMethod, inner->addRef());
       auto work = run.promise.then(
-          [inner = kj::mv(inner)]() mutable { return inner->takeReply(); });
+          [inner = kj::mv(inner), maxBytes = cache.maxReplyBytes()]() mutable {
+            return inner->takeReply(maxBytes);
+          });
       reply = cache.start(id, kj::mv(work), [&innerRef]() { return innerRef.cancellable; });
       inPlace = true;
     }
     auto forked = reply.fork();
     auto pipeline = forked.addBranch().then(
         [](kj::Own<StoredReply>&& r) { return replyPipeline(kj::mv(r)); });
-    auto done = forked.addBranch().then(
-        [context = kj::mv(context), inPlace](kj::Own<StoredReply>&& r) mutable {
-          auto results = context->getResults(nullptr);
-          auto out = inPlace ? results.getAs<schema::ExactlyOnce::CallResults>()
-                             : results.initAs<schema::ExactlyOnce::CallResults>();
-          KJ_IF_MAYBE(e, r->failure()) {
-            auto error = out.initError();
-            error.setType(static_cast<uint8_t>(e->getType()));
-            error.setDescription(e->getDescription());
-          } else if (!inPlace) {
-            r->copyTo(out.initResults());
-          }
-        });
+    auto done = forked.addBranch().then([context = kj::mv(context),
+                                         inPlace](kj::Own<StoredReply>&& r) mutable {
+      auto results = context->getResults(nullptr);
+      auto out = inPlace ? results.getAs<schema::ExactlyOnce::CallResults>()
+                         : results.initAs<schema::ExactlyOnce::CallResults>();
+      KJ_IF_MAYBE(e, r->failure()) {
+        auto error = out.initError();
+        error.setType(static_cast<uint8_t>(e->getType()));
+        error.setDescription(e->getDescription());
+      } else if (!inPlace) {
+        KJ_IF_MAYBE(bytes, r->unkept()) {
+          throwError(ErrorCode::MAY_HAVE_RUN, kj::str("the call ran, but its reply of ", *bytes,
+                                                      " bytes was too large to keep for a retry "
+                                                      "(ReplyCacheOptions::maxReplyBytes)"));
+        }
+        r->copyTo(out.initResults());
+      }
+    });
     return {kj::mv(done), capnp::newLocalPromisePipeline(kj::mv(pipeline))};
   }
 

@@ -46,8 +46,10 @@ capnp::ClientHook::VoidPromiseAndPipeline OnceContext::directTailCall(
           capnp::newBrokenPipeline(KJ_EXCEPTION(FAILED, "no pipelining on a tail call here"))};
 }
 
-kj::Own<StoredReply> OnceContext::takeReply() {
+kj::Own<StoredReply> OnceContext::takeReply(uint64_t maxBytes) {
   KJ_IF_MAYBE(r, results) {
+    auto bytes = r->asReader().targetSize().wordCount * sizeof(capnp::word);
+    if (bytes > maxBytes) return StoredReply::notKept(bytes);
     return StoredReply::copyOf(r->asReader());
   }
   return StoredReply::copyOf(capnp::AnyPointer::Reader());

@@ -34,8 +34,9 @@ public:
   kj::Own<capnp::CallContextHook> addRef() override { return kj::addRef(*this); }
 
   // A copy of the results the method wrote, as the reply to keep (empty results if it wrote
-  // none). They stay in place in the envelope's results too.
-  kj::Own<StoredReply> takeReply();
+  // none), or StoredReply::notKept() when they are over `maxBytes`. They stay in place in the
+  // envelope's results either way.
+  kj::Own<StoredReply> takeReply(uint64_t maxBytes);
 
   // Whether the actor lets its calls be cancelled (the gate said so).
   bool cancellable = false;

@@ -38,11 +38,16 @@ public:
   explicit StoredReply(kj::Own<capnp::MallocMessageBuilder> message);
   // The error the call ended with.
   explicit StoredReply(kj::Exception&& error);
+  // The call ran and answered with results of `bytes`, too large to keep
+  // (ReplyCacheOptions::maxReplyBytes).
+  static kj::Own<StoredReply> notKept(uint64_t bytes);
   kj::Own<StoredReply> addRef() { return kj::addRef(*this); }
 
   // The error the call ended with, if it did.
   kj::Maybe<const kj::Exception&> failure() const;
-  // Copies the results into `out` (when there is no failure()).
+  // The size of the results the call answered with when they were not kept.
+  kj::Maybe<uint64_t> unkept() const { return unkeptBytes; }
+  // Copies the results into `out` (when there is no failure() and they were kept).
   void copyTo(capnp::AnyPointer::Builder out) const;
   // The capability at `ops` in the results (for calls pipelined on them); broken when there is
   // none.
@@ -55,6 +60,7 @@ private:
   kj::Own<capnp::MallocMessageBuilder> message;  // other results
   capnp::AnyPointer::Reader root;                // message's root
   kj::Maybe<kj::Own<kj::Exception>> error;
+  kj::Maybe<uint64_t> unkeptBytes;
   size_t size = 0;  // bytes of flat, message or error
 };
 
@@ -112,6 +118,8 @@ public:
     uint64_t forgotten = 0;  // retries answered MAY_HAVE_RUN
   };
   const Stats& stats() const { return stats_; }
+  // The largest reply kept (ReplyCacheOptions::maxReplyBytes).
+  uint64_t maxReplyBytes() const { return options.maxReplyBytes; }
 
 private:
   struct Caller;

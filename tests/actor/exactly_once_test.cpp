@@ -161,6 +161,31 @@ TEST_F(ExactlyOnceTest, ACallWhoseCallerDoesNotComeBackIsCancelledAfterTheReconn
   EXPECT_EQ(replies(*own, "troupe_server_replies_running"), 0);
 }
 
+TEST_F(ExactlyOnceTest, AReplyTooLargeToKeepReachesItsCallerButNotARetry) {
+  JobContext job;
+  ActorServerOptions options;
+  options.replies.maxReplyBytes = 512;
+  ActorServer small(loop, job, options);
+  small.host<Echo>("echo", kj::heap<EchoImpl>());
+  FaultProxy via(loop, small.listen("tcp://127.0.0.1:0"));
+  auto echo = ActorRef<Echo>::connect(loop, via.address().c_str(), "echo");
+  auto echoOf = [&](size_t bytes) {
+    return echo.call([bytes](Echo::Client c) {
+      auto q = c.echoRequest();
+      q.initPayload(bytes);
+      return q.send();
+    });
+  };
+  EXPECT_EQ(await(loop, echoOf(4096)).getPayload().size(), 4096u);
+  via.addRule({.match = onceCall(), .point = CutPoint::BEFORE_REPLY});
+  auto failure = awaitError(loop, echoOf(4096));
+  EXPECT_EQ(failure.code, ErrorCode::MAY_HAVE_RUN) << failure.text;
+  EXPECT_TRUE(failure.mentions("the call ran, but its reply of")) << failure.text;
+  // A small reply is kept as ever.
+  via.addRule({.match = onceCall(), .point = CutPoint::BEFORE_REPLY});
+  EXPECT_EQ(await(loop, echoOf(64)).getPayload().size(), 64u);
+}
+
 TEST_F(ExactlyOnceTest, AConnectionThatKeepsBreakingEndsTheCallWithMayHaveRunAfterOneRun) {
   auto calc = calcVia(proxy);
   EXPECT_EQ(await(loop, add(calc, 1, 2)), 3);
