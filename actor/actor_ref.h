@@ -169,6 +169,12 @@ public:
   // ActorRefOptions::exactlyOnce is on.
   bool sendsOnce(const CallOptions& options) const;
 
+  // Sends the request(s) `send(capability)` makes as a call made with `options` goes: through
+  // sendOnce() when sendsOnce(options), `send` then kept until the call ends; else once, on
+  // capability(), through start().
+  template <typename V, typename Fn>
+  kj::Promise<V> sendCall(const CallOptions& options, Fn&& send);
+
   // Applies the call's deadline (or the default one) to `promise`, drops the connection when
   // the call fails because it broke, so that the next call connects again, and counts the call
   // in metrics() (unless the options say not to).
@@ -276,13 +282,11 @@ public:
   template <typename Fn>
   auto call(Fn&& fn, CallOptions options = {}) -> kj::Promise<CallValue<Fn, typename T::Client>> {
     using Value = CallValue<Fn, typename T::Client>;
-    if (sendsOnce(options)) {
-      auto promise = sendOnce<Value>(
-          [fn = std::decay_t<Fn>(kj::fwd<Fn>(fn))](capnp::Capability::Client c) mutable
-          -> kj::Promise<Value> { return fn(c.castAs<T>()); });
-      return finishCall(kj::mv(promise), options);
-    }
-    auto promise = start<Value>([&]() -> kj::Promise<Value> { return fn(client()); });
+    auto promise = sendCall<Value>(options,
+                                   [fn = std::decay_t<Fn>(kj::fwd<Fn>(fn))](
+                                       capnp::Capability::Client c) mutable -> kj::Promise<Value> {
+                                     return fn(c.castAs<T>());
+                                   });
     return finishCall(kj::mv(promise), options);
   }
 };
@@ -296,6 +300,12 @@ kj::Promise<V> ActorRefBase::start(kj::FunctionParam<kj::Promise<V>()> send) {
     return notSent(kj::mv(*e));
   }
   return promise;
+}
+
+template <typename V, typename Fn>
+kj::Promise<V> ActorRefBase::sendCall(const CallOptions& options, Fn&& send) {
+  if (sendsOnce(options)) return sendOnce<V>(kj::fwd<Fn>(send));
+  return start<V>([&]() { return send(capability()); });
 }
 
 template <typename V>

@@ -178,15 +178,10 @@ BroadcastFutureBase ActorPoolBase::broadcastWith(Attempt attempt, const CallOpti
       ++KJ_ASSERT_NONNULL(counted).attempts;
     }
     ActorRefBase ref = m->ref;
-    kj::Promise<kj::Own<AnyResponse>> sent = nullptr;
-    if (ref.sendsOnce(options)) {
-      sent = ref.sendOnce<kj::Own<AnyResponse>>(
-          [shared = kj::addRef(*shared)](capnp::Capability::Client c) mutable {
-            return shared->attempt(kj::mv(c));
-          });
-    } else {
-      sent = ref.start<kj::Own<AnyResponse>>([&]() { return shared->attempt(ref.capability()); });
-    }
+    auto sent = ref.sendCall<kj::Own<AnyResponse>>(
+        options, [shared = kj::addRef(*shared)](capnp::Capability::Client c) mutable {
+          return shared->attempt(kj::mv(c));
+        });
     auto call = ref.finishCall(kj::mv(sent), options)
                     .then(
                         [&pool, &s, i, counted](kj::Own<AnyResponse>&& response) {

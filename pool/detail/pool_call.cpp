@@ -106,14 +106,11 @@ kj::Promise<Attempted> PoolCall::attempting(const GroupMember& member,
   auto startedAt = counted == nullptr ? start : pool.group.loop().timer().now();
   ActorRefBase ref = member.ref;
   CallOptions options{.idempotent = idempotent};
-  kj::Promise<kj::Own<AnyResponse>> sent = nullptr;
-  if (ref.sendsOnce(options)) {
-    // Retried on this member, with the same id, while its server lives; this call outlives it.
-    sent = ref.sendOnce<kj::Own<AnyResponse>>(
-        [this](capnp::Capability::Client c) { return attempt(kj::mv(c)); });
-  } else {
-    sent = ref.start<kj::Own<AnyResponse>>([&]() { return attempt(ref.capability()); });
-  }
+  // One that is not idempotent is sent again to this member, with the same id, while its server
+  // lives (ActorRefBase::sendOnce()); this call outlives it.
+  auto sent = ref.sendCall<kj::Own<AnyResponse>>(options, [this](capnp::Capability::Client c) {
+    return attempt(kj::mv(c));
+  });
   auto answer = ref.finishCall(kj::mv(sent), options);
   if (pool.health.watches(idempotent)) {
     // Rejects when the member should be given up on (see MemberHealth::watch).
