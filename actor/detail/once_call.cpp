@@ -69,7 +69,8 @@ public:
         },
         [call = kj::addRef(*call),
          seq = seq](kj::Exception&& e) mutable -> capnp::Response<capnp::AnyPointer> {
-          if (!connectionBroke(e)) call->answered(seq, e);
+          // An error of the lookup (the request never reached the actor) is not an answer.
+          if (!connectionBroke(e) && call->reachedActor()) call->answered(seq, e);
           kj::throwFatalException(kj::mv(e));
         });
     return capnp::RemotePromise<capnp::AnyPointer>(kj::mv(answered), kj::mv(pipeline));

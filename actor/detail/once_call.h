@@ -41,6 +41,8 @@ public:
   void fill(schema::ExactlyOnce::CallParams::Builder params, uint64_t seq);
   // A request whose message holds at least `bytes` leaves now.
   void sending(uint64_t bytes);
+  // Whether the current attempt's lookup was answered, so that its requests went to the actor.
+  bool reachedActor() const { return delivered; }
   // Request `seq` got its answer: results, or the error `e` the server sent.
   void answered(uint64_t seq);
   void answered(uint64_t seq, const kj::Exception& e);

@@ -186,6 +186,23 @@ TEST_F(ExactlyOnceTest, AReplyTooLargeToKeepReachesItsCallerButNotARetry) {
   EXPECT_EQ(await(loop, echoOf(64)).getPayload().size(), 64u);
 }
 
+TEST_F(ExactlyOnceTest, ARetryThatFindsAnotherServerAtTheAddressEndsWithMayHaveRun) {
+  BlockerState state;
+  kj::Own<ActorServer> own;
+  auto at = startServer(own, {}, state);
+  auto b = ActorRef<Blocker>::connect(loop, at.c_str(), "blocker");
+  auto held = hold(b, "a");
+  await(loop, state.whenStarted(1));
+  // The server goes, and another one, without the actor, takes its address at once: the retry's
+  // lookup fails there, which says nothing of whether the call ran.
+  own = nullptr;
+  ActorServer other(loop, JobContext(), {});
+  other.host<Echo>("echo", kj::heap<EchoImpl>());
+  other.listen(at);
+  auto failure = awaitError(loop, kj::mv(held));
+  EXPECT_EQ(failure.code, ErrorCode::MAY_HAVE_RUN) << failure.text;
+}
+
 TEST_F(ExactlyOnceTest, AConnectionThatKeepsBreakingEndsTheCallWithMayHaveRunAfterOneRun) {
   auto calc = calcVia(proxy);
   EXPECT_EQ(await(loop, add(calc, 1, 2)), 3);
