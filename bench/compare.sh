@@ -15,8 +15,9 @@
 #   PEERS_DIR=/work/shared/peers   the harness (run.sh, the peers' sources)
 #   WORK=$BUILD/peers          where the peers are built and results/ is written
 #   PEERS="raw capnp grpc"     harness peers to run beside troupe; a peer whose packages are
-#                              missing is skipped and said so (grpc: libgrpc++-dev and
-#                              protobuf-compiler-grpc; caf, caf_sharing: libcaf-dev)
+#                              missing is skipped and said so (grpc: libgrpc++-dev,
+#                              protobuf-compiler-grpc and libprotobuf-dev, which the other two
+#                              do not pull in; caf, caf_sharing: libcaf-dev)
 #   REPS=3                     repetitions of each placement (interleaved: same, free, same, ...)
 #   PLACEMENTS="same free"     same = client and server on CPU 0 (run.sh PIN=same), split = server
 #                              on CPU 0 and client on CPU 1, free = unpinned
@@ -64,11 +65,12 @@ chmod +x "$POOL_CLIENT" "$ADOPT_CLIENT"
 # ---------------------------------------------------------------- the peers
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 WITH_GRPC=ON WITH_CAF=ON RUN_PEERS=""
-if ! { installed libgrpc++-dev && installed protobuf-compiler-grpc; }; then WITH_GRPC=OFF; fi
+GRPC_PACKAGES="libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev"
+for p in $GRPC_PACKAGES; do installed "$p" || WITH_GRPC=OFF; done
 if ! installed libcaf-dev; then WITH_CAF=OFF; fi
 for p in $PEERS; do
   case $p in
-    grpc) [ $WITH_GRPC = ON ] || { log "SKIPPING grpc: libgrpc++-dev / protobuf-compiler-grpc not installed"; continue; } ;;
+    grpc) [ $WITH_GRPC = ON ] || { log "SKIPPING grpc: one of $GRPC_PACKAGES is not installed"; continue; } ;;
     caf|caf_sharing) [ $WITH_CAF = ON ] || { log "SKIPPING $p: libcaf-dev not installed"; continue; } ;;
   esac
   RUN_PEERS="$RUN_PEERS $p"
@@ -116,12 +118,17 @@ huge_check() {
               "troupe_adopt=$BIN/troupe_echo_server:$ADOPT_CLIENT" \
               "raw=$WORK/build/raw_server:$WORK/build/raw_client"; do
     name=${spec%%=*}; server=${spec#*=}; client=${server#*:}; server=${server%%:*}
-    coproc SRV { exec $(pin_args "$placement" server) "$server" --addr 127.0.0.1:0 2>&1; }
+    # The server's log (troupe's servers log a line as they start listening) goes to a file;
+    # its stdout brings the LISTENING line.
+    local server_log=$WORK/results/huge-$name-server.log
+    coproc SRV { exec $(pin_args "$placement" server) "$server" --addr 127.0.0.1:0 2>"$server_log"; }
     SERVER_PID=$SRV_PID
     line=""
-    read -r -t 30 line <&"${SRV[0]}" || true
+    while read -r -t 30 line <&"${SRV[0]}"; do
+      [ "${line#LISTENING }" = "$line" ] || break
+    done
     if [ "${line#LISTENING }" = "$line" ]; then
-      log "$name server did not start: $line"
+      log "$name server did not start: ${line:-no LISTENING line in 30 s}; its log: $server_log"
     else
       line=$(timeout 300 $(pin_args "$placement" client) "$client" --addr "${line#LISTENING }" \
                --calls "$HUGE_CHECK_CALLS" --warmup 1 --payload "$HUGE" --inflight 1 2>/dev/null |
@@ -173,7 +180,7 @@ REPORT=$WORK/results/compare-$STAMP.md
 {
   echo "# troupe vs the peers, $(date -Is), $(nproc) CPUs, loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "peers:${RUN_PEERS} troupe troupe_pool troupe_adopt; $REPS repetitions per placement"
-  [ $WITH_GRPC = ON ] || echo "grpc skipped: libgrpc++-dev / protobuf-compiler-grpc not installed"
+  [ $WITH_GRPC = ON ] || echo "grpc skipped: one of $GRPC_PACKAGES is not installed"
   echo
   python3 "$ROOT/bench/peer_echo/compare_table.py" "${args[@]}"
 } | tee "$REPORT"

@@ -24,6 +24,20 @@ namespace troupe {
 // `address`. Loop thread only.
 bool attachToOutgoingMessage(const void* address, kj::Array<const kj::byte>& bytes);
 
+// An outgoing RPC message kept after it was sent (retainOutgoingMessage()).
+struct RetainedMessage {
+  kj::Own<void> holder;  // keeps the message's memory, unchanged, while it lives; any thread
+  size_t bytes;          // the memory it holds
+};
+
+// Keeps the outgoing RPC message whose memory holds `address` (a struct of that message), so that
+// what was built in it can still be read once it has been sent, without a copy: what an
+// exactly-once call's reply cache keeps of a large reply. The message is no longer offered to
+// attachToOutgoingMessage(). Null when no message about to go over an RPC connection on this
+// thread holds `address`, or when that message holds memory attached to it (adoptBytes()), which
+// its owner was promised back once the message is written. Loop thread only.
+kj::Maybe<RetainedMessage> retainOutgoingMessage(const void* address);
+
 // Received bytes at least this large are kept rather than copied (keepReceivedBytes()): the
 // messages whose memory comes from the buffer cache (buffer_cache.h). Smaller ones are cheaper
 // to copy than to look up.

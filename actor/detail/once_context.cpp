@@ -2,9 +2,20 @@
 
 #include <kj/debug.h>
 
+#include "troupe/net/bytes.h"
 #include "troupe/schemas/actor.capnp.h"
 
 namespace troupe::actor_detail {
+
+namespace {
+
+// Results at least this large are kept in the message that carried them back: their copy would
+// cost a pass over them, and the message holds little more than they do (its large segments
+// come from the buffer cache, sized to what they hold). Smaller ones are copied, which keeps
+// less than the message's first segment (SMALL_SEGMENT_WORDS, buffer_cache.h).
+constexpr uint64_t IN_PLACE_MIN_BYTES = CACHED_BUFFER_MIN_BYTES;
+
+}  // namespace
 
 OnceContext::OnceContext(kj::Own<capnp::CallContextHook> outer, capnp::AnyPointer::Reader params)
     : outer(kj::mv(outer)), params(params) {}
@@ -27,6 +38,10 @@ capnp::AnyPointer::Builder OnceContext::getResults(kj::Maybe<capnp::MessageSize>
     hint->wordCount += 8;  // the envelope's results around them
   }
   auto envelope = outer->getResults(sizeHint).initAs<schema::ExactlyOnce::CallResults>();
+  // A struct's data section begins where it lies in its message (empty here, its pointers follow).
+  this->envelope = capnp::AnyStruct::Builder(schema::ExactlyOnce::CallResults::Builder(envelope))
+                       .getDataSection()
+                       .begin();
   auto inside = envelope.initResults();
   results = inside;
   return inside;
@@ -48,9 +63,16 @@ capnp::ClientHook::VoidPromiseAndPipeline OnceContext::directTailCall(
 
 kj::Own<StoredReply> OnceContext::takeReply(uint64_t maxBytes) {
   KJ_IF_MAYBE(r, results) {
-    auto bytes = r->asReader().targetSize().wordCount * sizeof(capnp::word);
+    auto reader = r->asReader();
+    auto size = reader.targetSize();
+    auto bytes = size.wordCount * sizeof(capnp::word);
     if (bytes > maxBytes) return StoredReply::notKept(bytes);
-    return StoredReply::copyOf(r->asReader());
+    if (size.capCount == 0 && bytes >= IN_PLACE_MIN_BYTES) {
+      KJ_IF_MAYBE(message, retainOutgoingMessage(envelope)) {
+        return kj::refcounted<StoredReply>(reader, kj::mv(message->holder), message->bytes);
+      }
+    }
+    return StoredReply::copyOf(reader);
   }
   return StoredReply::copyOf(capnp::AnyPointer::Reader());
 }

@@ -2,9 +2,9 @@
 // The server side of an ExactlyOnce call (schemas/actor.capnp): the context the actor's method
 // runs in, which reads the parameters inside the envelope and writes its results inside the
 // envelope's results, in the message that carries them back (so that adoptBytes() works there as
-// in any call), and copies them for the reply cache once the call is done, so that the reply is
-// kept whether or not the connection it came on still stands; and the pipeline over a kept
-// reply.
+// in any call), and keeps them for the reply cache once the call is done (that message, or a
+// copy), so that the reply is kept whether or not the connection it came on still stands; and
+// the pipeline over a kept reply.
 
 #include <capnp/capability.h>
 #include <capnp/message.h>
@@ -33,9 +33,10 @@ public:
       kj::Own<capnp::RequestHook>&& request) override;
   kj::Own<capnp::CallContextHook> addRef() override { return kj::addRef(*this); }
 
-  // A copy of the results the method wrote, as the reply to keep (empty results if it wrote
-  // none), or StoredReply::notKept() when they are over `maxBytes`. They stay in place in the
-  // envelope's results either way.
+  // The results the method wrote, as the reply to keep (empty results if it wrote none), or
+  // StoredReply::notKept() when they are over `maxBytes`. They stay in place in the envelope's
+  // results either way; large ones without capabilities are kept there, by keeping the message
+  // that carries them back (retainOutgoingMessage()), and the others are copied.
   kj::Own<StoredReply> takeReply(uint64_t maxBytes);
 
   // Whether the actor lets its calls be cancelled (the gate said so).
@@ -46,6 +47,7 @@ private:
   capnp::AnyPointer::Reader params;
   bool released = false;                          // the parameters were
   kj::Maybe<capnp::AnyPointer::Builder> results;  // inside the envelope's results, once asked for
+  const void* envelope = nullptr;                 // where the envelope's results are, then
 };
 
 // The pipeline of an ExactlyOnce call, whose results hold the call's own under pointer 0:

@@ -35,6 +35,9 @@ kj::Own<StoredReply> StoredReply::copyOf(capnp::AnyPointer::Reader results) {
   return kj::refcounted<StoredReply>(kj::mv(message));
 }
 
+StoredReply::StoredReply(capnp::AnyPointer::Reader results, kj::Own<void> holder, uint64_t bytes)
+    : message(kj::mv(holder)), root(results), size(bytes) {}
+
 StoredReply::StoredReply(kj::Own<capnp::MallocMessageBuilder> built) {
   auto results = built->getRoot<capnp::AnyPointer>().asReader();
   auto target = results.targetSize();

@@ -33,6 +33,9 @@ class StoredReply final : public kj::Refcounted {
 public:
   // A copy of `results`.
   static kj::Own<StoredReply> copyOf(capnp::AnyPointer::Reader results);
+  // `results` read where they are, in the message `holder` keeps (retainOutgoingMessage(),
+  // net/bytes.h), which takes `bytes` of memory.
+  StoredReply(capnp::AnyPointer::Reader results, kj::Own<void> holder, uint64_t bytes);
   // Results built in `message` (its root); kept as one flat array when they are small and carry
   // no capability, which takes the least memory, else in `message` itself.
   explicit StoredReply(kj::Own<capnp::MallocMessageBuilder> message);
@@ -56,9 +59,9 @@ public:
   size_t bytes() const;
 
 private:
-  kj::Array<capnp::word> flat;  // small results without capabilities, as one flat message
-  kj::Own<capnp::MallocMessageBuilder> message;  // other results
-  capnp::AnyPointer::Reader root;                // message's root
+  kj::Array<capnp::word> flat;     // small results without capabilities, as one flat message
+  kj::Own<void> message;           // other results: what holds the memory root lies in
+  capnp::AnyPointer::Reader root;  // the results, when message holds them
   kj::Maybe<kj::Own<kj::Exception>> error;
   kj::Maybe<uint64_t> unkeptBytes;
   size_t size = 0;  // bytes of flat, message or error

@@ -60,6 +60,13 @@ public:
     return result;
   }
 
+  // The words of every segment allocated, used or not.
+  size_t capacityWords() const {
+    size_t words = first.size();
+    for (auto& segment : more) words += segment.size();
+    return words;
+  }
+
   // Whether `address` lies in memory this builder allocated.
   bool owns(const void* address) const {
     auto inside = [address](const kj::Array<word>& segment) {
@@ -93,10 +100,14 @@ public:
     if (next != nullptr) next->prev = this;
     live = this;
   }
-  ~OutgoingMessage() noexcept(false) {
+  ~OutgoingMessage() noexcept(false) { unlink(); }
+
+  // Takes the message out of those containing() finds.
+  void unlink() {
     if (prev != nullptr) prev->next = next;
     if (next != nullptr) next->prev = prev;
     if (live == this) live = next;
+    prev = next = nullptr;
   }
 
   capnp::AnyPointer::Builder getBody() override { return message.getRoot<capnp::AnyPointer>(); }
@@ -132,6 +143,16 @@ bool attachToOutgoingMessage(const void* address, kj::Array<const kj::byte>& byt
     return true;
   }
   return false;
+}
+
+kj::Maybe<RetainedMessage> retainOutgoingMessage(const void* address) {
+  KJ_IF_MAYBE(m, net_detail::RpcNetwork::OutgoingMessage::containing(address)) {
+    if (!m->attachments.empty()) return nullptr;
+    m->unlink();
+    return RetainedMessage{kj::Own<void>(kj::addRef(*m)),
+                           sizeof(*m) + m->message.capacityWords() * sizeof(capnp::word)};
+  }
+  return nullptr;
 }
 
 }  // namespace troupe

@@ -186,6 +186,43 @@ TEST_F(ExactlyOnceTest, AReplyTooLargeToKeepReachesItsCallerButNotARetry) {
   EXPECT_EQ(await(loop, echoOf(64)).getPayload().size(), 64u);
 }
 
+// A large reply is kept in the message that carried it, not copied: the retry reads it there
+// after that message's connection is gone.
+TEST_F(ExactlyOnceTest, ALargeReplyKeptWhereItWasSentReachesARetryWholeAfterItsConnectionIsGone) {
+  JobContext job;
+  ActorServer echoServer(loop, job);
+  echoServer.host<Echo>("echo", kj::heap<EchoImpl>());
+  FaultProxy via(loop, echoServer.listen("tcp://127.0.0.1:0"));
+  auto echo = ActorRef<Echo>::connect(loop, via.address().c_str(), "echo");
+  constexpr size_t BYTES = 1 << 20;
+  auto pattern = kj::heapArray<kj::byte>(BYTES);
+  for (size_t i = 0; i < BYTES; ++i) pattern[i] = kj::byte(i * 7 + i / 4096);
+  auto echoPattern = [&]() {
+    return echo.call([&](Echo::Client c) {
+      auto q = c.echoRequest(capnp::MessageSize{BYTES / sizeof(capnp::word) + 16, 0});
+      q.setPayload(pattern);
+      return q.send();
+    });
+  };
+  EXPECT_EQ(await(loop, echoPattern()).getPayload(), pattern);
+  // Cut after a quarter of the reply has left: the retry comes on a new connection.
+  auto rule = via.addRule({.direction = Direction::SERVER_TO_CLIENT,
+                           .match = messageIs(Which::RETURN),
+                           .point = CutPoint::INSIDE,
+                           .bytesInside = BYTES / 4,
+                           .kind = CutKind::RESET});
+  auto reply = await(loop, echoPattern());
+  EXPECT_EQ(via.cutsBy(rule), 1u);
+  EXPECT_TRUE(reply.getPayload() == pattern) << "the replayed reply differs from the one sent";
+  auto kept = [&](kj::StringPtr name) {
+    return echoServer.metrics().value(name, {{"job", "local"}});
+  };
+  EXPECT_EQ(kept("troupe_server_replies_replayed_total"), 1);
+  // Counted at what the message holds: the reply and little more.
+  EXPECT_GE(kept("troupe_server_reply_bytes"), BYTES);
+  EXPECT_LT(kept("troupe_server_reply_bytes"), 2 * BYTES + 64 * 1024);
+}
+
 TEST_F(ExactlyOnceTest, ARetryThatFindsAnotherServerAtTheAddressEndsWithMayHaveRun) {
   BlockerState state;
   kj::Own<ActorServer> own;
