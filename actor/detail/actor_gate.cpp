@@ -309,11 +309,10 @@ private:
       reply = cache.start(id, kj::mv(work), [&innerRef]() { return innerRef.cancellable; });
       inPlace = true;
     }
-    auto forked = reply.fork();
-    auto pipeline = forked.addBranch().then(
-        [](kj::Own<StoredReply>&& r) { return replyPipeline(kj::mv(r)); });
-    auto done = forked.addBranch().then([context = kj::mv(context),
-                                         inPlace](kj::Own<StoredReply>&& r) mutable {
+    auto pipeline = kj::refcounted<ReplyPipeline>();
+    auto done = reply.then([context = kj::mv(context), inPlace,
+                            pipeline = kj::addRef(*pipeline)](kj::Own<StoredReply>&& r) mutable {
+      pipeline->resolve(r->addRef());
       auto results = context->getResults(nullptr);
       auto out = inPlace ? results.getAs<schema::ExactlyOnce::CallResults>()
                          : results.initAs<schema::ExactlyOnce::CallResults>();
@@ -330,7 +329,11 @@ private:
         r->copyTo(out.initResults());
       }
     });
-    return {kj::mv(done), capnp::newLocalPromisePipeline(kj::mv(pipeline))};
+    auto failed = [pipeline = kj::addRef(*pipeline)](kj::Exception&& e) mutable {
+      pipeline->fail(e);
+      kj::throwFatalException(kj::mv(e));
+    };
+    return {done.catch_(kj::mv(failed)), kj::mv(pipeline)};
   }
 
   // A call turned away before it ran.

@@ -79,29 +79,43 @@ kj::Own<StoredReply> OnceContext::takeReply(uint64_t maxBytes) {
 
 namespace {
 
-class ReplyPipeline final : public capnp::PipelineHook, public kj::Refcounted {
-public:
-  explicit ReplyPipeline(kj::Own<StoredReply> reply) : reply(kj::mv(reply)) {}
-
-  kj::Own<capnp::PipelineHook> addRef() override { return kj::addRef(*this); }
-
-  kj::Own<capnp::ClientHook> getPipelinedCap(kj::ArrayPtr<const capnp::PipelineOp> ops) override {
-    // ops[0] names the envelope's `results`; the rest are the caller's, within them.
-    if (ops.size() == 0 || ops[0].type != capnp::PipelineOp::GET_POINTER_FIELD ||
-        ops[0].pointerIndex != 0) {
-      return capnp::newBrokenCap("a pipelined call outside an ExactlyOnce call's results");
-    }
-    return reply->pipelinedCap(ops.slice(1, ops.size()));
-  }
-
-private:
-  kj::Own<StoredReply> reply;
-};
+// ops[0] names the envelope's `results`; the rest are the caller's, within them.
+bool insideResults(kj::ArrayPtr<const capnp::PipelineOp> ops) {
+  return ops.size() > 0 && ops[0].type == capnp::PipelineOp::GET_POINTER_FIELD &&
+         ops[0].pointerIndex == 0;
+}
 
 }  // namespace
 
-kj::Own<capnp::PipelineHook> replyPipeline(kj::Own<StoredReply> reply) {
-  return kj::refcounted<ReplyPipeline>(kj::mv(reply));
+ReplyPipeline::~ReplyPipeline() noexcept(false) {}
+
+kj::Own<capnp::ClientHook> ReplyPipeline::getPipelinedCap(
+    kj::ArrayPtr<const capnp::PipelineOp> ops) {
+  if (!insideResults(ops)) {
+    return capnp::newBrokenCap("a pipelined call outside an ExactlyOnce call's results");
+  }
+  auto inside = ops.slice(1, ops.size());
+  KJ_IF_MAYBE(r, reply) {
+    return (*r)->pipelinedCap(inside);
+  }
+  KJ_IF_MAYBE(e, failure) {
+    return capnp::newBrokenCap(kj::cp(*e));
+  }
+  auto paf = kj::newPromiseAndFulfiller<kj::Own<capnp::ClientHook>>();
+  waiting.add(Waiting{kj::heapArray(inside), kj::mv(paf.fulfiller)});
+  return capnp::newLocalPromiseClient(kj::mv(paf.promise));
+}
+
+void ReplyPipeline::resolve(kj::Own<StoredReply> r) {
+  for (auto& w : waiting) w.fulfiller->fulfill(r->pipelinedCap(w.ops));
+  waiting.clear();
+  reply = kj::mv(r);
+}
+
+void ReplyPipeline::fail(const kj::Exception& e) {
+  for (auto& w : waiting) w.fulfiller->reject(kj::cp(e));
+  waiting.clear();
+  failure = kj::cp(e);
 }
 
 }  // namespace troupe::actor_detail

@@ -10,6 +10,7 @@
 #include <capnp/message.h>
 #include <kj/async.h>
 #include <kj/refcount.h>
+#include <kj/vector.h>
 
 #include "troupe/actor/detail/reply_cache.h"
 
@@ -51,7 +52,29 @@ private:
 };
 
 // The pipeline of an ExactlyOnce call, whose results hold the call's own under pointer 0:
-// pipelined calls on them reach the capabilities of `reply`.
-kj::Own<capnp::PipelineHook> replyPipeline(kj::Own<StoredReply> reply);
+// pipelined calls on them reach the capabilities of its reply once it is there. Rather than a
+// fork of the reply's promise for every call (which few ever pipeline on), whoever gets the
+// reply hands it over. Loop thread only.
+class ReplyPipeline final : public capnp::PipelineHook, public kj::Refcounted {
+public:
+  ~ReplyPipeline() noexcept(false);
+
+  kj::Own<capnp::PipelineHook> addRef() override { return kj::addRef(*this); }
+  kj::Own<capnp::ClientHook> getPipelinedCap(kj::ArrayPtr<const capnp::PipelineOp> ops) override;
+
+  // The call's reply is `reply`; capabilities asked for earlier resolve to its.
+  void resolve(kj::Own<StoredReply> reply);
+  // The call failed with `e`: so do the capabilities asked for.
+  void fail(const kj::Exception& e);
+
+private:
+  struct Waiting {
+    kj::Array<capnp::PipelineOp> ops;  // within the call's own results
+    kj::Own<kj::PromiseFulfiller<kj::Own<capnp::ClientHook>>> fulfiller;
+  };
+  kj::Maybe<kj::Own<StoredReply>> reply;
+  kj::Maybe<kj::Exception> failure;
+  kj::Vector<Waiting> waiting;
+};
 
 }  // namespace troupe::actor_detail

@@ -1,5 +1,7 @@
 #include "troupe/actor/detail/reply_cache.h"
 
+#include <string.h>
+
 #include <algorithm>
 
 #include <capnp/serialize.h>
@@ -28,6 +30,21 @@ constexpr uint64_t ENTRY_BYTES = 230;
 // ------------------------------------------------------------------------------------------------
 
 kj::Own<StoredReply> StoredReply::copyOf(capnp::AnyPointer::Reader results) {
+  auto target = results.targetSize();
+  if (target.capCount == 0 && target.wordCount * sizeof(capnp::word) <= MAX_FLAT_BYTES) {
+    // Built in this thread's scratch segment, which the builder zeroes again as it goes, and
+    // flattened from there: one allocation, the flat array.
+    static thread_local auto scratch = kj::heapArray<capnp::word>(
+        MAX_FLAT_BYTES / sizeof(capnp::word) + 8);
+    static thread_local bool zeroed = false;
+    if (!zeroed) {
+      memset(static_cast<void*>(scratch.begin()), 0, scratch.asBytes().size());
+      zeroed = true;
+    }
+    capnp::MallocMessageBuilder builder(scratch);
+    builder.getRoot<capnp::AnyPointer>().set(results);
+    return kj::refcounted<StoredReply>(capnp::messageToFlatArray(builder));
+  }
   // One segment with room for them exactly: no slack to keep.
   auto words = kj::min(results.targetSize().wordCount + 1, MAX_FIRST_SEGMENT_WORDS);
   auto message = kj::heap<capnp::MallocMessageBuilder>(static_cast<uint>(words));
@@ -37,6 +54,9 @@ kj::Own<StoredReply> StoredReply::copyOf(capnp::AnyPointer::Reader results) {
 
 StoredReply::StoredReply(capnp::AnyPointer::Reader results, kj::Own<void> holder, uint64_t bytes)
     : message(kj::mv(holder)), root(results), size(bytes) {}
+
+StoredReply::StoredReply(kj::Array<capnp::word> flat)
+    : flat(kj::mv(flat)), size(this->flat.size() * sizeof(capnp::word)) {}
 
 StoredReply::StoredReply(kj::Own<capnp::MallocMessageBuilder> built) {
   auto results = built->getRoot<capnp::AnyPointer>().asReader();

@@ -36,6 +36,8 @@ public:
   // `results` read where they are, in the message `holder` keeps (retainOutgoingMessage(),
   // net/bytes.h), which takes `bytes` of memory.
   StoredReply(capnp::AnyPointer::Reader results, kj::Own<void> holder, uint64_t bytes);
+  // Results as one flat message (capnp/serialize.h).
+  explicit StoredReply(kj::Array<capnp::word> flat);
   // Results built in `message` (its root); kept as one flat array when they are small and carry
   // no capability, which takes the least memory, else in `message` itself.
   explicit StoredReply(kj::Own<capnp::MallocMessageBuilder> message);

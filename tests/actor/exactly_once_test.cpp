@@ -223,6 +223,21 @@ TEST_F(ExactlyOnceTest, ALargeReplyKeptWhereItWasSentReachesARetryWholeAfterItsC
   EXPECT_LT(kept("troupe_server_reply_bytes"), 2 * BYTES + 64 * 1024);
 }
 
+TEST_F(ExactlyOnceTest, ACallPipelinedOnTheResultsOfOneSentOnceReachesTheCapabilityInThem) {
+  JobContext job;
+  ActorServer members(loop, job);
+  members.host<Member>("member", kj::heap<MemberImpl>("m-0"), {.maxConcurrency = 0});
+  auto member = ActorRef<Member>::connect(loop, members.listen("tcp://127.0.0.1:0").c_str(),
+                                          "member");
+  // Sent before `self` answers (at the next `calls`): the server holds it until the reply is
+  // there.
+  auto pipelined = member.call(
+      [](Member::Client c) { return c.selfRequest().send().getMember().whoamiRequest().send(); });
+  auto release = member.call([](Member::Client c) { return c.callsRequest().send(); });
+  EXPECT_EQ(await(loop, kj::mv(release)).getCount(), 0u);
+  EXPECT_EQ(await(loop, kj::mv(pipelined)).getName(), "m-0");
+}
+
 TEST_F(ExactlyOnceTest, ARetryThatFindsAnotherServerAtTheAddressEndsWithMayHaveRun) {
   BlockerState state;
   kj::Own<ActorServer> own;

@@ -36,4 +36,6 @@ interface Member {
   throw @3 (description :Text, type :UInt8) -> ();
   # Fails with exactly this kj::Exception (type: 0 FAILED, 1 OVERLOADED, 2 DISCONNECTED,
   # 3 UNIMPLEMENTED).
+  self @4 () -> (member :Member);
+  # This member, for calls pipelined on the result; answers at the next call of `calls`.
 }

@@ -64,7 +64,16 @@ kj::Promise<void> MemberImpl::throw_(ThrowContext context) {
                        kj::str(p.getDescription()));
 }
 
+kj::Promise<void> MemberImpl::self(SelfContext context) {
+  // Answers at the next call of calls(), so that a call pipelined on the result can arrive first.
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  selves.add(kj::mv(paf.fulfiller));
+  return paf.promise.then([this, context]() mutable { context.getResults().setMember(thisCap()); });
+}
+
 kj::Promise<void> MemberImpl::calls(CallsContext context) {
+  for (auto& f : selves) f->fulfill();
+  selves.clear();
   context.getResults().setCount(count);
   return kj::READY_NOW;
 }

@@ -41,9 +41,11 @@ protected:
   kj::Promise<void> raise(RaiseContext context) override;
   kj::Promise<void> calls(CallsContext context) override;
   kj::Promise<void> throw_(ThrowContext context) override;
+  kj::Promise<void> self(SelfContext context) override;
 
 private:
   std::string name;
+  kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> selves;  // self() calls waiting for calls()
 };
 
 // Shared between a BlockerImpl and an in-process test, which may wait on it directly.
