@@ -5,6 +5,7 @@
 //                     [--tls CERTS_DIR]   (troupe over tls://, make_certs.sh's certificates)
 //                     [--metrics on|off]  (troupe: count and time calls: ActorServerOptions)
 //                     [--max-message-mib M]
+//                     [--unix PATH]       (troupe, one server: also listen on unix:PATH)
 //
 // Prints "LISTENING host:port" once it accepts connections (the peer harness's contract) and
 // serves until SIGTERM. With --count N (troupe only), N servers on N ports, one line each.
@@ -51,6 +52,7 @@ struct Settings {
   uint64_t maxMessageMiB = 0;  // 0: the implementation's default
   std::string tlsDir;          // troupe only: serve tls:// with DIR/node.pem and DIR/node.key
   bool metrics = true;         // troupe only: ActorServerOptions::metrics
+  std::string unixPath;        // troupe only, one server: also listen on unix:PATH
 };
 
 // `count` servers in this process, on one loop, each on its own port (task indexes 0..count-1).
@@ -84,6 +86,7 @@ int serveTroupe(const std::string& host, unsigned port, const Settings& settings
     }
     auto listen = scheme + host + ":" + std::to_string(count == 1 ? port : 0);
     auto bound = troupe::Address::parse(server->listen(listen.c_str()).c_str());
+    if (!settings.unixPath.empty()) server->listen(("unix:" + settings.unixPath).c_str());
     announce(host, bound.port);
     servers.add(kj::mv(server));
   }
@@ -191,6 +194,8 @@ int main(int argc, char** argv) {
       settings.tlsDir = argv[i + 1];
     } else if (strcmp(argv[i], "--metrics") == 0) {
       settings.metrics = strcmp(argv[i + 1], "off") != 0;
+    } else if (strcmp(argv[i], "--unix") == 0) {
+      settings.unixPath = argv[i + 1];
     } else if (strcmp(argv[i], "--max-message-mib") == 0) {
       settings.maxMessageMiB = strtoull(argv[i + 1], nullptr, 10);
     } else {

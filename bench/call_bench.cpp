@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,6 +44,7 @@ struct Servers {
   std::string troupeNoMetricsAddress;  // a server that counts nothing (ActorServerOptions::metrics)
   std::string capnpAddress;
   std::string troupeTlsAddress;
+  std::string troupeUnixPath;  // troupeAddress's server listens here too
   std::shared_ptr<troupe::Credentials> tlsClient;
 };
 Servers* servers = nullptr;
@@ -151,6 +153,12 @@ void BM_Troupe_ActorRef_PingPong_ExactlyOnceOff(benchmark::State& state) {
   troupePingPong(state, "tcp://" + servers->troupeAddress, nullptr, true, false);
 }
 
+// The same over the server's unix socket: what loopback TCP costs against it, for choosing
+// between them on one host.
+void BM_Troupe_ActorRef_PingPong_Unix(benchmark::State& state) {
+  troupePingPong(state, "unix:" + servers->troupeUnixPath, nullptr);
+}
+
 // The same over tls://: what TLS costs a small call.
 void BM_Troupe_ActorRef_PingPong_Tls(benchmark::State& state) {
   troupePingPong(state, "tls://" + servers->troupeTlsAddress, servers->tlsClient);
@@ -188,6 +196,7 @@ BENCHMARK(BM_PlainCapnp_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_MetricsOff)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_ExactlyOnceOff)->Arg(64)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_Troupe_ActorRef_PingPong_Unix)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_Tls)->Arg(64)->Arg(4096)->UseRealTime();
 
 }  // namespace
@@ -195,7 +204,13 @@ BENCHMARK(BM_Troupe_ActorRef_PingPong_Tls)->Arg(64)->Arg(4096)->UseRealTime();
 int main(int argc, char** argv) {
   troupe::bench::choosePlacement();
   Servers s;
-  s.troupeAddress = startServer(s.troupe, "troupe");
+  char socketDir[] = "/tmp/troupe-bench-XXXXXX";
+  if (::mkdtemp(socketDir) == nullptr) {
+    perror("mkdtemp");
+    return 1;
+  }
+  s.troupeUnixPath = std::string(socketDir) + "/echo.sock";
+  s.troupeAddress = startServer(s.troupe, "troupe", {"--unix", s.troupeUnixPath});
   s.capnpAddress = startServer(s.capnp, "capnp");
   s.troupeNoMetricsAddress = startServer(s.troupeNoMetrics, "troupe", {"--metrics", "off"});
   troupe::bench::BenchCerts certs;
@@ -207,5 +222,8 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   servers = nullptr;
+  s.troupe.reset();  // stopped, so that its socket is gone
+  ::unlink(s.troupeUnixPath.c_str());
+  ::rmdir(socketDir);
   return 0;
 }
