@@ -26,7 +26,7 @@ bool attachToOutgoingMessage(const void* address, kj::Array<const kj::byte>& byt
 
 // An outgoing RPC message kept after it was sent (retainOutgoingMessage()).
 struct RetainedMessage {
-  kj::Own<void> holder;  // keeps the message's memory, unchanged, while it lives; any thread
+  kj::Own<void> holder;  // keeps the message's memory, unchanged, while it lives; loop thread
   size_t bytes;          // the memory it holds
 };
 
