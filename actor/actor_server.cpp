@@ -21,6 +21,7 @@
 #include "troupe/base/errors.h"
 #include "troupe/net/address.h"
 #include "troupe/net/rpc_acceptor.h"
+#include "troupe/net/same_host.h"
 
 namespace troupe {
 
@@ -242,6 +243,26 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
             MetricType::COUNTER, labels, double(s.forgotten));
   }
 
+  // Listens on this server's same-host socket, or logs why it cannot.
+  void listenSameHost() {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { sameHostPath = bindSameHost(); })) {
+      log->warn("{}: serving TCP alone, no same-host socket: {}", who(),
+                e->getDescription().cStr());
+      return;
+    }
+    log->info("{}: clients on this host reach it at unix:{}", who(), sameHostPath);
+  }
+
+  // Listens on a new socket in this user's directory of them, clearing out sockets left by
+  // killed processes first, and returns its path.
+  std::string bindSameHost() {
+    auto dir = sameHostSocketDir();
+    removeStaleSockets(dir);
+    auto path = kj::str(dir, "/", sameHostSocketName(incarnation));
+    acceptor->listen(kj::str("unix:", path));
+    return path.cStr();
+  }
+
   Endpoint endpointOf(const actor_detail::HostedActor& actor) const {
     Endpoint e;
     e.name = job.endpointName(actor.name);
@@ -252,6 +273,10 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     e.incarnation = incarnation;
     e.state = endpointState();
     if (!httpUrl.empty()) e.metadata["metrics"] = httpUrl;
+    if (!sameHostPath.empty()) {
+      e.metadata[SAME_HOST_SOCKET_KEY] = sameHostPath;
+      e.metadata[SAME_HOST_ID_KEY] = sameHostId();
+    }
     return e;
   }
 
@@ -340,6 +365,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
   kj::Own<RpcAcceptor> acceptor;
   kj::Own<HttpEndpoint> http;  // once listening, when an HTTP address is set; null after stop
   std::string httpUrl;         // as published
+  std::string sameHostPath;    // the same-host socket (ActorServerOptions::sameHost), once made
   MetricsSet::Registration metricsRegistration;
   kj::ForkedPromise<void> drainStarted = nullptr;
   kj::Maybe<kj::Promise<void>> signals;  // while serve() runs
@@ -490,8 +516,12 @@ std::string ActorServer::listen(kj::StringPtr text) {
              "cannot listen on a server that drains or has stopped");
   // The HTTP endpoint first, so that a taken HTTP port leaves nothing bound.
   if (impl->state == ServerState::STARTING && !impl->http) impl->startHttp();
-  auto bound = impl->acceptor->listen(text).toString();
+  auto address = impl->acceptor->listen(text);
+  auto bound = address.toString();
   impl->log->info("{}: listening on {} (incarnation {})", impl->who(), bound, impl->incarnation);
+  if (impl->options.sameHost && impl->sameHostPath.empty() && address.kind == Address::Kind::TCP) {
+    impl->listenSameHost();
+  }
   if (impl->state == ServerState::STARTING) {
     impl->state = ServerState::SERVING;
     impl->announceAll();

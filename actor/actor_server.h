@@ -78,6 +78,15 @@ struct ActorServerOptions {
   // wildcard host (0.0.0.0, ::) replaced by JobContext::advertiseHost or this machine's name.
   std::string advertiseAddress;
 
+  // Whether the server, once listening on tcp://, also listens on a unix socket of its own in
+  // this user's directory of them (net/same_host.h: a directory only that user can enter) and
+  // publishes its path in every endpoint's metadata, so that an ActorGroup on the same host and
+  // network namespace, run by the same user, calls through it rather than loopback TCP (a small
+  // call is about 15 % faster, bench/README.md). A tls:// server does not: a socket only its user
+  // reaches needs no encryption, but the server asked for TLS. When the socket cannot be made the
+  // server logs why and serves TCP alone. Default true.
+  bool sameHost = true;
+
   // Where the server logs (listening, draining, failed connections). Default: the loop's logger.
   std::shared_ptr<spdlog::logger> logger;
 

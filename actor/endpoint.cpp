@@ -6,6 +6,7 @@
 
 #include "troupe/base/errors.h"
 #include "troupe/base/parse_number.h"
+#include "troupe/net/same_host.h"
 
 namespace troupe {
 
@@ -183,6 +184,18 @@ kj::Exception endpointNameError(kj::StringPtr name) {
                    kj::str("'", printable(name),
                            "' is not an endpoint name (expected <job_id>/<actor>-<task_index>, "
                            "with the job id and actor made of letters, digits, '.', '_' and '-')"));
+}
+
+std::string connectAddress(const Endpoint& endpoint) {
+  auto socket = endpoint.metadata.find(SAME_HOST_SOCKET_KEY);
+  auto host = endpoint.metadata.find(SAME_HOST_ID_KEY);
+  if (socket == endpoint.metadata.end() || host == endpoint.metadata.end()) return endpoint.address;
+  // The id first: a path on another host may name a socket of this one.
+  static const std::string here = sameHostId();
+  if (here.empty() || host->second != here || !isOwnSocket(socket->second)) {
+    return endpoint.address;
+  }
+  return "unix:" + socket->second;
 }
 
 }  // namespace troupe

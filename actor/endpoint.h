@@ -40,6 +40,12 @@ struct Endpoint {
   bool operator==(const Endpoint&) const = default;
 };
 
+// Where a client connects to `endpoint`: the unix socket its server publishes for the same host
+// (ActorServerOptions::sameHost, net/same_host.h) when this process is on that host, in that
+// network namespace, and the socket is there and belongs to this process's user; else
+// endpoint.address.
+std::string connectAddress(const Endpoint& endpoint);
+
 schema::EndpointState toCapnp(EndpointState state);
 EndpointState fromCapnp(schema::EndpointState state);
 

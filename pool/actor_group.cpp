@@ -113,16 +113,17 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
     if (it == members.end()) {
       log->debug("group {}: {} joined at {} ({})", prefix, endpoint.name, endpoint.address,
                  toString(endpoint.state).cStr());
-      auto ref = ActorRefBase(channelFor(endpoint.address), actor, memberRefOptions());
+      auto ref = ActorRefBase(channelFor(addressOf(endpoint)), actor, memberRefOptions());
       auto name = endpoint.name;
       members.emplace(name, kj::refcounted<GroupMember>(kj::mv(endpoint), kj::mv(ref)));
       return;
     }
     // Members handed out are snapshots: the changed member is a new one.
     auto& old = it->second;
-    auto ref = old->endpoint.address == endpoint.address
+    auto address = addressOf(endpoint);
+    auto ref = addressOf(old->endpoint) == address
                    ? old->ref
-                   : ActorRefBase(channelFor(endpoint.address), actor, memberRefOptions());
+                   : ActorRefBase(channelFor(address), actor, memberRefOptions());
     old = kj::refcounted<GroupMember>(kj::mv(endpoint), kj::mv(ref));
     dropUnusedChannels();
   }
@@ -132,6 +133,11 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
       log->debug("group {}: {} left", prefix, name);
       dropUnusedChannels();
     }
+  }
+
+  // Where the group connects to `endpoint`.
+  std::string addressOf(const Endpoint& endpoint) const {
+    return options.sameHost ? connectAddress(endpoint) : endpoint.address;
   }
 
   kj::Own<Channel> channelFor(const std::string& address) {
@@ -144,7 +150,7 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
 
   void dropUnusedChannels() {
     std::set<std::string> used;
-    for (auto& [name, m] : members) used.insert(m->endpoint.address);
+    for (auto& [name, m] : members) used.insert(addressOf(m->endpoint));
     for (auto it = channels.begin(); it != channels.end();) {
       it = used.count(it->first) ? std::next(it) : channels.erase(it);
     }

@@ -26,6 +26,11 @@ struct ActorGroupOptions {
   // reached there).
   ChannelOptions channel;
 
+  // Whether a member on this host, in this network namespace, whose server publishes a same-host
+  // socket of this user's (ActorServerOptions::sameHost) is called through that socket rather
+  // than the address it publishes (connectAddress(), actor/endpoint.h). Default true.
+  bool sameHost = true;
+
   // Where the group logs membership changes. Default: the loop's logger.
   std::shared_ptr<spdlog::logger> logger;
 };

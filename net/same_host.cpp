@@ -1,0 +1,85 @@
+#include "troupe/net/same_host.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <kj/debug.h>
+
+namespace troupe {
+
+std::string sameHostId() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat ns;
+  if (boot.empty() || ::stat("/proc/self/ns/net", &ns) != 0) return "";
+  return boot + "/" + std::to_string(ns.st_ino);
+}
+
+std::string sameHostSocketDir() {
+  const char* runtime = getenv("XDG_RUNTIME_DIR");
+  std::string dir = runtime != nullptr && runtime[0] == '/'
+                        ? std::string(runtime) + "/troupe"
+                        : "/tmp/troupe-" + std::to_string(::getuid());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    KJ_FAIL_REQUIRE("cannot make the directory of same-host sockets", dir, strerror(errno));
+  }
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) {
+    KJ_FAIL_REQUIRE("cannot read the directory of same-host sockets", dir, strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
+    KJ_FAIL_REQUIRE(
+        "the directory of same-host sockets is not a directory only this user can enter; "
+        "same-host sockets are off",
+        dir);
+  }
+  return dir;
+}
+
+size_t removeStaleSockets(const std::string& dir, size_t most) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  size_t removed = 0;
+  size_t seen = 0;
+  while (auto* entry = ::readdir(d)) {
+    if (++seen > most) break;
+    // <incarnation in hex>-<pid>.sock, as sameHostSocketName() makes them.
+    std::string name = entry->d_name;
+    auto dash = name.rfind('-');
+    if (dash == std::string::npos || name.size() < dash + 7 ||
+        name.compare(name.size() - 5, 5, ".sock") != 0) {
+      continue;
+    }
+    auto digits = name.substr(dash + 1, name.size() - 5 - dash - 1);
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    auto pid = static_cast<pid_t>(std::stol(digits));
+    // Asked of the process, not of the socket: connecting would disturb a live server.
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    auto path = dir + "/" + name;
+    if (isOwnSocket(path) && ::unlink(path.c_str()) == 0) ++removed;
+  }
+  ::closedir(d);
+  return removed;
+}
+
+std::string sameHostSocketName(uint64_t incarnation) {
+  char name[64];
+  snprintf(name, sizeof(name), "%llx-%d.sock", static_cast<unsigned long long>(incarnation),
+           static_cast<int>(::getpid()));
+  return name;
+}
+
+bool isOwnSocket(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_uid == ::getuid();
+}
+
+}  // namespace troupe
