@@ -260,6 +260,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     removeStaleSockets(dir);
     auto path = kj::str(dir, "/", sameHostSocketName(incarnation));
     acceptor->listen(kj::str("unix:", path));
+    sameHostHost = sameHostId();
     return path.cStr();
   }
 
@@ -275,7 +276,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
     if (!httpUrl.empty()) e.metadata["metrics"] = httpUrl;
     if (!sameHostPath.empty()) {
       e.metadata[SAME_HOST_SOCKET_KEY] = sameHostPath;
-      e.metadata[SAME_HOST_ID_KEY] = sameHostId();
+      e.metadata[SAME_HOST_ID_KEY] = sameHostHost;
     }
     return e;
   }
@@ -366,6 +367,7 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
   kj::Own<HttpEndpoint> http;  // once listening, when an HTTP address is set; null after stop
   std::string httpUrl;         // as published
   std::string sameHostPath;    // the same-host socket (ActorServerOptions::sameHost), once made
+  std::string sameHostHost;    // sameHostId(), published beside it
   MetricsSet::Registration metricsRegistration;
   kj::ForkedPromise<void> drainStarted = nullptr;
   kj::Maybe<kj::Promise<void>> signals;  // while serve() runs

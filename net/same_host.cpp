@@ -13,6 +13,8 @@
 
 #include <kj/debug.h>
 
+#include "troupe/base/parse_number.h"
+
 namespace troupe {
 
 std::string sameHostId() {
@@ -58,11 +60,13 @@ size_t removeStaleSockets(const std::string& dir, size_t most) {
         name.compare(name.size() - 5, 5, ".sock") != 0) {
       continue;
     }
-    auto digits = name.substr(dash + 1, name.size() - 5 - dash - 1);
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
-    auto pid = static_cast<pid_t>(std::stol(digits));
-    // Asked of the process, not of the socket: connecting would disturb a live server.
-    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    auto digits = kj::arrayPtr(name.data() + dash + 1, name.size() - 5 - dash - 1);
+    KJ_IF_MAYBE(pid, parseWholeNumber(digits, INT32_MAX)) {
+      // Asked of the process, not of the socket: connecting would disturb a live server.
+      if (*pid == 0 || ::kill(static_cast<pid_t>(*pid), 0) == 0 || errno != ESRCH) continue;
+    } else {
+      continue;
+    }
     auto path = dir + "/" + name;
     if (isOwnSocket(path) && ::unlink(path.c_str()) == 0) ++removed;
   }

@@ -120,8 +120,11 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
     }
     // Members handed out are snapshots: the changed member is a new one.
     auto& old = it->second;
+    // The same connection when the member is reached where it was (the same published address,
+    // or the same same-host socket).
     auto address = addressOf(endpoint);
-    auto ref = addressOf(old->endpoint) == address
+    auto channel = channels.find(address);
+    auto ref = channel != channels.end() && channel->second.get() == &old->ref.channel()
                    ? old->ref
                    : ActorRefBase(channelFor(address), actor, memberRefOptions());
     old = kj::refcounted<GroupMember>(kj::mv(endpoint), kj::mv(ref));
@@ -149,10 +152,10 @@ struct ActorGroupBase::Impl final : public kj::TaskSet::ErrorHandler {
   }
 
   void dropUnusedChannels() {
-    std::set<std::string> used;
-    for (auto& [name, m] : members) used.insert(addressOf(m->endpoint));
+    std::set<const Channel*> used;
+    for (auto& [name, m] : members) used.insert(&m->ref.channel());
     for (auto it = channels.begin(); it != channels.end();) {
-      it = used.count(it->first) ? std::next(it) : channels.erase(it);
+      it = used.count(it->second.get()) ? std::next(it) : channels.erase(it);
     }
   }
 

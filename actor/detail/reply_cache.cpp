@@ -25,13 +25,18 @@ constexpr uint64_t MAX_FIRST_SEGMENT_WORDS = uint64_t(1) << 28;
 // (bench/memory_bench.cpp, BM_Troupe_KeptReplies: 430 bytes of RSS per 64-byte echo's reply).
 constexpr uint64_t ENTRY_BYTES = 230;
 
+// Whether results of `target` size are kept as one flat array (small, and no capabilities).
+bool keptFlat(capnp::MessageSize target) {
+  return target.capCount == 0 && target.wordCount * sizeof(capnp::word) <= MAX_FLAT_BYTES;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
 
 kj::Own<StoredReply> StoredReply::copyOf(capnp::AnyPointer::Reader results) {
   auto target = results.targetSize();
-  if (target.capCount == 0 && target.wordCount * sizeof(capnp::word) <= MAX_FLAT_BYTES) {
+  if (keptFlat(target)) {
     // Built in this thread's scratch segment, which the builder zeroes again as it goes, and
     // flattened from there: one allocation, the flat array.
     static thread_local auto scratch = kj::heapArray<capnp::word>(
@@ -46,7 +51,7 @@ kj::Own<StoredReply> StoredReply::copyOf(capnp::AnyPointer::Reader results) {
     return kj::refcounted<StoredReply>(capnp::messageToFlatArray(builder));
   }
   // One segment with room for them exactly: no slack to keep.
-  auto words = kj::min(results.targetSize().wordCount + 1, MAX_FIRST_SEGMENT_WORDS);
+  auto words = kj::min(target.wordCount + 1, MAX_FIRST_SEGMENT_WORDS);
   auto message = kj::heap<capnp::MallocMessageBuilder>(static_cast<uint>(words));
   message->getRoot<capnp::AnyPointer>().set(results);
   return kj::refcounted<StoredReply>(kj::mv(message));
@@ -60,8 +65,7 @@ StoredReply::StoredReply(kj::Array<capnp::word> flat)
 
 StoredReply::StoredReply(kj::Own<capnp::MallocMessageBuilder> built) {
   auto results = built->getRoot<capnp::AnyPointer>().asReader();
-  auto target = results.targetSize();
-  if (target.capCount == 0 && target.wordCount * sizeof(capnp::word) <= MAX_FLAT_BYTES) {
+  if (keptFlat(results.targetSize())) {
     flat = capnp::messageToFlatArray(*built);
     size = flat.size() * sizeof(capnp::word);
   } else {
