@@ -171,11 +171,7 @@ void EtcdWatch::applyOne(const EtcdChange& change) {
 void EtcdWatch::reconcile(const EtcdSnapshot& snapshot, bool afterBreak) {
   if (!started) return;                   // its own first snapshot is on its way
   if (snapshot.revision < since) return;  // older than what it reported already
-  bool changed = false;
-  auto report = [&](WatchEvent event) {
-    changed = true;
-    queue.push(kj::mv(event));
-  };
+  auto report = [&](WatchEvent event) { queue.push(kj::mv(event)); };
   std::set<std::string> endedWithEndpoints;
   for (auto it = view.begin(); it != view.end();) {
     if (snapshot.endpoints.count(it->first) == 0) {
@@ -202,9 +198,9 @@ void EtcdWatch::reconcile(const EtcdSnapshot& snapshot, bool afterBreak) {
       report(WatchEvent{WatchEvent::Type::CHANGED, it->second, {}});
     }
   }
-  // After a break the watch says it is current again; on the hub's first read, only if that
-  // read found something the watch's own had not.
-  if (afterBreak || changed) queue.push(WatchEvent{WatchEvent::Type::SYNCED, {}, {}});
+  // After a break the watch says it is current again. What the hub's first read finds that the
+  // watch's own had not are ordinary changes, made while the two reads raced: no SYNCED for them.
+  if (afterBreak) queue.push(WatchEvent{WatchEvent::Type::SYNCED, {}, {}});
   since = snapshot.revision;
 }
 
