@@ -88,6 +88,8 @@ struct TransportCounters {
   uint64_t bytesSent = 0;
   uint64_t largeMessagesReceived = 0;  // of LARGE_MESSAGE_BYTES or more
   uint64_t largeMessagesSent = 0;
+  uint64_t sharedMessagesReceived = 0;  // through shared memory (same host), of those above
+  uint64_t sharedMessagesSent = 0;
 
   void received(uint64_t bytes) {
     ++messagesReceived;

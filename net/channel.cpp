@@ -55,6 +55,12 @@ void Channel::collectMetrics(MetricsSnapshot& out) const {
           "Messages of 64 KiB or more sent to each server.", counters.largeMessagesSent);
   counter("troupe_client_large_messages_received_total",
           "Messages of 64 KiB or more received from each server.", counters.largeMessagesReceived);
+  counter("troupe_client_shared_messages_sent_total",
+          "Messages sent to each server through shared memory (same host).",
+          counters.sharedMessagesSent);
+  counter("troupe_client_shared_messages_received_total",
+          "Messages received from each server through shared memory (same host).",
+          counters.sharedMessagesReceived);
 }
 
 Channel::~Channel() noexcept(false) {
@@ -111,6 +117,9 @@ void Channel::startConnecting() {
             auto conn = kj::heap<net_detail::RpcConnection>(kj::mv(stream), options.maxMessageBytes,
                                                             address_.kind != Address::Kind::TLS);
             conn->countInto(counters);
+            if (address_.kind == Address::Kind::UNIX && options.sharedMemory) {
+              conn->useSharedMemory(true, loop_.logger());
+            }
             conn->onLargeMessageProgress([this](size_t bytes) {
               largeBytesMoved += bytes;
               largeLastMoved = loop_.timer().now();

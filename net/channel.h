@@ -33,6 +33,10 @@ struct ChannelOptions {
   // certificate, cluster token). Default: null, meaning the loop's (loopCredentials(),
   // net/credentials.h).
   std::shared_ptr<Credentials> credentials;
+  // Over a unix socket to a server of this user, large messages (64 KiB or more) go through
+  // shared memory rather than the socket's buffers (README, "Same host"). Default true; false
+  // keeps every byte on the socket.
+  bool sharedMemory = true;
 };
 
 // Belongs to the loop it was opened on. Shared by reference counting (addRef()); the last
@@ -41,7 +45,8 @@ struct ChannelOptions {
 // It counts what crosses its connections (metrics.h), in its loop's metrics labelled with the
 // server's address as `peer`: troupe_client_connections_total, troupe_client_connected,
 // troupe_client_messages_{sent,received}_total, troupe_client_{sent,received}_bytes_total and
-// troupe_client_large_messages_{sent,received}_total (64 KiB or more).
+// troupe_client_large_messages_{sent,received}_total (64 KiB or more) and
+// troupe_client_shared_messages_{sent,received}_total (of those, through shared memory).
 class Channel final : public kj::Refcounted, public MetricsSource {
 public:
   // Throws INVALID_ARGUMENT for a malformed address. Does not connect yet.

@@ -126,6 +126,7 @@ public:
     acceptor.connections.insert(this);
     ++acceptor.counters.connectionsAccepted;
     rpc.countInto(acceptor.counters);
+    rpc.useSharedMemory(false, acceptor.log);  // for a client on a unix socket that offers it
     KJ_IF_MAYBE(p, acceptor.placement) {
       rpc.placeSegmentsWith(*p);
     }
@@ -325,6 +326,10 @@ void RpcAcceptor::collectMetrics(MetricsSnapshot& out, const MetricLabels& label
           counters.largeMessagesReceived);
   counter("troupe_large_messages_sent_total", "Messages sent of 64 KiB or more.",
           counters.largeMessagesSent);
+  counter("troupe_shared_messages_received_total",
+          "Messages read through shared memory (same host).", counters.sharedMessagesReceived);
+  counter("troupe_shared_messages_sent_total", "Messages sent through shared memory (same host).",
+          counters.sharedMessagesSent);
   add("troupe_incomplete_message_bytes", "Bytes held by messages still arriving.",
       MetricType::GAUGE, static_cast<double>(incompleteMessageBytes()));
   add("troupe_incomplete_messages_waiting",

@@ -9,6 +9,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <kj/io.h>
 #include <kj/vector.h>
 
 #include "troupe/base/detail/uv_event_port.h"
@@ -174,34 +175,62 @@ bool isSocket(int fd) {
   return ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0;
 }
 
+// Descriptors received with a read (SCM_RIGHTS), for tryReadWithFds().
+struct FdSink {
+  kj::AutoCloseFd* buffer;
+  size_t max;
+  size_t count = 0;
+};
+
 // One stream over a non-blocking fd. The watcher is declared after the fd so that it stops
-// polling before the fd is closed.
-class UvStream final : public kj::AsyncIoStream {
+// polling before the fd is closed. Over a unix socket it also carries file descriptors
+// (writeWithFds(), tryReadWithFds()); streams of streams it does not.
+class UvStream final : public kj::AsyncCapabilityStream {
 public:
   UvStream(uv_loop_t* loop, int fd, uint flags)
       : ownedFd(fd, flags), fd(fd), socket(isSocket(fd)), watcher(loop, fd) {}
 
   kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override {
-    auto* bytes = static_cast<kj::byte*>(buffer);
-    if (drained) {
-      // The last read emptied the socket: wait for more instead of a read() that would only
-      // say EAGAIN (one syscall fewer per message when messages come one at a time). Polling
-      // is level-triggered, so bytes that came meanwhile wake the wait at once.
-      drained = false;
-      return watcher.whenReadable().then(
-          [this, bytes, minBytes, maxBytes]() { return readLoop(bytes, minBytes, maxBytes, 0); });
-    }
-    return readLoop(bytes, minBytes, maxBytes, 0);
+    return read(static_cast<kj::byte*>(buffer), minBytes, maxBytes, nullptr);
+  }
+
+  kj::Promise<ReadResult> tryReadWithFds(void* buffer, size_t minBytes, size_t maxBytes,
+                                         kj::AutoCloseFd* fdBuffer, size_t maxFds) override {
+    auto sink = kj::heap<FdSink>(FdSink{fdBuffer, maxFds});
+    auto& s = *sink;
+    return read(static_cast<kj::byte*>(buffer), minBytes, maxBytes, &s)
+        .then([sink = kj::mv(sink)](size_t n) {
+          return ReadResult{n, sink->count};
+        });
   }
 
   kj::Promise<void> write(const void* buffer, size_t size) override {
     kj::ArrayPtr<const kj::byte> piece(static_cast<const kj::byte*>(buffer), size);
-    return writeLoop(piece, nullptr);
+    return writeLoop(piece, nullptr, nullptr);
   }
 
   kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
     if (pieces.size() == 0) return kj::READY_NOW;
-    return writeLoop(pieces[0], pieces.slice(1, pieces.size()));
+    return writeLoop(pieces[0], pieces.slice(1, pieces.size()), nullptr);
+  }
+
+  // The descriptors go with the first bytes written; `fds` must stay valid until then.
+  kj::Promise<void> writeWithFds(kj::ArrayPtr<const kj::byte> data,
+                                 kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> moreData,
+                                 kj::ArrayPtr<const int> fds) override {
+    KJ_REQUIRE(data.size() > 0, "descriptors need at least one byte to go with");
+    return writeLoop(data, moreData, fds);
+  }
+
+  kj::Promise<void> writeWithStreams(kj::ArrayPtr<const kj::byte>,
+                                     kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>>,
+                                     kj::Array<kj::Own<kj::AsyncCapabilityStream>>) override {
+    KJ_UNIMPLEMENTED("troupe's streams carry file descriptors, not streams");
+  }
+
+  kj::Promise<ReadResult> tryReadWithStreams(void*, size_t, size_t,
+                                             kj::Own<kj::AsyncCapabilityStream>*, size_t) override {
+    KJ_UNIMPLEMENTED("troupe's streams carry file descriptors, not streams");
   }
 
   kj::Promise<void> whenWriteDisconnected() override {
@@ -259,15 +288,56 @@ public:
   }
 
 private:
-  kj::Promise<size_t> readLoop(kj::byte* buffer, size_t minBytes, size_t maxBytes, size_t already) {
+  kj::Promise<size_t> read(kj::byte* bytes, size_t minBytes, size_t maxBytes, FdSink* fds) {
+    if (drained) {
+      // The last read emptied the socket: wait for more instead of a read() that would only
+      // say EAGAIN (one syscall fewer per message when messages come one at a time). Polling
+      // is level-triggered, so bytes that came meanwhile wake the wait at once.
+      drained = false;
+      return watcher.whenReadable().then([this, bytes, minBytes, maxBytes, fds]() {
+        return readLoop(bytes, minBytes, maxBytes, 0, fds);
+      });
+    }
+    return readLoop(bytes, minBytes, maxBytes, 0, fds);
+  }
+
+  // One read; with `fds`, a recvmsg() that keeps the descriptors sent with the bytes (those past
+  // the sink's room are closed).
+  ssize_t readOnce(kj::byte* buffer, size_t maxBytes, FdSink* fds) {
+    if (fds == nullptr) return ::read(fd, buffer, maxBytes);
+    struct iovec iov = {buffer, maxBytes};
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+    struct msghdr msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0) return n;
+    for (auto* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received;
+        memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        kj::AutoCloseFd owned(received);
+        if (fds->count < fds->max) fds->buffer[fds->count++] = kj::mv(owned);
+      }
+    }
+    return n;
+  }
+
+  kj::Promise<size_t> readLoop(kj::byte* buffer, size_t minBytes, size_t maxBytes, size_t already,
+                               FdSink* fds) {
     for (;;) {
-      ssize_t n = ::read(fd, buffer, maxBytes);
+      ssize_t n = readOnce(buffer, maxBytes, fds);
       if (n < 0) {
         int error = errno;
         if (error == EINTR) continue;
         if (error == EAGAIN || error == EWOULDBLOCK) {
-          return watcher.whenReadable().then([this, buffer, minBytes, maxBytes, already]() {
-            return readLoop(buffer, minBytes, maxBytes, already);
+          return watcher.whenReadable().then([this, buffer, minBytes, maxBytes, already, fds]() {
+            return readLoop(buffer, minBytes, maxBytes, already, fds);
           });
         }
         return syscallException("read", error);
@@ -285,8 +355,10 @@ private:
     }
   }
 
+  // `fds` go with the first bytes written (socket only).
   kj::Promise<void> writeLoop(kj::ArrayPtr<const kj::byte> first,
-                              kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> rest) {
+                              kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> rest,
+                              kj::ArrayPtr<const int> fds) {
     for (;;) {
       constexpr size_t MAX_IOV = 64;
       struct iovec iov[MAX_IOV];
@@ -301,8 +373,20 @@ private:
         memset(&msg, 0, sizeof(msg));
         msg.msg_iov = iov;
         msg.msg_iovlen = count;
+        alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+        if (fds.size() > 0) {
+          KJ_REQUIRE(fds.size() <= 16, "too many descriptors in one write", fds.size());
+          msg.msg_control = control;
+          msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+          auto* c = CMSG_FIRSTHDR(&msg);
+          c->cmsg_level = SOL_SOCKET;
+          c->cmsg_type = SCM_RIGHTS;
+          c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+          memcpy(CMSG_DATA(c), fds.begin(), sizeof(int) * fds.size());
+        }
         n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
       } else {
+        KJ_REQUIRE(fds.size() == 0, "descriptors can only go over a unix socket");
         n = ::writev(fd, iov, count);
       }
       if (n < 0) {
@@ -310,10 +394,11 @@ private:
         if (error == EINTR) continue;
         if (error == EAGAIN || error == EWOULDBLOCK) {
           return watcher.whenWritable().then(
-              [this, first, rest]() { return writeLoop(first, rest); });
+              [this, first, rest, fds]() { return writeLoop(first, rest, fds); });
         }
         return syscallException("write", error);
       }
+      fds = nullptr;  // gone with the bytes written
       // Discard what was written.
       size_t written = n;
       while (written > 0 || first.size() == 0) {

@@ -14,15 +14,13 @@
 #include "troupe/base/buffer_cache.h"
 #include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
+#include "troupe/net/detail/framing.h"
 #include "troupe/net/detail/received_words.h"
 #include "troupe/net/limits.h"
 
 namespace troupe::net_detail {
 
 namespace {
-
-// Cap'n Proto's own readers refuse more segments than this too.
-constexpr uint32_t MAX_SEGMENTS = 512;
 
 // Memory a received message was read into: when it is troupe's own and large, shared with
 // whoever keeps a Data value in it (keepReceivedBytes(), bytes.h).
@@ -72,27 +70,7 @@ private:
   MessageMemory placed;  // the last segment, when it was read apart (readPlaced())
 };
 
-// Bytes of the segment table of a message of `segments` segments, padded to a whole word.
-size_t tableBytes(size_t segments) { return (segments / 2 + 1) * sizeof(capnp::word); }
-
-uint32_t readLe32(const kj::byte* p) {
-  uint32_t v;
-  memcpy(&v, p, sizeof(v));  // the wire is little-endian, and so are the machines troupe runs on
-  return v;
-}
-
 uint64_t millis(kj::Duration d) { return d / kj::MILLISECONDS; }
-
-// Writes the segment table of a message of `segments` at `out` (tableBytes(segments.size())).
-void writeTable(kj::byte* out, kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
-  memset(out, 0, tableBytes(segments.size()));
-  uint32_t count = static_cast<uint32_t>(segments.size() - 1);
-  memcpy(out, &count, sizeof(count));
-  for (size_t i = 0; i < segments.size(); ++i) {
-    uint32_t words = static_cast<uint32_t>(segments[i].size());
-    memcpy(out + 4 + i * 4, &words, sizeof(words));
-  }
-}
 
 // Unmaps what untouchedMemory() mapped.
 class UnmappingDisposer final : public kj::ArrayDisposer {
@@ -157,8 +135,6 @@ BoundedMessageStream::BoundedMessageStream(kj::AsyncIoStream& stream, uint64_t m
   }
 }
 
-BoundedMessageStream::~BoundedMessageStream() noexcept(false) {}
-
 // ------------------------------------------------------------------------------------------------
 // Reading
 
@@ -171,7 +147,7 @@ kj::Promise<bool> BoundedMessageStream::fill(size_t bytes, bool atMessageStart) 
     readBegin = 0;
   }
   size_t have = readEnd - readBegin;
-  return stream.tryRead(readBuffer.begin() + readEnd, bytes - have, readBuffer.size() - readEnd)
+  return readSome(readBuffer.begin() + readEnd, bytes - have, readBuffer.size() - readEnd)
       .then([this, bytes, atMessageStart](size_t n) -> kj::Promise<bool> {
         readEnd += n;
         if (readEnd - readBegin >= bytes) return true;
@@ -250,6 +226,7 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readHeader(
     capnp::ReaderOptions options) {
   uint32_t segmentCount = readLe32(readBuffer.begin() + readBegin) + 1;  // 0 on overflow
+  if (segmentCount == 0 && shared.get() != nullptr) return readControl(options);
   if (segmentCount == 0 || segmentCount > MAX_SEGMENTS) {
     return KJ_EXCEPTION(FAILED, "malformed message: bad segment count", segmentCount - 1);
   }
@@ -523,6 +500,13 @@ kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
     c->sent(bytes);
   }
 
+  if (peerShares && bytes >= SHARED_MIN_MESSAGE_BYTES && sendShared(segments, bytes)) {
+    KJ_IF_MAYBE(c, counters) {
+      ++c->sharedMessagesSent;
+    }
+    return nullptr;
+  }
+
   if (bytes > COALESCE_MAX_MESSAGE_BYTES) {
     // Large: after the batch, from the message's own segments.
     flush();
@@ -540,6 +524,11 @@ kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
     out += b.size();
   }
 
+  scheduleFlush();
+  return nullptr;
+}
+
+void BoundedMessageStream::scheduleFlush() {
   if (batch.size() >= BATCH_FLUSH_BYTES) {
     flush();
   } else if (!flushQueued) {
@@ -550,7 +539,6 @@ kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
                    flush();
                  }).eagerlyEvaluate(nullptr);
   }
-  return nullptr;
 }
 
 kj::Promise<void> BoundedMessageStream::writeLarge(

@@ -6,6 +6,7 @@
 // usually brings a whole small message, or several), and small messages written in one turn of
 // the loop leave in one write.
 
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,7 @@
 
 #include "troupe/base/metrics.h"
 #include "troupe/net/detail/incoming_budget.h"
+#include "troupe/net/detail/shared_memory.h"
 #include "troupe/net/segment_placement.h"
 
 namespace spdlog {
@@ -110,6 +112,16 @@ public:
 
   kj::Maybe<int> getSendBufferSize();
 
+  // Same host (shared_memory.h): on a unix socket whose peer runs as this process's user, large
+  // messages go through shared memory once the peer has said HELLO. `initiate`: say HELLO now
+  // (the connecting side); otherwise answer the peer's. Does nothing on any other stream, or
+  // over TLS. Call before any message is queued. `log` says, once, why a region could not be
+  // made (the message then goes through the socket).
+  void useSharedMemory(bool initiate, std::shared_ptr<spdlog::logger> log);
+
+  // Whether large messages go through shared memory now, both ways.
+  bool sharingMemory() const { return peerShares; }
+
   // Offers the last segment of every incoming message with more than one segment and a last one
   // of at least PLACED_SEGMENT_MIN_BYTES to `placement`, which must outlive the stream.
   void placeSegmentsWith(SegmentPlacement& placement) { this->placement = placement; }
@@ -134,6 +146,8 @@ private:
   // Resolves once the buffer holds at least `bytes` unread bytes (reading as needed), or with
   // false at a clean end of stream before any byte of a message.
   kj::Promise<bool> fill(size_t bytes, bool atMessageStart);
+  // stream.tryRead(), keeping the descriptors that come with the bytes when shared memory is on.
+  kj::Promise<size_t> readSome(kj::byte* into, size_t minBytes, size_t maxBytes);
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readHeader(
       capnp::ReaderOptions options);
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readBody(capnp::ReaderOptions options,
@@ -183,6 +197,31 @@ private:
   kj::Promise<T> bounded(kj::Promise<T> promise);
   kj::Exception timedOut();
 
+  // Shared memory (shared_memory.h). What the stream and the messages it received in shared
+  // memory share: a message can outlive the stream (it then releases nothing: the region goes
+  // with the connection).
+  struct Shared final : public kj::Refcounted {
+    BoundedMessageStream* stream = nullptr;  // null once the stream is gone
+    OutgoingRegions out;
+    IncomingRegions in;
+    std::deque<kj::AutoCloseFd> fds;  // received, waiting for their REGION frames
+    std::shared_ptr<spdlog::logger> log;
+    bool failureLogged = false;
+  };
+  class SharedMessage;
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readControl(
+      capnp::ReaderOptions options);
+  kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> takeControl(
+      capnp::ReaderOptions options);
+  kj::Own<capnp::IncomingRpcMessage> receiveShared(const ControlFrame& frame,
+                                                   capnp::ReaderOptions options);
+  // Puts the message through shared memory; false when it must go through the socket.
+  bool sendShared(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments, size_t bytes);
+  void queueControl(ControlKind kind, uint32_t region = 0, uint64_t a = 0, uint64_t b = 0);
+  void sendForgotten();
+
+  // The batch is flushed at the end of this turn, or now when it is large.
+  void scheduleFlush();
   // Hands the batch to the stream after every earlier write; returns the latest write.
   kj::Promise<void> flush();
   kj::Promise<void> afterWrites();
@@ -190,6 +229,11 @@ private:
 
   kj::AsyncIoStream& stream;
   const uint64_t maxMessageBytes;
+  // Set by useSharedMemory() on a stream that can carry descriptors; null otherwise.
+  kj::AsyncCapabilityStream* fdStream = nullptr;
+  kj::Own<Shared> shared;
+  bool offered = false;     // this side said HELLO
+  bool peerShares = false;  // the peer said HELLO
   kj::Maybe<ReadLimits> limits;
   kj::Maybe<TransportCounters&> counters;
   kj::Maybe<SegmentPlacement&> placement;

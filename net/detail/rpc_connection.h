@@ -32,6 +32,10 @@ public:
   // Counts this connection's messages into `counters`, which must outlive it.
   void countInto(TransportCounters& counters) { messages.countInto(counters); }
 
+  // Large messages through shared memory with a peer on this host (BoundedMessageStream).
+  void useSharedMemory(bool initiate, std::shared_ptr<spdlog::logger> log) {
+    messages.useSharedMemory(initiate, kj::mv(log));
+  }
   // Calls `moved` as bytes of large messages move either way (BoundedMessageStream); what it
   // refers to must outlive the connection.
   void onLargeMessageProgress(kj::Function<void(size_t bytes)> moved) {

@@ -1,0 +1,147 @@
+#pragma once
+// Large messages between two processes of one user on one host, through shared memory rather
+// than a unix socket's buffers (DESIGN.md, "Same host"). The sender copies a message, framed as
+// on the wire, into a region of its own (a sealed memfd) and sends a 32-byte frame naming where
+// it lies; the region's descriptor crosses the socket once, with SCM_RIGHTS, when the region is
+// new. The receiver reads the message where it lies and says when it is done with it; the region
+// then carries the next one. Regions are kept for reuse, so that their pages are not faulted in
+// again for every message.
+//
+// A control frame takes the place of a message on the stream. Its first word starts with a
+// segment count no Cap'n Proto message has (0xFFFFFFFF), so a peer that did not ask for them
+// fails on the first one instead of misreading it; each side sends them only after the other
+// said HELLO.
+
+#include <stdint.h>
+
+#include <map>
+
+#include <kj/array.h>
+#include <kj/io.h>
+#include <kj/refcount.h>
+#include <kj/string.h>
+#include <kj/vector.h>
+
+namespace troupe::net_detail {
+
+// A message of at least this many bytes, framing included, goes through shared memory.
+constexpr size_t SHARED_MIN_MESSAGE_BYTES = 64 * 1024;
+
+// What a connection's regions may hold at once: messages sent and not yet released, plus the
+// regions kept idle for the next ones. A message that would pass it goes through the socket.
+constexpr uint64_t SHARED_MAX_BYTES = 320ull << 20;
+
+// Idle regions a connection keeps for its next messages, at most; beyond that they are closed.
+constexpr uint64_t SHARED_KEPT_IDLE_BYTES = 64ull << 20;
+
+// Regions a receiver keeps mapped for one connection, at most: a peer announcing more is cut off.
+constexpr size_t SHARED_MAX_REGIONS = 256;
+
+constexpr uint32_t CONTROL_MARK = 0xFFFFFFFFu;
+
+enum class ControlKind : uint32_t {
+  HELLO = 1,    // either side: it can take shared-memory frames
+  REGION = 2,   // sender: a new region, its descriptor attached; `a` = its size
+  MESSAGE = 3,  // sender: a message at offset `a`, `b` bytes long, in `region`
+  RELEASE = 4,  // receiver: done with the message in `region`
+  FORGET = 5,   // sender: `region` is closed; unmap it once no message in it is held
+  KEPT = 6,     // receiver: it keeps the message in `region` (keepReceivedBytes()); retire it
+};
+
+// 32 bytes, little-endian as the wire.
+struct ControlFrame {
+  uint32_t mark = CONTROL_MARK;
+  ControlKind kind;
+  uint32_t region = 0;
+  uint32_t reserved = 0;
+  uint64_t a = 0;
+  uint64_t b = 0;
+};
+static_assert(sizeof(ControlFrame) == 32);
+
+// The sender's regions of one connection. Loop thread only.
+class OutgoingRegions {
+public:
+  OutgoingRegions() = default;
+  ~OutgoingRegions() noexcept(false);
+  KJ_DISALLOW_COPY(OutgoingRegions);
+
+  struct Slot {
+    uint32_t region;
+    kj::ArrayPtr<kj::byte> memory;  // `bytes` long, for the framed message
+    int newFd;                      // the region's descriptor when it is new (send it), else -1
+    uint64_t regionBytes;
+  };
+
+  // A free region that holds `bytes`, made when none does. Null when that would pass
+  // SHARED_MAX_BYTES, or when a region cannot be made (no memfd, out of memory, a file size
+  // limit): then `failure` says why, once.
+  kj::Maybe<Slot> take(size_t bytes);
+
+  // The receiver is done with the message in `region`. Throws FAILED for a region not in use.
+  void release(uint32_t region);
+
+  // The receiver keeps the message in `region`: the region is closed here and never used again
+  // (the receiver's mapping keeps its memory). Throws FAILED for a region not in use.
+  void retire(uint32_t region);
+
+  // The regions closed since the last call (to make room, or to keep no more than
+  // SHARED_KEPT_IDLE_BYTES idle): the receiver must be told to forget them.
+  kj::Vector<uint32_t> takeClosed() { return kj::mv(closed); }
+
+  uint64_t bytes() const { return total; }
+  uint64_t busyBytes() const { return busy; }
+  size_t count() const { return regions.size(); }
+  kj::Maybe<kj::StringPtr> failure() const { return failureText; }
+
+private:
+  struct Region {
+    kj::AutoCloseFd fd;
+    kj::byte* map = nullptr;
+    uint64_t size = 0;
+    bool busy = false;
+    uint64_t lastUse = 0;
+  };
+  // Closes idle regions, least recently used first, until at most `keep` bytes are idle.
+  void trimIdle(uint64_t keep);
+
+  std::map<uint32_t, Region> regions;
+  kj::Vector<uint32_t> closed;
+  uint32_t nextId = 1;
+  uint64_t total = 0;
+  uint64_t busy = 0;
+  uint64_t uses = 0;
+  kj::Maybe<kj::String> failureText;
+};
+
+// One region the receiver mapped, shared by the messages it holds and by whoever keeps bytes of
+// one (keepReceivedBytes(), on any thread). Mapped copy-on-write: a keeper may write its bytes,
+// and the sender's memory stays as it was.
+class MappedRegion final : public kj::AtomicRefcounted {
+public:
+  MappedRegion(kj::byte* map, uint64_t size) : map(map), size(size) {}
+  ~MappedRegion() noexcept(false);
+  kj::byte* const map;
+  const uint64_t size;
+};
+
+// The receiver's regions of one connection. Loop thread only.
+class IncomingRegions {
+public:
+  // Maps the region announced with `fd`. Throws FAILED (the connection closes) when `fd` is not a
+  // sealed memfd of at least `size` bytes, when the id is taken, or when there are
+  // SHARED_MAX_REGIONS already.
+  void add(uint32_t id, kj::AutoCloseFd fd, uint64_t size);
+
+  // The region and the `bytes` at `offset` in it. Throws FAILED for an unknown region or a range
+  // outside it.
+  kj::Own<const MappedRegion> at(uint32_t id, uint64_t offset, uint64_t bytes);
+
+  void forget(uint32_t id);
+  size_t count() const { return regions.size(); }
+
+private:
+  std::map<uint32_t, kj::Own<const MappedRegion>> regions;
+};
+
+}  // namespace troupe::net_detail
