@@ -132,6 +132,12 @@ struct BlobSendOptions {
 struct BlobTarget {
   std::string endpoint;
   std::string address;
+  // The same-host socket its server publishes and that host's id (the endpoint's "troupe.unix"
+  // and "troupe.host" metadata; empty for none): whoever sends to it from that host, the sender
+  // or a member forwarding the blob, connects there and moves the chunks through shared memory
+  // (README, "Same host").
+  std::string sameHostSocket;
+  std::string sameHostId;
 };
 
 // What became of a blob at one member.

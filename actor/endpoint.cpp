@@ -190,12 +190,16 @@ std::string connectAddress(const Endpoint& endpoint) {
   auto socket = endpoint.metadata.find(SAME_HOST_SOCKET_KEY);
   auto host = endpoint.metadata.find(SAME_HOST_ID_KEY);
   if (socket == endpoint.metadata.end() || host == endpoint.metadata.end()) return endpoint.address;
+  return connectAddress(endpoint.address, socket->second, host->second);
+}
+
+std::string connectAddress(const std::string& address, const std::string& sameHostSocket,
+                           const std::string& sameHostIdOfIt) {
+  if (sameHostSocket.empty() || sameHostIdOfIt.empty()) return address;
   // The id first: a path on another host may name a socket of this one.
   static const std::string here = sameHostId();
-  if (here.empty() || host->second != here || !isOwnSocket(socket->second)) {
-    return endpoint.address;
-  }
-  return "unix:" + socket->second;
+  if (here.empty() || sameHostIdOfIt != here || !isOwnSocket(sameHostSocket)) return address;
+  return "unix:" + sameHostSocket;
 }
 
 }  // namespace troupe

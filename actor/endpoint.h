@@ -46,6 +46,11 @@ struct Endpoint {
 // endpoint.address.
 std::string connectAddress(const Endpoint& endpoint);
 
+// The same for a member known by its published `address`, and the same-host socket and host id
+// its server published (empty when none).
+std::string connectAddress(const std::string& address, const std::string& sameHostSocket,
+                           const std::string& sameHostId);
+
 schema::EndpointState toCapnp(EndpointState state);
 EndpointState fromCapnp(schema::EndpointState state);
 

@@ -150,32 +150,77 @@ double sendAndCheck(benchmark::State& state, troupe::EventLoop& loop,
 // ---------------------------------------------------------------------------------------------
 // Loopback
 
+// A unix socket path of its own for the `i`th same-host member of this process.
+std::string socketPath(int i) {
+  return "/tmp/troupe-blob-bench-" + std::to_string(getpid()) + "-" + std::to_string(i) + ".sock";
+}
+
+// One transfer to each of `members` members listening on `listen(i)`, `fanout` among them.
 // Args: MiB, and chunk KiB and window KiB (0: BlobSendOptions' defaults).
-void BM_Blob_Loopback(benchmark::State& state) {
+template <typename Listen>
+void sendToMembers(benchmark::State& state, size_t members, Listen listen, troupe::Fanout fanout) {
   uint64_t size = state.range(0) * MiB;
-  troupe::BlobSendOptions options;
+  troupe::BlobSendOptions options{.fanout = fanout};
   if (state.range(1) > 0) options.chunkBytes = state.range(1) << 10;
   if (state.range(2) > 0) options.windowBytes = state.range(2) << 10;
   auto bytes = payload(size);
-  MemberProcess member({}, "tcp://127.0.0.1:0", false);
+  std::vector<std::unique_ptr<MemberProcess>> processes;
+  std::vector<troupe::BlobTarget> targets;
+  for (size_t i = 0; i < members; ++i) {
+    processes.push_back(
+        std::make_unique<MemberProcess>(std::vector<std::string>{}, listen(i), false));
+    targets.push_back({"bench/member-" + std::to_string(i), processes.back()->address});
+  }
   troupe::EventLoop loop;
-  troupe::BlobTarget target{"bench/member-0", member.address};
   uint64_t version = 1;
-  sendAndCheck(state, loop, kj::arrayPtr(&target, 1), version++, bytes, options);  // warm-up
+  auto all = kj::arrayPtr(targets.data(), targets.size());
+  sendAndCheck(state, loop, all, version++, bytes, options);  // warm-up
   uint64_t senderPeak = 0;
   uint64_t memberPeak = 0;
   for (auto _ : state) {
     resetPeak();
-    resetPeakOf(loop, member.address);
-    auto seconds = sendAndCheck(state, loop, kj::arrayPtr(&target, 1), version++, bytes, options);
+    for (auto& t : targets) resetPeakOf(loop, t.address);
+    auto seconds = sendAndCheck(state, loop, all, version++, bytes, options);
     if (seconds < 0) return;
     state.SetIterationTime(seconds);
     senderPeak = std::max(senderPeak, peakResidentBytes());
-    memberPeak = std::max(memberPeak, statsOf(loop, member.address).peak);
+    for (auto& t : targets) memberPeak = std::max(memberPeak, statsOf(loop, t.address).peak);
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
   state.counters["sender_extra_mib"] = (double(senderPeak) - double(size)) / MiB;
   state.counters["member_extra_mib"] = (double(memberPeak) - double(size)) / MiB;
+}
+
+void BM_Blob_Loopback(benchmark::State& state) {
+  sendToMembers(
+      state, 1, [](int) { return std::string("tcp://127.0.0.1:0"); }, troupe::Fanout::STAR);
+}
+
+// The same over a unix socket: the chunks go through shared memory (README, "Same host").
+void BM_Blob_SameHost(benchmark::State& state) {
+  sendToMembers(
+      state, 1, [](int i) { return "unix:" + socketPath(i); }, troupe::Fanout::STAR);
+}
+
+// A chain through `state.range(3)` members on this host, each hop over a unix socket.
+void BM_Blob_SameHostChain(benchmark::State& state) {
+  sendToMembers(
+      state, state.range(3), [](int i) { return "unix:" + socketPath(i); }, troupe::Fanout::CHAIN);
+}
+
+// One core's memcpy of the payload into memory already touched: the bound for a copy.
+void BM_Memcpy(benchmark::State& state) {
+  uint64_t size = state.range(0) * MiB;
+  auto bytes = payload(size);
+  auto into = kj::heapArray<kj::byte>(size);
+  memset(into.begin(), 0, size);
+  for (auto _ : state) {
+    auto start = Clock::now();
+    memcpy(into.begin(), bytes.begin(), size);
+    benchmark::DoNotOptimize(into.begin());
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
 }
 
 void writeAll(int fd, const void* data, uint64_t n) {
@@ -350,7 +395,13 @@ void BM_Net_Pull(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * NET_BYTES));
 }
 
+BENCHMARK(BM_Memcpy)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RawTcp_Loopback)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Blob_SameHost)->Args({1024, 0, 0})->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Blob_SameHostChain)
+    ->Args({1024, 0, 0, 4})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Blob_Loopback)
     ->Args({1024, 0, 0})
     ->ArgsProduct({{1024}, {1024, 4096}, {8192, 65536}})

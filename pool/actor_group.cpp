@@ -340,6 +340,7 @@ kj::Own<const GroupMember> ActorGroupBase::readyMember(size_t index) {
 }
 
 kj::StringPtr ActorGroupBase::jobId() const { return impl->jobId; }
+bool ActorGroupBase::callsSameHost() const { return impl->options.sameHost; }
 kj::StringPtr ActorGroupBase::actorName() const { return impl->actor; }
 EventLoop& ActorGroupBase::loop() { return impl->loop; }
 

@@ -106,6 +106,8 @@ public:
 
   // The job and actor the group follows, and the loop it belongs to.
   kj::StringPtr jobId() const;
+  // ActorGroupOptions::sameHost: members on this host are called through their same-host socket.
+  bool callsSameHost() const;
   kj::StringPtr actorName() const;
   EventLoop& loop();
 

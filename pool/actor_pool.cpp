@@ -3,6 +3,7 @@
 #include <kj/debug.h>
 
 #include "troupe/base/errors.h"
+#include "troupe/net/same_host.h"
 #include "troupe/pool/detail/broadcast_state.h"
 #include "troupe/pool/detail/pool_call.h"
 #include "troupe/pool/detail/pool_core.h"
@@ -233,7 +234,17 @@ BlobTransfer ActorPoolBase::broadcastBlob(kj::StringPtr name, uint64_t version,
     throwError(ErrorCode::NO_ENDPOINTS, kj::str("blob '", name, "': no member of ", group().jobId(),
                                                 "/", group().actorName(), "-* is READY"));
   }
-  auto targets = KJ_MAP(m, members) { return BlobTarget{m->endpoint.name, m->endpoint.address}; };
+  bool sameHost = group().callsSameHost();
+  auto targets = KJ_MAP(m, members) {
+    BlobTarget t{m->endpoint.name, m->endpoint.address, {}, {}};
+    auto socket = m->endpoint.metadata.find(SAME_HOST_SOCKET_KEY);
+    auto host = m->endpoint.metadata.find(SAME_HOST_ID_KEY);
+    if (sameHost && socket != m->endpoint.metadata.end() && host != m->endpoint.metadata.end()) {
+      t.sameHostSocket = socket->second;
+      t.sameHostId = host->second;
+    }
+    return t;
+  };
   return sendBlob(group().loop(), targets, name, version, kj::mv(bytes), kj::mv(options));
 }
 

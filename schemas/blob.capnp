@@ -22,6 +22,9 @@ struct BlobHop {
   endpoint @0 :Text;       # the member's endpoint name, for outcomes
   address @1 :Text;        # where its server listens
   parent @2 :Int32;        # index of the hop that forwards to this one; -1: the receiver itself
+  sameHostSocket @3 :Text; # its server's same-host unix socket, if it publishes one ("troupe.unix")
+  sameHostId @4 :Text;     # and the host that socket is on ("troupe.host"): a hop on that host
+                           # connects there (actor/endpoint.h, connectAddress())
 }
 
 struct BlobOutcome {

@@ -4,6 +4,7 @@
 
 #include <kj/debug.h>
 
+#include "troupe/actor/endpoint.h"
 #include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
 
@@ -85,7 +86,10 @@ kj::Array<const kj::byte> BlobSource::slice(uint64_t offset, uint64_t length) {
 
 std::vector<BlobHop> layOut(kj::ArrayPtr<const BlobTarget> targets, Fanout fanout,
                             uint32_t treeFanout) {
-  auto hop = [&](size_t i) { return BlobHop{targets[i].endpoint, targets[i].address, {}}; };
+  auto hop = [&](size_t i) {
+    auto& t = targets[i];
+    return BlobHop{t.endpoint, t.address, t.sameHostSocket, t.sameHostId, {}};
+  };
   size_t n = targets.size();
   std::vector<BlobHop> roots;
   switch (fanout) {
@@ -137,6 +141,8 @@ void writeHops(capnp::List<schema::BlobHop>::Builder out,
   for (uint i = 0; i < flat.size(); ++i) {
     out[i].setEndpoint(flat[i].first->endpoint);
     out[i].setAddress(flat[i].first->address);
+    out[i].setSameHostSocket(flat[i].first->sameHostSocket);
+    out[i].setSameHostId(flat[i].first->sameHostId);
     out[i].setParent(flat[i].second);
   }
 }
@@ -162,6 +168,8 @@ std::vector<BlobHop> parseHops(capnp::List<schema::BlobHop>::Reader hops) {
     }
     all[i].endpoint = h.getEndpoint();
     all[i].address = h.getAddress();
+    all[i].sameHostSocket = h.getSameHostSocket();
+    all[i].sameHostId = h.getSameHostId();
     parents[i] = parent;
   }
   std::vector<BlobHop> roots;
@@ -252,7 +260,8 @@ public:
 private:
   kj::Promise<void> open() {
     auto& p = fanout.params;
-    channel = Channel::open(fanout.loop_, hop.address, p.channel);
+    channel = Channel::open(
+        fanout.loop_, connectAddress(hop.address, hop.sameHostSocket, hop.sameHostId), p.channel);
     auto request = channel->host().receiveBlobRequest();
     auto header = request.initHeader();
     header.setName(p.name);

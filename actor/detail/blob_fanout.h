@@ -82,6 +82,8 @@ private:
 struct BlobHop {
   std::string endpoint;
   std::string address;
+  std::string sameHostSocket;  // BlobTarget's
+  std::string sameHostId;
   std::vector<BlobHop> children;
 };
 

@@ -30,8 +30,7 @@ constexpr size_t MAX_UNCLAIMED_FDS = 16;
 bool sameUserUnixSocket(int fd) {
   sockaddr_storage addr;
   socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
-      addr.ss_family != AF_UNIX) {
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.ss_family != AF_UNIX) {
     return false;
   }
   ucred cred;
@@ -85,7 +84,7 @@ public:
   size_t sizeInWords() override { return words->get().size(); }
 
 private:
-  kj::Own<const ReceivedWords> words;  // the segments, in the region
+  kj::Own<const ReceivedWords> words;                // the segments, in the region
   kj::Array<kj::ArrayPtr<const capnp::word>> table;  // into `words`
   kj::Own<Shared> shared;
   uint32_t id;

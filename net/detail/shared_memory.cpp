@@ -94,9 +94,9 @@ kj::Maybe<OutgoingRegions::Slot> OutgoingRegions::take(size_t bytes) {
 void OutgoingRegions::release(uint32_t id) {
   auto it = regions.find(id);
   if (it == regions.end() || !it->second.busy) {
-    kj::throwFatalException(makeError(
-        ErrorCode::FAILED, kj::str("the peer released shared memory region ", id,
-                                   ", which holds no message of this connection")));
+    kj::throwFatalException(
+        makeError(ErrorCode::FAILED, kj::str("the peer released shared memory region ", id,
+                                             ", which holds no message of this connection")));
   }
   it->second.busy = false;
   busy -= it->second.size;
@@ -106,9 +106,9 @@ void OutgoingRegions::release(uint32_t id) {
 void OutgoingRegions::retire(uint32_t id) {
   auto it = regions.find(id);
   if (it == regions.end() || !it->second.busy) {
-    kj::throwFatalException(makeError(
-        ErrorCode::FAILED, kj::str("the peer kept shared memory region ", id,
-                                   ", which holds no message of this connection")));
+    kj::throwFatalException(
+        makeError(ErrorCode::FAILED, kj::str("the peer kept shared memory region ", id,
+                                             ", which holds no message of this connection")));
   }
   munmap(it->second.map, it->second.size);
   busy -= it->second.size;
@@ -138,8 +138,8 @@ MappedRegion::~MappedRegion() noexcept(false) { munmap(map, size); }
 
 void IncomingRegions::add(uint32_t id, kj::AutoCloseFd fd, uint64_t size) {
   auto refuse = [&](kj::StringPtr what) {
-    kj::throwFatalException(makeError(
-        ErrorCode::FAILED, kj::str("the peer's shared memory region ", id, " ", what)));
+    kj::throwFatalException(
+        makeError(ErrorCode::FAILED, kj::str("the peer's shared memory region ", id, " ", what)));
   };
   if (regions.size() >= SHARED_MAX_REGIONS) refuse("is one too many");
   if (regions.count(id) > 0) refuse("was announced twice");
@@ -164,9 +164,9 @@ kj::Own<const MappedRegion> IncomingRegions::at(uint32_t id, uint64_t offset, ui
   }
   auto& r = *it->second;
   if (offset > r.size || bytes > r.size - offset) {
-    kj::throwFatalException(makeError(
-        ErrorCode::FAILED, kj::str("a message outside shared memory region ", id, " (", offset,
-                                   "+", bytes, " of ", r.size, " bytes)")));
+    kj::throwFatalException(
+        makeError(ErrorCode::FAILED, kj::str("a message outside shared memory region ", id, " (",
+                                             offset, "+", bytes, " of ", r.size, " bytes)")));
   }
   return kj::atomicAddRef(r);
 }

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "troupe/actor/actor_server.h"
+#include "troupe/actor/blob.h"
 #include "troupe/base/errors.h"
 #include "troupe/pool/actor_pool.h"
 #include "troupe/resolver/endpoint_publisher.h"
@@ -201,6 +202,72 @@ TEST_F(SameHostTest, ADirectoryOthersCanEnterIsRefusedAndTheServerServesTcpAlone
   EXPECT_EQ(member(group).metadata.count(SAME_HOST_SOCKET_KEY), 0u);
   ::rmdir(sockets.c_str());
   ::rmdir(dir);
+}
+
+// A blob broadcast along a chain of members on this host: the sender reaches the first, and the
+// first the second, through their same-host sockets (their published addresses answer nothing),
+// and every chunk moves through shared memory.
+TEST_F(SameHostTest, ABlobChainOnThisHostMovesItsChunksThroughSharedMemoryHopToHop) {
+  struct Receiver {
+    kj::Own<ActorServer> server;
+    kj::Own<EndpointPublisher> publisher;
+    std::vector<Blob> received;
+    int closed = -1;
+  };
+  std::vector<kj::Own<Receiver>> receivers;
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto r = kj::heap<Receiver>();
+    auto& receiver = *r;
+    // A published address of its own where nothing answers.
+    receiver.closed = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    KJ_SYSCALL(::bind(receiver.closed, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+    KJ_SYSCALL(::getsockname(receiver.closed, reinterpret_cast<sockaddr*>(&addr), &len));
+    JobContext job;
+    job.jobId = "job-1";
+    job.taskIndex = i;
+    ActorServerOptions options;
+    options.advertiseAddress = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    receiver.server = kj::heap<ActorServer>(loop, job, kj::mv(options));
+    receiver.server->host<Member>("member",
+                                  kj::heap<test::MemberImpl>(("m-" + std::to_string(i)).c_str()));
+    receiver.server->acceptBlobs(
+        "weights", [](const BlobHeader& h) { return kj::heapArray<kj::byte>(h.size); },
+        [&receiver](Blob b) { receiver.received.push_back(kj::mv(b)); });
+    receiver.publisher = kj::heap<EndpointPublisher>(*receiver.server, resolver);
+    receiver.server->listen("tcp://127.0.0.1:0");
+    receivers.push_back(kj::mv(r));
+  }
+  ActorGroup<Member> group(loop, resolver, "job-1", "member");
+  ASSERT_EQ(group.waitReady(2, 10 * kj::SECONDS).wait(loop.waitScope()).size(), 2u);
+  ActorPool<Member> pool(group);
+
+  auto bytes = kj::heapArray<kj::byte>(8 << 20);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<kj::byte>(i * 13 + i / 4096);
+  kj::Array<const kj::byte> copy = kj::heapArray<kj::byte>(bytes.asPtr());
+  auto transfer = pool.broadcastBlob("weights", 1, kj::mv(copy),
+                                     {.fanout = Fanout::CHAIN, .chunkBytes = 1 << 20});
+  auto results = transfer.waitAll(30 * kj::SECONDS).wait(loop.waitScope());
+  ASSERT_EQ(results.size(), 2u);
+  for (auto& result : results) {
+    KJ_IF_MAYBE(e, result.error) {
+      ADD_FAILURE() << result.endpoint << ": " << e->getDescription().cStr();
+    }
+  }
+  for (auto& r : receivers) {
+    ASSERT_EQ(r->received.size(), 1u);
+    EXPECT_TRUE(r->received[0].bytes.slice(0, bytes.size()) == bytes.asPtr());
+    // Eight chunks each, through shared memory: the second's came from the first.
+    EXPECT_GE(r->server->metrics().sum("troupe_shared_messages_received_total"), 8);
+  }
+  for (auto& r : receivers) {
+    r->publisher = nullptr;
+    r->server = nullptr;
+    ::close(r->closed);
+  }
 }
 
 }  // namespace

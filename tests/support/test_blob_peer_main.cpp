@@ -1,11 +1,11 @@
 // A process for the blob tests (tests/actor/blob_process_test.cpp), either end of a transfer.
 //
-//   troupe_test_blob_peer receive [--pause-at BYTES] [--idle-ms MS]
-//     An ActorServer on 127.0.0.1 accepting blobs named "weights". Prints "LISTENING <address>",
-//     then for each blob handed over "RECEIVED <version> <size> <xxh3-64 hex>", for each given
-//     up "GAVE_UP <why>", and "FREED <bytes>" when a blob's memory is freed. With --pause-at, the
-//     first time a transfer has that many bytes it prints "PAUSED <bytes>" and its loop stops
-//     (as a frozen process's would) until SIGUSR1 arrives, then prints "RESUMED".
+//   troupe_test_blob_peer receive [--pause-at BYTES] [--idle-ms MS] [--listen ADDRESS]
+//     An ActorServer on 127.0.0.1 (or ADDRESS) accepting blobs named "weights". Prints "LISTENING
+//     <address>", then for each blob handed over "RECEIVED <version> <size> <xxh3-64 hex>", for
+//     each given up "GAVE_UP <why>", and "FREED <bytes>" when a blob's memory is freed. With
+//     --pause-at, the first time a transfer has that many bytes it prints "PAUSED <bytes>" and its
+//     loop stops (as a frozen process's would) until SIGUSR1 arrives, then prints "RESUMED".
 //
 //   troupe_test_blob_peer send --to ENDPOINT=ADDRESS [--size BYTES] [--chunk BYTES]
 //                              [--window BYTES]
@@ -88,7 +88,7 @@ int receive(int argc, char** argv) {
         fflush(stdout);
       },
       kj::mv(options));
-  auto address = server.listen("tcp://127.0.0.1:0");
+  auto address = server.listen(flag(argc, argv, "--listen", "tcp://127.0.0.1:0").c_str());
   printf("LISTENING %s\n", address.c_str());
   fflush(stdout);
   server.serveUntilSignal();

@@ -187,7 +187,8 @@ public:
     if (all && !oneEndpoint) return broadcast(loop, opened, ready);
     // Any one member: a different one each time, as a pool would spread calls.
     auto& chosen = ready[loop.random().below(ready.size())];
-    return callOneAndPrint(loop, {chosen.name, chosen.address});
+    // A member on this host through its same-host socket, as a group would (README, "Same host").
+    return callOneAndPrint(loop, {chosen.name, connectAddress(chosen)});
   }
 
 private:
