@@ -4,7 +4,7 @@
 // "troupe_pool"). With --adopt, requests point at the client's payload with troupe::adoptBytes
 // instead of copying it into each message (peer "troupe_adopt", or "troupe_pool_adopt").
 //
-//   troupe_echo_client --addr HOST:PORT [--calls N] [--payload BYTES] [--inflight K]
+//   troupe_echo_client --addr HOST:PORT|unix:PATH [--calls N] [--payload BYTES] [--inflight K]
 //                      [--warmup N] [--pool] [--adopt]
 //
 // Sizes take K / M / G suffixes (KiB, MiB, GiB). K == 1: one call at a time, each waited on.
@@ -97,8 +97,9 @@ Args parseArgs(int argc, char** argv) {
     else usage("unknown flag " + flag);
   }
   auto colon = a.addr.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == a.addr.size()) {
-    usage("--addr HOST:PORT is required");
+  bool unix = a.addr.rfind("unix:", 0) == 0;
+  if (!unix && (colon == std::string::npos || colon == 0 || colon + 1 == a.addr.size())) {
+    usage("--addr HOST:PORT (or unix:PATH) is required");
   }
   if (a.inflight == 0) usage("--inflight must be at least 1");
   return a;
@@ -226,7 +227,7 @@ void run(const Args& a) {
   // Both paths use troupe's defaults (512 MiB message limit on the shared connection). A plain
   // ActorRef has no deadline by default; the pool's 60 s default could cut a 256 MiB call on a
   // busy machine, so its calls get a generous one that only a wedged server reaches.
-  std::string address = "tcp://" + a.addr;
+  std::string address = a.addr.rfind("unix:", 0) == 0 ? a.addr : "tcp://" + a.addr;
   if (!a.pool) {
     auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo");
     measure(a, loop, payload, [&]() { return echo.call(request); });

@@ -2,8 +2,10 @@
 // ActorServer, with every option at its default (512 MiB message limit, one call at a time).
 //
 //   troupe_echo_server --addr HOST:PORT      (port 0: any free port)
+//   troupe_echo_server --addr unix:PATH      (same host: large messages through shared memory)
 //
-// Prints "LISTENING host:port" once it accepts connections and serves until SIGTERM or SIGINT.
+// Prints "LISTENING host:port" (or "LISTENING unix:PATH") once it accepts connections and serves
+// until SIGTERM or SIGINT.
 
 #include <signal.h>
 #include <stdio.h>
@@ -22,7 +24,8 @@
 namespace {
 
 int usage(const char* why) {
-  fprintf(stderr, "troupe_echo_server: %s\nusage: troupe_echo_server --addr HOST:PORT\n", why);
+  fprintf(stderr, "troupe_echo_server: %s\nusage: troupe_echo_server --addr HOST:PORT|unix:PATH\n",
+          why);
   return 2;
 }
 
@@ -38,9 +41,11 @@ int main(int argc, char** argv) {
     if (flag != "--addr") return usage(("unknown flag " + flag).c_str());
     addr = value;
   }
+  // unix:/path: a unix socket, where large messages go through shared memory (same host).
+  bool unix = addr.rfind("unix:", 0) == 0;
   auto colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) {
-    return usage("--addr must be HOST:PORT");
+  if (!unix && (colon == std::string::npos || colon == 0 || colon + 1 == addr.size())) {
+    return usage("--addr must be HOST:PORT or unix:PATH");
   }
   std::string host = addr.substr(0, colon);
 
@@ -50,9 +55,14 @@ int main(int argc, char** argv) {
                 job.jobId = "peer";
                 troupe::ActorServer server(loop, job);
                 server.host<troupe::bench::BenchEcho>("echo", kj::heap<troupe::bench::EchoImpl>());
-                auto bound = troupe::Address::parse(
-                    server.listen(("tcp://" + addr).c_str()).c_str());
-                printf("LISTENING %s:%u\n", host.c_str(), unsigned(bound.port));
+                if (unix) {
+                  server.listen(addr.c_str());
+                  printf("LISTENING %s\n", addr.c_str());
+                } else {
+                  auto bound = troupe::Address::parse(
+                      server.listen(("tcp://" + addr).c_str()).c_str());
+                  printf("LISTENING %s:%u\n", host.c_str(), unsigned(bound.port));
+                }
                 fflush(stdout);
                 loop.onSignal({SIGTERM, SIGINT}).wait(loop.waitScope());
               })) {

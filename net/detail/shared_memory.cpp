@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <kj/debug.h>
 
 #include "troupe/base/errors.h"
@@ -99,8 +101,11 @@ void OutgoingRegions::release(uint32_t id) {
                                              ", which holds no message of this connection")));
   }
   it->second.busy = false;
+  it->second.lastUse = ++uses;  // the last to go: the next message most likely fits it
   busy -= it->second.size;
-  trimIdle(SHARED_KEPT_IDLE_BYTES);
+  // While messages are in flight, as many idle bytes as busy ones are kept for those coming
+  // after them; once all are back, SHARED_KEPT_IDLE_BYTES, or the one region just released.
+  trimIdle(std::max({SHARED_KEPT_IDLE_BYTES, busy, it->second.size}));
 }
 
 void OutgoingRegions::retire(uint32_t id) {

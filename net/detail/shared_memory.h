@@ -31,7 +31,9 @@ constexpr size_t SHARED_MIN_MESSAGE_BYTES = 64 * 1024;
 // regions kept idle for the next ones. A message that would pass it goes through the socket.
 constexpr uint64_t SHARED_MAX_BYTES = 320ull << 20;
 
-// Idle regions a connection keeps for its next messages, at most; beyond that they are closed.
+// Idle regions a connection keeps for its next messages, at most, once none is in use (while
+// some are, as many idle bytes as are in use; and always the region released last); beyond that
+// they are closed.
 constexpr uint64_t SHARED_KEPT_IDLE_BYTES = 64ull << 20;
 
 // Regions a receiver keeps mapped for one connection, at most: a peer announcing more is cut off.
