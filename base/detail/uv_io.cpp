@@ -191,14 +191,14 @@ public:
       : ownedFd(fd, flags), fd(fd), socket(isSocket(fd)), watcher(loop, fd) {}
 
   kj::Promise<size_t> tryRead(void* buffer, size_t minBytes, size_t maxBytes) override {
-    return read(static_cast<kj::byte*>(buffer), minBytes, maxBytes, nullptr);
+    return readSome(static_cast<kj::byte*>(buffer), minBytes, maxBytes, nullptr);
   }
 
   kj::Promise<ReadResult> tryReadWithFds(void* buffer, size_t minBytes, size_t maxBytes,
                                          kj::AutoCloseFd* fdBuffer, size_t maxFds) override {
     auto sink = kj::heap<FdSink>(FdSink{fdBuffer, maxFds});
     auto& s = *sink;
-    return read(static_cast<kj::byte*>(buffer), minBytes, maxBytes, &s)
+    return readSome(static_cast<kj::byte*>(buffer), minBytes, maxBytes, &s)
         .then([sink = kj::mv(sink)](size_t n) {
           return ReadResult{n, sink->count};
         });
@@ -288,7 +288,7 @@ public:
   }
 
 private:
-  kj::Promise<size_t> read(kj::byte* bytes, size_t minBytes, size_t maxBytes, FdSink* fds) {
+  kj::Promise<size_t> readSome(kj::byte* bytes, size_t minBytes, size_t maxBytes, FdSink* fds) {
     if (drained) {
       // The last read emptied the socket: wait for more instead of a read() that would only
       // say EAGAIN (one syscall fewer per message when messages come one at a time). Polling
