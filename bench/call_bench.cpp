@@ -109,16 +109,17 @@ private:
 
 // `address` with `credentials` (null: the loop's), one call at a time. Calls are not marked
 // idempotent, so they go with an id for the server's reply cache (README, "Errors and retries")
-// unless `exactlyOnce` is false.
+// unless `exactlyOnce` is false. `sharedMemory`: ChannelOptions::sharedMemory.
 void troupePingPong(benchmark::State& state, const std::string& address,
                     std::shared_ptr<troupe::Credentials> credentials, bool metrics = true,
-                    bool exactlyOnce = true) {
+                    bool exactlyOnce = true, bool sharedMemory = true) {
   auto payload = payloadOf(state.range(0));
   troupe::EventLoop loop;
   troupe::ActorRefOptions options;
   options.channel.credentials = kj::mv(credentials);
   options.metrics = metrics;
   options.exactlyOnce = exactlyOnce;
+  options.channel.sharedMemory = sharedMemory;
   auto echo = troupe::ActorRef<BenchEcho>::connect(loop, address.c_str(), "echo", options);
   auto call = [&]() {
     return echo.call([&](BenchEcho::Client c) {
@@ -159,6 +160,12 @@ void BM_Troupe_ActorRef_PingPong_Unix(benchmark::State& state) {
   troupePingPong(state, "unix:" + servers->troupeUnixPath, nullptr);
 }
 
+// The same with the client's shared memory off (ChannelOptions::sharedMemory): what reading with
+// recvmsg() and the control frames cost a small call, which never goes through shared memory.
+void BM_Troupe_ActorRef_PingPong_UnixNoShm(benchmark::State& state) {
+  troupePingPong(state, "unix:" + servers->troupeUnixPath, nullptr, true, true, false);
+}
+
 // The same over tls://: what TLS costs a small call.
 void BM_Troupe_ActorRef_PingPong_Tls(benchmark::State& state) {
   troupePingPong(state, "tls://" + servers->troupeTlsAddress, servers->tlsClient);
@@ -197,6 +204,7 @@ BENCHMARK(BM_Troupe_ActorRef_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_MetricsOff)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_ExactlyOnceOff)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_Unix)->Arg(64)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_Troupe_ActorRef_PingPong_UnixNoShm)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_Tls)->Arg(64)->Arg(4096)->UseRealTime();
 
 }  // namespace
