@@ -63,7 +63,9 @@ public:
         id(id) {}
 
   ~SharedMessage() noexcept(false) {
-    bool kept = words->isShared();
+    // Whether anyone kept bytes of it (and may have written them, or may still hold them);
+    // if no one did, no one can from here on.
+    bool kept = words->keptElseHide() || words->isShared();
     words = nullptr;
     auto* stream = shared->stream;
     if (stream == nullptr) return;  // the region goes with the connection
@@ -239,7 +241,7 @@ bool BoundedMessageStream::sendShared(kj::ArrayPtr<const kj::ArrayPtr<const capn
       out += b.size();
     }
     sendForgotten();
-    if (slot->newFd >= 0) {
+    if (slot->newFd.get() >= 0) {
       // The descriptor rides on the REGION frame's bytes, after everything queued before it.
       flush();
       ControlFrame frame;
@@ -248,16 +250,20 @@ bool BoundedMessageStream::sendShared(kj::ArrayPtr<const kj::ArrayPtr<const capn
       frame.a = slot->regionBytes;
       auto bytesOut = kj::heapArray<kj::byte>(sizeof(frame));
       memcpy(bytesOut.begin(), &frame, sizeof(frame));
-      auto fds = kj::heapArray<int>({slot->newFd});
-      track(afterWrites().then([this, bytesOut = kj::mv(bytesOut), fds = kj::mv(fds)]() mutable {
+      // The write owns the descriptor, and closes it once written: the region lives on in the
+      // mappings.
+      auto fds = kj::heapArray<int>({slot->newFd.get()});
+      track(afterWrites().then([this, bytesOut = kj::mv(bytesOut), fds = kj::mv(fds),
+                                fd = kj::mv(slot->newFd)]() mutable {
         auto write = fdStream->writeWithFds(bytesOut, nullptr, fds);
-        return write.attach(kj::mv(bytesOut), kj::mv(fds));
+        return write.attach(kj::mv(bytesOut), kj::mv(fds), kj::mv(fd));
       }));
     }
     queueControl(ControlKind::MESSAGE, slot->region, 0, bytes);
     moved(bytes);
     return true;
   }
+  sendForgotten();  // regions closed to make room for one that could not be made
   KJ_IF_MAYBE(why, s.out.failure()) {
     if (!s.failureLogged && s.log != nullptr) {
       s.failureLogged = true;

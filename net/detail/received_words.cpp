@@ -31,7 +31,16 @@ ReceivedWords::ReceivedWords(kj::Array<capnp::word> words) : words(kj::mv(words)
 }
 
 ReceivedWords::~ReceivedWords() noexcept(false) {
-  registry().lockExclusive()->erase(words.asBytes().begin());
+  auto spans = registry().lockExclusive();
+  if (!hidden) spans->erase(words.asBytes().begin());
+}
+
+bool ReceivedWords::keptElseHide() const {
+  auto spans = registry().lockExclusive();
+  if (kept) return true;
+  if (!hidden) spans->erase(words.asBytes().begin());
+  hidden = true;
+  return false;
 }
 
 }  // namespace net_detail
@@ -47,6 +56,7 @@ kj::Maybe<kj::Array<kj::byte>> keepReceivedBytes(kj::ArrayPtr<const kj::byte> da
     if (data.end() > span.end) return nullptr;
     // Null when the last holder is letting go right now: its memory is leaving.
     owner = kj::atomicAddRefWeak(*span.words);
+    if (owner != nullptr) span.words->kept = true;
   }
   KJ_IF_MAYBE(o, owner) {
     // The message's own memory, private to this process: writing it harms no one.

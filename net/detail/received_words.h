@@ -6,7 +6,11 @@
 #include <kj/array.h>
 #include <kj/refcount.h>
 
-namespace troupe::net_detail {
+namespace troupe {
+
+kj::Maybe<kj::Array<kj::byte>> keepReceivedBytes(kj::ArrayPtr<const kj::byte> data);
+
+namespace net_detail {
 
 // `words`, findable by address while anyone holds them. Freed by whoever lets go last, on any
 // thread.
@@ -18,8 +22,20 @@ public:
 
   kj::ArrayPtr<const capnp::word> get() const { return words; }
 
+  // Whether keepReceivedBytes() ever handed out bytes of it (whoever got them may have written
+  // them, or may still hold them). When it did not, takes it out of what keepReceivedBytes()
+  // finds, now rather than when it is freed, so that the answer is final; when it did, it stays
+  // findable (a kept copy that refers to it may be kept again) until freed.
+  bool keptElseHide() const;
+
 private:
   kj::Array<capnp::word> words;
+  // Both under the registry's lock.
+  mutable bool hidden = false;
+  mutable bool kept = false;
+
+  friend kj::Maybe<kj::Array<kj::byte>> troupe::keepReceivedBytes(kj::ArrayPtr<const kj::byte>);
 };
 
-}  // namespace troupe::net_detail
+}  // namespace net_detail
+}  // namespace troupe

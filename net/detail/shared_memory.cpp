@@ -2,9 +2,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,12 +56,16 @@ kj::Maybe<OutgoingRegions::Slot> OutgoingRegions::take(size_t bytes) {
     best->busy = true;
     best->lastUse = uses;
     busy += best->size;
-    return Slot{bestId, kj::arrayPtr(best->map, bytes), -1, best->size};
+    return Slot{bestId, kj::arrayPtr(best->map, bytes), kj::AutoCloseFd(), best->size};
   }
 
   uint64_t size = roundUp(bytes, REGION_STEP_BYTES);
   if (busy + size > SHARED_MAX_BYTES) return nullptr;  // the socket takes it
   if (total + size > SHARED_MAX_BYTES) trimIdle(SHARED_MAX_BYTES - busy - size);
+  // The receiver maps no more than SHARED_MAX_REGIONS.
+  while (regions.size() >= SHARED_MAX_REGIONS) {
+    if (!closeOldestIdle()) return nullptr;
+  }
 
   int fd = memfd_create("troupe-message", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
@@ -83,14 +89,13 @@ kj::Maybe<OutgoingRegions::Slot> OutgoingRegions::take(size_t bytes) {
   }
   uint32_t id = nextId++;
   auto& r = regions[id];
-  r.fd = kj::mv(owned);
   r.map = static_cast<kj::byte*>(map);
   r.size = size;
   r.busy = true;
   r.lastUse = uses;
   total += size;
   busy += size;
-  return Slot{id, kj::arrayPtr(r.map, bytes), r.fd.get(), size};
+  return Slot{id, kj::arrayPtr(r.map, bytes), kj::mv(owned), size};
 }
 
 void OutgoingRegions::release(uint32_t id) {
@@ -122,18 +127,22 @@ void OutgoingRegions::retire(uint32_t id) {
 }
 
 void OutgoingRegions::trimIdle(uint64_t keep) {
-  while (total - busy > keep) {
-    auto oldest = regions.end();
-    for (auto it = regions.begin(); it != regions.end(); ++it) {
-      if (it->second.busy) continue;
-      if (oldest == regions.end() || it->second.lastUse < oldest->second.lastUse) oldest = it;
-    }
-    if (oldest == regions.end()) return;
-    munmap(oldest->second.map, oldest->second.size);
-    total -= oldest->second.size;
-    closed.add(oldest->first);
-    regions.erase(oldest);
+  while (total - busy > keep && closeOldestIdle()) {
   }
+}
+
+bool OutgoingRegions::closeOldestIdle() {
+  auto oldest = regions.end();
+  for (auto it = regions.begin(); it != regions.end(); ++it) {
+    if (it->second.busy) continue;
+    if (oldest == regions.end() || it->second.lastUse < oldest->second.lastUse) oldest = it;
+  }
+  if (oldest == regions.end()) return false;
+  munmap(oldest->second.map, oldest->second.size);
+  total -= oldest->second.size;
+  closed.add(oldest->first);
+  regions.erase(oldest);
+  return true;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -149,7 +158,10 @@ void IncomingRegions::add(uint32_t id, kj::AutoCloseFd fd, uint64_t size) {
   if (regions.size() >= SHARED_MAX_REGIONS) refuse("is one too many");
   if (regions.count(id) > 0) refuse("was announced twice");
   if (size == 0 || size > SHARED_MAX_BYTES) refuse("has a size out of bounds");
-  // Shrinking sealed: the file can never end before what was mapped of it.
+  // A memfd on tmpfs (not hugetlbfs, whose reads can fault when its pool is empty), sealed
+  // against shrinking: the file can never end before what was mapped of it.
+  struct statfs fs;
+  if (fstatfs(fd.get(), &fs) != 0 || fs.f_type != TMPFS_MAGIC) refuse("is not a memfd on tmpfs");
   int seals = fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) refuse("is not a memfd sealed against shrinking");
   struct stat st;

@@ -71,13 +71,14 @@ public:
   struct Slot {
     uint32_t region;
     kj::ArrayPtr<kj::byte> memory;  // `bytes` long, for the framed message
-    int newFd;                      // the region's descriptor when it is new (send it), else -1
+    kj::AutoCloseFd newFd;          // the region's descriptor when it is new (send it), else none
     uint64_t regionBytes;
   };
 
   // A free region that holds `bytes`, made when none does. Null when that would pass
-  // SHARED_MAX_BYTES, or when a region cannot be made (no memfd, out of memory, a file size
-  // limit): then `failure` says why, once.
+  // SHARED_MAX_BYTES or SHARED_MAX_REGIONS (idle regions are closed first to make room), or
+  // when a region cannot be made (no memfd, out of memory, a file size limit): then `failure`
+  // says why, once. A region keeps no descriptor: its mapping holds it.
   kj::Maybe<Slot> take(size_t bytes);
 
   // The receiver is done with the message in `region`. Throws FAILED for a region not in use.
@@ -91,14 +92,11 @@ public:
   // SHARED_KEPT_IDLE_BYTES idle): the receiver must be told to forget them.
   kj::Vector<uint32_t> takeClosed() { return kj::mv(closed); }
 
-  uint64_t bytes() const { return total; }
-  uint64_t busyBytes() const { return busy; }
-  size_t count() const { return regions.size(); }
+  // Why the first region that could not be made could not; null when every one could.
   kj::Maybe<kj::StringPtr> failure() const { return failureText; }
 
 private:
   struct Region {
-    kj::AutoCloseFd fd;
     kj::byte* map = nullptr;
     uint64_t size = 0;
     bool busy = false;
@@ -106,6 +104,8 @@ private:
   };
   // Closes idle regions, least recently used first, until at most `keep` bytes are idle.
   void trimIdle(uint64_t keep);
+  // Closes the least recently used idle region; false when none is idle.
+  bool closeOldestIdle();
 
   std::map<uint32_t, Region> regions;
   kj::Vector<uint32_t> closed;
@@ -139,8 +139,8 @@ public:
   // outside it.
   kj::Own<const MappedRegion> at(uint32_t id, uint64_t offset, uint64_t bytes);
 
+  // The sender closed region `id`: it is unmapped once no message in it is held.
   void forget(uint32_t id);
-  size_t count() const { return regions.size(); }
 
 private:
   std::map<uint32_t, kj::Own<const MappedRegion>> regions;

@@ -190,8 +190,9 @@ TEST(BlobProcessTest, TheDeadlineGivesTheTransferUpEverywhereItRuns) {
 }
 
 // A sender killed with part of the blob sent: the member never hands the part over, gives the
-// transfer up and frees its memory. `listen`: where the member listens.
-void senderKilledMidTransfer(const std::string& listen) {
+// transfer up and frees its memory. `listen`: where the member listens; `shared`: whether the
+// chunks must have come through shared memory.
+void senderKilledMidTransfer(const std::string& listen, bool shared) {
   Member member({"--pause-at", std::to_string(1 << 20), "--idle-ms", "300", "--listen", listen});
   test::ChildProcess sender(TROUPE_TEST_BLOB_PEER_PATH,
                             {"send", "--to", "blobs/m-0=" + member.address, "--size",
@@ -209,18 +210,20 @@ void senderKilledMidTransfer(const std::string& listen) {
     EXPECT_EQ(line.rfind("RECEIVED", 0), std::string::npos) << "a partial blob was handed over";
   } while (!line.empty() && line.rfind("GAVE_UP", 0) != 0);
   EXPECT_NE(line.find("no chunk for 300 ms"), std::string::npos) << line;
+  auto sharedLine = member.waitFor("SHARED");
+  EXPECT_EQ(sharedLine == "SHARED 0", !shared) << sharedLine;
   EXPECT_EQ(member.waitFor("FREED"), "FREED " + std::to_string(BLOB_BYTES));
 }
 
 TEST(BlobProcessTest, ASenderKilledMidTransferLeavesTheReceiverHoldingNothing) {
-  senderKilledMidTransfer("tcp://127.0.0.1:0");
+  senderKilledMidTransfer("tcp://127.0.0.1:0", false);
 }
 
 // The same on one host: the chunks came through shared memory (README, "Same host").
 TEST(BlobProcessTest, ASenderOnTheSameHostKilledMidTransferLeavesTheReceiverHoldingNothing) {
   char pattern[] = "/tmp/troupe-blob-test-XXXXXX";
   std::string dir = mkdtemp(pattern);
-  senderKilledMidTransfer("unix:" + dir + "/member.sock");
+  senderKilledMidTransfer("unix:" + dir + "/member.sock", true);
   ::unlink((dir + "/member.sock").c_str());
   ::rmdir(dir.c_str());
 }

@@ -3,7 +3,8 @@
 //   troupe_test_blob_peer receive [--pause-at BYTES] [--idle-ms MS] [--listen ADDRESS]
 //     An ActorServer on 127.0.0.1 (or ADDRESS) accepting blobs named "weights". Prints "LISTENING
 //     <address>", then for each blob handed over "RECEIVED <version> <size> <xxh3-64 hex>", for
-//     each given up "GAVE_UP <why>", and "FREED <bytes>" when a blob's memory is freed. With
+//     each given up "GAVE_UP <why>" and "SHARED <messages received through shared memory so
+//     far>", and "FREED <bytes>" when a blob's memory is freed. With
 //     --pause-at, the first time a transfer has that many bytes it prints "PAUSED <bytes>" and its
 //     loop stops (as a frozen process's would) until SIGUSR1 arrives, then prints "RESUMED".
 //
@@ -72,8 +73,9 @@ int receive(int argc, char** argv) {
     printf("RESUMED\n");
     fflush(stdout);
   };
-  options.onGiveUp = [](const troupe::BlobHeader&, const kj::Exception& why) {
+  options.onGiveUp = [&server](const troupe::BlobHeader&, const kj::Exception& why) {
     printf("GAVE_UP %s\n", why.getDescription().cStr());
+    printf("SHARED %.0f\n", server.metrics().sum("troupe_shared_messages_received_total"));
     fflush(stdout);
   };
   server.acceptBlobs(

@@ -8,10 +8,10 @@
 //   troupe_test_caller ADDRESS flood BYTES
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "troupe/actor/actor_ref.h"
+#include "troupe/base/parse_number.h"
 #include "tests/support/test_actors.h"
 
 namespace {
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     troupe::EventLoop loop;
     auto echo = troupe::ActorRef<troupe::test::Echo>::connect(loop, argv[1], "echo");
     bool first = true;
-    auto bytes = strtoull(argv[3], nullptr, 10);
+    auto bytes = KJ_ASSERT_NONNULL(troupe::parseWholeNumber(kj::StringPtr(argv[3])), argv[3]);
     kj::Vector<kj::Promise<void>> calls;
     for (int i = 0; i < 4; ++i) calls.add(flood(echo, bytes, first));
     kj::joinPromises(calls.releaseAsArray()).wait(loop.waitScope());
