@@ -121,6 +121,7 @@ TEST(MultiProcess, ACallerKilledMidCallHasItsCallCancelledOnTheServer) {
 
 TEST(MultiProcess, AfterARestartTheRefReconnectsToTheNewIncarnation) {
   auto path = socketPath("restart");
+  KJ_DEFER(::unlink(path.c_str()));  // the last server is killed, not stopped: its socket stays
   auto address = "unix:" + path;
   EventLoop loop;
   auto echo = ActorRef<Echo>::connect(loop, address.c_str(), "echo");
