@@ -186,11 +186,14 @@ kj::Exception endpointNameError(kj::StringPtr name) {
                            "with the job id and actor made of letters, digits, '.', '_' and '-')"));
 }
 
+std::string metadataOf(const Endpoint& endpoint, const std::string& key) {
+  auto it = endpoint.metadata.find(key);
+  return it == endpoint.metadata.end() ? "" : it->second;
+}
+
 std::string connectAddress(const Endpoint& endpoint) {
-  auto socket = endpoint.metadata.find(SAME_HOST_SOCKET_KEY);
-  auto host = endpoint.metadata.find(SAME_HOST_ID_KEY);
-  if (socket == endpoint.metadata.end() || host == endpoint.metadata.end()) return endpoint.address;
-  return connectAddress(endpoint.address, socket->second, host->second);
+  return connectAddress(endpoint.address, metadataOf(endpoint, SAME_HOST_SOCKET_KEY),
+                        metadataOf(endpoint, SAME_HOST_ID_KEY));
 }
 
 std::string connectAddress(const std::string& address, const std::string& sameHostSocket,

@@ -40,6 +40,9 @@ struct Endpoint {
   bool operator==(const Endpoint&) const = default;
 };
 
+// What `endpoint`'s server published under `key` in its metadata; "" when nothing.
+std::string metadataOf(const Endpoint& endpoint, const std::string& key);
+
 // Where a client connects to `endpoint`: the unix socket its server publishes for the same host
 // (ActorServerOptions::sameHost, net/same_host.h) when this process is on that host, in that
 // network namespace, and the socket is there and belongs to this process's user; else

@@ -33,11 +33,7 @@
 # Output: progress on stderr, the tables on stdout (also saved as $WORK/results/compare-*.md).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-BUILD=${BUILD:-build}
-PEERS_DIR=${PEERS_DIR:-/work/shared/peers}
-WORK=$(mkdir -p "${WORK:-$BUILD/peers}" && cd "${WORK:-$BUILD/peers}" && pwd)
+source "$(dirname "$0")/bench_lib.sh" compare.sh
 PEERS=${PEERS:-raw capnp grpc}
 REPS=${REPS:-3}
 PLACEMENTS=${PLACEMENTS:-same free}
@@ -45,12 +41,7 @@ export WAIT_QUIET=${WAIT_QUIET:-30}
 HUGE=${HUGE-256M}
 HUGE_CHECK_CALLS=${HUGE_CHECK_CALLS:-3}
 
-log() { echo "[compare.sh] $*" >&2; }
-
 # ---------------------------------------------------------------- troupe's echo pair
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WERROR=ON >&2
-fi
 log "building troupe_echo_server troupe_echo_client in $BUILD"
 cmake --build "$BUILD" --target troupe_echo_server troupe_echo_client >&2
 BIN=$(cd "$BUILD/bin" && pwd)
@@ -85,11 +76,7 @@ built=$(WORK=$WORK PEERS=" " "$PEERS_DIR/run.sh" 2>&1 >/dev/null | tee /dev/stde
 rm -f "$WORK/$built"  # that run measured nothing
 
 # ---------------------------------------------------------------- the runs
-SERVER_PID=""
-cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-}
-trap cleanup EXIT INT TERM
+trap stop_server EXIT INT TERM
 
 pin_args() {  # $1 = placement, $2 = server|client
   case "$1:$2" in
@@ -118,26 +105,16 @@ huge_check() {
               "troupe_adopt=$BIN/troupe_echo_server:$ADOPT_CLIENT" \
               "raw=$WORK/build/raw_server:$WORK/build/raw_client"; do
     name=${spec%%=*}; server=${spec#*=}; client=${server#*:}; server=${server%%:*}
-    # The server's log (troupe's servers log a line as they start listening) goes to a file;
-    # its stdout brings the LISTENING line.
-    local server_log=$WORK/results/huge-$name-server.log
-    coproc SRV { exec $(pin_args "$placement" server) "$server" --addr 127.0.0.1:0 2>"$server_log"; }
-    SERVER_PID=$SRV_PID
-    line=""
-    while read -r -t 30 line <&"${SRV[0]}"; do
-      [ "${line#LISTENING }" = "$line" ] || break
-    done
-    if [ "${line#LISTENING }" = "$line" ]; then
-      log "$name server did not start: ${line:-no LISTENING line in 30 s}; its log: $server_log"
-    else
-      line=$(timeout 300 $(pin_args "$placement" client) "$client" --addr "${line#LISTENING }" \
+    start_server "$WORK/results/huge-$name-server.log" $(pin_args "$placement" server) "$server" \
+      --addr 127.0.0.1:0
+    if [ -n "$LISTEN" ]; then
+      line=$(timeout 300 $(pin_args "$placement" client) "$client" --addr "$LISTEN" \
                --calls "$HUGE_CHECK_CALLS" --warmup 1 --payload "$HUGE" --inflight 1 2>/dev/null |
              tail -1) || true
       [ -n "$line" ] || line="{\"peer\":\"$name\",\"payload\":$(bytes "$HUGE"),\"inflight\":1,\"calls\":0,\"error\":\"no output\"}"
       echo "$line" | tee -a "$out" >&2
     fi
-    kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
+    stop_server
   done
 }
 

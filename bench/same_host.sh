@@ -15,18 +15,9 @@
 #   REPS=3               runs of each measurement (the medians are reported)
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-BUILD=${BUILD:-build}
-PEERS_DIR=${PEERS_DIR:-/work/shared/peers}
-WORK=$(mkdir -p "${WORK:-$BUILD/peers}" && cd "${WORK:-$BUILD/peers}" && pwd)
+source "$(dirname "$0")/bench_lib.sh" same_host.sh
 REPS=${REPS:-3}
 
-log() { echo "[same_host.sh] $*" >&2; }
-
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_WERROR=ON >&2
-fi
 log "building blob_bench bench_blob_member troupe_echo_server troupe_echo_client in $BUILD"
 cmake --build "$BUILD" --target blob_bench bench_blob_member troupe_echo_server \
   troupe_echo_client >&2
@@ -37,9 +28,8 @@ cmake -S "$PEERS_DIR" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DPEERS_WITH_G
 cmake --build "$WORK/build" --target raw_server raw_client > /dev/null
 
 TMP=$(mktemp -d /tmp/troupe-same-host-bench-XXXXXX)
-SERVER_PID=""
 cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  stop_server
   rm -rf "$TMP"
 }
 trap cleanup EXIT INT TERM
@@ -57,21 +47,13 @@ CALLS="$TMP/calls.jsonl"
 : > "$CALLS"
 echo_run() {
   local name=$1 server=$2 client=$3 address=$4 payload=$5 inflight=$6 calls=$7 warmup=$8 line
-  coproc SRV { exec "$server" --addr "$address" 2>"$TMP/server.log"; }
-  SERVER_PID=$SRV_PID
-  line=""
-  while read -r -t 30 line <&"${SRV[0]}"; do
-    [ "${line#LISTENING }" = "$line" ] || break
-  done
-  if [ "${line#LISTENING }" = "$line" ]; then
-    log "$name server did not start: ${line:-no LISTENING line}; $(tail -2 "$TMP/server.log")"
-  else
-    line=$(timeout 300 "$client" --addr "${line#LISTENING }" --calls "$calls" --warmup "$warmup" \
+  start_server "$TMP/$name-server.log" "$server" --addr "$address"
+  if [ -n "$LISTEN" ]; then
+    line=$(timeout 300 "$client" --addr "$LISTEN" --calls "$calls" --warmup "$warmup" \
              --payload "$payload" --inflight "$inflight" 2>/dev/null | tail -1) || true
     [ -n "$line" ] && echo "{\"name\":\"$name\",\"row\":$line}" >> "$CALLS"
   fi
-  kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=""
+  stop_server
 }
 for rep in $(seq "$REPS"); do
   log "echo calls, run $rep/$REPS"

@@ -236,14 +236,10 @@ BlobTransfer ActorPoolBase::broadcastBlob(kj::StringPtr name, uint64_t version,
   }
   bool sameHost = group().callsSameHost();
   auto targets = KJ_MAP(m, members) {
-    BlobTarget t{m->endpoint.name, m->endpoint.address, {}, {}};
-    auto socket = m->endpoint.metadata.find(SAME_HOST_SOCKET_KEY);
-    auto host = m->endpoint.metadata.find(SAME_HOST_ID_KEY);
-    if (sameHost && socket != m->endpoint.metadata.end() && host != m->endpoint.metadata.end()) {
-      t.sameHostSocket = socket->second;
-      t.sameHostId = host->second;
-    }
-    return t;
+    auto& e = m->endpoint;
+    if (!sameHost) return BlobTarget{e.name, e.address, {}, {}};
+    return BlobTarget{e.name, e.address, metadataOf(e, SAME_HOST_SOCKET_KEY),
+                      metadataOf(e, SAME_HOST_ID_KEY)};
   };
   return sendBlob(group().loop(), targets, name, version, kj::mv(bytes), kj::mv(options));
 }

@@ -196,11 +196,11 @@ public:
 
   kj::Promise<ReadResult> tryReadWithFds(void* buffer, size_t minBytes, size_t maxBytes,
                                          kj::AutoCloseFd* fdBuffer, size_t maxFds) override {
-    auto sink = kj::heap<FdSink>(FdSink{fdBuffer, maxFds});
-    auto& s = *sink;
-    return readSome(static_cast<kj::byte*>(buffer), minBytes, maxBytes, &s)
-        .then([sink = kj::mv(sink)](size_t n) {
-          return ReadResult{n, sink->count};
+    // One read at a time (kj's contract): the stream's own sink, no allocation per read.
+    readSink = FdSink{fdBuffer, maxFds};
+    return readSome(static_cast<kj::byte*>(buffer), minBytes, maxBytes, &readSink)
+        .then([this](size_t n) {
+          return ReadResult{n, readSink.count};
         });
   }
 
@@ -420,7 +420,8 @@ private:
   const bool socket;
   FdWatcher watcher;
   kj::Maybe<kj::ForkedPromise<void>> hangup;
-  bool drained = false;  // the last read ended short: the socket had nothing more
+  bool drained = false;         // the last read ended short: the socket had nothing more
+  FdSink readSink{nullptr, 0};  // the descriptors of the read in flight (tryReadWithFds())
 };
 
 class UvListener final : public kj::ConnectionReceiver {

@@ -239,20 +239,18 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
 
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readBody(
     capnp::ReaderOptions options, uint32_t segmentCount, size_t table) {
-  const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
-  uint64_t totalWords = 0;
-  for (uint32_t i = 0; i < segmentCount; ++i) totalWords += readLe32(sizes + i * 4);
-  uint64_t totalBytes = totalWords * sizeof(capnp::word);
+  uint64_t words = announcedWords(readBuffer.begin() + readBegin, segmentCount);
+  uint64_t totalBytes = words * sizeof(capnp::word);
   if (totalBytes > maxMessageBytes) {
     return incomingTooLarge(totalBytes, maxMessageBytes);
   }
   announced = totalBytes;
   bool whole = readEnd - readBegin - table >= totalBytes;
   if (whole || limits == nullptr) {
-    return readSegments(options, segmentCount, table, totalWords, nullptr);
+    return readSegments(options, segmentCount, table, words, nullptr);
   }
   // Its memory stays taken until the rest arrives: it must have its share of the server's budget.
-  return readClaimed(options, segmentCount, table, totalWords);
+  return readClaimed(options, segmentCount, table, words);
 }
 
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readClaimed(
@@ -302,9 +300,9 @@ kj::Promise<void> BoundedMessageStream::moreBudget(IncomingBudget::Claim& claim)
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readSegments(
     capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords,
     kj::Maybe<IncomingBudget::Claim&> claim) {
-  const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
+  const kj::byte* tableAt = readBuffer.begin() + readBegin;
   if (placement != nullptr && segmentCount > 1) {
-    size_t lastWords = readLe32(sizes + (segmentCount - 1) * 4);
+    size_t lastWords = segmentWords(tableAt, segmentCount - 1);
     if (lastWords * sizeof(capnp::word) >= PLACED_SEGMENT_MIN_BYTES) {
       return readPlaced(options, segmentCount, table, totalWords, lastWords, claim);
     }
@@ -313,12 +311,7 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
   kj::Array<kj::ArrayPtr<const capnp::word>> segments;
   if (segmentCount > 1) {
     segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
-    size_t offset = 0;
-    for (uint32_t i = 0; i < segmentCount; ++i) {
-      size_t size = readLe32(sizes + i * 4);
-      segments[i] = words.slice(offset, offset + size);
-      offset += size;
-    }
+    sliceSegments(tableAt, words, segments);
   }
   readBegin += table;
 
@@ -335,15 +328,9 @@ kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream:
 kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> BoundedMessageStream::readPlaced(
     capnp::ReaderOptions options, uint32_t segmentCount, size_t table, uint64_t totalWords,
     size_t lastWords, kj::Maybe<IncomingBudget::Claim&> claim) {
-  const kj::byte* sizes = readBuffer.begin() + readBegin + sizeof(uint32_t);
   auto head = bodyMemory(totalWords - lastWords, claim);
   auto segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
-  size_t offset = 0;
-  for (uint32_t i = 0; i + 1 < segmentCount; ++i) {
-    size_t size = readLe32(sizes + i * 4);
-    segments[i] = head.slice(offset, offset + size);
-    offset += size;
-  }
+  sliceSegments(readBuffer.begin() + readBegin, head, segments.slice(0, segmentCount - 1));
   readBegin += table;
   auto headBytes = head.asBytes();
   auto read = readInto(headBytes, claim);
@@ -515,15 +502,7 @@ kj::Maybe<kj::Promise<void>> BoundedMessageStream::queueMessage(
 
   size_t at = batch.size();
   batch.resize(at + bytes);
-  kj::byte* out = batch.begin() + at;
-  writeTable(out, segments);
-  out += table;
-  for (auto& s : segments) {
-    auto b = s.asBytes();
-    memcpy(out, b.begin(), b.size());
-    out += b.size();
-  }
-
+  writeFramed(batch.begin() + at, segments);
   scheduleFlush();
   return nullptr;
 }

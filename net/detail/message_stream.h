@@ -119,9 +119,6 @@ public:
   // made (the message then goes through the socket).
   void useSharedMemory(bool initiate, std::shared_ptr<spdlog::logger> log);
 
-  // Whether large messages go through shared memory now, both ways.
-  bool sharingMemory() const { return peerShares; }
-
   // Offers the last segment of every incoming message with more than one segment and a last one
   // of at least PLACED_SEGMENT_MIN_BYTES to `placement`, which must outlive the stream.
   void placeSegmentsWith(SegmentPlacement& placement) { this->placement = placement; }
@@ -205,8 +202,10 @@ private:
     OutgoingRegions out;
     IncomingRegions in;
     std::deque<kj::AutoCloseFd> fds;  // received, waiting for their REGION frames
+    // What one read brings: a REGION frame carries one; the kernel gives no more than one
+    // frame's with a read, and this closes any beyond the room.
+    kj::AutoCloseFd readFds[4];
     std::shared_ptr<spdlog::logger> log;
-    bool failureLogged = false;
   };
   class SharedMessage;
   kj::Promise<kj::Maybe<kj::Own<capnp::IncomingRpcMessage>>> readControl(

@@ -19,9 +19,6 @@ namespace troupe::net_detail {
 
 namespace {
 
-// Descriptors one read may bring (a REGION frame carries one); more are closed by the kernel.
-constexpr size_t FDS_PER_READ = 4;
-
 // Descriptors received and not yet claimed by their REGION frame, at most: a peer that sends
 // descriptors with no frames for them is cut off.
 constexpr size_t MAX_UNCLAIMED_FDS = 16;
@@ -112,10 +109,11 @@ void BoundedMessageStream::useSharedMemory(bool initiate, std::shared_ptr<spdlog
 kj::Promise<size_t> BoundedMessageStream::readSome(kj::byte* into, size_t minBytes,
                                                    size_t maxBytes) {
   if (fdStream == nullptr) return stream.tryRead(into, minBytes, maxBytes);
-  auto fds = kj::heapArray<kj::AutoCloseFd>(FDS_PER_READ);
-  auto& fdsRef = fds;
-  return fdStream->tryReadWithFds(into, minBytes, maxBytes, fdsRef.begin(), fdsRef.size())
-      .then([this, fds = kj::mv(fds)](kj::AsyncCapabilityStream::ReadResult r) mutable {
+  // One read at a time: the stream's own buffer takes the descriptors.
+  auto& fds = shared->readFds;
+  return fdStream->tryReadWithFds(into, minBytes, maxBytes, fds, kj::size(fds))
+      .then([this](kj::AsyncCapabilityStream::ReadResult r) {
+        auto& fds = shared->readFds;
         for (size_t i = 0; i < r.capCount; ++i) shared->fds.push_back(kj::mv(fds[i]));
         if (shared->fds.size() > MAX_UNCLAIMED_FDS) {
           kj::throwFatalException(protocolError("descriptors sent with no region for them"));
@@ -198,19 +196,14 @@ kj::Own<capnp::IncomingRpcMessage> BoundedMessageStream::receiveShared(
   }
   size_t table = tableBytes(segmentCount);
   if (table > frame.b) kj::throwFatalException(protocolError("a truncated segment table"));
-  auto segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
-  const capnp::word* words = reinterpret_cast<const capnp::word*>(at + table);
-  uint64_t available = (frame.b - table) / sizeof(capnp::word);
-  uint64_t offset = 0;
-  for (uint32_t i = 0; i < segmentCount; ++i) {
-    uint64_t size = readLe32(at + 4 + i * 4);
-    if (size > available - offset) {
-      kj::throwFatalException(protocolError("a message larger than its place in shared memory"));
-    }
-    segments[i] = kj::arrayPtr(words + offset, size);
-    offset += size;
+  uint64_t words = announcedWords(at, segmentCount);
+  if (words > (frame.b - table) / sizeof(capnp::word)) {
+    kj::throwFatalException(protocolError("a message larger than its place in shared memory"));
   }
-  uint64_t bytes = offset * sizeof(capnp::word);
+  auto body = kj::arrayPtr(reinterpret_cast<const capnp::word*>(at + table), words);
+  auto segments = kj::heapArray<kj::ArrayPtr<const capnp::word>>(segmentCount);
+  sliceSegments(at, body, segments);
+  uint64_t bytes = words * sizeof(capnp::word);
   if (bytes > maxMessageBytes) kj::throwFatalException(incomingTooLarge(bytes, maxMessageBytes));
 
   firstMessageRead = true;
@@ -223,7 +216,6 @@ kj::Own<capnp::IncomingRpcMessage> BoundedMessageStream::receiveShared(
   }
   capnp::ReaderOptions generous = options;
   generous.traversalLimitInWords = options.traversalLimitInWords * TRAVERSAL_FACTOR;
-  auto body = kj::arrayPtr(words, offset);
   return kj::heap<SharedMessage>(kj::mv(region), body, kj::mv(segments), generous,
                                  kj::addRef(*shared), frame.region);
 }
@@ -232,22 +224,12 @@ bool BoundedMessageStream::sendShared(kj::ArrayPtr<const kj::ArrayPtr<const capn
                                       size_t bytes) {
   auto& s = *shared;
   KJ_IF_MAYBE(slot, s.out.take(bytes)) {
-    kj::byte* out = slot->memory.begin();
-    writeTable(out, segments);
-    out += tableBytes(segments.size());
-    for (auto& segment : segments) {
-      auto b = segment.asBytes();
-      memcpy(out, b.begin(), b.size());
-      out += b.size();
-    }
+    writeFramed(slot->memory.begin(), segments);
     sendForgotten();
     if (slot->newFd.get() >= 0) {
       // The descriptor rides on the REGION frame's bytes, after everything queued before it.
       flush();
-      ControlFrame frame;
-      frame.kind = ControlKind::REGION;
-      frame.region = slot->region;
-      frame.a = slot->regionBytes;
+      ControlFrame frame{ControlKind::REGION, slot->region, slot->regionBytes};
       auto bytesOut = kj::heapArray<kj::byte>(sizeof(frame));
       memcpy(bytesOut.begin(), &frame, sizeof(frame));
       // The write owns the descriptor, and closes it once written: the region lives on in the
@@ -264,9 +246,8 @@ bool BoundedMessageStream::sendShared(kj::ArrayPtr<const kj::ArrayPtr<const capn
     return true;
   }
   sendForgotten();  // regions closed to make room for one that could not be made
-  KJ_IF_MAYBE(why, s.out.failure()) {
-    if (!s.failureLogged && s.log != nullptr) {
-      s.failureLogged = true;
+  KJ_IF_MAYBE(why, s.out.takeFailure()) {
+    if (s.log != nullptr) {
       s.log->warn("same-host connection: cannot make shared memory ({}); large messages go "
                   "through the socket",
                   why->cStr());
@@ -277,11 +258,7 @@ bool BoundedMessageStream::sendShared(kj::ArrayPtr<const kj::ArrayPtr<const capn
 
 void BoundedMessageStream::queueControl(ControlKind kind, uint32_t region, uint64_t a, uint64_t b) {
   if (writeFailure != nullptr) return;
-  ControlFrame frame;
-  frame.kind = kind;
-  frame.region = region;
-  frame.a = a;
-  frame.b = b;
+  ControlFrame frame{kind, region, a, b};
   size_t at = batch.size();
   batch.resize(at + sizeof(frame));
   memcpy(batch.begin() + at, &frame, sizeof(frame));

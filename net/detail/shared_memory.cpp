@@ -68,25 +68,15 @@ kj::Maybe<OutgoingRegions::Slot> OutgoingRegions::take(size_t bytes) {
   }
 
   int fd = memfd_create("troupe-message", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) {
-    if (failureText == nullptr) failureText = why("memfd_create", errno);
-    return nullptr;
-  }
+  if (fd < 0) return cannotMake("memfd_create", errno);
   kj::AutoCloseFd owned(fd);
   // Sealed against shrinking, so that the receiver's reads can never fault past its end.
-  if (ftruncate(fd, size) != 0) {
-    if (failureText == nullptr) failureText = why("ftruncate", errno);
-    return nullptr;
-  }
+  if (ftruncate(fd, size) != 0) return cannotMake("ftruncate", errno);
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    if (failureText == nullptr) failureText = why("sealing a memfd", errno);
-    return nullptr;
+    return cannotMake("sealing a memfd", errno);
   }
   void* map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) {
-    if (failureText == nullptr) failureText = why("mmap", errno);
-    return nullptr;
-  }
+  if (map == MAP_FAILED) return cannotMake("mmap", errno);
   uint32_t id = nextId++;
   auto& r = regions[id];
   r.map = static_cast<kj::byte*>(map);
@@ -98,32 +88,44 @@ kj::Maybe<OutgoingRegions::Slot> OutgoingRegions::take(size_t bytes) {
   return Slot{id, kj::arrayPtr(r.map, bytes), kj::mv(owned), size};
 }
 
-void OutgoingRegions::release(uint32_t id) {
+kj::Maybe<OutgoingRegions::Slot> OutgoingRegions::cannotMake(const char* what, int error) {
+  if (!failed) failureText = why(what, error);
+  failed = true;
+  return nullptr;
+}
+
+kj::Maybe<kj::String> OutgoingRegions::takeFailure() {
+  auto taken = kj::mv(failureText);
+  failureText = nullptr;
+  return taken;
+}
+
+OutgoingRegions::Region& OutgoingRegions::busyRegion(uint32_t id, kj::StringPtr what) {
   auto it = regions.find(id);
   if (it == regions.end() || !it->second.busy) {
     kj::throwFatalException(
-        makeError(ErrorCode::FAILED, kj::str("the peer released shared memory region ", id,
+        makeError(ErrorCode::FAILED, kj::str("the peer ", what, " shared memory region ", id,
                                              ", which holds no message of this connection")));
   }
-  it->second.busy = false;
-  it->second.lastUse = ++uses;  // the last to go: the next message most likely fits it
-  busy -= it->second.size;
+  return it->second;
+}
+
+void OutgoingRegions::release(uint32_t id) {
+  auto& r = busyRegion(id, "released");
+  r.busy = false;
+  r.lastUse = ++uses;  // the last to go: the next message most likely fits it
+  busy -= r.size;
   // While messages are in flight, as many idle bytes as busy ones are kept for those coming
   // after them; once all are back, SHARED_KEPT_IDLE_BYTES, or the one region just released.
-  trimIdle(std::max({SHARED_KEPT_IDLE_BYTES, busy, it->second.size}));
+  trimIdle(std::max({SHARED_KEPT_IDLE_BYTES, busy, r.size}));
 }
 
 void OutgoingRegions::retire(uint32_t id) {
-  auto it = regions.find(id);
-  if (it == regions.end() || !it->second.busy) {
-    kj::throwFatalException(
-        makeError(ErrorCode::FAILED, kj::str("the peer kept shared memory region ", id,
-                                             ", which holds no message of this connection")));
-  }
-  munmap(it->second.map, it->second.size);
-  busy -= it->second.size;
-  total -= it->second.size;
-  regions.erase(it);
+  auto& r = busyRegion(id, "kept");
+  munmap(r.map, r.size);
+  busy -= r.size;
+  total -= r.size;
+  regions.erase(id);
 }
 
 void OutgoingRegions::trimIdle(uint64_t keep) {

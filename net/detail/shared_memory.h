@@ -52,8 +52,12 @@ enum class ControlKind : uint32_t {
 
 // 32 bytes, little-endian as the wire.
 struct ControlFrame {
+  ControlFrame() = default;
+  ControlFrame(ControlKind kind, uint32_t region = 0, uint64_t a = 0, uint64_t b = 0)
+      : kind(kind), region(region), a(a), b(b) {}
+
   uint32_t mark = CONTROL_MARK;
-  ControlKind kind;
+  ControlKind kind = ControlKind::HELLO;
   uint32_t region = 0;
   uint32_t reserved = 0;
   uint64_t a = 0;
@@ -77,8 +81,8 @@ public:
 
   // A free region that holds `bytes`, made when none does. Null when that would pass
   // SHARED_MAX_BYTES or SHARED_MAX_REGIONS (idle regions are closed first to make room), or
-  // when a region cannot be made (no memfd, out of memory, a file size limit): then `failure`
-  // says why, once. A region keeps no descriptor: its mapping holds it.
+  // when a region cannot be made (no memfd, out of memory, a file size limit): then
+  // takeFailure() says why. A region keeps no descriptor: its mapping holds it.
   kj::Maybe<Slot> take(size_t bytes);
 
   // The receiver is done with the message in `region`. Throws FAILED for a region not in use.
@@ -92,8 +96,9 @@ public:
   // SHARED_KEPT_IDLE_BYTES idle): the receiver must be told to forget them.
   kj::Vector<uint32_t> takeClosed() { return kj::mv(closed); }
 
-  // Why the first region that could not be made could not; null when every one could.
-  kj::Maybe<kj::StringPtr> failure() const { return failureText; }
+  // Why the first region that could not be made could not, once: null after that, and while
+  // every one could be made.
+  kj::Maybe<kj::String> takeFailure();
 
 private:
   struct Region {
@@ -106,6 +111,11 @@ private:
   void trimIdle(uint64_t keep);
   // Closes the least recently used idle region; false when none is idle.
   bool closeOldestIdle();
+  // The region `id`, which must hold a message (the peer says it is done with it, or keeps
+  // it: `what`); throws FAILED otherwise.
+  Region& busyRegion(uint32_t id, kj::StringPtr what);
+  // Notes why a region could not be made (the first time only); returns null for take().
+  kj::Maybe<Slot> cannotMake(const char* what, int error);
 
   std::map<uint32_t, Region> regions;
   kj::Vector<uint32_t> closed;
@@ -113,6 +123,7 @@ private:
   uint64_t total = 0;
   uint64_t busy = 0;
   uint64_t uses = 0;
+  bool failed = false;  // a region could not be made, and failureText said why
   kj::Maybe<kj::String> failureText;
 };
 

@@ -31,8 +31,8 @@ struct Reader {
 }  // namespace
 
 std::string metricsUrlOf(const Endpoint& e) {
-  auto it = e.metadata.find("metrics");
-  if (it == e.metadata.end() || it->second.empty()) {
+  auto url = metadataOf(e, "metrics");
+  if (url.empty()) {
     throwError(ErrorCode::UNIMPLEMENTED,
                kj::str("endpoint '", e.name,
                        "' serves no metrics (its server has no HTTP address: "
@@ -40,14 +40,14 @@ std::string metricsUrlOf(const Endpoint& e) {
   }
   // The table keeps addresses in canonical form, so this parses.
   auto address = Address::parse(e.address);
-  auto host = httpUrlHost(it->second);
+  auto host = httpUrlHost(url);
   if (!address.isInet() || host == nullptr || KJ_ASSERT_NONNULL(host) != address.host) {
     throwError(ErrorCode::INVALID_ARGUMENT,
-               kj::str("endpoint '", e.name, "' publishes its metrics at ", printable(it->second),
+               kj::str("endpoint '", e.name, "' publishes its metrics at ", printable(url),
                        ", not on the host of its address; the registry fetches only from an "
                        "endpoint's own host"));
   }
-  return it->second;
+  return url;
 }
 
 MetricsReader::MetricsReader(EventLoop& loop, RegistryTable& table,

@@ -211,8 +211,7 @@ private:
   }
 
   void update(const Endpoint& e) {
-    auto it = e.metadata.find("metrics");
-    std::string url = it == e.metadata.end() ? "" : it->second;
+    std::string url = metadataOf(e, "metrics");
     auto found = members.find(e.name);
     if (found != members.end() && found->second.endpoint.incarnation == e.incarnation &&
         found->second.url == url) {
