@@ -51,6 +51,8 @@
 
 namespace troupe {
 
+class BlobDevice;  // blob_device.h
+
 // What a sender is about to send, as a receiver's allocator sees it.
 struct BlobHeader {
   std::string name;      // what the blob is ("weights"): the acceptBlobs() name
@@ -66,6 +68,8 @@ struct Blob {
   // while the blob is forwarded to other members, so it is const; the allocator's array is
   // freed once the handler and every forward have let go of it.
   kj::Array<const kj::byte> bytes;
+  // The device `bytes` are on (BlobAcceptOptions::device), or null for host memory.
+  std::shared_ptr<BlobDevice> device;
 };
 
 // Returns memory of at least header.size bytes for the blob, or throws to refuse it (the sender
@@ -98,6 +102,12 @@ struct BlobAcceptOptions {
   // superseded it, or the server stopped. Its memory is freed once nothing refers to it any more.
   // Default: none (the server logs it either way).
   kj::Maybe<kj::Function<void(const BlobHeader& header, const kj::Exception& why)>> onGiveUp;
+
+  // The device whose memory the allocator returns (blob_device.h), or null for host memory.
+  // Chunks then come in through staging buffers in host memory, checked there and copied into
+  // the device while the next ones arrive; the blob is handed over once all of it is there, and
+  // forwarded to other members from there. Default: null.
+  std::shared_ptr<BlobDevice> device;
 };
 
 // How a blob goes to several members.
@@ -126,6 +136,10 @@ struct BlobSendOptions {
 
   // Settings of the connections made to the members (credentials, connect timeout).
   ChannelOptions channel;
+
+  // The device whose memory the bytes are in (blob_device.h), or null for host memory: chunks
+  // are then copied out into staging buffers in host memory ahead of the network. Default: null.
+  std::shared_ptr<BlobDevice> device;
 };
 
 // A member to send to: its endpoint name (for results) and its server's address.

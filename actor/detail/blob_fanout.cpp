@@ -39,14 +39,42 @@ uint64_t blobChecksum(kj::ArrayPtr<const kj::byte> bytes) {
 // ---------------------------------------------------------------------------------------------
 // BlobSource
 
+// A device source's chunk in a staging buffer: what hostChunk() hands out while anyone holds it.
+struct BlobSource::Staged final : public kj::Refcounted {
+  Staged(kj::Own<BlobSource> source, uint64_t index, kj::Array<const kj::byte> bytes)
+      : source(kj::mv(source)), index(index), bytes(kj::mv(bytes)) {}
+  ~Staged() noexcept(false) {
+    auto at = source->staged.find(index);
+    if (at != source->staged.end() && at->second == this) source->staged.erase(at);
+  }
+
+  // The bytes, holding this.
+  kj::Array<const kj::byte> handOut() {
+    return kj::ArrayPtr<const kj::byte>(bytes.begin(), bytes.size()).attach(kj::addRef(*this));
+  }
+
+  kj::Own<BlobSource> source;
+  const uint64_t index;
+  kj::Array<const kj::byte> bytes;
+};
+
 BlobSource::BlobSource(kj::Array<const kj::byte> memory, uint64_t size, uint32_t chunkBytes,
-                       uint64_t available)
-    : memory(kj::mv(memory)), size_(size), chunkBytes_(chunkBytes), available_(available) {
+                       uint64_t available, std::shared_ptr<BlobDevice> device)
+    : memory(kj::mv(memory)),
+      size_(size),
+      chunkBytes_(chunkBytes),
+      available_(available),
+      device_(kj::mv(device)) {
   KJ_REQUIRE(this->memory.size() >= size, "a blob's memory is smaller than the blob");
   KJ_REQUIRE(chunkBytes > 0 && available <= size);
   checksums.resize(chunkCount());
   known.resize(chunkCount());
+  if (device_ != nullptr) {
+    ring = kj::refcounted<StagingRing>(device_, chunkBytes, StagingRing::buffersFor(chunkBytes));
+  }
 }
+
+BlobSource::~BlobSource() noexcept(false) = default;
 
 uint64_t BlobSource::chunkSize(uint64_t index) const {
   return std::min<uint64_t>(chunkBytes_, size_ - index * chunkBytes_);
@@ -64,6 +92,7 @@ void BlobSource::append(uint64_t checksum) {
 uint64_t BlobSource::checksum(uint64_t index) {
   KJ_REQUIRE(index * chunkBytes_ + chunkSize(index) <= available_, "the chunk is not in place");
   if (!known[index]) {
+    KJ_REQUIRE(device_ == nullptr, "a device chunk's checksum is known once it is staged");
     checksums[index] = blobChecksum(
         memory.slice(index * chunkBytes_, index * chunkBytes_ + chunkSize(index)));
     known[index] = true;
@@ -88,6 +117,36 @@ kj::Promise<void> BlobSource::whenAvailable(uint64_t bytes) {
 kj::Array<const kj::byte> BlobSource::slice(uint64_t offset, uint64_t length) {
   KJ_REQUIRE(offset + length <= available_);
   return kj::ArrayPtr<const kj::byte>(memory.begin() + offset, length).attach(kj::addRef(*this));
+}
+
+kj::Promise<kj::Array<const kj::byte>> BlobSource::hostChunk(uint64_t index) {
+  uint64_t offset = index * chunkBytes_;
+  uint64_t length = chunkSize(index);
+  if (device_ == nullptr) return slice(offset, length);
+  KJ_REQUIRE(offset + length <= available_, "the chunk is not in place");
+  auto at = staged.find(index);
+  if (at != staged.end()) return at->second->handOut();
+  return staging().take().then([this, index, offset, length](kj::Array<kj::byte> buffer) {
+    auto* to = buffer.begin();
+    auto copied = device_->copyOut(to, memory.begin() + offset, length);
+    return copied.then(
+        [this, self = kj::addRef(*this), index, length, buffer = kj::mv(buffer)]() mutable {
+          auto at = staged.find(index);
+          if (at != staged.end()) return at->second->handOut();  // staged meanwhile by another
+          kj::Array<const kj::byte> bytes = buffer.slice(0, length).attach(kj::mv(buffer));
+          if (!known[index]) {
+            checksums[index] = blobChecksum(bytes);
+            known[index] = true;
+          }
+          return offerStaged(index, kj::mv(bytes));
+        });
+  });
+}
+
+kj::Array<const kj::byte> BlobSource::offerStaged(uint64_t index, kj::Array<const kj::byte> bytes) {
+  auto chunk = kj::refcounted<Staged>(kj::addRef(*this), index, kj::mv(bytes));
+  staged[index] = chunk.get();
+  return chunk->handOut();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -310,20 +369,26 @@ private:
       if (inFlight > 0 && inFlight + length > fanout.params.windowBytes) {
         return acks.next().then([this]() { return pump(); });
       }
-      send(index, length);
+      if (source.device() != nullptr) {
+        // Staged out of the device first; the copy of the next overlaps this one's sending.
+        return source.hostChunk(index).then([this, index, length](kj::Array<const kj::byte> bytes) {
+          if (!superseded) send(index, length, kj::mv(bytes));
+          return pump();
+        });
+      }
+      send(index, length, source.slice(next, length));
     }
     if (inFlight > 0 && !superseded) return acks.next().then([this]() { return pump(); });
     return kj::READY_NOW;
   }
 
-  void send(uint64_t index, uint64_t length) {
+  void send(uint64_t index, uint64_t length, kj::Array<const kj::byte> bytes) {
     auto& source = *fanout.source;
     auto request = KJ_ASSERT_NONNULL(sink).writeRequest(capnp::MessageSize{16, 0});
     request.setOffset(next);
     request.setChecksum(source.checksum(index));
     request.setTransfer(fanout.params.transfer);
-    adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData,
-               source.slice(next, length));
+    adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData, kj::mv(bytes));
     inFlight += length;
     next += length;
     writes->add(

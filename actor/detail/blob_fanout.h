@@ -17,6 +17,8 @@
 #include <spdlog/logger.h>
 
 #include "troupe/actor/blob.h"
+#include "troupe/actor/blob_device.h"
+#include "troupe/actor/detail/staging_ring.h"
 #include "troupe/base/change_signal.h"
 #include "troupe/base/event_loop.h"
 #include "troupe/net/channel.h"
@@ -33,12 +35,18 @@ uint64_t blobChecksum(kj::ArrayPtr<const kj::byte> bytes);
 // Bytes [0, available()) of a blob, in order, of which more may arrive. Refcounted: chunks on
 // their way to a member hold it, so its memory lives until the last one is written. Loop thread
 // only.
+//
+// A source in device memory (a BlobDevice's) is never touched by the CPU: its chunks go to the
+// network through staging buffers (hostChunk()), and a receiver's come in through them
+// (offerStaged()).
 class BlobSource final : public kj::Refcounted {
 public:
   // `memory` holds at least `size` bytes, the first `available` of them in place already (all
-  // of them for a sender). `chunkBytes` divides the blob into chunks.
+  // of them for a sender). `chunkBytes` divides the blob into chunks. `device`: the device
+  // `memory` is on, or null for host memory.
   BlobSource(kj::Array<const kj::byte> memory, uint64_t size, uint32_t chunkBytes,
-             uint64_t available);
+             uint64_t available, std::shared_ptr<BlobDevice> device = nullptr);
+  ~BlobSource() noexcept(false);
 
   uint64_t size() const { return size_; }
   uint64_t available() const { return available_; }
@@ -47,14 +55,22 @@ public:
   // Bytes in chunk `index`.
   uint64_t chunkSize(uint64_t index) const;
 
-  // For a receiver, which allocated the memory writable: where chunks are copied to.
+  // The device the memory is on, or null.
+  const std::shared_ptr<BlobDevice>& device() const { return device_; }
+  // The staging buffers of a device source (one chunk each).
+  StagingRing& staging() { return *KJ_REQUIRE_NONNULL(ring); }
+
+  // For a receiver, which allocated the memory writable: where chunks are copied to (a device
+  // address for a device source).
   kj::byte* writable() { return const_cast<kj::byte*>(memory.begin()); }
 
-  // The next chunk is in place and checked (its checksum given); waiters wake.
+  // The next chunk is in place and checked (its checksum given); waiters wake. For a device
+  // source: checked in a staging buffer, on its way into the device.
   void append(uint64_t checksum);
 
   // The checksum of chunk `index`, which is in place: the one append() was given, or computed
-  // now (once) for a source that came whole.
+  // now (once) for a source that came whole. A device source's is known once hostChunk() of it
+  // resolved.
   uint64_t checksum(uint64_t index);
 
   // Gives the blob up: waits reject with `reason`, now and later.
@@ -64,10 +80,23 @@ public:
   // Resolves once `bytes` bytes are in place; rejects once the source failed.
   kj::Promise<void> whenAvailable(uint64_t bytes);
 
-  // Bytes [offset, offset + length), which are in place, holding this source.
+  // Bytes [offset, offset + length), which are in place, holding this source. For a device
+  // source, device memory.
   kj::Array<const kj::byte> slice(uint64_t offset, uint64_t length);
 
+  // Chunk `index`, which is in place, in host memory, holding this source: for host memory a
+  // slice of it; for device memory a staging buffer holding a copy, shared by whoever asks while
+  // one holds it (its checksum computed there, if not known).
+  kj::Promise<kj::Array<const kj::byte>> hostChunk(uint64_t index);
+
+  // A device source's receiver has chunk `index` in `staged` (a staging buffer of staging()),
+  // checked, and copies it into the device: hostChunk() hands it out meanwhile. Returns it,
+  // holding the offer; the chunk is no longer offered once every holder let go.
+  kj::Array<const kj::byte> offerStaged(uint64_t index, kj::Array<const kj::byte> staged);
+
 private:
+  struct Staged;
+
   kj::Array<const kj::byte> memory;
   uint64_t size_;
   uint32_t chunkBytes_;
@@ -76,6 +105,9 @@ private:
   std::vector<bool> known;
   kj::Maybe<kj::Exception> failure_;
   ChangeSignal grew;
+  std::shared_ptr<BlobDevice> device_;
+  kj::Maybe<kj::Own<StagingRing>> ring;
+  std::map<uint64_t, Staged*> staged;  // chunks in host memory now, by index (device only)
 };
 
 // A member to send to, and the members it forwards to in turn.

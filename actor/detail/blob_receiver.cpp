@@ -10,6 +10,7 @@
 
 #include "troupe/actor/detail/blob_fanout.h"
 #include "troupe/actor/endpoint.h"
+#include "troupe/base/change_signal.h"
 #include "troupe/base/errors.h"
 
 namespace troupe::actor_detail {
@@ -82,10 +83,23 @@ public:
     auto& s = *source;
     if (offset != placedUpTo || offset >= s.size()) return nullptr;
     uint64_t length = s.chunkSize(offset / s.chunkBytes());
-    auto* at = s.writable() + offset;
-    if (length != words * sizeof(capnp::word) ||
-        reinterpret_cast<uintptr_t>(at) % sizeof(capnp::word) != 0) {
-      return nullptr;
+    if (length != words * sizeof(capnp::word)) return nullptr;
+    kj::byte* at = nullptr;
+    kj::Maybe<kj::Own<StagingBuffer>> buffer;
+    if (s.device() == nullptr) {
+      at = s.writable() + offset;
+      if (reinterpret_cast<uintptr_t>(at) % sizeof(capnp::word) != 0) return nullptr;
+    } else {
+      // Device memory: read into a staging buffer, unless a write waits for one.
+      if (starved) return nullptr;
+      KJ_IF_MAYBE(b, s.staging().tryTake()) {
+        auto staged = kj::refcounted<StagingBuffer>(kj::mv(*b));
+        at = staged->bytes.begin();
+        stagedReads[offset] = kj::addRef(*staged);
+        buffer = kj::mv(staged);
+      } else {
+        return nullptr;
+      }
     }
     placedUpTo += length;
     ++placementsOut;
@@ -93,7 +107,7 @@ public:
       if (--self->placementsOut == 0) self->placementsDone.notify();
     });
     return kj::ArrayPtr<capnp::word>(reinterpret_cast<capnp::word*>(at), words)
-        .attach(kj::addRef(s), kj::mv(hold));
+        .attach(kj::addRef(s), kj::mv(hold), kj::mv(buffer));
   }
 
   // A new sender resumes the transfer. Resolves, with the sink it writes into, once no message
@@ -102,10 +116,13 @@ public:
   // from where the transfer got to, and the sinks handed out before are superseded.
   kj::Promise<capnp::Capability::Client> resume() {
     resuming = true;
-    return whenNotPlacing().then([self = kj::addRef(*this)]() mutable -> capnp::Capability::Client {
+    auto settled = whenNotPlacing().then([this]() { return staging.addBranch(); });
+    return settled.then([self = kj::addRef(*this)]() mutable -> capnp::Capability::Client {
       auto& t = *self;
       t.resuming = false;
       t.placedUpTo = t.received();
+      t.due = t.received();
+      t.stagedReads.clear();
       ++t.generation;
       t.touch();
       return t.newSink(kj::mv(self));
@@ -132,7 +149,10 @@ public:
   kj::Maybe<const kj::Exception&> failed() const { return failure; }
   void touch() { lastActivity = loop.timer().now(); }
 
-  void write(uint64_t transfer, uint64_t offset, capnp::Data::Reader data, uint64_t checksum) {
+  // Takes the chunk at `offset`; resolves once it is in place (for device memory: in a staging
+  // buffer, on its way into the device).
+  kj::Promise<void> write(uint64_t transfer, uint64_t offset, capnp::Data::Reader data,
+                          uint64_t checksum) {
     KJ_IF_MAYBE(e, failure) {
       kj::throwFatalException(kj::cp(*e));
     }
@@ -143,8 +163,8 @@ public:
       giveUp(kj::str("a chunk at byte ", offset, " after the whole blob arrived"));
     }
     auto& s = *source;
-    if (offset != s.available()) {
-      giveUp(kj::str("the chunk at byte ", offset, " came when byte ", s.available(), " was due"));
+    if (offset != due) {
+      giveUp(kj::str("the chunk at byte ", offset, " came when byte ", due, " was due"));
     }
     uint64_t index = offset / s.chunkBytes();
     if (data.size() != s.chunkSize(index)) {
@@ -154,31 +174,34 @@ public:
     if (blobChecksum(data) != checksum) {
       giveUp(kj::str("the chunk at byte ", offset, " failed its checksum"));
     }
+    if (s.device() != nullptr) {
+      due += data.size();
+      placedUpTo = std::max(placedUpTo, due);
+      return stage(index, data, checksum);
+    }
     auto* at = s.writable() + offset;
     if (data.begin() != at) {
       // Copied, not placed: no read may still be landing on these bytes.
       if (placementsOut > 0 && placedUpTo > offset) {
-        giveUp(kj::str("the chunk at byte ", offset,
-                       " came while another was read into its "
-                       "place"));
+        giveUp(
+            kj::str("the chunk at byte ", offset, " came while another was read into its place"));
       }
       memcpy(at, data.begin(), data.size());
     }
-    placedUpTo = std::max(placedUpTo, offset + data.size());
-    s.append(checksum);
-    touch();
-    KJ_IF_MAYBE(progress, acceptor->options.onProgress) {
-      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { (*progress)(header, s.available()); })) {
-        log->error("{}: the onProgress callback of {} threw: {}", who.cStr(),
-                   describe(header).cStr(), e->getDescription().cStr());
-      }
-    }
+    due += data.size();
+    placedUpTo = std::max(placedUpTo, due);
+    appended(checksum);
     if (s.available() == s.size()) deliver();
+    return kj::READY_NOW;
   }
 
   // Resolves, once this member handed the blob over and every member it forwards to finished,
   // with this member's outcome (unnamed) and theirs.
   kj::Promise<std::vector<BlobResult>> finish() {
+    if (!delivered && failure == nullptr && due == header.size) {
+      // Every chunk came; the last are on their way into the device.
+      return handedOver_.next().then([this]() { return finish(); });
+    }
     if (!delivered) {
       KJ_IF_MAYBE(e, failure) {
         return kj::cp(*e);
@@ -232,10 +255,99 @@ public:
       source->fail(kj::mv(reason));
     }
     source = nullptr;
+    stagedReads.clear();
+    handedOver_.notify();
     forget();
   }
 
 private:
+  // A staging buffer a chunk is read into (device memory), shared by the message read into it
+  // and the write that takes it.
+  struct StagingBuffer final : public kj::Refcounted {
+    explicit StagingBuffer(kj::Array<kj::byte> bytes) : bytes(kj::mv(bytes)) {}
+    kj::Array<kj::byte> bytes;
+  };
+
+  // The next chunk is in place and checked: counts it, tells the progress callback.
+  void appended(uint64_t checksum) {
+    auto& s = *source;
+    s.append(checksum);
+    touch();
+    KJ_IF_MAYBE(progress, acceptor->options.onProgress) {
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { (*progress)(header, s.available()); })) {
+        log->error("{}: the onProgress callback of {} threw: {}", who.cStr(),
+                   describe(header).cStr(), e->getDescription().cStr());
+      }
+    }
+  }
+
+  // Device memory: chunk `index` (`data`, checked) goes into a staging buffer, after the chunks
+  // before it, and from there into the device. Resolves once it is staged.
+  kj::Promise<void> stage(uint64_t index, capnp::Data::Reader data, uint64_t checksum) {
+    kj::Maybe<kj::Array<const kj::byte>> staged;
+    uint64_t offset = index * source->chunkBytes();
+    auto read = stagedReads.find(offset);
+    if (read != stagedReads.end()) {
+      auto& buffer = read->second;
+      if (buffer->bytes.begin() == data.begin()) {
+        staged = kj::ArrayPtr<const kj::byte>(data.begin(), data.size()).attach(kj::mv(buffer));
+      }
+      stagedReads.erase(read);
+    }
+    kj::Maybe<kj::Array<kj::byte>> copy;  // when not read into a staging buffer: kept till one
+    if (staged == nullptr) copy = kj::heapArray<kj::byte>(data);
+    auto step = staging.addBranch().then([this, index, checksum, staged = kj::mv(staged),
+                                          copy = kj::mv(copy)]() mutable -> kj::Promise<void> {
+      if (source.get() == nullptr) return kj::READY_NOW;  // given up meanwhile
+      KJ_IF_MAYBE(bytes, staged) {
+        intoDevice(index, checksum, kj::mv(*bytes));
+        return kj::READY_NOW;
+      }
+      starved = true;  // no more reads into staging buffers till this one has one
+      auto bytes = KJ_ASSERT_NONNULL(kj::mv(copy));
+      return source->staging().take().then(
+          [this, index, checksum, bytes = kj::mv(bytes)](kj::Array<kj::byte> buffer) mutable {
+            starved = false;
+            if (source.get() == nullptr) return;
+            memcpy(buffer.begin(), bytes.begin(), bytes.size());
+            intoDevice(index, checksum, buffer.slice(0, bytes.size()).attach(kj::mv(buffer)));
+          });
+    });
+    auto forked = step.fork();
+    auto done = forked.addBranch();
+    staging = kj::mv(forked);
+    return done;
+  }
+
+  // Device memory: chunk `index` is checked in `bytes`, a staging buffer. Forwards may send it
+  // from there while the device copies it into place; the blob is handed over once the last
+  // copy is done.
+  void intoDevice(uint64_t index, uint64_t checksum, kj::Array<const kj::byte> bytes) {
+    auto& s = *source;
+    auto offered = s.offerStaged(index, kj::mv(bytes));
+    appended(checksum);
+    auto* to = s.writable() + index * s.chunkBytes();
+    auto copied = s.device()->copyIn(to, offered.begin(), offered.size());
+    // Runs to its end whatever becomes of the transfer: the copy holds the staging buffer and,
+    // through it, the device memory.
+    copied
+        .then(
+            [self = kj::addRef(*this), offered = kj::mv(offered)]() mutable {
+              auto& t = *self;
+              t.onDevice += offered.size();
+              if (t.onDevice == t.header.size && t.inProgress()) t.deliver();
+            },
+            [self = kj::addRef(*this),
+             device = kj::str(s.device()->name())](kj::Exception&& e) mutable {
+              if (self->inProgress()) {
+                self->abort(makeError(ErrorCode::BLOB_ABORTED,
+                                      kj::str(describe(self->header), ": the copy into ", device,
+                                              " failed: ", e.getDescription())));
+              }
+            })
+        .detach([](kj::Exception&&) {});
+  }
+
   // Aborts with BLOB_ABORTED (`why`) and throws it.
   [[noreturn]] void giveUp(kj::String why) {
     auto e = makeError(ErrorCode::BLOB_ABORTED, kj::str(describe(header), ": ", why));
@@ -263,7 +375,7 @@ private:
     }
     log->debug("{}: received {} in {} ms", who.cStr(), describe(header).cStr(),
                took / kj::MILLISECONDS);
-    Blob blob{header.name, header.version, source->slice(0, header.size)};
+    Blob blob{header.name, header.version, source->slice(0, header.size), source->device()};
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { acceptor->handle(kj::mv(blob)); })) {
       log->error("{}: the handler of {} failed: {}", who.cStr(), describe(header).cStr(),
                  e->getDescription().cStr());
@@ -272,6 +384,7 @@ private:
                                          " failed: ", e->getDescription()));
     }
     releaseIfDone();
+    handedOver_.notify();
   }
 
   // Resolves when the transfer has been idle for the acceptor's idle timeout: then an unfinished
@@ -323,6 +436,13 @@ private:
   kj::Duration took = 0 * kj::SECONDS;
   kj::Own<BlobSource> source;  // null once given up, or handed over and forwarded
   uint64_t placedUpTo = 0;     // chunks below this were placed (or written): see placeChunk()
+  uint64_t due = 0;            // the offset of the next chunk to be written
+  // Device memory only.
+  uint64_t onDevice = 0;                                   // bytes copied into the device
+  std::map<uint64_t, kj::Own<StagingBuffer>> stagedReads;  // chunks read into staging, by offset
+  kj::ForkedPromise<void> staging = kj::Promise<void>(kj::READY_NOW).fork();  // the last stage()
+  bool starved = false;        // a chunk waits for a staging buffer: none is read into meanwhile
+  ChangeSignal handedOver_;    // delivered, or given up
   uint32_t placementsOut = 0;  // messages being read into the blob's memory, or not yet served
   ChangeSignal placementsDone;
   bool resuming = false;  // a new sender waits for placements to end: none is made
@@ -354,9 +474,8 @@ protected:
       return kj::READY_NOW;
     }
     auto params = context.getParams();
-    transfer->write(params.getTransfer(), params.getOffset(), params.getData(),
-                    params.getChecksum());
-    return kj::READY_NOW;
+    return transfer->write(params.getTransfer(), params.getOffset(), params.getData(),
+                           params.getChecksum());
   }
 
   kj::Promise<void> finish(FinishContext context) override {
@@ -531,7 +650,8 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
   forward.windowBytes = h.getWindowBytes();
   forward.stallTimeout = h.getStallMillis() * kj::MILLISECONDS;
   forward.channel = forwarding;
-  auto source = kj::refcounted<BlobSource>(kj::mv(memory), header.size, forward.chunkBytes, 0);
+  auto source = kj::refcounted<BlobSource>(kj::mv(memory), header.size, forward.chunkBytes, 0,
+                                           acceptor.options.device);
   auto transfer = kj::refcounted<Transfer>(*this, acceptor, header, kj::mv(forward), kj::mv(source),
                                            kj::mv(hops));
   auto results = context.getResults();

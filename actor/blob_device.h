@@ -1,0 +1,83 @@
+#pragma once
+// Blobs that start or end in device memory (a GPU's), which the CPU does not address.
+//
+// Receiving into a GPU, in a replica:
+//
+//   auto gpu = troupe::cudaBlobDevice(loop, 0);   // throws UNIMPLEMENTED where CUDA is absent
+//   troupe::BlobAcceptOptions options;
+//   options.device = gpu;
+//   server.acceptBlobs("weights",
+//                      [&](const troupe::BlobHeader& h) { return gpu->allocate(h.size); },
+//                      [&](troupe::Blob b) { model.swapIn(b.version, kj::mv(b.bytes)); },
+//                      kj::mv(options));
+//
+// Sending from a GPU: BlobSendOptions::device names the device the bytes are on.
+//
+// How it moves: the network reads and writes host memory, so each chunk passes through a small
+// ring of staging buffers in host memory the device copies to and from fastest (pinned): a
+// receiver reads a chunk from the socket into a staging buffer, checks its checksum there and
+// has the device copy it into place while the next chunks arrive; a sender (or a member
+// forwarding the blob) has the device copy chunks out into staging buffers ahead of the network.
+// Checksums are computed on the staged bytes, as for host memory. A blob is handed over once its
+// last chunk is in device memory.
+//
+// CUDA is loaded when first asked for (libcudart, found as cudaRuntime() says), so troupe has no
+// link-time dependency on it and runs unchanged where it is absent. BlobDevice is an interface:
+// anything that can copy between host memory and its own can be one.
+
+#include <stddef.h>
+
+#include <memory>
+#include <string>
+
+#include <kj/array.h>
+#include <kj/async.h>
+
+#include "troupe/base/event_loop.h"
+
+namespace troupe {
+
+// Memory that blobs may start and end in, with the copies between it and host memory. Belongs to
+// the loop it was made for; every call comes from that loop's thread. Shared (std::shared_ptr)
+// by the options and blobs that name it.
+class BlobDevice {
+public:
+  virtual ~BlobDevice() noexcept(false) = default;
+
+  // Names the device in logs and errors ("cuda:0").
+  virtual kj::StringPtr name() const = 0;
+
+  // `bytes` of device memory, freed when the array goes. Throws when there is not enough.
+  virtual kj::Array<kj::byte> allocate(size_t bytes) = 0;
+
+  // `bytes` of host memory the device copies to and from fastest (for CUDA, page-locked), at
+  // least 8-byte aligned: blobs stage chunks through it. Throws when there is not enough.
+  virtual kj::Array<kj::byte> allocateStaging(size_t bytes) = 0;
+
+  // Copies `bytes` from host memory at `from` to device memory at `to` (copyIn), or from device
+  // memory to host memory (copyOut); resolves once the copy is done. Copies run in the order
+  // they were asked for, overlapped with whatever the loop does meanwhile. Both ranges must stay
+  // valid until the promise resolves; dropping the promise does not stop the copy.
+  virtual kj::Promise<void> copyIn(kj::byte* to, const kj::byte* from, size_t bytes) = 0;
+  virtual kj::Promise<void> copyOut(kj::byte* to, const kj::byte* from, size_t bytes) = 0;
+};
+
+// What this process found of the CUDA runtime. It is looked for once, on first use: in
+// $TROUPE_CUDA_RUNTIME if set (a path to libcudart), else libcudart.so.13, .12, .11.0 and
+// libcudart.so on the dynamic loader's path. A runtime that finds no device counts as absent.
+struct CudaRuntimeInfo {
+  bool available = false;
+  std::string reason;   // why not, when not available
+  std::string library;  // the library loaded
+  int version = 0;      // cudaRuntimeGetVersion(): 12040 for 12.4
+  int devices = 0;      // cudaGetDeviceCount()
+};
+const CudaRuntimeInfo& cudaRuntime();
+
+// CUDA device `ordinal` as a BlobDevice for `loop`: copies run on a CUDA stream of its own, and
+// staging buffers are page-locked host memory (cudaHostAlloc), kept for reuse. Throws
+// UNIMPLEMENTED, saying why, where CUDA is not available, and INVALID_ARGUMENT for an ordinal
+// the machine has not.
+std::shared_ptr<BlobDevice> cudaBlobDevice(EventLoop& loop, int ordinal);
+
+}  // namespace troupe

@@ -1,0 +1,174 @@
+// BlobDevice over a CUDA device (blob_device.h): copies on a stream of its own, each followed by
+// a host function that tells the loop it is done; page-locked staging buffers kept for reuse.
+
+#include <atomic>
+#include <deque>
+#include <vector>
+
+#include <kj/debug.h>
+
+#include "troupe/actor/blob_device.h"
+#include "troupe/actor/detail/cuda_runtime.h"
+#include "troupe/base/errors.h"
+#include "troupe/base/uv_handle.h"
+
+namespace troupe::actor_detail {
+
+namespace {
+
+// Page-locked host buffers given back, for the next allocateStaging() of the same size: CUDA's
+// page-locking costs far more than a copy through the buffer. Keeps at most MAX_KEPT bytes.
+class StagingCache {
+public:
+  explicit StagingCache(const CudaApi& api) : api(api) {}
+  ~StagingCache() {
+    for (auto& [at, bytes] : kept) api.freeHost(at);
+  }
+
+  void* take(size_t bytes) {
+    for (size_t i = 0; i < kept.size(); ++i) {
+      if (kept[i].second == bytes) {
+        void* at = kept[i].first;
+        keptBytes -= bytes;
+        kept.erase(kept.begin() + i);
+        return at;
+      }
+    }
+    void* at = nullptr;
+    checkCuda(api, api.hostAlloc(&at, bytes, CUDA_HOST_ALLOC_PORTABLE),
+              kj::str("cudaHostAlloc of ", bytes, " bytes"));
+    return at;
+  }
+
+  void give(void* at, size_t bytes) {
+    if (keptBytes + bytes > MAX_KEPT) {
+      api.freeHost(at);
+      return;
+    }
+    kept.emplace_back(at, bytes);
+    keptBytes += bytes;
+  }
+
+private:
+  static constexpr size_t MAX_KEPT = size_t{256} << 20;
+  const CudaApi& api;
+  std::vector<std::pair<void*, size_t>> kept;
+  size_t keptBytes = 0;
+};
+
+class CudaBlobDevice final : public BlobDevice {
+public:
+  CudaBlobDevice(EventLoop& loop, const CudaApi& api, int ordinal)
+      : api(api),
+        ordinal(ordinal),
+        name_(kj::str("cuda:", ordinal)),
+        cache(std::make_shared<StagingCache>(api)) {
+    current();
+    checkCuda(api, api.streamCreateWithFlags(&stream, CUDA_STREAM_NON_BLOCKING),
+              "cudaStreamCreateWithFlags");
+    checkUv("uv_async_init", uv_async_init(loop.uvLoop(), done.get(), [](uv_async_t* h) {
+              if (h->data != nullptr) static_cast<CudaBlobDevice*>(h->data)->settle();
+            }));
+    done.markInitialised();
+    done->data = this;
+  }
+
+  ~CudaBlobDevice() noexcept(false) {
+    // Every copy and its host function finish before the stream and the handle go.
+    api.setDevice(ordinal);
+    api.streamSynchronize(stream);
+    api.streamDestroy(stream);
+    done.close();
+  }
+
+  kj::StringPtr name() const override { return name_; }
+
+  kj::Array<kj::byte> allocate(size_t bytes) override {
+    current();
+    void* at = nullptr;
+    checkCuda(api, api.malloc(&at, bytes == 0 ? 1 : bytes),
+              kj::str("cudaMalloc of ", bytes, " bytes on ", name_));
+    auto* free = api.free;
+    return kj::ArrayPtr<kj::byte>(static_cast<kj::byte*>(at), bytes)
+        .attach(kj::defer([free, at]() { free(at); }));
+  }
+
+  kj::Array<kj::byte> allocateStaging(size_t bytes) override {
+    current();
+    size_t size = bytes == 0 ? 1 : bytes;
+    void* at = cache->take(size);
+    return kj::ArrayPtr<kj::byte>(static_cast<kj::byte*>(at), bytes)
+        .attach(kj::defer([cache = cache, at, size]() { cache->give(at, size); }));
+  }
+
+  kj::Promise<void> copyIn(kj::byte* to, const kj::byte* from, size_t bytes) override {
+    return copy(to, from, bytes, CUDA_MEMCPY_HOST_TO_DEVICE);
+  }
+
+  kj::Promise<void> copyOut(kj::byte* to, const kj::byte* from, size_t bytes) override {
+    return copy(to, from, bytes, CUDA_MEMCPY_DEVICE_TO_HOST);
+  }
+
+private:
+  void current() {
+    checkCuda(api, api.setDevice(ordinal), kj::str("cudaSetDevice(", ordinal, ")"));
+  }
+
+  kj::Promise<void> copy(kj::byte* to, const kj::byte* from, size_t bytes, int kind) {
+    current();
+    checkCuda(api, api.memcpyAsync(to, from, bytes, kind, stream),
+              kj::str("cudaMemcpyAsync of ", bytes, " bytes on ", name_));
+    checkCuda(api, api.launchHostFunc(stream, &copied, this), "cudaLaunchHostFunc");
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    waiting.push_back(kj::mv(paf.fulfiller));
+    return kj::mv(paf.promise);
+  }
+
+  // On CUDA's thread, once a copy is done: counts it and wakes the loop. Calls no CUDA function.
+  static void copied(void* data) {
+    auto* self = static_cast<CudaBlobDevice*>(data);
+    self->finished.fetch_add(1, std::memory_order_release);
+    uv_async_send(self->done.get());
+  }
+
+  // On the loop: resolves the copies done, which finish in the order they were made.
+  void settle() {
+    uint64_t now = finished.load(std::memory_order_acquire);
+    while (settled < now && !waiting.empty()) {
+      ++settled;
+      auto fulfiller = kj::mv(waiting.front());
+      waiting.pop_front();
+      fulfiller->fulfill();
+    }
+  }
+
+  const CudaApi& api;
+  const int ordinal;
+  const kj::String name_;
+  std::shared_ptr<StagingCache> cache;
+  CudaStream stream = nullptr;
+  UvHandle<uv_async_t> done;
+  std::atomic<uint64_t> finished{0};
+  uint64_t settled = 0;
+  std::deque<kj::Own<kj::PromiseFulfiller<void>>> waiting;
+};
+
+}  // namespace
+
+}  // namespace troupe::actor_detail
+
+namespace troupe {
+
+std::shared_ptr<BlobDevice> cudaBlobDevice(EventLoop& loop, int ordinal) {
+  auto& info = cudaRuntime();
+  KJ_IF_MAYBE(api, actor_detail::cudaApi()) {
+    if (ordinal < 0 || ordinal >= info.devices) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("no CUDA device ", ordinal, ": this machine has ", info.devices));
+    }
+    return std::make_shared<actor_detail::CudaBlobDevice>(loop, *api, ordinal);
+  }
+  throwError(ErrorCode::UNIMPLEMENTED, kj::str("CUDA is not available here: ", info.reason));
+}
+
+}  // namespace troupe

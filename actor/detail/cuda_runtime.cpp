@@ -1,0 +1,117 @@
+#include "troupe/actor/detail/cuda_runtime.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include <kj/vector.h>
+
+#include "troupe/base/errors.h"
+
+namespace troupe::actor_detail {
+
+namespace {
+
+// Resolves `name` from `library` into `slot`; false, with why in `missing`, when absent.
+template <typename F>
+bool resolve(void* library, const char* name, F& slot, kj::Vector<kj::String>& missing) {
+  void* symbol = dlsym(library, name);
+  if (symbol == nullptr) {
+    missing.add(kj::str(name));
+    return false;
+  }
+  slot = reinterpret_cast<F>(symbol);
+  return true;
+}
+
+bool resolveAll(void* library, CudaApi& api, kj::Vector<kj::String>& missing) {
+  bool ok = true;
+  ok &= resolve(library, "cudaGetDeviceCount", api.getDeviceCount, missing);
+  ok &= resolve(library, "cudaRuntimeGetVersion", api.runtimeGetVersion, missing);
+  ok &= resolve(library, "cudaGetErrorString", api.getErrorString, missing);
+  ok &= resolve(library, "cudaSetDevice", api.setDevice, missing);
+  ok &= resolve(library, "cudaMalloc", api.malloc, missing);
+  ok &= resolve(library, "cudaFree", api.free, missing);
+  ok &= resolve(library, "cudaHostAlloc", api.hostAlloc, missing);
+  ok &= resolve(library, "cudaFreeHost", api.freeHost, missing);
+  ok &= resolve(library, "cudaStreamCreateWithFlags", api.streamCreateWithFlags, missing);
+  ok &= resolve(library, "cudaStreamDestroy", api.streamDestroy, missing);
+  ok &= resolve(library, "cudaStreamSynchronize", api.streamSynchronize, missing);
+  ok &= resolve(library, "cudaMemcpyAsync", api.memcpyAsync, missing);
+  ok &= resolve(library, "cudaLaunchHostFunc", api.launchHostFunc, missing);
+  return ok;
+}
+
+}  // namespace
+
+LoadedCuda loadCudaRuntime(kj::ArrayPtr<const kj::StringPtr> candidates) {
+  LoadedCuda loaded;
+  kj::Vector<kj::String> tried;
+  for (auto name : candidates) {
+    void* library = dlopen(name.cStr(), RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr) {
+      const char* why = dlerror();
+      tried.add(kj::str(name, ": ", why == nullptr ? "not loadable" : why));
+      continue;
+    }
+    auto* api = new CudaApi{};  // leaked on success: the process keeps CUDA loaded
+    kj::Vector<kj::String> missing;
+    if (!resolveAll(library, *api, missing)) {
+      tried.add(kj::str(name, ": lacks ", kj::strArray(missing, ", ")));
+      delete api;
+      dlclose(library);
+      continue;
+    }
+    auto& info = loaded.info;
+    info.library = name.cStr();
+    api->runtimeGetVersion(&info.version);
+    CudaError counted = api->getDeviceCount(&info.devices);
+    if (counted != 0 || info.devices == 0) {
+      // The runtime is here but no device is usable (no driver, no GPU): as good as absent.
+      info.reason = kj::str(name, " is loaded, but it finds no CUDA device",
+                            counted != 0 ? kj::str(": ", api->getErrorString(counted)) : kj::str())
+                        .cStr();
+      info.devices = 0;
+      delete api;
+      return loaded;  // the library stays loaded: unloading CUDA's runtime is not safe
+    }
+    info.available = true;
+    loaded.api = *api;
+    return loaded;
+  }
+  loaded.info.reason = kj::str("no CUDA runtime found (", kj::strArray(tried, "; "), ")").cStr();
+  return loaded;
+}
+
+namespace {
+
+const LoadedCuda& processCuda() {
+  static const LoadedCuda loaded = []() {
+    const char* chosen = getenv("TROUPE_CUDA_RUNTIME");
+    if (chosen != nullptr && *chosen != '\0') {
+      kj::StringPtr one[] = {chosen};
+      return loadCudaRuntime(one);
+    }
+    kj::StringPtr defaults[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+                                 "libcudart.so"};
+    return loadCudaRuntime(defaults);
+  }();
+  return loaded;
+}
+
+}  // namespace
+
+kj::Maybe<const CudaApi&> cudaApi() { return processCuda().api; }
+
+void checkCuda(const CudaApi& api, CudaError error, kj::StringPtr what) {
+  if (error == 0) return;
+  throwError(ErrorCode::FAILED, kj::str(what, " failed: ", api.getErrorString(error), " (cuda ",
+                                        error, ")"));
+}
+
+}  // namespace troupe::actor_detail
+
+namespace troupe {
+
+const CudaRuntimeInfo& cudaRuntime() { return actor_detail::processCuda().info; }
+
+}  // namespace troupe

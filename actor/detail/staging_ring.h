@@ -1,0 +1,48 @@
+#pragma once
+// A few staging buffers in host memory, of one size, through which a blob's chunks move between
+// the network and a BlobDevice (blob_device.h). Buffers are allocated from the device as first
+// needed, up to a count, and reused; a buffer taken is given back when its holder lets go.
+
+#include <stddef.h>
+
+#include <memory>
+#include <vector>
+
+#include <kj/array.h>
+#include <kj/async.h>
+
+#include "troupe/actor/blob_device.h"
+#include "troupe/base/change_signal.h"
+
+namespace troupe::actor_detail {
+
+// Loop thread only. Refcounted: the buffers taken hold it.
+class StagingRing final : public kj::Refcounted {
+public:
+  // Buffers of `bufferBytes`, at most `buffers` of them.
+  StagingRing(std::shared_ptr<BlobDevice> device, size_t bufferBytes, size_t buffers);
+
+  // How many buffers a ring for chunks of `chunkBytes` holds: enough for 32 MiB, 2 to 8.
+  static size_t buffersFor(size_t chunkBytes);
+
+  size_t bufferBytes() const { return bufferBytes_; }
+  size_t capacity() const { return capacity_; }
+
+  // A buffer, now if one is free (or may still be made), else null.
+  kj::Maybe<kj::Array<kj::byte>> tryTake();
+  // A buffer, once one is free.
+  kj::Promise<kj::Array<kj::byte>> take();
+
+private:
+  void giveBack(kj::byte* at);
+
+  std::shared_ptr<BlobDevice> device;
+  const size_t bufferBytes_;
+  const size_t capacity_;
+  size_t made = 0;
+  std::vector<kj::Array<kj::byte>> buffers;  // every one made
+  std::vector<kj::byte*> idle;               // those not taken
+  ChangeSignal freed;
+};
+
+}  // namespace troupe::actor_detail

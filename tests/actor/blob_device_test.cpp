@@ -1,0 +1,253 @@
+// Blobs in device memory (blob_device.h), over real sockets on port 0. Everywhere: the CUDA
+// loader's answers where no runtime is, and the whole device path (staging ring, receiving into
+// device memory, sending and forwarding from it) with host memory standing in for a device that
+// faults on any direct touch (tests/support/host_blob_device.h). Where CUDA and a GPU are
+// present, the same transfers into and out of the GPU; elsewhere those skip, saying why.
+
+#include "troupe/actor/blob_device.h"
+
+#include <random>
+
+#include <gtest/gtest.h>
+#include <kj/debug.h>
+
+#include "troupe/actor/actor_server.h"
+#include "troupe/actor/blob.h"
+#include "troupe/actor/detail/cuda_runtime.h"
+#include "troupe/actor/detail/staging_ring.h"
+#include "troupe/base/errors.h"
+#include "tests/support/host_blob_device.h"
+#include "tests/support/registry_helpers.h"
+
+namespace troupe {
+namespace {
+
+using test::await;
+
+kj::Array<kj::byte> pattern(size_t size, uint32_t seed) {
+  auto bytes = kj::heapArray<kj::byte>(size);
+  std::mt19937 random(seed);
+  for (auto& b : bytes) b = static_cast<kj::byte>(random());
+  return bytes;
+}
+
+// --- The loader ------------------------------------------------------------------------------
+
+TEST(CudaRuntimeTest, ALibraryThatIsNotThereIsReportedByName) {
+  kj::StringPtr candidates[] = {"libtroupe-no-such-cudart.so.99"};
+  auto loaded = actor_detail::loadCudaRuntime(candidates);
+  EXPECT_EQ(loaded.api, nullptr);
+  EXPECT_FALSE(loaded.info.available);
+  EXPECT_NE(loaded.info.reason.find("libtroupe-no-such-cudart.so.99"), std::string::npos)
+      << loaded.info.reason;
+}
+
+TEST(CudaRuntimeTest, ALibraryWithoutCudasEntryPointsIsNotTaken) {
+  kj::StringPtr candidates[] = {"libc.so.6"};
+  auto loaded = actor_detail::loadCudaRuntime(candidates);
+  EXPECT_EQ(loaded.api, nullptr);
+  EXPECT_NE(loaded.info.reason.find("libc.so.6: lacks cudaGetDeviceCount"), std::string::npos)
+      << loaded.info.reason;
+}
+
+TEST(CudaRuntimeTest, WithoutCudaACudaDeviceIsRefusedSayingWhy) {
+  auto& info = cudaRuntime();
+  if (info.available) GTEST_SKIP() << "CUDA is available here (" << info.library << ")";
+  EXPECT_FALSE(info.reason.empty());
+  EventLoop loop;
+  try {
+    cudaBlobDevice(loop, 0);
+    ADD_FAILURE() << "a CUDA device without CUDA";
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::UNIMPLEMENTED);
+    EXPECT_NE(std::string(e.getDescription().cStr()).find(info.reason), std::string::npos)
+        << e.getDescription().cStr();
+  }
+}
+
+// --- The staging ring ------------------------------------------------------------------------
+
+TEST(StagingRingTest, BuffersAreMadeAsNeededThenReusedAndATakerWaitsForOneGivenBack) {
+  EventLoop loop;
+  auto device = std::make_shared<test::HostBlobDevice>(loop);
+  auto ring = kj::refcounted<actor_detail::StagingRing>(device, 4096, 2);
+  auto a = KJ_ASSERT_NONNULL(ring->tryTake());
+  auto b = KJ_ASSERT_NONNULL(ring->tryTake());
+  EXPECT_EQ(device->stagingMade, 2u);
+  EXPECT_EQ(ring->tryTake(), nullptr);
+  auto waiting = ring->take();
+  EXPECT_FALSE(waiting.poll(loop.waitScope()));
+  auto* given = a.begin();
+  a = nullptr;
+  auto c = waiting.wait(loop.waitScope());
+  EXPECT_EQ(c.begin(), given);
+  EXPECT_EQ(c.size(), 4096u);
+  EXPECT_EQ(device->stagingMade, 2u);  // reused, not made
+  EXPECT_EQ(actor_detail::StagingRing::buffersFor(4 << 20), 8u);
+  EXPECT_EQ(actor_detail::StagingRing::buffersFor(64 << 20), 2u);
+}
+
+// --- Transfers, with host memory standing in for a device -------------------------------------
+
+// One receiving server, into host memory or into a device's.
+struct Member {
+  std::shared_ptr<BlobDevice> device;  // null: host memory
+  std::string endpoint;
+  std::string address;
+  kj::Own<ActorServer> server;
+  std::vector<Blob> received;
+};
+
+class BlobDeviceTest : public ::testing::Test {
+protected:
+  BlobDeviceTest() : device(std::make_shared<test::HostBlobDevice>(loop)) {}
+  ~BlobDeviceTest() noexcept override {
+    for (auto& m : members) m->received.clear();
+    members.clear();
+  }
+
+  Member& add(std::shared_ptr<BlobDevice> on, BlobAcceptOptions options = {}) {
+    auto m = kj::heap<Member>();
+    auto& member = *m;
+    member.device = on;
+    JobContext job;
+    job.jobId = "blobs";
+    job.taskIndex = members.size();
+    member.endpoint = kj::str("blobs/gpu-", members.size()).cStr();
+    member.server = kj::heap<ActorServer>(loop, job);
+    options.device = on;
+    member.server->acceptBlobs(
+        "weights",
+        [on](const BlobHeader& h) {
+          return on == nullptr ? kj::heapArray<kj::byte>(h.size) : on->allocate(h.size);
+        },
+        [&member](Blob b) { member.received.push_back(kj::mv(b)); }, kj::mv(options));
+    member.address = member.server->listen("tcp://127.0.0.1:0");
+    members.push_back(kj::mv(m));
+    return member;
+  }
+
+  kj::Array<BlobResult> send(kj::Array<const kj::byte> bytes, Fanout fanout,
+                             std::shared_ptr<BlobDevice> from) {
+    auto targets = KJ_MAP(m, members) { return BlobTarget{m->endpoint, m->address}; };
+    BlobSendOptions options{.fanout = fanout, .chunkBytes = 64 << 10, .windowBytes = 512 << 10};
+    options.device = kj::mv(from);
+    auto transfer = sendBlob(loop, targets, "weights", 1, kj::mv(bytes), kj::mv(options));
+    return await(loop, transfer.waitAll(60 * kj::SECONDS));
+  }
+
+  // What member `m` holds, read back to host memory.
+  kj::Array<kj::byte> holding(Member& m) {
+    KJ_REQUIRE(m.received.size() == 1, m.endpoint, m.received.size());
+    auto& blob = m.received[0];
+    if (blob.device == nullptr) return kj::heapArray<kj::byte>(blob.bytes);
+    KJ_REQUIRE(blob.device == m.device, "the blob names another device");
+    return device->read(loop.waitScope(), blob.bytes.begin(), blob.bytes.size());
+  }
+
+  void expectAllHold(kj::ArrayPtr<const kj::byte> bytes, kj::ArrayPtr<const BlobResult> results) {
+    ASSERT_EQ(results.size(), members.size());
+    for (size_t i = 0; i < members.size(); ++i) {
+      SCOPED_TRACE(members[i]->endpoint);
+      KJ_IF_MAYBE(e, results[i].error) {
+        ADD_FAILURE() << e->getDescription().cStr();
+      }
+      EXPECT_EQ(members[i]->received.size(), 1u);
+      if (members[i]->received.size() != 1) continue;
+      EXPECT_TRUE(holding(*members[i]) == bytes) << "the bytes differ";
+    }
+  }
+
+  EventLoop loop;
+  std::shared_ptr<test::HostBlobDevice> device;
+  std::vector<kj::Own<Member>> members;
+};
+
+TEST_F(BlobDeviceTest, ABlobLandsInDeviceMemoryThroughTheStagingRing) {
+  auto& m = add(device);
+  auto bytes = pattern((2 << 20) + 4104, 1);  // 33 chunks of 64 KiB, the last of 4104 bytes
+  auto results = send(kj::heapArray<kj::byte>(bytes), Fanout::STAR, nullptr);
+  expectAllHold(bytes, results);
+  EXPECT_EQ(device->bytesIn, bytes.size());  // each byte copied in once
+  // A few staging buffers carried every chunk: a ring's worth, not one per chunk.
+  EXPECT_LE(device->stagingMade, actor_detail::StagingRing::buffersFor(64 << 10));
+  EXPECT_EQ(device->liveBytes, bytes.size());
+  m.received.clear();
+  EXPECT_EQ(device->liveBytes, 0u);  // the handler let go: nothing else holds the memory
+}
+
+TEST_F(BlobDeviceTest, ABlobSentFromDeviceMemoryReachesHostAndDeviceMembers) {
+  add(nullptr);
+  add(device);
+  add(nullptr);
+  auto bytes = pattern((1 << 20) + 8, 2);
+  auto results = send(device->upload(loop.waitScope(), bytes), Fanout::STAR, device);
+  expectAllHold(bytes, results);
+  // Each of the three hops had every chunk copied out of the device for it (or shared one).
+  EXPECT_GE(device->bytesOut, bytes.size());
+}
+
+TEST_F(BlobDeviceTest, AChainForwardsFromDeviceMemoryHopToHop) {
+  add(device);
+  add(nullptr);
+  add(device);
+  add(device);
+  auto bytes = pattern((3 << 20) + 64, 3);
+  auto results = send(device->upload(loop.waitScope(), bytes), Fanout::CHAIN, device);
+  expectAllHold(bytes, results);
+}
+
+TEST_F(BlobDeviceTest, ATransferGivenUpMidwayFreesItsDeviceMemory) {
+  auto firstChunk = kj::newPromiseAndFulfiller<void>();
+  auto gaveUp = kj::newPromiseAndFulfiller<void>();
+  BlobAcceptOptions options;
+  options.onProgress = [&](const BlobHeader&, uint64_t) { firstChunk.fulfiller->fulfill(); };
+  options.onGiveUp = [&](const BlobHeader&, const kj::Exception&) { gaveUp.fulfiller->fulfill(); };
+  auto& m = add(device, kj::mv(options));
+  auto bytes = pattern(8 << 20, 4);
+  auto targets = KJ_MAP(x, members) { return BlobTarget{x->endpoint, x->address}; };
+  {
+    BlobSendOptions send{.chunkBytes = 64 << 10, .windowBytes = 128 << 10};
+    auto transfer =
+        sendBlob(loop, targets, "weights", 1, kj::heapArray<kj::byte>(bytes), kj::mv(send));
+    await(loop, kj::mv(firstChunk.promise));
+  }  // the sender drops the transfer: the receiver is told to give up
+  await(loop, kj::mv(gaveUp.promise));
+  await(loop, device->whenAllFreed());  // once the copies in flight are done
+  EXPECT_TRUE(m.received.empty());
+}
+
+// --- A real GPU, where there is one ------------------------------------------------------------
+
+TEST(CudaBlobTest, ABlobGoesIntoAndOutOfAGpu) {
+  auto& info = cudaRuntime();
+  if (!info.available) GTEST_SKIP() << "no GPU here: " << info.reason;
+  EventLoop loop;
+  auto gpu = cudaBlobDevice(loop, 0);
+  JobContext job;
+  job.jobId = "blobs";
+  ActorServer server(loop, job);
+  BlobAcceptOptions accept;
+  accept.device = gpu;
+  std::vector<Blob> received;
+  server.acceptBlobs(
+      "weights", [&](const BlobHeader& h) { return gpu->allocate(h.size); },
+      [&](Blob b) { received.push_back(kj::mv(b)); }, kj::mv(accept));
+  auto address = server.listen("tcp://127.0.0.1:0");
+  auto bytes = pattern((64 << 20) + 8, 5);
+  auto staged = gpu->allocate(bytes.size());
+  gpu->copyIn(staged.begin(), bytes.begin(), bytes.size()).wait(loop.waitScope());
+  BlobSendOptions send;
+  send.device = gpu;
+  BlobTarget targets[] = {{"blobs/gpu-0", address}};
+  auto transfer = sendBlob(loop, targets, "weights", 1, kj::mv(staged), kj::mv(send));
+  auto results = await(loop, transfer.waitAll(60 * kj::SECONDS));
+  ASSERT_TRUE(results[0].ok()) << KJ_ASSERT_NONNULL(results[0].error).getDescription().cStr();
+  ASSERT_EQ(received.size(), 1u);
+  auto back = kj::heapArray<kj::byte>(bytes.size());
+  gpu->copyOut(back.begin(), received[0].bytes.begin(), back.size()).wait(loop.waitScope());
+  EXPECT_TRUE(back == bytes);
+}
+
+}  // namespace
+}  // namespace troupe
