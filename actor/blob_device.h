@@ -21,6 +21,13 @@
 // Checksums are computed on the staged bytes, as for host memory. A blob is handed over once its
 // last chunk is in device memory.
 //
+// Device to device on one host: when the sender's bytes are on a device that can export them
+// (CUDA IPC) and a member is reached through its same-host socket (README, "Same host"), the
+// sender hands it a handle to them; a member whose memory is on a device that can open it copies
+// each chunk straight from the sender's device into its own, no byte passing through host
+// memory, as the sender says each is in place. A chain of members on one host does the same hop
+// by hop. Elsewhere, or where the handle cannot be opened, chunks go through staging buffers.
+//
 // CUDA is loaded when first asked for (libcudart, found as cudaRuntime() says), so troupe has no
 // link-time dependency on it and runs unchanged where it is absent. BlobDevice is an interface:
 // anything that can copy between host memory and its own can be one.
@@ -60,6 +67,20 @@ public:
   // valid until the promise resolves; dropping the promise does not stop the copy.
   virtual kj::Promise<void> copyIn(kj::byte* to, const kj::byte* from, size_t bytes) = 0;
   virtual kj::Promise<void> copyOut(kj::byte* to, const kj::byte* from, size_t bytes) = 0;
+
+  // Device to device on one host (for CUDA, IPC). The default does none of it, and blobs then
+  // move through staging buffers as between hosts.
+  //
+  // Device memory [at, at + bytes) as a handle that another process of this host may open with
+  // importMemory() of a device of the same kind; null where this one cannot export it.
+  virtual kj::Maybe<kj::Array<kj::byte>> exportMemory(const kj::byte* at, size_t bytes);
+  // The memory `handle` names, opened in this process: device memory copyWithin() may read,
+  // closed when the array goes. Throws, saying why, where it cannot be opened here (another
+  // kind of device, another host, the exporting process itself for CUDA).
+  virtual kj::Array<const kj::byte> importMemory(kj::ArrayPtr<const kj::byte> handle);
+  // Copies `bytes` from device memory `from` (this device's, or imported) to this device's `to`,
+  // in order with the other copies; resolves once done.
+  virtual kj::Promise<void> copyWithin(kj::byte* to, const kj::byte* from, size_t bytes);
 };
 
 // What this process found of the CUDA runtime. It is looked for once, on first use: in

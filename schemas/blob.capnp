@@ -14,6 +14,12 @@ struct BlobHeader {
   chunkBytes @4 :UInt32;  # every chunk holds this many bytes but the last
   windowBytes @5 :UInt64; # bytes a hop keeps in flight to the next one
   stallMillis @6 :UInt32; # a hop that makes no progress this long is given up
+  deviceMemory @7 :Data;  # the blob in the sender's device memory, exported for processes on
+                          # its host (BlobDevice::exportMemory, e.g. a CUDA IPC handle); sent
+                          # only to a member reached through its same-host socket, else empty
+  deviceHost @8 :Text;    # the sender's sameHostId(): a receiver on that host whose own memory
+                          # is on a device that can open deviceMemory may copy the chunks from
+                          # there device to device (ActorHost.receiveBlob's `pulls`)
 }
 
 struct BlobHop {
@@ -44,12 +50,15 @@ interface BlobSink {
   # reports nothing, its abort() does nothing. Dropping a sink without finish() leaves the
   # receiver waiting for another sender to resume the transfer until its idle timeout.
 
-  write @0 (offset :UInt64, data :Data, checksum :UInt64, transfer :UInt64)
+  write @0 (offset :UInt64, data :Data, checksum :UInt64, transfer :UInt64, pulled :Bool)
       -> (superseded :Bool);
   # The chunk at `offset` (the receiver's next byte); `checksum` is the chunk's XXH3-64,
   # `transfer` the header's. A receiver may read a chunk sent as its message's own last segment
   # (Orphanage::referenceExternalData) straight into its place in the blob, found by `transfer`
-  # and `offset` before the rest of the message is read.
+  # and `offset` before the rest of the message is read. With `pulled` (only to a receiver that
+  # said it `pulls`), the chunk is not in `data` (empty; `checksum` 0): it is in place at `offset`
+  # in the header's deviceMemory, and the receiver copies it from there, device to device, before
+  # it answers.
 
   finish @1 () -> (outcomes :List(BlobOutcome), superseded :Bool);
   # After the last chunk: resolves once this member has handed the blob over and every member

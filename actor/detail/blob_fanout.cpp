@@ -7,6 +7,7 @@
 #include "troupe/actor/endpoint.h"
 #include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
+#include "troupe/net/same_host.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -64,7 +65,8 @@ BlobSource::BlobSource(kj::Array<const kj::byte> memory, uint64_t size, uint32_t
       size_(size),
       chunkBytes_(chunkBytes),
       available_(available),
-      device_(kj::mv(device)) {
+      device_(kj::mv(device)),
+      resident_(available) {
   KJ_REQUIRE(this->memory.size() >= size, "a blob's memory is smaller than the blob");
   KJ_REQUIRE(chunkBytes > 0 && available <= size);
   checksums.resize(chunkCount());
@@ -87,6 +89,39 @@ void BlobSource::append(uint64_t checksum) {
   known[index] = true;
   available_ += chunkSize(index);
   grew.notify();
+}
+
+void BlobSource::appendUnchecked() {
+  uint64_t index = available_ / chunkBytes_;
+  KJ_REQUIRE(index < chunkCount(), "a chunk past the blob's end");
+  available_ += chunkSize(index);
+  grew.notify();
+}
+
+void BlobSource::settle(uint64_t bytes) {
+  resident_ += bytes;
+  KJ_REQUIRE(resident_ <= available_, "bytes in the device that never arrived");
+  grew.notify();
+}
+
+kj::Promise<void> BlobSource::whenResident(uint64_t bytes) {
+  KJ_IF_MAYBE(e, failure_) {
+    return kj::cp(*e);
+  }
+  if (resident() >= bytes) return kj::READY_NOW;
+  return grew.next().then([this, bytes]() { return whenResident(bytes); });
+}
+
+kj::Maybe<kj::ArrayPtr<const kj::byte>> BlobSource::exported() {
+  if (device_ == nullptr) return nullptr;
+  if (!exportTried) {
+    exportTried = true;
+    exported_ = device_->exportMemory(memory.begin(), size_);
+  }
+  KJ_IF_MAYBE(handle, exported_) {
+    return kj::ArrayPtr<const kj::byte>(handle->begin(), handle->size());
+  }
+  return nullptr;
 }
 
 uint64_t BlobSource::checksum(uint64_t index) {
@@ -328,8 +363,8 @@ public:
 private:
   kj::Promise<void> open() {
     auto& p = fanout.params;
-    channel = Channel::open(
-        fanout.loop_, connectAddress(hop.address, hop.sameHostSocket, hop.sameHostId), p.channel);
+    auto address = connectAddress(hop.address, hop.sameHostSocket, hop.sameHostId);
+    channel = Channel::open(fanout.loop_, address, p.channel);
     auto request = channel->host().receiveBlobRequest();
     auto header = request.initHeader();
     header.setName(p.name);
@@ -343,8 +378,16 @@ private:
     std::vector<std::pair<const BlobHop*, int32_t>> flat;
     flatten(hop.children, -1, flat);
     writeHops(request.initHops(flat.size()), flat);
+    if (kj::StringPtr(address).startsWith("unix:")) {
+      // On this host: a member whose memory is on a device that can open ours copies from it.
+      KJ_IF_MAYBE(exported, fanout.source->exported()) {
+        header.setDeviceMemory(*exported);
+        header.setDeviceHost(sameHostId());
+      }
+    }
     return request.send().then([this](capnp::Response<schema::ActorHost::ReceiveBlobResults> r) {
       sink = r.getSink();
+      pulls = r.getPulls() && fanout.source->exported() != nullptr;
       uint64_t at = r.getResumeAt();
       auto size = fanout.source->size();
       if (at > size || (at < size && at % fanout.source->chunkBytes() != 0)) {
@@ -363,11 +406,19 @@ private:
     while (next < source.size() && !superseded) {
       uint64_t index = next / source.chunkBytes();
       uint64_t length = source.chunkSize(index);
+      if (pulls && source.resident() < next + length) {
+        // The member copies from our device memory: the chunk must be there, not only staged.
+        return source.whenResident(next + length).then([this]() { return pump(); });
+      }
       if (source.available() < next + length) {
         return source.whenAvailable(next + length).then([this]() { return pump(); });
       }
       if (inFlight > 0 && inFlight + length > fanout.params.windowBytes) {
         return acks.next().then([this]() { return pump(); });
+      }
+      if (pulls) {
+        send(index, length, nullptr);
+        continue;
       }
       if (source.device() != nullptr) {
         // Staged out of the device first; the copy of the next overlaps this one's sending.
@@ -386,9 +437,13 @@ private:
     auto& source = *fanout.source;
     auto request = KJ_ASSERT_NONNULL(sink).writeRequest(capnp::MessageSize{16, 0});
     request.setOffset(next);
-    request.setChecksum(source.checksum(index));
     request.setTransfer(fanout.params.transfer);
-    adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData, kj::mv(bytes));
+    if (pulls) {
+      request.setPulled(true);  // in our device memory, which the member copies from
+    } else {
+      request.setChecksum(source.checksum(index));
+      adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData, kj::mv(bytes));
+    }
     inFlight += length;
     next += length;
     writes->add(
@@ -458,6 +513,7 @@ private:
   void taskFailed(kj::Exception&& exception) override { failer->reject(kj::mv(exception)); }
 
   kj::Own<Channel> channel;
+  bool pulls = false;  // the member copies chunks from our exported device memory itself
   kj::Maybe<schema::BlobSink::Client> sink;
   uint64_t next = 0;      // the next byte to send
   uint64_t inFlight = 0;  // bytes sent and not acknowledged

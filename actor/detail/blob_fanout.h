@@ -65,8 +65,23 @@ public:
   kj::byte* writable() { return const_cast<kj::byte*>(memory.begin()); }
 
   // The next chunk is in place and checked (its checksum given); waiters wake. For a device
-  // source: checked in a staging buffer, on its way into the device.
+  // source: checked in a staging buffer, on its way into the device (see resident()).
   void append(uint64_t checksum);
+  // The next chunk is in place in device memory, copied there device to device: its checksum is
+  // computed when it is first staged.
+  void appendUnchecked();
+
+  // Bytes [0, resident()) are in the memory itself: for a device source, copied into the
+  // device (at most available()); for host memory, available().
+  uint64_t resident() const { return device_ == nullptr ? available_ : resident_; }
+  // The next `bytes` are in device memory now.
+  void settle(uint64_t bytes);
+  // Resolves once `bytes` bytes are resident; rejects once the source failed.
+  kj::Promise<void> whenResident(uint64_t bytes);
+
+  // The whole blob's device memory, exported for other processes on this host
+  // (BlobDevice::exportMemory), once asked for; null where the device cannot.
+  kj::Maybe<kj::ArrayPtr<const kj::byte>> exported();
 
   // The checksum of chunk `index`, which is in place: the one append() was given, or computed
   // now (once) for a source that came whole. A device source's is known once hostChunk() of it
@@ -106,7 +121,10 @@ private:
   kj::Maybe<kj::Exception> failure_;
   ChangeSignal grew;
   std::shared_ptr<BlobDevice> device_;
+  uint64_t resident_;
   kj::Maybe<kj::Own<StagingRing>> ring;
+  bool exportTried = false;
+  kj::Maybe<kj::Array<kj::byte>> exported_;
   std::map<uint64_t, Staged*> staged;  // chunks in host memory now, by index (device only)
 };
 

@@ -12,6 +12,7 @@
 #include "troupe/actor/endpoint.h"
 #include "troupe/base/change_signal.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/same_host.h"
 
 namespace troupe::actor_detail {
 
@@ -132,6 +133,30 @@ public:
   // The sink of the current generation.
   static capnp::Capability::Client newSink(kj::Own<Transfer> transfer);
 
+  // Whether the sender of the current generation lets this member copy the chunks from its
+  // device memory (`h`'s deviceMemory), and this member can: then it opens that memory, and
+  // takes `pulled` writes from then on. Otherwise chunks come in writes.
+  bool pullFrom(schema::BlobHeader::Reader h) {
+    imported = nullptr;
+    auto& s = *source;
+    auto device = s.device();
+    if (device == nullptr || !h.hasDeviceMemory() || h.getDeviceHost().size() == 0 ||
+        h.getDeviceHost() != sameHostId().c_str()) {
+      return false;
+    }
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  auto memory = device->importMemory(h.getDeviceMemory());
+                  KJ_REQUIRE(memory.size() >= header.size, "the memory is smaller than the blob");
+                  imported = kj::refcounted<Imported>(kj::mv(memory));
+                })) {
+      log->info("{}: {} comes through host memory: {} cannot open the sender's memory: {}",
+                who.cStr(), describe(header).cStr(), device->name().cStr(),
+                e->getDescription().cStr());
+      return false;
+    }
+    return true;
+  }
+
   uint64_t generation = 0;  // of the sink that may write now
 
   // Whether a request to resume this transfer describes the same blob.
@@ -152,7 +177,7 @@ public:
   // Takes the chunk at `offset`; resolves once it is in place (for device memory: in a staging
   // buffer, on its way into the device).
   kj::Promise<void> write(uint64_t transfer, uint64_t offset, capnp::Data::Reader data,
-                          uint64_t checksum) {
+                          uint64_t checksum, bool pulled) {
     KJ_IF_MAYBE(e, failure) {
       kj::throwFatalException(kj::cp(*e));
     }
@@ -167,6 +192,7 @@ public:
       giveUp(kj::str("the chunk at byte ", offset, " came when byte ", due, " was due"));
     }
     uint64_t index = offset / s.chunkBytes();
+    if (pulled) return pull(index);
     if (data.size() != s.chunkSize(index)) {
       giveUp(kj::str("the chunk at byte ", offset, " holds ", data.size(), " bytes, not ",
                      s.chunkSize(index)));
@@ -256,11 +282,51 @@ public:
     }
     source = nullptr;
     stagedReads.clear();
+    imported = nullptr;  // copies still running hold it
     handedOver_.notify();
     forget();
   }
 
 private:
+  // The sender's device memory, opened in this process; copies from it hold it.
+  struct Imported final : public kj::Refcounted {
+    explicit Imported(kj::Array<const kj::byte> memory) : memory(kj::mv(memory)) {}
+    kj::Array<const kj::byte> memory;
+  };
+
+  // Device to device: chunk `index` is in place in the sender's device memory; it is copied
+  // from there into ours. Resolves once it is there (after the chunks before it).
+  kj::Promise<void> pull(uint64_t index) {
+    auto& s = *source;
+    uint64_t length = s.chunkSize(index);
+    uint64_t offset = index * s.chunkBytes();
+    Imported* from = nullptr;
+    KJ_IF_MAYBE(i, imported) {
+      from = i->get();
+    }
+    if (from == nullptr) giveUp(kj::str("a chunk to copy from a memory this member never opened"));
+    due += length;
+    placedUpTo = std::max(placedUpTo, due);
+    auto copied = s.device()->copyWithin(s.writable() + offset, from->memory.begin() + offset,
+                                         length);
+    // The copy runs to its end whatever becomes of the transfer, holding both memories.
+    auto done = copied.attach(kj::addRef(s), kj::addRef(*from)).fork();
+    done.addBranch().detach([](kj::Exception&&) {});
+    auto step = staging.addBranch()
+                    .then([copy = done.addBranch()]() mutable { return kj::mv(copy); })
+                    .then([this, length]() {
+                      if (source.get() == nullptr) return;  // given up meanwhile
+                      source->appendUnchecked();
+                      source->settle(length);
+                      progressed();
+                      if (source->resident() == header.size) deliver();
+                    });
+    auto forked = step.fork();
+    auto result = forked.addBranch();
+    staging = kj::mv(forked);
+    return result;
+  }
+
   // A staging buffer a chunk is read into (device memory), shared by the message read into it
   // and the write that takes it.
   struct StagingBuffer final : public kj::Refcounted {
@@ -270,8 +336,12 @@ private:
 
   // The next chunk is in place and checked: counts it, tells the progress callback.
   void appended(uint64_t checksum) {
+    source->append(checksum);
+    progressed();
+  }
+
+  void progressed() {
     auto& s = *source;
-    s.append(checksum);
     touch();
     KJ_IF_MAYBE(progress, acceptor->options.onProgress) {
       KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { (*progress)(header, s.available()); })) {
@@ -334,8 +404,9 @@ private:
         .then(
             [self = kj::addRef(*this), offered = kj::mv(offered)]() mutable {
               auto& t = *self;
-              t.onDevice += offered.size();
-              if (t.onDevice == t.header.size && t.inProgress()) t.deliver();
+              if (!t.inProgress() || t.source.get() == nullptr) return;
+              t.source->settle(offered.size());
+              if (t.source->resident() == t.header.size) t.deliver();
             },
             [self = kj::addRef(*this),
              device = kj::str(s.device()->name())](kj::Exception&& e) mutable {
@@ -367,6 +438,7 @@ private:
 
   void deliver() {
     delivered = true;
+    imported = nullptr;  // the sender's memory: every copy from it is done
     took = loop.timer().now() - openedAt;
     KJ_IF_MAYBE(v, acceptor->delivered) {
       if (header.version > *v) *v = header.version;
@@ -438,7 +510,8 @@ private:
   uint64_t placedUpTo = 0;     // chunks below this were placed (or written): see placeChunk()
   uint64_t due = 0;            // the offset of the next chunk to be written
   // Device memory only.
-  uint64_t onDevice = 0;                                   // bytes copied into the device
+  // The sender's device memory, opened: chunks are copied from there (pull()).
+  kj::Maybe<kj::Own<Imported>> imported;
   std::map<uint64_t, kj::Own<StagingBuffer>> stagedReads;  // chunks read into staging, by offset
   kj::ForkedPromise<void> staging = kj::Promise<void>(kj::READY_NOW).fork();  // the last stage()
   bool starved = false;        // a chunk waits for a staging buffer: none is read into meanwhile
@@ -475,7 +548,7 @@ protected:
     }
     auto params = context.getParams();
     return transfer->write(params.getTransfer(), params.getOffset(), params.getData(),
-                           params.getChecksum());
+                           params.getChecksum(), params.getPulled());
   }
 
   kj::Promise<void> finish(FinishContext context) override {
@@ -623,6 +696,7 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
       auto results = context.getResults();
       results.setSink(sink.castAs<schema::BlobSink>());
       results.setResumeAt(t->received());
+      results.setPulls(t->pullFrom(context.getParams().getHeader()));
       log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(), t->received());
     });
   }
@@ -657,6 +731,7 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
   auto results = context.getResults();
   results.setSink(Transfer::newSink(kj::addRef(*transfer)).castAs<schema::BlobSink>());
   results.setResumeAt(0);
+  results.setPulls(transfer->pullFrom(h));
   acceptor.transfers.emplace(id, kj::mv(transfer));
   return kj::READY_NOW;
 }

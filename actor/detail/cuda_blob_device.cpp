@@ -1,6 +1,8 @@
 // BlobDevice over a CUDA device (blob_device.h): copies on a stream of its own, each followed by
 // a host function that tells the loop it is done; page-locked staging buffers kept for reuse.
 
+#include <string.h>
+
 #include <atomic>
 #include <deque>
 #include <vector>
@@ -89,8 +91,9 @@ public:
     checkCuda(api, api.malloc(&at, bytes == 0 ? 1 : bytes),
               kj::str("cudaMalloc of ", bytes, " bytes on ", name_));
     auto* free = api.free;
-    return kj::ArrayPtr<kj::byte>(static_cast<kj::byte*>(at), bytes)
-        .attach(kj::defer([free, at]() { free(at); }));
+    return kj::ArrayPtr<kj::byte>(static_cast<kj::byte*>(at), bytes).attach(kj::defer([free, at]() {
+      free(at);
+    }));
   }
 
   kj::Array<kj::byte> allocateStaging(size_t bytes) override {
@@ -109,7 +112,57 @@ public:
     return copy(to, from, bytes, CUDA_MEMCPY_DEVICE_TO_HOST);
   }
 
+  kj::Maybe<kj::Array<kj::byte>> exportMemory(const kj::byte* at, size_t bytes) override {
+    // CUDA exports whole allocations: the handle says where in its allocation `at` is, which
+    // only the driver can tell.
+    if (api.memGetAddressRange == nullptr) return nullptr;
+    current();
+    auto address = reinterpret_cast<uintptr_t>(at);
+    uintptr_t base = 0;
+    size_t size = 0;
+    if (api.memGetAddressRange(&base, &size, address) != 0 || address + bytes > base + size) {
+      return nullptr;
+    }
+    IpcHandle h{};
+    memcpy(h.tag, IPC_TAG, sizeof(h.tag));
+    if (api.ipcGetMemHandle(&h.handle, reinterpret_cast<void*>(base)) != 0) return nullptr;
+    h.offset = address - base;
+    h.bytes = bytes;
+    auto out = kj::heapArray<kj::byte>(sizeof(h));
+    memcpy(out.begin(), &h, sizeof(h));
+    return kj::mv(out);
+  }
+
+  kj::Array<const kj::byte> importMemory(kj::ArrayPtr<const kj::byte> handle) override {
+    IpcHandle h;
+    if (handle.size() != sizeof(h) || memcmp(handle.begin(), IPC_TAG, sizeof(h.tag)) != 0) {
+      throwError(ErrorCode::INVALID_ARGUMENT, "not a CUDA memory handle of troupe's");
+    }
+    memcpy(&h, handle.begin(), sizeof(h));
+    current();
+    void* base = nullptr;
+    checkCuda(api, api.ipcOpenMemHandle(&base, h.handle, CUDA_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+              "cudaIpcOpenMemHandle");
+    auto* close = api.ipcCloseMemHandle;
+    return kj::ArrayPtr<const kj::byte>(static_cast<const kj::byte*>(base) + h.offset, h.bytes)
+        .attach(kj::defer([close, base]() { close(base); }));
+  }
+
+  kj::Promise<void> copyWithin(kj::byte* to, const kj::byte* from, size_t bytes) override {
+    return copy(to, from, bytes, CUDA_MEMCPY_DEVICE_TO_DEVICE);
+  }
+
 private:
+  // What exportMemory() hands out: CUDA's handle of the allocation, and where the memory is in
+  // it.
+  struct IpcHandle {
+    char tag[16];
+    CudaIpcMemHandle handle;
+    uint64_t offset;
+    uint64_t bytes;
+  };
+  static constexpr char IPC_TAG[16] = "troupe-cudaipc1";
+
   void current() {
     checkCuda(api, api.setDevice(ordinal), kj::str("cudaSetDevice(", ordinal, ")"));
   }

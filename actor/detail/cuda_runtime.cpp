@@ -38,6 +38,9 @@ bool resolveAll(void* library, CudaApi& api, kj::Vector<kj::String>& missing) {
   ok &= resolve(library, "cudaStreamSynchronize", api.streamSynchronize, missing);
   ok &= resolve(library, "cudaMemcpyAsync", api.memcpyAsync, missing);
   ok &= resolve(library, "cudaLaunchHostFunc", api.launchHostFunc, missing);
+  ok &= resolve(library, "cudaIpcGetMemHandle", api.ipcGetMemHandle, missing);
+  ok &= resolve(library, "cudaIpcOpenMemHandle", api.ipcOpenMemHandle, missing);
+  ok &= resolve(library, "cudaIpcCloseMemHandle", api.ipcCloseMemHandle, missing);
   return ok;
 }
 
@@ -75,6 +78,14 @@ LoadedCuda loadCudaRuntime(kj::ArrayPtr<const kj::StringPtr> candidates) {
       return loaded;  // the library stays loaded: unloading CUDA's runtime is not safe
     }
     info.available = true;
+    // The runtime has loaded the driver by now; this finds it, where it is, without loading
+    // anything new.
+    if (void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
+      kj::Vector<kj::String> absent;
+      if (!resolve(driver, "cuMemGetAddressRange_v2", api->memGetAddressRange, absent)) {
+        api->memGetAddressRange = nullptr;
+      }
+    }
     loaded.api = *api;
     return loaded;
   }
@@ -92,7 +103,7 @@ const LoadedCuda& processCuda() {
       return loadCudaRuntime(one);
     }
     kj::StringPtr defaults[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
-                                 "libcudart.so"};
+                                "libcudart.so"};
     return loadCudaRuntime(defaults);
   }();
   return loaded;
@@ -104,8 +115,8 @@ kj::Maybe<const CudaApi&> cudaApi() { return processCuda().api; }
 
 void checkCuda(const CudaApi& api, CudaError error, kj::StringPtr what) {
   if (error == 0) return;
-  throwError(ErrorCode::FAILED, kj::str(what, " failed: ", api.getErrorString(error), " (cuda ",
-                                        error, ")"));
+  throwError(ErrorCode::FAILED,
+             kj::str(what, " failed: ", api.getErrorString(error), " (cuda ", error, ")"));
 }
 
 }  // namespace troupe::actor_detail

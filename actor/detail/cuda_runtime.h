@@ -4,6 +4,7 @@
 // the CUDA toolkit and runs without a GPU.
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <string>
 
@@ -24,6 +25,11 @@ constexpr int CUDA_MEMCPY_DEVICE_TO_DEVICE = 3;
 constexpr unsigned CUDA_STREAM_NON_BLOCKING = 1;
 constexpr unsigned CUDA_HOST_ALLOC_PORTABLE = 1;
 
+constexpr unsigned CUDA_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1;
+struct CudaIpcMemHandle {  // cudaIpcMemHandle_t
+  char reserved[64];
+};
+
 // The entry points, resolved from the library.
 struct CudaApi {
   CudaError (*getDeviceCount)(int* count);
@@ -39,6 +45,12 @@ struct CudaApi {
   CudaError (*streamSynchronize)(CudaStream stream);
   CudaError (*memcpyAsync)(void* to, const void* from, size_t bytes, int kind, CudaStream stream);
   CudaError (*launchHostFunc)(CudaStream stream, void (*fn)(void* data), void* data);
+  CudaError (*ipcGetMemHandle)(CudaIpcMemHandle* handle, void* pointer);
+  CudaError (*ipcOpenMemHandle)(void** pointer, CudaIpcMemHandle handle, unsigned flags);
+  CudaError (*ipcCloseMemHandle)(void* pointer);
+  // From the driver (libcuda.so.1), where found: the allocation holding a device address, for
+  // exporting memory that is not at the start of its allocation. Null where absent.
+  int (*memGetAddressRange)(uintptr_t* base, size_t* size, uintptr_t pointer);
 };
 
 // A CUDA runtime loaded from one of `candidates` (the first that loads and has every entry

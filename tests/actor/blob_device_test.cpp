@@ -16,8 +16,10 @@
 #include "troupe/actor/detail/cuda_runtime.h"
 #include "troupe/actor/detail/staging_ring.h"
 #include "troupe/base/errors.h"
+#include "troupe/net/same_host.h"
 #include "tests/support/host_blob_device.h"
 #include "tests/support/registry_helpers.h"
+#include "tests/support/test_actors.h"
 
 namespace troupe {
 namespace {
@@ -94,6 +96,8 @@ struct Member {
   std::shared_ptr<BlobDevice> device;  // null: host memory
   std::string endpoint;
   std::string address;
+  std::string socket;  // its server's same-host socket, and that host's id
+  std::string host;
   kj::Own<ActorServer> server;
   std::vector<Blob> received;
 };
@@ -122,14 +126,24 @@ protected:
           return on == nullptr ? kj::heapArray<kj::byte>(h.size) : on->allocate(h.size);
         },
         [&member](Blob b) { member.received.push_back(kj::mv(b)); }, kj::mv(options));
+    // An actor, for an endpoint that says where the server's same-host socket is.
+    member.server->host<test::Member>("m", kj::heap<test::MemberImpl>(member.endpoint));
     member.address = member.server->listen("tcp://127.0.0.1:0");
+    auto endpoints = member.server->endpoints();
+    member.socket = endpoints[0].metadata.at(SAME_HOST_SOCKET_KEY);
+    member.host = endpoints[0].metadata.at(SAME_HOST_ID_KEY);
     members.push_back(kj::mv(m));
     return member;
   }
 
+  // Sends `bytes` (in `from`'s memory, or host memory) to every member; `sameHost`: through
+  // their same-host sockets.
   kj::Array<BlobResult> send(kj::Array<const kj::byte> bytes, Fanout fanout,
-                             std::shared_ptr<BlobDevice> from) {
-    auto targets = KJ_MAP(m, members) { return BlobTarget{m->endpoint, m->address}; };
+                             std::shared_ptr<BlobDevice> from, bool sameHost = false) {
+    auto targets = KJ_MAP(m, members) {
+      if (!sameHost) return BlobTarget{m->endpoint, m->address};
+      return BlobTarget{m->endpoint, m->address, m->socket, m->host};
+    };
     BlobSendOptions options{.fanout = fanout, .chunkBytes = 64 << 10, .windowBytes = 512 << 10};
     options.device = kj::mv(from);
     auto transfer = sendBlob(loop, targets, "weights", 1, kj::mv(bytes), kj::mv(options));
@@ -166,7 +180,7 @@ protected:
 TEST_F(BlobDeviceTest, ABlobLandsInDeviceMemoryThroughTheStagingRing) {
   auto& m = add(device);
   auto bytes = pattern((2 << 20) + 4104, 1);  // 33 chunks of 64 KiB, the last of 4104 bytes
-  auto results = send(kj::heapArray<kj::byte>(bytes), Fanout::STAR, nullptr);
+  auto results = send(kj::heapArray<kj::byte>(bytes), Fanout::STAR, nullptr, true);
   expectAllHold(bytes, results);
   EXPECT_EQ(device->bytesIn, bytes.size());  // each byte copied in once
   // A few staging buffers carried every chunk: a ring's worth, not one per chunk.
@@ -208,13 +222,58 @@ TEST_F(BlobDeviceTest, ATransferGivenUpMidwayFreesItsDeviceMemory) {
   auto targets = KJ_MAP(x, members) { return BlobTarget{x->endpoint, x->address}; };
   {
     BlobSendOptions send{.chunkBytes = 64 << 10, .windowBytes = 128 << 10};
-    auto transfer =
-        sendBlob(loop, targets, "weights", 1, kj::heapArray<kj::byte>(bytes), kj::mv(send));
+    auto transfer = sendBlob(loop, targets, "weights", 1, kj::heapArray<kj::byte>(bytes),
+                             kj::mv(send));
     await(loop, kj::mv(firstChunk.promise));
   }  // the sender drops the transfer: the receiver is told to give up
   await(loop, kj::mv(gaveUp.promise));
   await(loop, device->whenAllFreed());  // once the copies in flight are done
   EXPECT_TRUE(m.received.empty());
+}
+
+TEST_F(BlobDeviceTest, OnOneHostAMemberCopiesFromTheSendersDeviceMemoryDirectly) {
+  auto& m = add(device);
+  auto bytes = pattern((2 << 20) + 8, 5);
+  auto from = device->upload(loop.waitScope(), bytes);
+  uint64_t uploaded = device->bytesIn;
+  auto results = send(kj::mv(from), Fanout::STAR, device, true);
+  expectAllHold(bytes, results);
+  EXPECT_EQ(device->bytesWithin, bytes.size());  // every byte device to device, once
+  EXPECT_EQ(device->bytesIn, uploaded);          // none through staging buffers
+  EXPECT_EQ(device->stagingMade, 0u);
+  m.received.clear();
+  EXPECT_EQ(device->imports, 0u);  // the sender's memory is closed again
+  EXPECT_EQ(device->liveBytes, 0u);
+}
+
+TEST_F(BlobDeviceTest, AChainOnOneHostCopiesDeviceToDeviceHopByHopAndThroughHostWhereItMust) {
+  add(device);
+  add(device);
+  add(nullptr);  // host memory: its chunks are staged out of its parent's device memory
+  add(device);   // copies from its parent, which has host memory: through staging again
+  add(device);
+  auto bytes = pattern((4 << 20) + 4096, 6);
+  auto results = send(device->upload(loop.waitScope(), bytes), Fanout::CHAIN, device, true);
+  expectAllHold(bytes, results);
+  // Three hops device to device (into members 0, 1 and 4).
+  EXPECT_EQ(device->bytesWithin, 3 * bytes.size());
+}
+
+TEST_F(BlobDeviceTest, AMemberThatCannotOpenTheSendersMemoryTakesTheChunksThroughHostMemory) {
+  auto other = std::make_shared<test::HostBlobDevice>(loop);
+  other->shares = false;
+  auto& m = add(other);
+  auto bytes = pattern((1 << 20) + 8, 7);
+  auto results = send(device->upload(loop.waitScope(), bytes), Fanout::STAR, device, true);
+  ASSERT_EQ(results.size(), 1u);
+  KJ_IF_MAYBE(e, results[0].error) {
+    FAIL() << e->getDescription().cStr();
+  }
+  ASSERT_EQ(m.received.size(), 1u);
+  auto back = other->read(loop.waitScope(), m.received[0].bytes.begin(), bytes.size());
+  EXPECT_TRUE(back == bytes);
+  EXPECT_EQ(device->bytesWithin, 0u);
+  EXPECT_EQ(other->bytesIn, bytes.size());
 }
 
 // --- A real GPU, where there is one ------------------------------------------------------------

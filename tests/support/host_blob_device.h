@@ -4,9 +4,12 @@
 // bit 62 set: not canonical on x86-64 or AArch64, so any read or write through one faults at
 // once, as a device pointer would, and only copyIn()/copyOut() reach the bytes. Copies run on
 // the loop's thread pool (EventLoop::offload), one after another in the order asked for, as a
-// CUDA stream runs them; each checks that its device range lies inside one allocation.
+// CUDA stream runs them; each checks that its device range lies inside one allocation. It
+// exports and opens its own memory for copies device to device, as CUDA IPC does between
+// processes.
 
 #include <string.h>
+#include <unistd.h>
 
 #include <map>
 
@@ -47,6 +50,34 @@ public:
     return after([to, from = untag(from, bytes), bytes]() { memcpy(to, from, bytes); });
   }
 
+  // Device to device, as CUDA IPC does it, within this process only: the handle names the
+  // device object and the memory; a device made with `shares` false exports and opens nothing.
+  kj::Maybe<kj::Array<kj::byte>> exportMemory(const kj::byte* at, size_t bytes) override {
+    if (!shares) return nullptr;
+    untag(at, bytes);  // checks it is ours
+    Handle h{getpid(), this, at, bytes};
+    auto out = kj::heapArray<kj::byte>(sizeof(h));
+    memcpy(out.begin(), &h, sizeof(h));
+    ++exports;
+    return kj::mv(out);
+  }
+
+  kj::Array<const kj::byte> importMemory(kj::ArrayPtr<const kj::byte> handle) override {
+    Handle h;
+    KJ_REQUIRE(shares, "this device opens no memory of others");
+    KJ_REQUIRE(handle.size() == sizeof(h), "not a handle of a host-device");
+    memcpy(&h, handle.begin(), sizeof(h));
+    KJ_REQUIRE(h.pid == getpid() && h.device == this, "memory of another host-device");
+    ++imports;
+    return kj::ArrayPtr<const kj::byte>(h.at, h.bytes).attach(kj::defer([this]() { --imports; }));
+  }
+
+  kj::Promise<void> copyWithin(kj::byte* to, const kj::byte* from, size_t bytes) override {
+    bytesWithin += bytes;
+    return after(
+        [to = untag(to, bytes), from = untag(from, bytes), bytes]() { memcpy(to, from, bytes); });
+  }
+
   // The bytes of device memory [at, at + size), copied out now (waits for earlier copies).
   kj::Array<kj::byte> read(kj::WaitScope& ws, const kj::byte* at, size_t size) {
     auto out = kj::heapArray<kj::byte>(size);
@@ -69,13 +100,24 @@ public:
     return kj::mv(paf.promise);
   }
 
-  size_t liveBytes = 0;    // device memory not freed yet
-  uint64_t bytesIn = 0;    // copied into the device
-  uint64_t bytesOut = 0;   // copied out of it
-  size_t stagingMade = 0;  // staging buffers allocated
+  size_t liveBytes = 0;      // device memory not freed yet
+  uint64_t bytesIn = 0;      // copied into the device
+  uint64_t bytesOut = 0;     // copied out of it
+  size_t stagingMade = 0;    // staging buffers allocated
+  uint64_t bytesWithin = 0;  // copied device to device
+  size_t exports = 0;        // handles made
+  size_t imports = 0;        // handles open now
+  bool shares = true;        // exports and opens memory (device to device)
 
 private:
   static constexpr uintptr_t TAG = uintptr_t{1} << 62;
+
+  struct Handle {
+    pid_t pid;
+    const HostBlobDevice* device;
+    const kj::byte* at;
+    size_t bytes;
+  };
 
   static kj::byte* tag(kj::byte* real) {
     return reinterpret_cast<kj::byte*>(reinterpret_cast<uintptr_t>(real) | TAG);
