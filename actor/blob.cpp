@@ -115,8 +115,8 @@ BlobTransfer sendBlob(EventLoop& loop, kj::ArrayPtr<const BlobTarget> targets, k
   params.stallTimeout = options.stallTimeout;
   params.channel = kj::mv(options.channel);
   uint64_t size = bytes.size();
-  auto source = kj::refcounted<actor_detail::BlobSource>(kj::mv(bytes), size, options.chunkBytes,
-                                                         size, kj::mv(options.device));
+  auto source = kj::refcounted<actor_detail::BlobSource>(
+      kj::mv(bytes), size, options.chunkBytes, size, kj::mv(options.device), options.windowBytes);
   auto roots = actor_detail::layOut(targets, options.fanout, options.treeFanout);
   return BlobTransfer(kj::refcounted<actor_detail::BlobFanout>(loop, kj::mv(source), kj::mv(params),
                                                                kj::mv(roots), loop.logger()),

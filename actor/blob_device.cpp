@@ -4,9 +4,7 @@
 
 namespace troupe {
 
-kj::Maybe<kj::Array<kj::byte>> BlobDevice::exportMemory(const kj::byte*, size_t) {
-  return nullptr;
-}
+kj::Maybe<kj::Array<kj::byte>> BlobDevice::exportMemory(const kj::byte*, size_t) { return nullptr; }
 
 kj::Array<const kj::byte> BlobDevice::importMemory(kj::ArrayPtr<const kj::byte>) {
   throwError(ErrorCode::UNIMPLEMENTED, kj::str(name(), " opens no memory of other processes"));

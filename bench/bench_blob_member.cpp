@@ -4,8 +4,10 @@
 // runs a plain TCP sink for the raw floor: per connection, an 8-byte size, that many bytes read
 // into a buffer, a 1-byte answer.
 //
-//   bench_blob_member [--listen tcp://HOST:PORT] [--verify] [--raw]
+//   bench_blob_member [--listen tcp://HOST:PORT] [--verify] [--raw] [--device cuda:N|host]
 //
+// With --device the buffer is device memory: a CUDA device's, or with "host" host memory standing
+// in for a device (tests/support/host_blob_device.h), for device_bench on machines without a GPU.
 // Prints "LISTENING <address>" (and "RAW HOST:PORT" with --raw), then serves until SIGTERM. With
 // --verify it computes each blob's XXH3-64 when it arrives (stats() reports it).
 
@@ -30,8 +32,10 @@
 
 #include "troupe/actor/actor_ref.h"
 #include "troupe/actor/actor_server.h"
+#include "troupe/actor/blob_device.h"
 #include "blob_bench.capnp.h"
 #include "bench/bench_sockets.h"
+#include "tests/support/host_blob_device.h"
 #include "tests/support/resident_memory.h"
 
 namespace {
@@ -133,16 +137,20 @@ int main(int argc, char** argv) {
   std::string listen = "tcp://127.0.0.1:0";
   bool verify = false;
   bool raw = false;
+  std::string device;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--listen" && i + 1 < argc) {
       listen = argv[++i];
+    } else if (a == "--device" && i + 1 < argc) {
+      device = argv[++i];
     } else if (a == "--verify") {
       verify = true;
     } else if (a == "--raw") {
       raw = true;
     } else {
-      fprintf(stderr, "usage: bench_blob_member [--listen ADDRESS] [--verify] [--raw]\n");
+      fprintf(stderr, "usage: bench_blob_member [--listen ADDRESS] [--verify] [--raw] "
+                      "[--device cuda:N|host]\n");
       return 2;
     }
   }
@@ -152,18 +160,33 @@ int main(int argc, char** argv) {
   troupe::ActorServer server(loop, job);
   Received received;
   kj::Array<kj::byte> buffer;
+  troupe::BlobAcceptOptions options{.acceptStaleVersions = true};
+  if (device == "host") {
+    options.device = std::make_shared<troupe::test::HostBlobDevice>(loop);
+  } else if (device.rfind("cuda:", 0) == 0) {
+    options.device = troupe::cudaBlobDevice(loop, std::stoi(device.substr(strlen("cuda:"))));
+  } else if (!device.empty()) {
+    fprintf(stderr, "bench_blob_member: --device takes cuda:N or host, not %s\n", device.c_str());
+    return 2;
+  }
+  auto on = options.device;
   server.acceptBlobs(
       "weights",
       [&](const troupe::BlobHeader& h) {
-        if (buffer.size() < h.size) buffer = kj::heapArray<kj::byte>(h.size);
+        if (buffer.size() < h.size) {
+          buffer = nullptr;
+          buffer = on == nullptr ? kj::heapArray<kj::byte>(h.size) : on->allocate(h.size);
+        }
         return kj::Array<kj::byte>(buffer.begin(), h.size, kj::NullArrayDisposer::instance);
       },
       [&](troupe::Blob b) {
         ++received.blobs;
         received.lastBytes = b.bytes.size();
-        received.lastChecksum = verify ? XXH3_64bits(b.bytes.begin(), b.bytes.size()) : 0;
+        if (verify && on == nullptr) {
+          received.lastChecksum = XXH3_64bits(b.bytes.begin(), b.bytes.size());
+        }
       },
-      {.acceptStaleVersions = true});
+      kj::mv(options));
   server.host<BlobMember>("member", kj::heap<MemberImpl>(loop, received));
   auto address = server.listen(listen.c_str());
   printf("LISTENING %s\n", address.c_str());

@@ -60,7 +60,7 @@ struct BlobSource::Staged final : public kj::Refcounted {
 };
 
 BlobSource::BlobSource(kj::Array<const kj::byte> memory, uint64_t size, uint32_t chunkBytes,
-                       uint64_t available, std::shared_ptr<BlobDevice> device)
+                       uint64_t available, std::shared_ptr<BlobDevice> device, uint64_t windowBytes)
     : memory(kj::mv(memory)),
       size_(size),
       chunkBytes_(chunkBytes),
@@ -72,7 +72,8 @@ BlobSource::BlobSource(kj::Array<const kj::byte> memory, uint64_t size, uint32_t
   checksums.resize(chunkCount());
   known.resize(chunkCount());
   if (device_ != nullptr) {
-    ring = kj::refcounted<StagingRing>(device_, chunkBytes, StagingRing::buffersFor(chunkBytes));
+    ring = kj::refcounted<StagingRing>(device_, chunkBytes,
+                                       StagingRing::buffersFor(chunkBytes, windowBytes));
   }
 }
 

@@ -43,9 +43,11 @@ class BlobSource final : public kj::Refcounted {
 public:
   // `memory` holds at least `size` bytes, the first `available` of them in place already (all
   // of them for a sender). `chunkBytes` divides the blob into chunks. `device`: the device
-  // `memory` is on, or null for host memory.
+  // `memory` is on, or null for host memory; `windowBytes`, what senders keep in flight, sizes
+  // its staging ring.
   BlobSource(kj::Array<const kj::byte> memory, uint64_t size, uint32_t chunkBytes,
-             uint64_t available, std::shared_ptr<BlobDevice> device = nullptr);
+             uint64_t available, std::shared_ptr<BlobDevice> device = nullptr,
+             uint64_t windowBytes = 0);
   ~BlobSource() noexcept(false);
 
   uint64_t size() const { return size_; }

@@ -373,8 +373,13 @@ private:
         intoDevice(index, checksum, kj::mv(*bytes));
         return kj::READY_NOW;
       }
-      starved = true;  // no more reads into staging buffers till this one has one
       auto bytes = KJ_ASSERT_NONNULL(kj::mv(copy));
+      KJ_IF_MAYBE(buffer, source->staging().tryTake()) {
+        memcpy(buffer->begin(), bytes.begin(), bytes.size());
+        intoDevice(index, checksum, buffer->slice(0, bytes.size()).attach(kj::mv(*buffer)));
+        return kj::READY_NOW;
+      }
+      starved = true;  // no more reads into staging buffers till this one has one
       return source->staging().take().then(
           [this, index, checksum, bytes = kj::mv(bytes)](kj::Array<kj::byte> buffer) mutable {
             starved = false;
@@ -725,7 +730,7 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
   forward.stallTimeout = h.getStallMillis() * kj::MILLISECONDS;
   forward.channel = forwarding;
   auto source = kj::refcounted<BlobSource>(kj::mv(memory), header.size, forward.chunkBytes, 0,
-                                           acceptor.options.device);
+                                           acceptor.options.device, forward.windowBytes);
   auto transfer = kj::refcounted<Transfer>(*this, acceptor, header, kj::mv(forward), kj::mv(source),
                                            kj::mv(hops));
   auto results = context.getResults();

@@ -11,9 +11,9 @@ StagingRing::StagingRing(std::shared_ptr<BlobDevice> device, size_t bufferBytes,
   KJ_REQUIRE(buffers > 0 && bufferBytes > 0);
 }
 
-size_t StagingRing::buffersFor(size_t chunkBytes) {
-  constexpr size_t TOTAL = size_t{32} << 20;
-  return std::clamp<size_t>(TOTAL / std::max<size_t>(chunkBytes, 1), 2, 8);
+size_t StagingRing::buffersFor(size_t chunkBytes, uint64_t windowBytes) {
+  uint64_t window = (windowBytes + chunkBytes - 1) / std::max<size_t>(chunkBytes, 1);
+  return std::clamp<uint64_t>(window + 2, 2, 64);
 }
 
 kj::Maybe<kj::Array<kj::byte>> StagingRing::tryTake() {

@@ -22,8 +22,11 @@ public:
   // Buffers of `bufferBytes`, at most `buffers` of them.
   StagingRing(std::shared_ptr<BlobDevice> device, size_t bufferBytes, size_t buffers);
 
-  // How many buffers a ring for chunks of `chunkBytes` holds: enough for 32 MiB, 2 to 8.
-  static size_t buffersFor(size_t chunkBytes);
+  // How many buffers a ring for chunks of `chunkBytes` sent `windowBytes` at a time holds: a
+  // window's worth and two more, so that the chunks a sender may have in flight can all be read
+  // into one while the device copies others; at most 64. (Made only as needed: where the device
+  // copies faster than the network brings chunks, a few.)
+  static size_t buffersFor(size_t chunkBytes, uint64_t windowBytes);
 
   size_t bufferBytes() const { return bufferBytes_; }
   size_t capacity() const { return capacity_; }
