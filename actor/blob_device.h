@@ -95,10 +95,24 @@ struct CudaRuntimeInfo {
 };
 const CudaRuntimeInfo& cudaRuntime();
 
-// CUDA device `ordinal` as a BlobDevice for `loop`: copies run on a CUDA stream of its own, and
-// staging buffers are page-locked host memory (cudaHostAlloc), kept for reuse. Throws
+// CUDA device `ordinal` as a BlobDevice for `loop`, one per loop and ordinal (made on the first
+// call, kept until the loop goes; drop what you hold of it before): copies run on a CUDA stream
+// of its own, and staging buffers are page-locked host memory (cudaHostAlloc), kept for reuse.
+// Its allocate() is cudaMalloc's. Throws
 // UNIMPLEMENTED, saying why, where CUDA is not available, and INVALID_ARGUMENT for an ordinal
 // the machine has not.
 std::shared_ptr<BlobDevice> cudaBlobDevice(EventLoop& loop, int ordinal);
+
+// CUDA for code that holds device memory outside a loop (the Python module): any thread. Each
+// throws UNIMPLEMENTED, saying why, where CUDA is not available.
+//
+// `bytes` of CUDA device `ordinal`'s memory (cudaMalloc), freed when the array goes.
+kj::Array<kj::byte> allocateCudaMemory(int ordinal, size_t bytes);
+// Copies `bytes` between any host and device memory, the direction told by the addresses
+// (cudaMemcpy); returns once done.
+void copyCudaMemory(void* to, const void* from, size_t bytes);
+// The CUDA device whose memory `pointer` is in, or null for any other memory (and where CUDA is
+// not available).
+kj::Maybe<int> cudaDeviceOf(const void* pointer);
 
 }  // namespace troupe

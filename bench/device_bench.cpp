@@ -176,9 +176,7 @@ void sendBlobs(benchmark::State& state, const std::string& listen, const std::st
   state.SetLabel(memberDevice.empty() ? "host" : memberDevice);
 }
 
-void BM_Blob_IntoHost(benchmark::State& state) {
-  sendBlobs(state, "tcp://127.0.0.1:0", "", false);
-}
+void BM_Blob_IntoHost(benchmark::State& state) { sendBlobs(state, "tcp://127.0.0.1:0", "", false); }
 
 void BM_Blob_IntoDevice(benchmark::State& state) {
   sendBlobs(state, "tcp://127.0.0.1:0", deviceName(), false);

@@ -22,9 +22,13 @@ build=${BUILD_DIR:-$root/build-gpu}
 programs=(blob_device_test device_bench bench_blob_member)
 
 build_here() {
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DTROUPE_BUILD_TESTS=ON -DTROUPE_BUILD_BENCH=ON -DTROUPE_BUILD_EXAMPLES=OFF \
-    -DTROUPE_BUILD_PYTHON=OFF >/dev/null
+  if [ -f "$build/CMakeCache.txt" ]; then
+    cmake "$build" >/dev/null  # a build folder of its own settings (BUILD_DIR=build): kept
+  else
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DTROUPE_BUILD_TESTS=ON -DTROUPE_BUILD_BENCH=ON -DTROUPE_BUILD_EXAMPLES=OFF \
+      -DTROUPE_BUILD_PYTHON=OFF >/dev/null
+  fi
   ninja -C "$build" "${programs[@]}"
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <vector>
 
 #include <kj/debug.h>
@@ -206,6 +207,13 @@ private:
   std::deque<kj::Own<kj::PromiseFulfiller<void>>> waiting;
 };
 
+// A loop's CUDA devices, one per ordinal, made as first asked for.
+class CudaDevices final : public EventLoop::Service {
+public:
+  explicit CudaDevices(EventLoop&) {}
+  std::map<int, std::shared_ptr<BlobDevice>> devices;
+};
+
 }  // namespace
 
 }  // namespace troupe::actor_detail
@@ -219,7 +227,9 @@ std::shared_ptr<BlobDevice> cudaBlobDevice(EventLoop& loop, int ordinal) {
       throwError(ErrorCode::INVALID_ARGUMENT,
                  kj::str("no CUDA device ", ordinal, ": this machine has ", info.devices));
     }
-    return std::make_shared<actor_detail::CudaBlobDevice>(loop, *api, ordinal);
+    auto& made = loop.service<actor_detail::CudaDevices>().devices[ordinal];
+    if (made == nullptr) made = std::make_shared<actor_detail::CudaBlobDevice>(loop, *api, ordinal);
+    return made;
   }
   throwError(ErrorCode::UNIMPLEMENTED, kj::str("CUDA is not available here: ", info.reason));
 }

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <kj/vector.h>
 
@@ -38,6 +39,8 @@ bool resolveAll(void* library, CudaApi& api, kj::Vector<kj::String>& missing) {
   ok &= resolve(library, "cudaStreamSynchronize", api.streamSynchronize, missing);
   ok &= resolve(library, "cudaMemcpyAsync", api.memcpyAsync, missing);
   ok &= resolve(library, "cudaLaunchHostFunc", api.launchHostFunc, missing);
+  ok &= resolve(library, "cudaMemcpy", api.memcpy, missing);
+  ok &= resolve(library, "cudaPointerGetAttributes", api.pointerGetAttributes, missing);
   ok &= resolve(library, "cudaIpcGetMemHandle", api.ipcGetMemHandle, missing);
   ok &= resolve(library, "cudaIpcOpenMemHandle", api.ipcOpenMemHandle, missing);
   ok &= resolve(library, "cudaIpcCloseMemHandle", api.ipcCloseMemHandle, missing);
@@ -124,5 +127,53 @@ void checkCuda(const CudaApi& api, CudaError error, kj::StringPtr what) {
 namespace troupe {
 
 const CudaRuntimeInfo& cudaRuntime() { return actor_detail::processCuda().info; }
+
+namespace {
+
+const actor_detail::CudaApi& requireCuda() {
+  KJ_IF_MAYBE(api, actor_detail::cudaApi()) {
+    return *api;
+  }
+  throwError(ErrorCode::UNIMPLEMENTED,
+             kj::str("CUDA is not available here: ", cudaRuntime().reason));
+}
+
+}  // namespace
+
+kj::Array<kj::byte> allocateCudaMemory(int ordinal, size_t bytes) {
+  auto& api = requireCuda();
+  if (ordinal < 0 || ordinal >= cudaRuntime().devices) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("no CUDA device ", ordinal, ": this machine has ", cudaRuntime().devices));
+  }
+  actor_detail::checkCuda(api, api.setDevice(ordinal), kj::str("cudaSetDevice(", ordinal, ")"));
+  void* at = nullptr;
+  actor_detail::checkCuda(api, api.malloc(&at, bytes == 0 ? 1 : bytes),
+                          kj::str("cudaMalloc of ", bytes, " bytes on cuda:", ordinal));
+  auto* free = api.free;
+  return kj::ArrayPtr<kj::byte>(static_cast<kj::byte*>(at), bytes).attach(kj::defer([free, at]() {
+    free(at);
+  }));
+}
+
+void copyCudaMemory(void* to, const void* from, size_t bytes) {
+  auto& api = requireCuda();
+  actor_detail::checkCuda(api, api.memcpy(to, from, bytes, actor_detail::CUDA_MEMCPY_DEFAULT),
+                          kj::str("cudaMemcpy of ", bytes, " bytes"));
+}
+
+kj::Maybe<int> cudaDeviceOf(const void* pointer) {
+  KJ_IF_MAYBE(api, actor_detail::cudaApi()) {
+    alignas(8) char attributes[512] = {};
+    if (api->pointerGetAttributes(attributes, pointer) != 0) return nullptr;
+    int type = 0;
+    int device = 0;
+    memcpy(&type, attributes, sizeof(type));
+    memcpy(&device, attributes + sizeof(type), sizeof(device));
+    if (type != actor_detail::CUDA_MEMORY_TYPE_DEVICE) return nullptr;
+    return device;
+  }
+  return nullptr;
+}
 
 }  // namespace troupe

@@ -22,6 +22,8 @@ using CudaStream = void*;
 constexpr int CUDA_MEMCPY_HOST_TO_DEVICE = 1;
 constexpr int CUDA_MEMCPY_DEVICE_TO_HOST = 2;
 constexpr int CUDA_MEMCPY_DEVICE_TO_DEVICE = 3;
+constexpr int CUDA_MEMCPY_DEFAULT = 4;  // the direction told by the addresses
+constexpr int CUDA_MEMORY_TYPE_DEVICE = 2;
 constexpr unsigned CUDA_STREAM_NON_BLOCKING = 1;
 constexpr unsigned CUDA_HOST_ALLOC_PORTABLE = 1;
 
@@ -44,6 +46,10 @@ struct CudaApi {
   CudaError (*streamDestroy)(CudaStream stream);
   CudaError (*streamSynchronize)(CudaStream stream);
   CudaError (*memcpyAsync)(void* to, const void* from, size_t bytes, int kind, CudaStream stream);
+  CudaError (*memcpy)(void* to, const void* from, size_t bytes, int kind);
+  // `attributes`: a cudaPointerAttributes, which has grown over releases: its memory type (int)
+  // first, then its device (int).
+  CudaError (*pointerGetAttributes)(void* attributes, const void* pointer);
   CudaError (*launchHostFunc)(CudaStream stream, void (*fn)(void* data), void* data);
   CudaError (*ipcGetMemHandle)(CudaIpcMemHandle* handle, void* pointer);
   CudaError (*ipcOpenMemHandle)(void** pointer, CudaIpcMemHandle handle, unsigned flags);

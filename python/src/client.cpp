@@ -5,11 +5,13 @@
 
 #include <kj/debug.h>
 
+#include "troupe/actor/blob_device.h"
 #include "troupe/actor/dynamic_actor.h"
 #include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
 #include "troupe/net/limits.h"
 #include "troupe/resolver/open_resolver.h"
+#include "python/src/device.h"
 #include "python/src/errors.h"
 #include "python/src/values.h"
 
@@ -627,12 +629,20 @@ py::list PyPool::broadcastBlob(const std::string& name, uint64_t version, py::ha
   if (chunkBytes) options.chunkBytes = *chunkBytes;
   if (windowBytes) options.windowBytes = *windowBytes;
   auto limit = durationOf(timeout, "timeout");
-  auto bytes = borrowBuffer(data, "the blob");
+  kj::Array<const kj::byte> bytes;
+  int device = -1;  // the CUDA device the bytes are on, if any
+  KJ_IF_MAYBE(d, deviceBytesOf(data, "the blob")) {
+    bytes = kj::mv(d->bytes);
+    device = d->device;
+  } else {
+    bytes = borrowBuffer(data, "the blob");
+  }
   auto done = kj::atomicRefcounted<BlobCompletion>();
   runOn<BlobCompletion>(
       done,
-      [self = shared_from_this(), name, version, limit, bytes = kj::mv(bytes),
-       options = kj::mv(options)](EventLoop&, BlobCompletion& c) mutable {
+      [self = shared_from_this(), name, version, limit, bytes = kj::mv(bytes), device,
+       options = kj::mv(options)](EventLoop& loop, BlobCompletion& c) mutable {
+        if (device >= 0) options.device = cudaBlobDevice(loop, device);
         auto transfer = kj::heap(
             self->pool.get().broadcastBlob(name.c_str(), version, kj::mv(bytes), kj::mv(options)));
         auto& t = *transfer;

@@ -14,11 +14,13 @@
 
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/blob.h"
+#include "troupe/actor/blob_device.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/actor/job_context.h"
 #include "troupe/base/errors.h"
 #include "troupe/resolver/host_actor.h"
 #include "python/src/client.h"
+#include "python/src/device.h"
 #include "python/src/errors.h"
 #include "python/src/logs.h"
 #include "python/src/values.h"
@@ -429,6 +431,39 @@ void acceptBlob(ActorServer& server, const std::string& name, HeldObject& taker,
       });
 }
 
+// acceptBlob() for a blob received into CUDA device `device`: `data` is a read-only
+// troupe.DeviceArray over the device memory, which Python may hold past the loop's end.
+void acceptBlobOnDevice(EventLoop& loop, ActorServer& server, const std::string& name, int device,
+                        HeldObject& taker, std::shared_ptr<spdlog::logger> log) {
+  BlobAcceptOptions options;
+  options.device = cudaBlobDevice(loop, device);
+  // The latest memory given for the blob: one transfer of a name is received at a time.
+  auto latest = kj::heap<std::shared_ptr<kj::Array<kj::byte>>>();
+  auto& memory = *latest;
+  server.acceptBlobs(
+      name.c_str(),
+      [&memory, device](const BlobHeader& header) {
+        memory = std::make_shared<kj::Array<kj::byte>>(allocateCudaMemory(device, header.size));
+        return kj::ArrayPtr<kj::byte>(*memory).attach(std::shared_ptr(memory));
+      },
+      [&memory, &taker, log, device, latest = kj::mv(latest)](Blob received) {
+        KJ_REQUIRE(memory != nullptr && memory->begin() == received.bytes.begin(),
+                   "a blob received into memory this server did not allocate");
+        auto held = kj::mv(memory);
+        auto bytes = kj::ArrayPtr<const kj::byte>(*held).attach(kj::mv(held));
+        auto where = "blob '" + received.name + "'";
+        py::gil_scoped_acquire gil;
+        try {
+          (*taker.object)
+              .attr("take_blob")(received.name, received.version,
+                                 deviceArrayOf(kj::mv(bytes), device));
+        } catch (py::error_already_set& e) {
+          kj::throwFatalException(actorRaised(e, where, *log));
+        }
+      },
+      kj::mv(options));
+}
+
 }  // namespace
 
 void HostedActor::run() {
@@ -455,13 +490,19 @@ kj::Maybe<kj::Exception> HostedActor::serveHere() {
       py::gil_scoped_acquire gil;  // the actor holds the object
       auto object = kj::mv(*impl);
       impl.reset();
-      if (!options.blobNames.empty()) blobTaker.object = object;
+      if (!options.blobs.empty()) blobTaker.object = object;
       server.hostCapability(options.name.c_str(), schema,
                             kj::heap<PythonActor>(loop, schema, kj::mv(object),
                                                   options.maxConcurrency != 1, options.views),
                             actor);
     }
-    for (auto& blob : options.blobNames) acceptBlob(server, blob, blobTaker, loop.logger());
+    for (auto& [blob, device] : options.blobs) {
+      if (device < 0) {
+        acceptBlob(server, blob, blobTaker, loop.logger());
+      } else {
+        acceptBlobOnDevice(loop, server, blob, device, blobTaker, loop.logger());
+      }
+    }
     if (!options.listen.empty()) listenGuarded(server, options.listen.c_str());
     auto replica = publishReplica(loop, server);
     auto stopping = kj::newPromiseAndCrossThreadFulfiller<kj::Maybe<kj::Duration>>();

@@ -25,9 +25,11 @@ struct ServeOptions {
   std::vector<std::string> importPath;  // for the schema's imports, before /usr/include
   bool catchSigint = true;              // SIGINT drains as SIGTERM does (else Python keeps it)
   bool views = false;  // large received Data reach the object as views (toPython(), values.h)
-  // Blobs the object takes (ActorServer::acceptBlobs): each version of each is handed to its
-  // take_blob(name, version, data), data a read-only memoryview over the bytes received.
-  std::vector<std::string> blobNames;
+  // Blobs the object takes (ActorServer::acceptBlobs), each with the CUDA device it is received
+  // into (-1: host memory): each version of each is handed to its take_blob(name, version,
+  // data), data a read-only memoryview over the bytes received (a troupe.DeviceArray for a
+  // device).
+  std::vector<std::pair<std::string, int>> blobs;
 };
 
 // Where an interface's schema comes from: the file at `path`, or, when `text` is not empty, that

@@ -9,6 +9,7 @@
 
 #include "troupe/version.h"
 #include "python/src/client.h"
+#include "python/src/device.h"
 #include "python/src/errors.h"
 #include "python/src/host.h"
 #include "python/src/jobs.h"
@@ -279,6 +280,7 @@ PYBIND11_MODULE(_troupe, m) {
   bindRuntime(m);
   bindLogs(m);
   bindValues(m);
+  bindDevice(m);
   bindResolver(m);
   bindClient(m);
   bindResourceConfig(m);
@@ -288,11 +290,11 @@ PYBIND11_MODULE(_troupe, m) {
                        const std::string& interface, py::object impl, const std::string& name,
                        const std::string& listen, uint32_t maxConcurrency,
                        std::vector<std::string> importPath, bool catchSigint, bool views,
-                       std::vector<std::string> blobNames) {
+                       std::vector<std::pair<std::string, int>> blobs) {
         return std::make_unique<HostedActor>(SchemaSource{path, text}, interface, kj::mv(impl),
                                              ServeOptions{name, listen, maxConcurrency,
                                                           kj::mv(importPath), catchSigint, views,
-                                                          kj::mv(blobNames)});
+                                                          kj::mv(blobs)});
       }))
       .def_property_readonly("address", &HostedActor::address)
       .def_property_readonly("endpoints", &HostedActor::endpoints)

@@ -37,6 +37,8 @@ __all__ = [
     # calling actors
     "open_resolver", "connect", "Resolver", "Group", "ActorGroup", "Pool", "TypedPool", "Ref",
     "Broadcast", "Result", "BlobResult",
+    # GPU memory
+    "DeviceArray", "cuda_runtime",
     # Python classes as actors, and Python objects with a schema file
     "actor", "on_blob", "schema_of", "host_actor", "HostedActor", "serve", "Tensor",
     "AnnotationError",
@@ -446,7 +448,10 @@ class Pool:
     def broadcast_blob(self, name, version, data, *, fanout="star", tree_fanout=2,
                        chunk_bytes=None, window_bytes=None, timeout=60.0):
         """Sends `data` (bytes, bytearray, memoryview, a NumPy array: sent from the buffer
-        itself, which must not change meanwhile) as blob `name` at `version` to every READY
+        itself, which must not change meanwhile; or GPU memory: a troupe.DeviceArray or any
+        contiguous object with __cuda_array_interface__, such as a CUDA tensor, whose chunks
+        are copied out through pinned buffers, or copied GPU to GPU by members on this host that
+        receive into a GPU) as blob `name` at `version` to every READY
         member, whose servers accept it with ActorServer::acceptBlobs. `fanout`: "star" (to each
         member), "chain" (each member forwards to the next) or "tree". Waits up to `timeout`
         seconds and returns one BlobResult per member, in name order; a member that dies or
@@ -456,6 +461,17 @@ class Pool:
 
 
 # --- jobs --------------------------------------------------------------------------------------
+
+DeviceArray = _troupe.DeviceArray
+"""Bytes in a GPU's memory, with __cuda_array_interface__ (torch.as_tensor(a, device="cuda") and
+CuPy take it without a copy): DeviceArray.allocate(nbytes, device=0), DeviceArray.from_bytes(data,
+device=0), to_bytes(), nbytes, device, ptr. What on_blob(name, device=N) hands a blob received
+into a GPU as, and one of the things Pool.broadcast_blob sends from. Raises Unimplemented, saying
+why, where CUDA is not available."""
+
+cuda_runtime = _troupe.cuda_runtime
+"""What troupe found of the CUDA runtime (loaded when first needed, so troupe runs without it):
+a dict of available, reason (why not), library, version and devices."""
 
 ResourceConfig = _troupe.ResourceConfig
 """What each replica of a job needs: ResourceConfig.with_cpu(cpus, ram="1g"),
@@ -632,7 +648,7 @@ def actor(cls):
     return cls
 
 
-def on_blob(name):
+def on_blob(name, device=None):
     """Marks a method of a troupe.actor class as the one that takes blob `name`, which senders
     send with Pool.broadcast_blob(name, version, data):
 
@@ -645,8 +661,14 @@ def on_blob(name):
     referenced. Methods that run one at a time (the default) never run while it does; with
     max_concurrency other than 1, sync methods of a class without async ones may (guard what
     they share). What it raises is the member's error in the sender's results. It is not part
-    of the actor's interface."""
-    return _actors.on_blob(name)
+    of the actor's interface.
+
+    With `device` (a CUDA device's number), the blob is received into that GPU's memory
+    (README, "Blobs in GPU memory") and `data` is a troupe.DeviceArray over it, which
+    torch.as_tensor(data, device="cuda") and CuPy take without a copy through its
+    __cuda_array_interface__; hosting such an actor where CUDA is not available raises
+    Unimplemented, saying why."""
+    return _actors.on_blob(name, device)
 
 
 def schema_of(actor_class):
@@ -724,7 +746,8 @@ def host_actor(actor, *, name, args=(), kwargs=None, listen="", max_concurrency=
     try:
         impl = _troupe.HostedActor(spec.file_name, spec.schema_text, spec.interface, servant,
                                    name, listen, max_concurrency, [], False, True,
-                                   list(spec.blob_handlers))
+                                   [(blob, spec.blob_devices.get(blob, -1))
+                                    for blob in spec.blob_handlers])
     except BaseException:
         servant.close()
         raise

@@ -66,6 +66,7 @@ class ActorSpec:
         self.interface = type_name(cls.__name__)
         self.methods = {}
         self.blob_handlers = {}  # blob name -> the method (its Python name) that takes it
+        self.blob_devices = {}  # blob name -> the CUDA device it is received into, if any
         for name in _public_methods(cls):
             fn = inspect.getattr_static(cls, name)
             if isinstance(fn, (staticmethod, classmethod)):
@@ -73,7 +74,10 @@ class ActorSpec:
             where = f"{cls.__qualname__}.{name}"
             blob = getattr(fn, BLOB_ATTRIBUTE, None)
             if blob is not None:
+                blob, device = blob
                 self._add_blob_handler(blob, name, fn, where)
+                if device is not None:
+                    self.blob_devices[blob] = device
                 continue
             params, sig, hints = _params(fn, where)
             if "return" not in hints:
@@ -165,15 +169,18 @@ class ActorSpec:
 BLOB_ATTRIBUTE = "__troupe_blob__"
 
 
-def on_blob(name):
+def on_blob(name, device=None):
     """Marks a method of a troupe.actor class as what takes blob `name` (see troupe.on_blob)."""
     if not isinstance(name, str) or not name:
         raise TypeError("troupe.on_blob takes the blob's name, a non-empty str")
+    if device is not None and (isinstance(device, bool) or not isinstance(device, int) or
+                               device < 0):
+        raise TypeError("troupe.on_blob's device is a CUDA device's number (0, 1, ...) or None")
 
     def mark(fn):
         if not callable(fn):
             raise TypeError("troupe.on_blob marks a method")
-        setattr(fn, BLOB_ATTRIBUTE, name)
+        setattr(fn, BLOB_ATTRIBUTE, (name, device))
         return fn
     return mark
 
@@ -259,7 +266,8 @@ class Servant:
 
     def take_blob(self, name, version, data):
         """Hands blob `name` at `version` (`data`, a read-only memoryview over the bytes
-        received) to the method marked to take it, as a sync method runs."""
+        received, or a troupe.DeviceArray for a blob received into a GPU) to the method marked
+        to take it, as a sync method runs."""
         fn = getattr(self._obj, self._spec.blob_handlers[name])
         if self._lock is not None:
             with self._lock:

@@ -348,3 +348,77 @@ def test_a_class_defined_in_main_is_refused_with_what_to_do(registry, tmp_path):
             launcher.create_actor_group(Local, name="local")
         assert "defined in __main__" in str(raised.value)
         assert "move it to a module" in str(raised.value)
+
+
+# --- Blobs in GPU memory (README, "Blobs in GPU memory") ---------------------------------------
+
+CUDA = troupe.cuda_runtime()
+needs_gpu = pytest.mark.skipif(not CUDA["available"], reason=f"no GPU here: {CUDA['reason']}")
+
+
+@troupe.actor
+class GpuModel:
+    def __init__(self):
+        self.weights = None
+        self.version = 0
+
+    @troupe.on_blob("weights", device=0)
+    def swap_in(self, version, data):
+        self.weights = data  # a troupe.DeviceArray: the GPU memory received into, kept
+        self.version = version
+
+    def held(self) -> dict[str, int]:
+        return {"version": self.version, "device": self.weights.device,
+                "bytes": self.weights.nbytes}
+
+    def checksum(self) -> int:
+        return sum(self.weights.to_bytes()) & 0xFFFFFFFF
+
+
+class FakeCudaArray:
+    """What a CUDA tensor shows: __cuda_array_interface__ (here over an address that is no
+    device's: it is never read where CUDA is absent)."""
+    __cuda_array_interface__ = {"shape": (4096,), "typestr": "|u1", "data": (1 << 40, False),
+                                "version": 3}
+
+
+def test_cuda_runtime_says_what_it_found():
+    assert set(CUDA) == {"available", "reason", "library", "version", "devices"}
+    assert CUDA["available"] == (CUDA["devices"] > 0)
+    assert CUDA["available"] or CUDA["reason"]
+
+
+@pytest.mark.skipif(CUDA["available"], reason="CUDA is available here")
+def test_without_cuda_gpu_memory_is_refused_saying_why(host):
+    with pytest.raises(troupe.Unimplemented) as raised:
+        troupe.DeviceArray.allocate(4096)
+    assert "CUDA is not available here" in str(raised.value)
+    assert CUDA["reason"] in str(raised.value)
+    _, pool = host(Model, "blobs-nocuda", "model")
+    with pytest.raises(troupe.Unimplemented):
+        pool.broadcast_blob("weights", 1, FakeCudaArray())
+    with pytest.raises(troupe.Unimplemented) as raised:
+        troupe.host_actor(GpuModel, name="gpu")
+    assert "CUDA is not available here" in str(raised.value)
+
+
+def test_a_blobs_device_is_checked_at_decoration():
+    for bad in (-1, True, "cuda:0"):
+        with pytest.raises(TypeError):
+            troupe.on_blob("w", device=bad)
+
+
+@needs_gpu
+def test_a_blob_goes_from_gpu_memory_into_a_gpu_actor(host):
+    _, pool = host(GpuModel, "blobs-gpu", "model")
+    data = bytes(range(256)) * (1 << 14)  # 4 MiB
+    on_gpu = troupe.DeviceArray.from_bytes(data)
+    assert on_gpu.__cuda_array_interface__["data"] == (on_gpu.ptr, False)
+    [result] = pool.broadcast_blob("weights", 1, on_gpu, chunk_bytes=1 << 20)
+    assert result.ok, result.error
+    assert pool.call("held") == {"version": 1, "device": 0, "bytes": len(data)}
+    assert pool.call("checksum") == sum(data) & 0xFFFFFFFF
+    # From host memory into the GPU too.
+    [result] = pool.broadcast_blob("weights", 2, data)
+    assert result.ok, result.error
+    assert pool.call("held")["version"] == 2

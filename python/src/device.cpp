@@ -1,0 +1,175 @@
+#include "python/src/device.h"
+
+#include <memory>
+
+#include <pybind11/stl.h>
+
+#include "troupe/actor/blob_device.h"
+#include "troupe/base/errors.h"
+#include "python/src/errors.h"
+#include "python/src/runtime.h"
+
+namespace py = pybind11;
+
+namespace troupe::python {
+
+namespace {
+
+// Device memory, and the Python object it belongs to when it is not troupe's own (let go of
+// with the GIL, as Python wants).
+class Held {
+public:
+  Held(kj::Array<const kj::byte> bytes, py::object owner)
+      : bytes_(kj::mv(bytes)), owner(new py::object(kj::mv(owner))) {}
+  ~Held() noexcept {
+    if (Runtime::get().onLoopThread()) {
+      withGilSoon([owner = owner]() { delete owner; });
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    delete owner;
+  }
+  KJ_DISALLOW_COPY(Held);
+  kj::ArrayPtr<const kj::byte> bytes() const { return bytes_; }
+
+private:
+  kj::Array<const kj::byte> bytes_;
+  py::object* owner;
+};
+
+// troupe.DeviceArray: bytes in a GPU's memory.
+struct DeviceArray {
+  std::shared_ptr<Held> memory;
+  int device = 0;
+  bool readonly = false;
+
+  uintptr_t pointer() const { return reinterpret_cast<uintptr_t>(memory->bytes().begin()); }
+  size_t size() const { return memory->bytes().size(); }
+
+  py::dict interface() const {
+    py::dict d;
+    d["shape"] = py::make_tuple(size());
+    d["typestr"] = "|u1";
+    d["data"] = py::make_tuple(pointer(), readonly);
+    d["strides"] = py::none();
+    d["version"] = 3;
+    return d;
+  }
+
+  py::bytes toBytes() const {
+    std::string out(size(), '\0');
+    {
+      py::gil_scoped_release released;
+      copyCudaMemory(out.data(), memory->bytes().begin(), size());
+    }
+    return py::bytes(out);
+  }
+};
+
+DeviceArray allocateArray(size_t nbytes, int device) {
+  auto bytes = allocateCudaMemory(device, nbytes);
+  return DeviceArray{std::make_shared<Held>(kj::mv(bytes), py::none()), device, false};
+}
+
+DeviceArray fromBytes(py::buffer data, int device) {
+  auto info = data.request();
+  if (!PyBuffer_IsContiguous(info.view(), 'C')) raiseInvalidArgument("data must be contiguous");
+  size_t size = static_cast<size_t>(info.size * info.itemsize);
+  auto array = allocateArray(size, device);
+  py::gil_scoped_release released;
+  copyCudaMemory(const_cast<kj::byte*>(array.memory->bytes().begin()), info.ptr, size);
+  return array;
+}
+
+// Bytes per element of a __cuda_array_interface__ typestr ("<f4", "|u1").
+size_t itemSize(const std::string& typestr, const std::string& what) {
+  if (typestr.size() < 3) raiseInvalidArgument(what + ": a typestr of '" + typestr + "'");
+  return std::stoul(typestr.substr(2));
+}
+
+kj::Maybe<DeviceBytes> fromCudaArrayInterface(py::handle object, const std::string& what) {
+  auto cai = object.attr("__cuda_array_interface__").cast<py::dict>();
+  auto data = cai["data"].cast<py::tuple>();
+  auto pointer = data[0].cast<uintptr_t>();
+  size_t items = 1;
+  auto shape = cai["shape"].cast<py::tuple>();
+  for (auto n : shape) items *= n.cast<size_t>();
+  size_t size = items * itemSize(cai["typestr"].cast<std::string>(), what);
+  if (cai.contains("strides") && !cai["strides"].is_none()) {
+    // Contiguous only: the strides a C-ordered array of this shape has.
+    size_t expected = itemSize(cai["typestr"].cast<std::string>(), what);
+    auto strides = cai["strides"].cast<py::tuple>();
+    for (size_t i = shape.size(); i-- > 0;) {
+      if (shape[i].cast<size_t>() != 1 && strides[i].cast<size_t>() != expected) {
+        raiseInvalidArgument(what + " must be contiguous in GPU memory");
+      }
+      expected *= shape[i].cast<size_t>();
+    }
+  }
+  if (size > 0 && pointer == 0) raiseInvalidArgument(what + " has no memory");
+  auto* at = reinterpret_cast<const kj::byte*>(pointer);
+  int device = 0;
+  KJ_IF_MAYBE(d, cudaDeviceOf(at)) {
+    device = *d;
+  } else {
+    if (!cudaRuntime().available) {
+      raise(makeError(ErrorCode::UNIMPLEMENTED,
+                      kj::str("CUDA is not available here: ", cudaRuntime().reason)));
+    }
+    raiseInvalidArgument(what + ": its __cuda_array_interface__ points at no CUDA device's memory");
+  }
+  auto held = std::make_shared<Held>(
+      kj::Array<const kj::byte>(at, size, kj::NullArrayDisposer::instance),
+      py::reinterpret_borrow<py::object>(object));
+  auto bytes = held->bytes();
+  return DeviceBytes{kj::ArrayPtr<const kj::byte>(bytes).attach(kj::mv(held)), device};
+}
+
+}  // namespace
+
+kj::Maybe<DeviceBytes> deviceBytesOf(py::handle object, const std::string& what) {
+  if (py::isinstance<DeviceArray>(object)) {
+    auto& array = object.cast<DeviceArray&>();
+    auto bytes = array.memory->bytes();
+    return DeviceBytes{kj::ArrayPtr<const kj::byte>(bytes).attach(array.memory), array.device};
+  }
+  if (py::hasattr(object, "__cuda_array_interface__")) return fromCudaArrayInterface(object, what);
+  if (py::hasattr(object, "__dlpack_device__") && py::hasattr(object, "__dlpack__")) {
+    auto where = object.attr("__dlpack_device__")().cast<py::tuple>();
+    constexpr int DLPACK_CUDA = 2;  // kDLCUDA
+    if (where[0].cast<int>() == DLPACK_CUDA) {
+      raiseInvalidArgument(what + " is on a GPU through DLPack only: pass an object with "
+                                  "__cuda_array_interface__ (a torch or CuPy array has one)");
+    }
+  }
+  return nullptr;
+}
+
+py::object deviceArrayOf(kj::Array<const kj::byte> bytes, int device) {
+  return py::cast(
+      DeviceArray{std::make_shared<Held>(kj::mv(bytes), py::none()), device, true});
+}
+
+void bindDevice(py::module_& m) {
+  py::class_<DeviceArray>(m, "DeviceArray")
+      .def_static("allocate", &allocateArray, py::arg("nbytes"), py::arg("device") = 0)
+      .def_static("from_bytes", &fromBytes, py::arg("data"), py::arg("device") = 0)
+      .def("to_bytes", &DeviceArray::toBytes)
+      .def_property_readonly("nbytes", &DeviceArray::size)
+      .def_property_readonly("device", [](const DeviceArray& a) { return a.device; })
+      .def_property_readonly("ptr", &DeviceArray::pointer)
+      .def_property_readonly("__cuda_array_interface__", &DeviceArray::interface)
+      .def("__len__", &DeviceArray::size);
+  m.def("cuda_runtime", []() {
+    auto& info = cudaRuntime();
+    py::dict d;
+    d["available"] = info.available;
+    d["reason"] = info.reason;
+    d["library"] = info.library;
+    d["version"] = info.version;
+    d["devices"] = info.devices;
+    return d;
+  });
+}
+
+}  // namespace troupe::python
