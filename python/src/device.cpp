@@ -118,9 +118,9 @@ kj::Maybe<DeviceBytes> fromCudaArrayInterface(py::handle object, const std::stri
     }
     raiseInvalidArgument(what + ": its __cuda_array_interface__ points at no CUDA device's memory");
   }
-  auto held = std::make_shared<Held>(
-      kj::Array<const kj::byte>(at, size, kj::NullArrayDisposer::instance),
-      py::reinterpret_borrow<py::object>(object));
+  auto held = std::make_shared<Held>(kj::Array<const kj::byte>(at, size,
+                                                               kj::NullArrayDisposer::instance),
+                                     py::reinterpret_borrow<py::object>(object));
   auto bytes = held->bytes();
   return DeviceBytes{kj::ArrayPtr<const kj::byte>(bytes).attach(kj::mv(held)), device};
 }
@@ -146,8 +146,7 @@ kj::Maybe<DeviceBytes> deviceBytesOf(py::handle object, const std::string& what)
 }
 
 py::object deviceArrayOf(kj::Array<const kj::byte> bytes, int device) {
-  return py::cast(
-      DeviceArray{std::make_shared<Held>(kj::mv(bytes), py::none()), device, true});
+  return py::cast(DeviceArray{std::make_shared<Held>(kj::mv(bytes), py::none()), device, true});
 }
 
 void bindDevice(py::module_& m) {
@@ -160,6 +159,25 @@ void bindDevice(py::module_& m) {
       .def_property_readonly("ptr", &DeviceArray::pointer)
       .def_property_readonly("__cuda_array_interface__", &DeviceArray::interface)
       .def("__len__", &DeviceArray::size);
+  // For troupe.Tensor (_types.py): `size` bytes of GPU memory at `pointer` into `buffer`, a
+  // writable host buffer of at least that size.
+  m.def("copy_from_device", [](py::buffer buffer, uintptr_t pointer, size_t size) {
+    auto info = buffer.request(true);
+    if (static_cast<size_t>(info.size * info.itemsize) < size) {
+      raiseInvalidArgument("the buffer is smaller than the device memory to copy");
+    }
+    KJ_IF_MAYBE(device, cudaDeviceOf(reinterpret_cast<const void*>(pointer))) {
+      (void)device;
+    } else {
+      if (!cudaRuntime().available) {
+        raise(makeError(ErrorCode::UNIMPLEMENTED,
+                        kj::str("CUDA is not available here: ", cudaRuntime().reason)));
+      }
+      raiseInvalidArgument("a __cuda_array_interface__ that points at no CUDA device's memory");
+    }
+    py::gil_scoped_release released;
+    copyCudaMemory(info.ptr, reinterpret_cast<const void*>(pointer), size);
+  });
   m.def("cuda_runtime", []() {
     auto& info = cudaRuntime();
     py::dict d;

@@ -23,6 +23,9 @@ class Tensor:
     """The annotation for an n-dimensional array: a NumPy array (or, where torch is importable,
     a CPU torch tensor) goes out as its dtype, shape and bytes, sent from the array's own memory
     when it is C-contiguous; it arrives as a NumPy array (torch.from_numpy() shares its memory).
+    A contiguous array in GPU memory (a CUDA tensor, anything with __cuda_array_interface__) goes
+    out copied from the GPU at its device pointer, and arrives as a NumPy array too (move it to a
+    GPU with torch.from_numpy(a).cuda(); a blob, on_blob(name, device=N), lands there directly).
     Dtypes: bool, int8-64, uint8-64, float16/32/64, complex64/128."""
 
     def __init__(self):
@@ -245,6 +248,10 @@ class _Tensor(_Type):
 
     def to_wire(self, value, where):
         numpy = _numpy(where)
+        if type(value).__module__.split(".")[0] == "torch" and value.device.type == "cuda":
+            value = value.detach()  # a tensor that requires grad shows no array interface
+        if hasattr(value, "__cuda_array_interface__"):
+            return self._from_device(value.__cuda_array_interface__, numpy, where)
         if type(value).__module__.split(".")[0] == "torch":
             if value.device.type != "cpu":
                 raise TypeError(f"{where}: a torch tensor on {value.device} (send a CPU tensor: "
@@ -261,6 +268,33 @@ class _Tensor(_Type):
             value = value.copy(order="C")  # else sent from the array's own memory
         data = value.reshape(-1).view(numpy.uint8) if value.size else b""
         return {"dtype": value.dtype.name, "shape": list(value.shape), "data": data}
+
+    def _from_device(self, cai, numpy, where):
+        """A tensor in GPU memory (its __cuda_array_interface__), copied out for the message."""
+        from . import _troupe
+        dtype = numpy.dtype(cai["typestr"])
+        if dtype.name not in _DTYPES:
+            raise TypeError(f"{where}: a tensor's dtype must be one of {', '.join(_DTYPES)}, "
+                            f"not {dtype}")
+        shape = [int(n) for n in cai["shape"]]
+        strides = cai.get("strides")
+        if strides is not None:
+            expected = dtype.itemsize
+            for n, stride in reversed(list(zip(shape, strides))):
+                if n != 1 and stride != expected:
+                    raise TypeError(f"{where}: a tensor in GPU memory must be contiguous "
+                                    "(.contiguous())")
+                expected *= n
+        count = 1
+        for n in shape:
+            count *= n
+        data = numpy.empty(count * dtype.itemsize, dtype=numpy.uint8)
+        if data.size:
+            _troupe.copy_from_device(data, cai["data"][0], data.size)
+        if not dtype.isnative:
+            data = data.view(dtype).astype(dtype.newbyteorder("=")).view(numpy.uint8)
+            dtype = dtype.newbyteorder("=")
+        return {"dtype": dtype.name, "shape": shape, "data": data}
 
     def from_wire(self, value):
         numpy = _numpy("a received troupe.Tensor")

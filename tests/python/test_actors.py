@@ -400,6 +400,10 @@ def test_without_cuda_gpu_memory_is_refused_saying_why(host):
     with pytest.raises(troupe.Unimplemented) as raised:
         troupe.host_actor(GpuModel, name="gpu")
     assert "CUDA is not available here" in str(raised.value)
+    _, echo = host(Echo, "tensors-nocuda", "echo")
+    with pytest.raises(troupe.Unimplemented):
+        echo.call("tensor", FakeCudaArray())  # a Tensor in GPU memory: copied out with CUDA
+    assert echo.call("tensor", np.arange(3, dtype=np.int64)).tolist() == [0, 1, 2]
 
 
 def test_a_blobs_device_is_checked_at_decoration():
@@ -422,3 +426,11 @@ def test_a_blob_goes_from_gpu_memory_into_a_gpu_actor(host):
     [result] = pool.broadcast_blob("weights", 2, data)
     assert result.ok, result.error
     assert pool.call("held")["version"] == 2
+
+
+@needs_gpu
+def test_a_tensor_in_gpu_memory_goes_out_copied_from_the_gpu(host):
+    _, echo = host(Echo, "tensors-gpu", "echo")
+    data = bytes(range(200))
+    back = echo.call("tensor", troupe.DeviceArray.from_bytes(data))  # uint8, shape (200,)
+    assert back.dtype == np.uint8 and back.tobytes() == data
