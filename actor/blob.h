@@ -138,7 +138,9 @@ struct BlobSendOptions {
   ChannelOptions channel;
 
   // The device whose memory the bytes are in (blob_device.h), or null for host memory: chunks
-  // are then copied out into staging buffers in host memory ahead of the network. Default: null.
+  // are then copied out into staging buffers in host memory ahead of the network. The bytes
+  // must be complete when the blob is sent: troupe's copies run on a stream of their own, so
+  // wait for the work that wrote them first (for CUDA, synchronize its stream). Default: null.
   std::shared_ptr<BlobDevice> device;
 };
 

@@ -33,6 +33,7 @@
 // anything that can copy between host memory and its own can be one.
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <memory>
 #include <string>
@@ -114,5 +115,8 @@ void copyCudaMemory(void* to, const void* from, size_t bytes);
 // The CUDA device whose memory `pointer` is in, or null for any other memory (and where CUDA is
 // not available).
 kj::Maybe<int> cudaDeviceOf(const void* pointer);
+// Waits until the work queued on CUDA stream `stream` (a cudaStream_t, or 1 and 2 for the legacy
+// and per-thread default streams, as __cuda_array_interface__ names them) is done.
+void synchronizeCudaStream(uintptr_t stream);
 
 }  // namespace troupe

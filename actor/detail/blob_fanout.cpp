@@ -40,6 +40,16 @@ uint64_t blobChecksum(kj::ArrayPtr<const kj::byte> bytes) {
 // ---------------------------------------------------------------------------------------------
 // BlobSource
 
+namespace {
+
+// A staging buffer that a copy out of the device and whoever asked for the chunk both hold.
+struct SharedBuffer final : public kj::Refcounted {
+  explicit SharedBuffer(kj::Array<kj::byte> bytes) : bytes(kj::mv(bytes)) {}
+  kj::Array<kj::byte> bytes;
+};
+
+}  // namespace
+
 // A device source's chunk in a staging buffer: what hostChunk() hands out while anyone holds it.
 struct BlobSource::Staged final : public kj::Refcounted {
   Staged(kj::Own<BlobSource> source, uint64_t index, kj::Array<const kj::byte> bytes)
@@ -162,21 +172,30 @@ kj::Promise<kj::Array<const kj::byte>> BlobSource::hostChunk(uint64_t index) {
   KJ_REQUIRE(offset + length <= available_, "the chunk is not in place");
   auto at = staged.find(index);
   if (at != staged.end()) return at->second->handOut();
-  return staging().take().then([this, index, offset, length](kj::Array<kj::byte> buffer) {
-    auto* to = buffer.begin();
-    auto copied = device_->copyOut(to, memory.begin() + offset, length);
-    return copied.then(
-        [this, self = kj::addRef(*this), index, length, buffer = kj::mv(buffer)]() mutable {
+  auto self = kj::addRef(*this);
+  return staging().take().then(
+      [this, self = kj::mv(self), index, offset, length](kj::Array<kj::byte> buffer) mutable {
+        // The copy holds the buffer and the source to its end, even if whoever asked lets go: the
+        // device writes the one and reads the other until then.
+        auto shared = kj::refcounted<SharedBuffer>(kj::mv(buffer));
+        auto* to = shared->bytes.begin();
+        auto copied = device_->copyOut(to, memory.begin() + offset, length)
+                          .attach(kj::addRef(*shared), kj::addRef(*this))
+                          .fork();
+        copied.addBranch().detach([](kj::Exception&&) {});
+        return copied.addBranch().then([this, self = kj::mv(self), index, length,
+                                        shared = kj::mv(shared)]() mutable {
           auto at = staged.find(index);
           if (at != staged.end()) return at->second->handOut();  // staged meanwhile by another
-          kj::Array<const kj::byte> bytes = buffer.slice(0, length).attach(kj::mv(buffer));
+          kj::Array<const kj::byte> bytes =
+              kj::ArrayPtr<const kj::byte>(shared->bytes.begin(), length).attach(kj::mv(shared));
           if (!known[index]) {
             checksums[index] = blobChecksum(bytes);
             known[index] = true;
           }
           return offerStaged(index, kj::mv(bytes));
         });
-  });
+      });
 }
 
 kj::Array<const kj::byte> BlobSource::offerStaged(uint64_t index, kj::Array<const kj::byte> bytes) {
@@ -346,10 +365,16 @@ public:
       auto request = s->abortRequest();
       request.setReason(reason);
       auto& timer = fanout.loop_.timer();
-      return request.send()
-          .ignoreResult()
-          .exclusiveJoin(timer.afterDelay(fanout.params.stallTimeout))
-          .attach(channel->addRef());
+      auto answered = request.send()
+                          .ignoreResult()
+                          .exclusiveJoin(timer.afterDelay(fanout.params.stallTimeout))
+                          .attach(channel->addRef());
+      // A member copying from our device memory answers once its copies are done: the memory
+      // stays until then (freeing memory another process has open is not allowed).
+      if (pulls && fanout.source.get() != nullptr) {
+        return answered.attach(kj::addRef(*fanout.source));
+      }
+      return kj::mv(answered);
     }
     return nullptr;
   }

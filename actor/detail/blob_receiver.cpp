@@ -138,6 +138,7 @@ public:
   // takes `pulled` writes from then on. Otherwise chunks come in writes.
   bool pullFrom(schema::BlobHeader::Reader h) {
     imported = nullptr;
+    if (!inProgress() || source.get() == nullptr) return false;  // handed over, or given up
     auto& s = *source;
     auto device = s.device();
     if (device == nullptr || !h.hasDeviceMemory() || h.getDeviceHost().size() == 0 ||
@@ -259,6 +260,10 @@ public:
     });
   }
 
+  // Resolves once the chunks taken so far are done with: copies into the device memory and out
+  // of a sender's have ended (an abort answers then, so that the sender's memory outlives them).
+  kj::Promise<void> whenSettled() { return staging.addBranch(); }
+
   // Gives the transfer up here and at the members it forwards to, and frees the memory (once
   // chunks on their way out let go of it).
   void abort(kj::Exception reason) {
@@ -307,22 +312,41 @@ private:
     if (from == nullptr) giveUp(kj::str("a chunk to copy from a memory this member never opened"));
     due += length;
     placedUpTo = std::max(placedUpTo, due);
-    auto copied = s.device()->copyWithin(s.writable() + offset, from->memory.begin() + offset,
-                                         length);
+    auto copied = kj::evalNow([&]() {
+      return s.device()->copyWithin(s.writable() + offset, from->memory.begin() + offset, length);
+    });
     // The copy runs to its end whatever becomes of the transfer, holding both memories.
     auto done = copied.attach(kj::addRef(s), kj::addRef(*from)).fork();
     done.addBranch().detach([](kj::Exception&&) {});
-    auto step = staging.addBranch()
-                    .then([copy = done.addBranch()]() mutable { return kj::mv(copy); })
-                    .then([this, length]() {
-                      if (source.get() == nullptr) return;  // given up meanwhile
-                      source->appendUnchecked();
-                      source->settle(length);
-                      progressed();
-                      if (source->resident() == header.size) deliver();
+    return enchain([this, copy = done.addBranch(), length]() mutable {
+      return copy.then([this, length]() {
+        if (source.get() == nullptr) return;  // given up meanwhile
+        source->appendUnchecked();
+        source->settle(length);
+        progressed();
+        if (source->resident() == header.size) deliver();
+      });
+    });
+  }
+
+  // Runs `step` after the steps before it (stage() and pull() keep chunks in order); a step
+  // that fails gives the transfer up, and the chain goes on. Resolves once it ran; rejects when
+  // the transfer was given up.
+  kj::Promise<void> enchain(kj::Function<kj::Promise<void>()> step) {
+    auto next = staging.addBranch()
+                    .then([step = kj::mv(step)]() mutable { return step(); })
+                    .catch_([this](kj::Exception&& e) {
+                      if (inProgress()) {
+                        abort(makeError(ErrorCode::BLOB_ABORTED,
+                                        kj::str(describe(header), ": ", e.getDescription())));
+                      }
                     });
-    auto forked = step.fork();
-    auto result = forked.addBranch();
+    auto forked = next.fork();
+    auto result = forked.addBranch().then([self = kj::addRef(*this)]() {
+      KJ_IF_MAYBE(e, self->failure) {
+        kj::throwFatalException(kj::cp(*e));
+      }
+    });
     staging = kj::mv(forked);
     return result;
   }
@@ -366,8 +390,8 @@ private:
     }
     kj::Maybe<kj::Array<kj::byte>> copy;  // when not read into a staging buffer: kept till one
     if (staged == nullptr) copy = kj::heapArray<kj::byte>(data);
-    auto step = staging.addBranch().then([this, index, checksum, staged = kj::mv(staged),
-                                          copy = kj::mv(copy)]() mutable -> kj::Promise<void> {
+    return enchain([this, index, checksum, staged = kj::mv(staged),
+                    copy = kj::mv(copy)]() mutable -> kj::Promise<void> {
       if (source.get() == nullptr) return kj::READY_NOW;  // given up meanwhile
       KJ_IF_MAYBE(bytes, staged) {
         intoDevice(index, checksum, kj::mv(*bytes));
@@ -388,10 +412,6 @@ private:
             intoDevice(index, checksum, buffer.slice(0, bytes.size()).attach(kj::mv(buffer)));
           });
     });
-    auto forked = step.fork();
-    auto done = forked.addBranch();
-    staging = kj::mv(forked);
-    return done;
   }
 
   // Device memory: chunk `index` is checked in `bytes`, a staging buffer. Forwards may send it
@@ -583,7 +603,7 @@ protected:
     transfer->abort(
         makeError(ErrorCode::BLOB_ABORTED,
                   kj::str("aborted by its sender: ", printable(context.getParams().getReason()))));
-    return kj::READY_NOW;
+    return transfer->whenSettled();
   }
 
 private:

@@ -1,11 +1,11 @@
 // BlobDevice over a CUDA device (blob_device.h): copies on a stream of its own, each followed by
-// a host function that tells the loop it is done; page-locked staging buffers kept for reuse.
+// a stream callback that tells the loop how it went; page-locked staging buffers kept for reuse.
 
 #include <string.h>
 
-#include <atomic>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include <kj/debug.h>
@@ -77,7 +77,7 @@ public:
   }
 
   ~CudaBlobDevice() noexcept(false) {
-    // Every copy and its host function finish before the stream and the handle go.
+    // Every copy and its callback finish before the stream and the handle go.
     api.setDevice(ordinal);
     api.streamSynchronize(stream);
     api.streamDestroy(stream);
@@ -145,6 +145,16 @@ public:
     checkCuda(api, api.ipcOpenMemHandle(&base, h.handle, CUDA_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
               "cudaIpcOpenMemHandle");
     auto* close = api.ipcCloseMemHandle;
+    // The peer says where in the allocation the memory is: copies must stay inside it.
+    uintptr_t start = 0;
+    size_t size = 0;
+    if (api.memGetAddressRange == nullptr ||
+        api.memGetAddressRange(&start, &size, reinterpret_cast<uintptr_t>(base)) != 0 ||
+        h.offset > size || h.bytes > size - h.offset) {
+      close(base);
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("a memory handle whose bytes lie outside the memory it opens"));
+    }
     return kj::ArrayPtr<const kj::byte>(static_cast<const kj::byte*>(base) + h.offset, h.bytes)
         .attach(kj::defer([close, base]() { close(base); }));
   }
@@ -172,27 +182,46 @@ private:
     current();
     checkCuda(api, api.memcpyAsync(to, from, bytes, kind, stream),
               kj::str("cudaMemcpyAsync of ", bytes, " bytes on ", name_));
-    checkCuda(api, api.launchHostFunc(stream, &copied, this), "cudaLaunchHostFunc");
+    CudaError added = api.streamAddCallback(stream, &copied, this, 0);
+    if (added != 0) {
+      // The copy is queued: the memory it touches must outlive it, whatever the caller does
+      // with the error.
+      api.streamSynchronize(stream);
+      checkCuda(api, added, "cudaStreamAddCallback");
+    }
     auto paf = kj::newPromiseAndFulfiller<void>();
     waiting.push_back(kj::mv(paf.fulfiller));
     return kj::mv(paf.promise);
   }
 
-  // On CUDA's thread, once a copy is done: counts it and wakes the loop. Calls no CUDA function.
-  static void copied(void* data) {
+  // On CUDA's thread, once a copy is done or failed: records how it went and wakes the loop.
+  // Calls no CUDA function.
+  static void copied(CudaStream, CudaError status, void* data) {
     auto* self = static_cast<CudaBlobDevice*>(data);
-    self->finished.fetch_add(1, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(self->mutex);
+      self->outcomes.push_back(status);
+    }
     uv_async_send(self->done.get());
   }
 
-  // On the loop: resolves the copies done, which finish in the order they were made.
+  // On the loop: settles the copies done, which finish in the order they were made.
   void settle() {
-    uint64_t now = finished.load(std::memory_order_acquire);
-    while (settled < now && !waiting.empty()) {
-      ++settled;
+    std::deque<CudaError> now;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      now.swap(outcomes);
+    }
+    for (auto status : now) {
+      if (waiting.empty()) break;
       auto fulfiller = kj::mv(waiting.front());
       waiting.pop_front();
-      fulfiller->fulfill();
+      if (status == 0) {
+        fulfiller->fulfill();
+      } else {
+        fulfiller->reject(makeError(ErrorCode::FAILED, kj::str("a copy on ", name_, " failed: ",
+                                                               api.getErrorString(status))));
+      }
     }
   }
 
@@ -202,8 +231,8 @@ private:
   std::shared_ptr<StagingCache> cache;
   CudaStream stream = nullptr;
   UvHandle<uv_async_t> done;
-  std::atomic<uint64_t> finished{0};
-  uint64_t settled = 0;
+  std::mutex mutex;                // guards `outcomes`, which CUDA's thread adds to
+  std::deque<CudaError> outcomes;  // of copies done, not settled yet
   std::deque<kj::Own<kj::PromiseFulfiller<void>>> waiting;
 };
 

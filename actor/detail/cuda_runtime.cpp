@@ -38,7 +38,7 @@ bool resolveAll(void* library, CudaApi& api, kj::Vector<kj::String>& missing) {
   ok &= resolve(library, "cudaStreamDestroy", api.streamDestroy, missing);
   ok &= resolve(library, "cudaStreamSynchronize", api.streamSynchronize, missing);
   ok &= resolve(library, "cudaMemcpyAsync", api.memcpyAsync, missing);
-  ok &= resolve(library, "cudaLaunchHostFunc", api.launchHostFunc, missing);
+  ok &= resolve(library, "cudaStreamAddCallback", api.streamAddCallback, missing);
   ok &= resolve(library, "cudaMemcpy", api.memcpy, missing);
   ok &= resolve(library, "cudaPointerGetAttributes", api.pointerGetAttributes, missing);
   ok &= resolve(library, "cudaIpcGetMemHandle", api.ipcGetMemHandle, missing);
@@ -160,6 +160,12 @@ void copyCudaMemory(void* to, const void* from, size_t bytes) {
   auto& api = requireCuda();
   actor_detail::checkCuda(api, api.memcpy(to, from, bytes, actor_detail::CUDA_MEMCPY_DEFAULT),
                           kj::str("cudaMemcpy of ", bytes, " bytes"));
+}
+
+void synchronizeCudaStream(uintptr_t stream) {
+  auto& api = requireCuda();
+  actor_detail::checkCuda(api, api.streamSynchronize(reinterpret_cast<void*>(stream)),
+                          "cudaStreamSynchronize");
 }
 
 kj::Maybe<int> cudaDeviceOf(const void* pointer) {

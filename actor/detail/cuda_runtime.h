@@ -50,7 +50,11 @@ struct CudaApi {
   // `attributes`: a cudaPointerAttributes, which has grown over releases: its memory type (int)
   // first, then its device (int).
   CudaError (*pointerGetAttributes)(void* attributes, const void* pointer);
-  CudaError (*launchHostFunc)(CudaStream stream, void (*fn)(void* data), void* data);
+  // Runs `callback` on CUDA's thread once the work before it on `stream` is done, or failed
+  // (with the error): unlike cudaLaunchHostFunc, also after an error.
+  CudaError (*streamAddCallback)(CudaStream stream,
+                                 void (*callback)(CudaStream stream, CudaError status, void* data),
+                                 void* data, unsigned flags);
   CudaError (*ipcGetMemHandle)(CudaIpcMemHandle* handle, void* pointer);
   CudaError (*ipcOpenMemHandle)(void** pointer, CudaIpcMemHandle handle, unsigned flags);
   CudaError (*ipcCloseMemHandle)(void* pointer);

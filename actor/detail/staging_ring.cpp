@@ -8,12 +8,14 @@ namespace troupe::actor_detail {
 
 StagingRing::StagingRing(std::shared_ptr<BlobDevice> device, size_t bufferBytes, size_t buffers)
     : device(kj::mv(device)), bufferBytes_(bufferBytes), capacity_(buffers) {
-  KJ_REQUIRE(buffers > 0 && bufferBytes > 0);
+  KJ_REQUIRE(buffers > 0 && bufferBytes > 0, "a staging ring of no buffers", buffers, bufferBytes);
 }
 
 size_t StagingRing::buffersFor(size_t chunkBytes, uint64_t windowBytes) {
-  uint64_t window = (windowBytes + chunkBytes - 1) / std::max<size_t>(chunkBytes, 1);
-  return std::clamp<uint64_t>(window + 2, 2, 64);
+  chunkBytes = std::max<size_t>(chunkBytes, 1);
+  uint64_t window = (windowBytes + chunkBytes - 1) / chunkBytes;
+  uint64_t most = std::max<uint64_t>(MAX_BYTES / chunkBytes, 2);  // the sender picks the window
+  return std::clamp<uint64_t>(window + 2, 2, std::min<uint64_t>(most, 64));
 }
 
 kj::Maybe<kj::Array<kj::byte>> StagingRing::tryTake() {
@@ -39,7 +41,7 @@ kj::Promise<kj::Array<kj::byte>> StagingRing::take() {
   KJ_IF_MAYBE(buffer, tryTake()) {
     return kj::mv(*buffer);
   }
-  return freed.next().then([this]() { return take(); });
+  return freed.next().then([self = kj::addRef(*this)]() mutable { return self->take(); });
 }
 
 void StagingRing::giveBack(kj::byte* at) {

@@ -24,16 +24,18 @@ public:
 
   // How many buffers a ring for chunks of `chunkBytes` sent `windowBytes` at a time holds: a
   // window's worth and two more, so that the chunks a sender may have in flight can all be read
-  // into one while the device copies others; at most 64. (Made only as needed: where the device
-  // copies faster than the network brings chunks, a few.)
+  // into one while the device copies others; at most 64, and at most MAX_BYTES of them (but 2),
+  // since the window is the sender's to choose. (Made only as needed: where the device copies
+  // faster than the network brings chunks, a few.)
   static size_t buffersFor(size_t chunkBytes, uint64_t windowBytes);
+  static constexpr uint64_t MAX_BYTES = uint64_t{256} << 20;
 
   size_t bufferBytes() const { return bufferBytes_; }
   size_t capacity() const { return capacity_; }
 
   // A buffer, now if one is free (or may still be made), else null.
   kj::Maybe<kj::Array<kj::byte>> tryTake();
-  // A buffer, once one is free.
+  // A buffer, once one is free. The promise holds the ring; dropping it takes none.
   kj::Promise<kj::Array<kj::byte>> take();
 
 private:

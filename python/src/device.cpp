@@ -84,7 +84,12 @@ DeviceArray fromBytes(py::buffer data, int device) {
 // Bytes per element of a __cuda_array_interface__ typestr ("<f4", "|u1").
 size_t itemSize(const std::string& typestr, const std::string& what) {
   if (typestr.size() < 3) raiseInvalidArgument(what + ": a typestr of '" + typestr + "'");
-  return std::stoul(typestr.substr(2));
+  size_t size = 0;
+  for (char c : typestr.substr(2)) {
+    if (c < '0' || c > '9') raiseInvalidArgument(what + ": a typestr of '" + typestr + "'");
+    size = size * 10 + (c - '0');
+  }
+  return size;
 }
 
 kj::Maybe<DeviceBytes> fromCudaArrayInterface(py::handle object, const std::string& what) {
@@ -117,6 +122,12 @@ kj::Maybe<DeviceBytes> fromCudaArrayInterface(py::handle object, const std::stri
                       kj::str("CUDA is not available here: ", cudaRuntime().reason)));
     }
     raiseInvalidArgument(what + ": its __cuda_array_interface__ points at no CUDA device's memory");
+  }
+  if (cai.contains("stream") && !cai["stream"].is_none()) {
+    // The producer's stream, which may still be writing the bytes: troupe copies on its own.
+    auto stream = cai["stream"].cast<uintptr_t>();
+    py::gil_scoped_release released;
+    synchronizeCudaStream(stream);
   }
   auto held = std::make_shared<Held>(kj::Array<const kj::byte>(at, size,
                                                                kj::NullArrayDisposer::instance),

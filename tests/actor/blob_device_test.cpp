@@ -277,6 +277,31 @@ TEST_F(BlobDeviceTest, AMemberThatCannotOpenTheSendersMemoryTakesTheChunksThroug
   EXPECT_EQ(other->bytesIn, bytes.size());
 }
 
+TEST_F(BlobDeviceTest, AnEmptyBlobIsHandedOverAsAnyOther) {
+  add(device);
+  add(nullptr);
+  auto results = send(device->upload(loop.waitScope(), {}), Fanout::STAR, device, true);
+  expectAllHold({}, results);
+}
+
+TEST_F(BlobDeviceTest, ACopyIntoTheDeviceThatFailsGivesTheTransferUpAndFreesItsMemory) {
+  auto gaveUp = kj::newPromiseAndFulfiller<void>();
+  BlobAcceptOptions options;
+  options.onGiveUp = [&](const BlobHeader&, const kj::Exception&) { gaveUp.fulfiller->fulfill(); };
+  auto& m = add(device, kj::mv(options));
+  device->failCopiesInPast = 1 << 20;
+  auto bytes = pattern(4 << 20, 8);
+  auto results = send(kj::heapArray<kj::byte>(bytes), Fanout::STAR, nullptr);
+  ASSERT_EQ(results.size(), 1u);
+  auto error = KJ_ASSERT_NONNULL(results[0].error).getDescription();
+  EXPECT_NE(std::string(error.cStr()).find("the device failed a copy"), std::string::npos)
+      << error.cStr();
+  EXPECT_EQ(errorCode(KJ_ASSERT_NONNULL(results[0].error)), ErrorCode::BLOB_ABORTED);
+  await(loop, kj::mv(gaveUp.promise));
+  await(loop, device->whenAllFreed());
+  EXPECT_TRUE(m.received.empty());
+}
+
 // --- A real GPU, where there is one ------------------------------------------------------------
 
 TEST(CudaBlobTest, ABlobGoesIntoAndOutOfAGpu) {

@@ -41,6 +41,9 @@ public:
   }
 
   kj::Promise<void> copyIn(kj::byte* to, const kj::byte* from, size_t bytes) override {
+    if (bytesIn + bytes > failCopiesInPast) {
+      return after([]() { KJ_FAIL_REQUIRE("the device failed a copy (as the test asked)"); });
+    }
     bytesIn += bytes;
     return after([to = untag(to, bytes), from, bytes]() { memcpy(to, from, bytes); });
   }
@@ -100,14 +103,15 @@ public:
     return kj::mv(paf.promise);
   }
 
-  size_t liveBytes = 0;      // device memory not freed yet
-  uint64_t bytesIn = 0;      // copied into the device
-  uint64_t bytesOut = 0;     // copied out of it
-  size_t stagingMade = 0;    // staging buffers allocated
-  uint64_t bytesWithin = 0;  // copied device to device
-  size_t exports = 0;        // handles made
-  size_t imports = 0;        // handles open now
-  bool shares = true;        // exports and opens memory (device to device)
+  size_t liveBytes = 0;                    // device memory not freed yet
+  uint64_t bytesIn = 0;                    // copied into the device
+  uint64_t bytesOut = 0;                   // copied out of it
+  size_t stagingMade = 0;                  // staging buffers allocated
+  uint64_t bytesWithin = 0;                // copied device to device
+  size_t exports = 0;                      // handles made
+  size_t imports = 0;                      // handles open now
+  bool shares = true;                      // exports and opens memory (device to device)
+  uint64_t failCopiesInPast = UINT64_MAX;  // copies in that would pass this many bytes fail
 
 private:
   static constexpr uintptr_t TAG = uintptr_t{1} << 62;
