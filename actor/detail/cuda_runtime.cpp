@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <memory>
+
 #include <kj/vector.h>
 
 #include "troupe/base/errors.h"
@@ -59,11 +61,10 @@ LoadedCuda loadCudaRuntime(kj::ArrayPtr<const kj::StringPtr> candidates) {
       tried.add(kj::str(name, ": ", why == nullptr ? "not loadable" : why));
       continue;
     }
-    auto* api = new CudaApi{};  // leaked on success: the process keeps CUDA loaded
+    auto api = std::make_unique<CudaApi>();  // kept on success, as CUDA stays loaded
     kj::Vector<kj::String> missing;
     if (!resolveAll(library, *api, missing)) {
       tried.add(kj::str(name, ": lacks ", kj::strArray(missing, ", ")));
-      delete api;
       dlclose(library);
       continue;
     }
@@ -77,7 +78,6 @@ LoadedCuda loadCudaRuntime(kj::ArrayPtr<const kj::StringPtr> candidates) {
                             counted != 0 ? kj::str(": ", api->getErrorString(counted)) : kj::str())
                         .cStr();
       info.devices = 0;
-      delete api;
       return loaded;  // the library stays loaded: unloading CUDA's runtime is not safe
     }
     info.available = true;
@@ -89,7 +89,7 @@ LoadedCuda loadCudaRuntime(kj::ArrayPtr<const kj::StringPtr> candidates) {
         api->memGetAddressRange = nullptr;
       }
     }
-    loaded.api = *api;
+    loaded.api = *api.release();  // for the life of the process
     return loaded;
   }
   loaded.info.reason = kj::str("no CUDA runtime found (", kj::strArray(tried, "; "), ")").cStr();
@@ -98,6 +98,8 @@ LoadedCuda loadCudaRuntime(kj::ArrayPtr<const kj::StringPtr> candidates) {
 
 namespace {
 
+// The process's one CUDA runtime: a library is loaded once per process however many loops use
+// it, and unloading CUDA is not safe, so this is the one process-wide state here.
 const LoadedCuda& processCuda() {
   static const LoadedCuda loaded = []() {
     const char* chosen = getenv("TROUPE_CUDA_RUNTIME");

@@ -1,5 +1,8 @@
 #include "python/src/device.h"
 
+#include <stdint.h>
+
+#include <algorithm>
 #include <memory>
 
 #include <pybind11/stl.h>
@@ -14,6 +17,11 @@ namespace py = pybind11;
 namespace troupe::python {
 
 namespace {
+
+[[noreturn]] void raiseNoCuda() {
+  raise(makeError(ErrorCode::UNIMPLEMENTED,
+                  kj::str("CUDA is not available here: ", cudaRuntime().reason)));
+}
 
 // Device memory, and the Python object it belongs to when it is not troupe's own (let go of
 // with the GIL, as Python wants).
@@ -117,10 +125,7 @@ kj::Maybe<DeviceBytes> fromCudaArrayInterface(py::handle object, const std::stri
   KJ_IF_MAYBE(d, cudaDeviceOf(at)) {
     device = *d;
   } else {
-    if (!cudaRuntime().available) {
-      raise(makeError(ErrorCode::UNIMPLEMENTED,
-                      kj::str("CUDA is not available here: ", cudaRuntime().reason)));
-    }
+    if (!cudaRuntime().available) raiseNoCuda();
     raiseInvalidArgument(what + ": its __cuda_array_interface__ points at no CUDA device's memory");
   }
   if (cai.contains("stream") && !cai["stream"].is_none()) {
@@ -136,6 +141,77 @@ kj::Maybe<DeviceBytes> fromCudaArrayInterface(py::handle object, const std::stri
   return DeviceBytes{kj::ArrayPtr<const kj::byte>(bytes).attach(kj::mv(held)), device};
 }
 
+// DLPack's C structures (dlpack.h, the unversioned ones `__dlpack__()` hands out by default).
+struct DlDevice {
+  int32_t type;  // 2: kDLCUDA
+  int32_t id;
+};
+struct DlDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DlTensor {
+  void* data;
+  DlDevice device;
+  int32_t ndim;
+  DlDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // in elements; null: C-contiguous
+  uint64_t byteOffset;
+};
+struct DlManagedTensor {
+  DlTensor tensor;
+  void* managerContext;
+  void (*deleter)(DlManagedTensor* self);
+};
+constexpr int32_t DLPACK_CUDA = 2;
+
+// An object on a CUDA device through DLPack: its tensor, taken from `__dlpack__()` (which makes
+// the bytes ready on the legacy default stream) and given back when the bytes are let go of.
+DeviceBytes fromDlpack(py::handle object, const std::string& what) {
+  py::object capsule = object.attr("__dlpack__")();
+  PyObject* raw = capsule.ptr();
+  if (!PyCapsule_IsValid(raw, "dltensor")) {
+    raiseInvalidArgument(what + ": its __dlpack__() returned no DLPack tensor");
+  }
+  auto* managed = static_cast<DlManagedTensor*>(PyCapsule_GetPointer(raw, "dltensor"));
+  PyCapsule_SetName(raw, "used_dltensor");  // ours now: its producer no longer frees it
+  py::capsule owner(managed, [](void* p) {
+    auto* m = static_cast<DlManagedTensor*>(p);
+    if (m->deleter != nullptr) m->deleter(m);
+  });
+  auto& t = managed->tensor;
+  if (t.device.type != DLPACK_CUDA) {
+    raiseInvalidArgument(what + ": its DLPack tensor is not in a CUDA device's memory");
+  }
+  if (t.dtype.bits % 8 != 0) raiseInvalidArgument(what + ": elements of a fraction of a byte");
+  size_t item = size_t{t.dtype.bits} / 8 * std::max<uint16_t>(t.dtype.lanes, 1);
+  size_t items = 1;
+  for (int32_t i = 0; i < t.ndim; ++i) items *= static_cast<size_t>(t.shape[i]);
+  if (t.strides != nullptr) {
+    int64_t expected = 1;  // strides count elements
+    for (int32_t i = t.ndim; i-- > 0;) {
+      if (t.shape[i] != 1 && t.strides[i] != expected) {
+        raiseInvalidArgument(what + " must be contiguous in GPU memory");
+      }
+      expected *= t.shape[i];
+    }
+  }
+  auto* at = static_cast<const kj::byte*>(t.data) + t.byteOffset;
+  size_t size = items * item;
+  if (size > 0 && t.data == nullptr) raiseInvalidArgument(what + " has no memory");
+  int device = t.device.id;
+  {
+    py::gil_scoped_release released;
+    synchronizeCudaStream(1);  // the legacy default stream, where the producer left the bytes
+  }
+  auto held = std::make_shared<Held>(
+      kj::Array<const kj::byte>(at, size, kj::NullArrayDisposer::instance), kj::mv(owner));
+  auto bytes = held->bytes();
+  return DeviceBytes{kj::ArrayPtr<const kj::byte>(bytes).attach(kj::mv(held)), device};
+}
+
 }  // namespace
 
 kj::Maybe<DeviceBytes> deviceBytesOf(py::handle object, const std::string& what) {
@@ -147,10 +223,9 @@ kj::Maybe<DeviceBytes> deviceBytesOf(py::handle object, const std::string& what)
   if (py::hasattr(object, "__cuda_array_interface__")) return fromCudaArrayInterface(object, what);
   if (py::hasattr(object, "__dlpack_device__") && py::hasattr(object, "__dlpack__")) {
     auto where = object.attr("__dlpack_device__")().cast<py::tuple>();
-    constexpr int DLPACK_CUDA = 2;  // kDLCUDA
     if (where[0].cast<int>() == DLPACK_CUDA) {
-      raiseInvalidArgument(what + " is on a GPU through DLPack only: pass an object with "
-                                  "__cuda_array_interface__ (a torch or CuPy array has one)");
+      if (!cudaRuntime().available) raiseNoCuda();
+      return fromDlpack(object, what);
     }
   }
   return nullptr;
@@ -180,10 +255,7 @@ void bindDevice(py::module_& m) {
     KJ_IF_MAYBE(device, cudaDeviceOf(reinterpret_cast<const void*>(pointer))) {
       (void)device;
     } else {
-      if (!cudaRuntime().available) {
-        raise(makeError(ErrorCode::UNIMPLEMENTED,
-                        kj::str("CUDA is not available here: ", cudaRuntime().reason)));
-      }
+      if (!cudaRuntime().available) raiseNoCuda();
       raiseInvalidArgument("a __cuda_array_interface__ that points at no CUDA device's memory");
     }
     py::gil_scoped_release released;

@@ -447,8 +447,8 @@ void acceptBlobOnDevice(EventLoop& loop, ActorServer& server, const std::string&
         return kj::ArrayPtr<kj::byte>(*memory).attach(std::shared_ptr(memory));
       },
       [&memory, &taker, log, device, latest = kj::mv(latest)](Blob received) {
-        KJ_REQUIRE(memory != nullptr && memory->begin() == received.bytes.begin(),
-                   "a blob received into memory this server did not allocate");
+        KJ_ASSERT(memory != nullptr && memory->begin() == received.bytes.begin(),
+                  "a blob received into memory this server did not allocate");
         auto held = kj::mv(memory);
         auto bytes = kj::ArrayPtr<const kj::byte>(*held).attach(kj::mv(held));
         auto where = "blob '" + received.name + "'";

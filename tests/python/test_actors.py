@@ -382,6 +382,15 @@ class FakeCudaArray:
                                 "version": 3}
 
 
+class FakeDlpackCuda:
+    """What a JAX array on a GPU shows: DLPack only."""
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA, device 0
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("not to be called where CUDA is absent")
+
+
 def test_cuda_runtime_says_what_it_found():
     assert set(CUDA) == {"available", "reason", "library", "version", "devices"}
     assert CUDA["available"] == (CUDA["devices"] > 0)
@@ -400,6 +409,8 @@ def test_without_cuda_gpu_memory_is_refused_saying_why(host):
     with pytest.raises(troupe.Unimplemented) as raised:
         troupe.host_actor(GpuModel, name="gpu")
     assert "CUDA is not available here" in str(raised.value)
+    with pytest.raises(troupe.Unimplemented):
+        pool.broadcast_blob("weights", 1, FakeDlpackCuda())
     _, echo = host(Echo, "tensors-nocuda", "echo")
     with pytest.raises(troupe.Unimplemented):
         echo.call("tensor", FakeCudaArray())  # a Tensor in GPU memory: copied out with CUDA
