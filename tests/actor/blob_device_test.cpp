@@ -302,6 +302,33 @@ TEST_F(BlobDeviceTest, ACopyIntoTheDeviceThatFailsGivesTheTransferUpAndFreesItsM
   EXPECT_TRUE(m.received.empty());
 }
 
+TEST_F(BlobDeviceTest, ATransferGivenUpWhileItWaitsForAStagingBufferLetsGoOfEverything) {
+  auto staged = kj::newPromiseAndFulfiller<void>();
+  auto gaveUp = kj::newPromiseAndFulfiller<void>();
+  constexpr uint32_t CHUNK = 64 << 10;
+  constexpr uint64_t WINDOW = 512 << 10;
+  size_t ring = actor_detail::StagingRing::buffersFor(CHUNK, WINDOW);
+  BlobAcceptOptions options;
+  options.onProgress = [&](const BlobHeader&, uint64_t received) {
+    if (received == ring * CHUNK) staged.fulfiller->fulfill();
+  };
+  options.onGiveUp = [&](const BlobHeader&, const kj::Exception&) { gaveUp.fulfiller->fulfill(); };
+  auto& m = add(device, kj::mv(options));
+  device->pause();  // the device copies nothing: every staging buffer stays taken
+  auto targets = KJ_MAP(x, members) { return BlobTarget{x->endpoint, x->address}; };
+  {
+    BlobSendOptions send{.chunkBytes = CHUNK, .windowBytes = WINDOW};
+    auto transfer = sendBlob(loop, targets, "weights", 1, kj::heapArray<kj::byte>(4 << 20),
+                             kj::mv(send));
+    await(loop, kj::mv(staged.promise));  // the ring is full; later chunks wait for a buffer
+  }                                       // given up meanwhile
+  await(loop, kj::mv(gaveUp.promise));
+  device->resume();
+  await(loop, device->whenAllFreed());
+  EXPECT_TRUE(m.received.empty());
+  EXPECT_LE(device->stagingMade, ring);
+}
+
 // --- A real GPU, where there is one ------------------------------------------------------------
 
 TEST(CudaBlobTest, ABlobGoesIntoAndOutOfAGpu) {

@@ -103,6 +103,21 @@ public:
     return kj::mv(paf.promise);
   }
 
+  // Holds every copy asked for from now on until resume(), as a busy copy engine would.
+  void pause() {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    gate = kj::mv(paf.fulfiller);
+    last = last.addBranch()
+               .then([promise = kj::mv(paf.promise)]() mutable { return kj::mv(promise); })
+               .fork();
+  }
+  void resume() {
+    KJ_IF_MAYBE(g, gate) {
+      (*g)->fulfill();
+    }
+    gate = nullptr;
+  }
+
   size_t liveBytes = 0;                    // device memory not freed yet
   uint64_t bytesIn = 0;                    // copied into the device
   uint64_t bytesOut = 0;                   // copied out of it
@@ -164,6 +179,7 @@ private:
   EventLoop& loop;
   std::map<kj::byte*, size_t> live;  // real address -> size
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> freed;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> gate;  // pause()'s
   kj::ForkedPromise<void> last = kj::Promise<void>(kj::READY_NOW).fork();
 };
 
