@@ -140,7 +140,9 @@ struct BlobSendOptions {
   // The device whose memory the bytes are in (blob_device.h), or null for host memory: chunks
   // are then copied out into staging buffers in host memory ahead of the network. The bytes
   // must be complete when the blob is sent: troupe's copies run on a stream of their own, so
-  // wait for the work that wrote them first (for CUDA, synchronize its stream). Default: null.
+  // wait for the work that wrote them first (for CUDA, synchronize its stream). A member on
+  // this host copying from them device to device that fails may still be copying for up to
+  // `stallTimeout` after its result: the array is held that long. Default: null.
   std::shared_ptr<BlobDevice> device;
 };
 

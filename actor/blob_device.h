@@ -115,8 +115,9 @@ void copyCudaMemory(void* to, const void* from, size_t bytes);
 // The CUDA device whose memory `pointer` is in, or null for any other memory (and where CUDA is
 // not available).
 kj::Maybe<int> cudaDeviceOf(const void* pointer);
-// Waits until the work queued on CUDA stream `stream` (a cudaStream_t, or 1 and 2 for the legacy
-// and per-thread default streams, as __cuda_array_interface__ names them) is done.
-void synchronizeCudaStream(uintptr_t stream);
+// Waits until the work queued on CUDA stream `stream` of device `ordinal` (a cudaStream_t, or 1
+// and 2 for that device's legacy and per-thread default streams, as __cuda_array_interface__
+// and DLPack name them) is done.
+void synchronizeCudaStream(int ordinal, uintptr_t stream);
 
 }  // namespace troupe

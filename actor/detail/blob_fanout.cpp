@@ -384,6 +384,7 @@ public:
   const kj::TimePoint startedAt;
   uint64_t acked = 0;       // bytes the member acknowledged (from where it resumed)
   bool superseded = false;  // another sender took the member over: it reports the outcome
+  bool pulls = false;       // the member copies chunks from our exported device memory itself
   std::vector<BlobResult> reported;
 
 private:
@@ -539,7 +540,6 @@ private:
   void taskFailed(kj::Exception&& exception) override { failer->reject(kj::mv(exception)); }
 
   kj::Own<Channel> channel;
-  bool pulls = false;  // the member copies chunks from our exported device memory itself
   kj::Maybe<schema::BlobSink::Client> sink;
   uint64_t next = 0;      // the next byte to send
   uint64_t inFlight = 0;  // bytes sent and not acknowledged
@@ -610,6 +610,15 @@ void BlobFanout::ended(Hop& hop, kj::Maybe<kj::Exception> error, std::vector<Blo
               params.name, params.version, member.endpoint, e->getDescription().cStr(),
               member.children.size());
     record(kj::mv(failed));
+    if (hop.pulls && source.get() != nullptr) {
+      // It may still be copying from our device memory (its copies in flight, a window's
+      // worth): the memory stays that long at most, as freeing memory another process has open
+      // is not allowed.
+      loop_.timer()
+          .afterDelay(params.stallTimeout)
+          .attach(kj::addRef(*source))
+          .detach([](kj::Exception&&) {});
+    }
     // Its children are resumed from here, which supersedes it where it still forwards; it is
     // not told to give up (that would give up its children's parts too), and frees its own
     // part by its idle timeout.

@@ -260,6 +260,10 @@ public:
     });
   }
 
+  // The sender of the current generation let go of its sink: its device memory, if this member
+  // opened it, is closed once the copies from it in flight end.
+  void senderGone() { imported = nullptr; }
+
   // Resolves once the chunks taken so far are done with: copies into the device memory and out
   // of a sender's have ended (an abort answers then, so that the sender's memory outlives them).
   kj::Promise<void> whenSettled() { return staging.addBranch(); }
@@ -564,6 +568,10 @@ public:
   using Transfer = BlobReceiver::Transfer;
   BlobSinkImpl(kj::Own<Transfer> transfer, uint64_t generation)
       : transfer(kj::mv(transfer)), generation(generation) {}
+  ~BlobSinkImpl() noexcept(false) {
+    // Its sender let go (finished, or gone): no chunk comes from its memory any more.
+    if (!superseded()) transfer->senderGone();
+  }
 
 protected:
   kj::Promise<void> write(WriteContext context) override {

@@ -164,8 +164,10 @@ void copyCudaMemory(void* to, const void* from, size_t bytes) {
                           kj::str("cudaMemcpy of ", bytes, " bytes"));
 }
 
-void synchronizeCudaStream(uintptr_t stream) {
+void synchronizeCudaStream(int ordinal, uintptr_t stream) {
   auto& api = requireCuda();
+  // The default streams are the current device's.
+  actor_detail::checkCuda(api, api.setDevice(ordinal), kj::str("cudaSetDevice(", ordinal, ")"));
   actor_detail::checkCuda(api, api.streamSynchronize(reinterpret_cast<void*>(stream)),
                           "cudaStreamSynchronize");
 }

@@ -100,6 +100,16 @@ size_t itemSize(const std::string& typestr, const std::string& what) {
   return size;
 }
 
+// Waits for the stream a __cuda_array_interface__ names (v3), which may still be writing the
+// bytes: troupe's copies run on a stream of their own.
+void synchronizeProducer(const py::dict& cai, int device, const std::string& what) {
+  if (!cai.contains("stream") || cai["stream"].is_none()) return;
+  auto stream = cai["stream"].cast<uintptr_t>();
+  if (stream == 0) raiseInvalidArgument(what + ": a __cuda_array_interface__ stream of 0");
+  py::gil_scoped_release released;
+  synchronizeCudaStream(device, stream);
+}
+
 kj::Maybe<DeviceBytes> fromCudaArrayInterface(py::handle object, const std::string& what) {
   auto cai = object.attr("__cuda_array_interface__").cast<py::dict>();
   auto data = cai["data"].cast<py::tuple>();
@@ -122,18 +132,15 @@ kj::Maybe<DeviceBytes> fromCudaArrayInterface(py::handle object, const std::stri
   if (size > 0 && pointer == 0) raiseInvalidArgument(what + " has no memory");
   auto* at = reinterpret_cast<const kj::byte*>(pointer);
   int device = 0;
-  KJ_IF_MAYBE(d, cudaDeviceOf(at)) {
+  if (size == 0) {
+    if (!cudaRuntime().available) raiseNoCuda();
+  } else KJ_IF_MAYBE(d, cudaDeviceOf(at)) {
     device = *d;
   } else {
     if (!cudaRuntime().available) raiseNoCuda();
     raiseInvalidArgument(what + ": its __cuda_array_interface__ points at no CUDA device's memory");
   }
-  if (cai.contains("stream") && !cai["stream"].is_none()) {
-    // The producer's stream, which may still be writing the bytes: troupe copies on its own.
-    auto stream = cai["stream"].cast<uintptr_t>();
-    py::gil_scoped_release released;
-    synchronizeCudaStream(stream);
-  }
+  synchronizeProducer(cai, device, what);
   auto held = std::make_shared<Held>(kj::Array<const kj::byte>(at, size,
                                                                kj::NullArrayDisposer::instance),
                                      py::reinterpret_borrow<py::object>(object));
@@ -204,7 +211,7 @@ DeviceBytes fromDlpack(py::handle object, const std::string& what) {
   int device = t.device.id;
   {
     py::gil_scoped_release released;
-    synchronizeCudaStream(1);  // the legacy default stream, where the producer left the bytes
+    synchronizeCudaStream(device, 1);  // the legacy default stream: the producer's, by DLPack
   }
   auto held = std::make_shared<Held>(
       kj::Array<const kj::byte>(at, size, kj::NullArrayDisposer::instance), kj::mv(owner));
@@ -247,13 +254,16 @@ void bindDevice(py::module_& m) {
       .def("__len__", &DeviceArray::size);
   // For troupe.Tensor (_types.py): `size` bytes of GPU memory at `pointer` into `buffer`, a
   // writable host buffer of at least that size.
-  m.def("copy_from_device", [](py::buffer buffer, uintptr_t pointer, size_t size) {
+  m.def("copy_from_device", [](py::buffer buffer, uintptr_t pointer, size_t size,
+                               py::object stream) {
     auto info = buffer.request(true);
     if (static_cast<size_t>(info.size * info.itemsize) < size) {
       raiseInvalidArgument("the buffer is smaller than the device memory to copy");
     }
     KJ_IF_MAYBE(device, cudaDeviceOf(reinterpret_cast<const void*>(pointer))) {
-      (void)device;
+      py::dict named;
+      named["stream"] = stream;
+      synchronizeProducer(named, *device, "a tensor");
     } else {
       if (!cudaRuntime().available) raiseNoCuda();
       raiseInvalidArgument("a __cuda_array_interface__ that points at no CUDA device's memory");

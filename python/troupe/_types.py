@@ -290,7 +290,7 @@ class _Tensor(_Type):
             count *= n
         data = numpy.empty(count * dtype.itemsize, dtype=numpy.uint8)
         if data.size:
-            _troupe.copy_from_device(data, cai["data"][0], data.size)
+            _troupe.copy_from_device(data, cai["data"][0], data.size, cai.get("stream"))
         if not dtype.isnative:
             data = data.view(dtype).astype(dtype.newbyteorder("=")).view(numpy.uint8)
             dtype = dtype.newbyteorder("=")

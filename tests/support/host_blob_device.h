@@ -103,8 +103,10 @@ public:
     return kj::mv(paf.promise);
   }
 
-  // Holds every copy asked for from now on until resume(), as a busy copy engine would.
+  // Holds every copy asked for from now on until resume(), as a busy copy engine would. (A copy
+  // that fails, as failCopiesInPast makes it, fails every later one too, as a CUDA error does.)
   void pause() {
+    KJ_REQUIRE(gate == nullptr, "paused already");
     auto paf = kj::newPromiseAndFulfiller<void>();
     gate = kj::mv(paf.fulfiller);
     last = last.addBranch()
