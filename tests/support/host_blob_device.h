@@ -45,12 +45,16 @@ public:
       return after([]() { KJ_FAIL_REQUIRE("the device failed a copy (as the test asked)"); });
     }
     bytesIn += bytes;
-    return after([to = untag(to, bytes), from, bytes]() { memcpy(to, from, bytes); });
+    return after([to = untag(to, bytes), from, bytes]() {
+      if (bytes != 0) memcpy(to, from, bytes);
+    });
   }
 
   kj::Promise<void> copyOut(kj::byte* to, const kj::byte* from, size_t bytes) override {
     bytesOut += bytes;
-    return after([to, from = untag(from, bytes), bytes]() { memcpy(to, from, bytes); });
+    return after([to, from = untag(from, bytes), bytes]() {
+      if (bytes != 0) memcpy(to, from, bytes);
+    });
   }
 
   // Device to device, as CUDA IPC does it, within this process only: the handle names the
@@ -77,8 +81,9 @@ public:
 
   kj::Promise<void> copyWithin(kj::byte* to, const kj::byte* from, size_t bytes) override {
     bytesWithin += bytes;
-    return after(
-        [to = untag(to, bytes), from = untag(from, bytes), bytes]() { memcpy(to, from, bytes); });
+    return after([to = untag(to, bytes), from = untag(from, bytes), bytes]() {
+      if (bytes != 0) memcpy(to, from, bytes);
+    });
   }
 
   // The bytes of device memory [at, at + size), copied out now (waits for earlier copies).
