@@ -34,8 +34,8 @@
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/blob_device.h"
 #include "blob_bench.capnp.h"
+#include "bench/bench_blobs.h"
 #include "bench/bench_sockets.h"
-#include "tests/support/host_blob_device.h"
 #include "tests/support/resident_memory.h"
 
 namespace {
@@ -161,13 +161,13 @@ int main(int argc, char** argv) {
   Received received;
   kj::Array<kj::byte> buffer;
   troupe::BlobAcceptOptions options{.acceptStaleVersions = true};
-  if (device == "host") {
-    options.device = std::make_shared<troupe::test::HostBlobDevice>(loop);
-  } else if (device.rfind("cuda:", 0) == 0) {
-    options.device = troupe::cudaBlobDevice(loop, std::stoi(device.substr(strlen("cuda:"))));
-  } else if (!device.empty()) {
-    fprintf(stderr, "bench_blob_member: --device takes cuda:N or host, not %s\n", device.c_str());
-    return 2;
+  if (!device.empty()) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                       [&]() { options.device = troupe::bench::deviceNamed(loop, device); })) {
+      fprintf(stderr, "bench_blob_member: --device %s: %s\n", device.c_str(),
+              e->getDescription().cStr());
+      return 2;
+    }
   }
   auto on = options.device;
   server.acceptBlobs(

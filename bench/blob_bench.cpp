@@ -42,6 +42,7 @@
 #include "troupe/actor/blob.h"
 #include "troupe/net/bytes.h"
 #include "blob_bench.capnp.h"
+#include "bench/bench_blobs.h"
 #include "bench/bench_sockets.h"
 #include "bench/bench_support.h"
 #include "bench/netsim.h"
@@ -52,6 +53,8 @@ namespace {
 
 using troupe::bench::BlobMember;
 using troupe::bench::BlobSource;
+using troupe::bench::borrowed;
+using troupe::bench::payload;
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t MiB = 1 << 20;
 constexpr int NET_MEMBERS = 8;
@@ -60,24 +63,6 @@ constexpr uint64_t NET_BYTES = 256 * MiB;
 uint64_t peakResidentBytes() { return troupe::test::statusBytes("VmHWM:"); }
 
 void resetPeak() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
-// The payload, made once per size and kept: random bytes, every page touched.
-kj::ArrayPtr<const kj::byte> payload(uint64_t size) {
-  static kj::Array<kj::byte> bytes;
-  if (bytes.size() != size) {
-    bytes = nullptr;
-    bytes = kj::heapArray<kj::byte>(size);
-    std::mt19937_64 random(size);
-    auto* words = reinterpret_cast<uint64_t*>(bytes.begin());
-    for (uint64_t i = 0; i < size / 8; ++i) words[i] = random();
-  }
-  return bytes;
-}
-
-// The payload as a sender's blob, borrowed (the benchmark keeps it).
-kj::Array<const kj::byte> borrowed(kj::ArrayPtr<const kj::byte> bytes) {
-  return kj::Array<const kj::byte>(bytes.begin(), bytes.size(), kj::NullArrayDisposer::instance);
-}
 
 // A bench_blob_member child and its address.
 struct MemberProcess {

@@ -39,11 +39,13 @@
 
 #include "troupe/actor/blob.h"
 #include "troupe/actor/blob_device.h"
+#include "bench/bench_blobs.h"
 #include "tests/support/child_process.h"
-#include "tests/support/host_blob_device.h"
 
 namespace {
 
+using troupe::bench::borrowed;
+using troupe::bench::payload;
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t MiB = 1 << 20;
 
@@ -55,27 +57,7 @@ std::string deviceName() {
 }
 
 std::shared_ptr<troupe::BlobDevice> openDevice(troupe::EventLoop& loop) {
-  auto name = deviceName();
-  if (name == "host") return std::make_shared<troupe::test::HostBlobDevice>(loop);
-  KJ_REQUIRE(name.rfind("cuda:", 0) == 0, "TROUPE_BENCH_DEVICE takes cuda:N or host", name);
-  return troupe::cudaBlobDevice(loop, std::stoi(name.substr(strlen("cuda:"))));
-}
-
-// The payload, made once per size and kept: random bytes, every page touched.
-kj::ArrayPtr<const kj::byte> payload(uint64_t size) {
-  static kj::Array<kj::byte> bytes;
-  if (bytes.size() != size) {
-    bytes = nullptr;
-    bytes = kj::heapArray<kj::byte>(size);
-    std::mt19937_64 random(size);
-    auto* words = reinterpret_cast<uint64_t*>(bytes.begin());
-    for (uint64_t i = 0; i < size / 8; ++i) words[i] = random();
-  }
-  return bytes;
-}
-
-kj::Array<const kj::byte> borrowed(kj::ArrayPtr<const kj::byte> bytes) {
-  return kj::Array<const kj::byte>(bytes.begin(), bytes.size(), kj::NullArrayDisposer::instance);
+  return troupe::bench::deviceNamed(loop, deviceName());
 }
 
 // A bench_blob_member child, listening on `listen`, receiving into `device` ("": host memory).

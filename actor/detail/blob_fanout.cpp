@@ -40,16 +40,6 @@ uint64_t blobChecksum(kj::ArrayPtr<const kj::byte> bytes) {
 // ---------------------------------------------------------------------------------------------
 // BlobSource
 
-namespace {
-
-// A staging buffer that a copy out of the device and whoever asked for the chunk both hold.
-struct SharedBuffer final : public kj::Refcounted {
-  explicit SharedBuffer(kj::Array<kj::byte> bytes) : bytes(kj::mv(bytes)) {}
-  kj::Array<kj::byte> bytes;
-};
-
-}  // namespace
-
 // A device source's chunk in a staging buffer: what hostChunk() hands out while anyone holds it.
 struct BlobSource::Staged final : public kj::Refcounted {
   Staged(kj::Own<BlobSource> source, uint64_t index, kj::Array<const kj::byte> bytes)
@@ -116,11 +106,15 @@ void BlobSource::settle(uint64_t bytes) {
 }
 
 kj::Promise<void> BlobSource::whenResident(uint64_t bytes) {
+  return whenReached(&BlobSource::resident, bytes);
+}
+
+kj::Promise<void> BlobSource::whenReached(uint64_t (BlobSource::*mark)() const, uint64_t bytes) {
   KJ_IF_MAYBE(e, failure_) {
     return kj::cp(*e);
   }
-  if (resident() >= bytes) return kj::READY_NOW;
-  return grew.next().then([this, bytes]() { return whenResident(bytes); });
+  if ((this->*mark)() >= bytes) return kj::READY_NOW;
+  return grew.next().then([this, mark, bytes]() { return whenReached(mark, bytes); });
 }
 
 kj::Maybe<kj::ArrayPtr<const kj::byte>> BlobSource::exported() {
@@ -153,11 +147,7 @@ void BlobSource::fail(kj::Exception reason) {
 }
 
 kj::Promise<void> BlobSource::whenAvailable(uint64_t bytes) {
-  KJ_IF_MAYBE(e, failure_) {
-    return kj::cp(*e);
-  }
-  if (available_ >= bytes) return kj::READY_NOW;
-  return grew.next().then([this, bytes]() { return whenAvailable(bytes); });
+  return whenReached(&BlobSource::available, bytes);
 }
 
 kj::Array<const kj::byte> BlobSource::slice(uint64_t offset, uint64_t length) {
@@ -177,7 +167,7 @@ kj::Promise<kj::Array<const kj::byte>> BlobSource::hostChunk(uint64_t index) {
       [this, self = kj::mv(self), index, offset, length](kj::Array<kj::byte> buffer) mutable {
         // The copy holds the buffer and the source to its end, even if whoever asked lets go: the
         // device writes the one and reads the other until then.
-        auto shared = kj::refcounted<SharedBuffer>(kj::mv(buffer));
+        auto shared = kj::refcounted<StagingBuffer>(kj::mv(buffer));
         auto* to = shared->bytes.begin();
         auto copied = device_->copyOut(to, memory.begin() + offset, length)
                           .attach(kj::addRef(*shared), kj::addRef(*this))

@@ -114,6 +114,9 @@ public:
 private:
   struct Staged;
 
+  // Resolves once (this->*mark)() is at least `bytes`; rejects once the source failed.
+  kj::Promise<void> whenReached(uint64_t (BlobSource::*mark)() const, uint64_t bytes);
+
   kj::Array<const kj::byte> memory;
   uint64_t size_;
   uint32_t chunkBytes_;

@@ -202,8 +202,7 @@ public:
       giveUp(kj::str("the chunk at byte ", offset, " failed its checksum"));
     }
     if (s.device() != nullptr) {
-      due += data.size();
-      placedUpTo = std::max(placedUpTo, due);
+      taken(data.size());
       return stage(index, data, checksum);
     }
     auto* at = s.writable() + offset;
@@ -215,8 +214,7 @@ public:
       }
       memcpy(at, data.begin(), data.size());
     }
-    due += data.size();
-    placedUpTo = std::max(placedUpTo, due);
+    taken(data.size());
     appended(checksum);
     if (s.available() == s.size()) deliver();
     return kj::READY_NOW;
@@ -314,8 +312,7 @@ private:
       from = i->get();
     }
     if (from == nullptr) giveUp(kj::str("a chunk to copy from a memory this member never opened"));
-    due += length;
-    placedUpTo = std::max(placedUpTo, due);
+    taken(length);
     auto copied = kj::evalNow([&]() {
       return s.device()->copyWithin(s.writable() + offset, from->memory.begin() + offset, length);
     });
@@ -355,12 +352,12 @@ private:
     return result;
   }
 
-  // A staging buffer a chunk is read into (device memory), shared by the message read into it
-  // and the write that takes it.
-  struct StagingBuffer final : public kj::Refcounted {
-    explicit StagingBuffer(kj::Array<kj::byte> bytes) : bytes(kj::mv(bytes)) {}
-    kj::Array<kj::byte> bytes;
-  };
+  // The chunk due, `length` bytes, is taken: the next is due after it, and none is read into
+  // its place any more.
+  void taken(uint64_t length) {
+    due += length;
+    placedUpTo = std::max(placedUpTo, due);
+  }
 
   // The next chunk is in place and checked: counts it, tells the progress callback.
   void appended(uint64_t checksum) {
@@ -402,13 +399,15 @@ private:
         return kj::READY_NOW;
       }
       auto bytes = KJ_ASSERT_NONNULL(kj::mv(copy));
-      KJ_IF_MAYBE(buffer, source->staging().tryTake()) {
-        memcpy(buffer->begin(), bytes.begin(), bytes.size());
-        intoDevice(index, checksum, buffer->slice(0, bytes.size()).attach(kj::mv(*buffer)));
-        return kj::READY_NOW;
+      auto& ring = source->staging();
+      kj::Promise<kj::Array<kj::byte>> buffer = nullptr;
+      KJ_IF_MAYBE(free, ring.tryTake()) {
+        buffer = kj::mv(*free);
+      } else {
+        starved = true;  // no more reads into staging buffers till this one has one
+        buffer = ring.take();
       }
-      starved = true;  // no more reads into staging buffers till this one has one
-      return source->staging().take().then(
+      return buffer.then(
           [this, index, checksum, bytes = kj::mv(bytes)](kj::Array<kj::byte> buffer) mutable {
             starved = false;
             if (source.get() == nullptr) return;

@@ -86,16 +86,7 @@ public:
 
   kj::StringPtr name() const override { return name_; }
 
-  kj::Array<kj::byte> allocate(size_t bytes) override {
-    current();
-    void* at = nullptr;
-    checkCuda(api, api.malloc(&at, bytes == 0 ? 1 : bytes),
-              kj::str("cudaMalloc of ", bytes, " bytes on ", name_));
-    auto* free = api.free;
-    return kj::ArrayPtr<kj::byte>(static_cast<kj::byte*>(at), bytes).attach(kj::defer([free, at]() {
-      free(at);
-    }));
-  }
+  kj::Array<kj::byte> allocate(size_t bytes) override { return allocateCudaMemory(ordinal, bytes); }
 
   kj::Array<kj::byte> allocateStaging(size_t bytes) override {
     current();
@@ -250,17 +241,10 @@ public:
 namespace troupe {
 
 std::shared_ptr<BlobDevice> cudaBlobDevice(EventLoop& loop, int ordinal) {
-  auto& info = cudaRuntime();
-  KJ_IF_MAYBE(api, actor_detail::cudaApi()) {
-    if (ordinal < 0 || ordinal >= info.devices) {
-      throwError(ErrorCode::INVALID_ARGUMENT,
-                 kj::str("no CUDA device ", ordinal, ": this machine has ", info.devices));
-    }
-    auto& made = loop.service<actor_detail::CudaDevices>().devices[ordinal];
-    if (made == nullptr) made = std::make_shared<actor_detail::CudaBlobDevice>(loop, *api, ordinal);
-    return made;
-  }
-  throwError(ErrorCode::UNIMPLEMENTED, kj::str("CUDA is not available here: ", info.reason));
+  auto& api = actor_detail::requireCudaDevice(ordinal);
+  auto& made = loop.service<actor_detail::CudaDevices>().devices[ordinal];
+  if (made == nullptr) made = std::make_shared<actor_detail::CudaBlobDevice>(loop, api, ordinal);
+  return made;
 }
 
 }  // namespace troupe

@@ -142,12 +142,17 @@ const actor_detail::CudaApi& requireCuda() {
 
 }  // namespace
 
-kj::Array<kj::byte> allocateCudaMemory(int ordinal, size_t bytes) {
+const actor_detail::CudaApi& actor_detail::requireCudaDevice(int ordinal) {
   auto& api = requireCuda();
   if (ordinal < 0 || ordinal >= cudaRuntime().devices) {
     throwError(ErrorCode::INVALID_ARGUMENT,
                kj::str("no CUDA device ", ordinal, ": this machine has ", cudaRuntime().devices));
   }
+  return api;
+}
+
+kj::Array<kj::byte> allocateCudaMemory(int ordinal, size_t bytes) {
+  auto& api = actor_detail::requireCudaDevice(ordinal);
   actor_detail::checkCuda(api, api.setDevice(ordinal), kj::str("cudaSetDevice(", ordinal, ")"));
   void* at = nullptr;
   actor_detail::checkCuda(api, api.malloc(&at, bytes == 0 ? 1 : bytes),

@@ -75,6 +75,10 @@ LoadedCuda loadCudaRuntime(kj::ArrayPtr<const kj::StringPtr> candidates);
 // none.
 kj::Maybe<const CudaApi&> cudaApi();
 
+// The process's CUDA runtime, with `ordinal` one of its devices: throws UNIMPLEMENTED, saying
+// why, where there is none, and INVALID_ARGUMENT for a device the machine has not.
+const CudaApi& requireCudaDevice(int ordinal);
+
 // Throws FAILED naming `what` and CUDA's description of `error`, unless it is success.
 void checkCuda(const CudaApi& api, CudaError error, kj::StringPtr what);
 

@@ -16,6 +16,13 @@
 
 namespace troupe::actor_detail {
 
+// A staging buffer taken from a ring, shared by whoever uses it at once: a message read into it
+// and the write that takes it, or a copy out of the device and the chunk handed out.
+struct StagingBuffer final : public kj::Refcounted {
+  explicit StagingBuffer(kj::Array<kj::byte> bytes) : bytes(kj::mv(bytes)) {}
+  kj::Array<kj::byte> bytes;
+};
+
 // Loop thread only. Refcounted: the buffers taken hold it.
 class StagingRing final : public kj::Refcounted {
 public:

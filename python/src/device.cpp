@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include <pybind11/stl.h>
 
@@ -30,12 +31,7 @@ public:
   Held(kj::Array<const kj::byte> bytes, py::object owner)
       : bytes_(kj::mv(bytes)), owner(new py::object(kj::mv(owner))) {}
   ~Held() noexcept {
-    if (Runtime::get().onLoopThread()) {
-      withGilSoon([owner = owner]() { delete owner; });
-      return;
-    }
-    py::gil_scoped_acquire gil;
-    delete owner;
+    withGil([owner = owner]() { delete owner; });
   }
   KJ_DISALLOW_COPY(Held);
   kj::ArrayPtr<const kj::byte> bytes() const { return bytes_; }
@@ -100,6 +96,25 @@ size_t itemSize(const std::string& typestr, const std::string& what) {
   return size;
 }
 
+size_t countOf(const std::vector<int64_t>& shape) {
+  size_t items = 1;
+  for (auto n : shape) items *= static_cast<size_t>(n);
+  return items;
+}
+
+// Raises InvalidArgument unless `strides` (one per dimension, in units of `unit` bytes) are
+// those of a C-ordered array of `shape`: the bytes are sent as one run.
+void requireContiguous(const std::vector<int64_t>& shape, const int64_t* strides, int64_t unit,
+                       const std::string& what) {
+  int64_t expected = unit;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) {
+      raiseInvalidArgument(what + " must be contiguous in GPU memory");
+    }
+    expected *= shape[i];
+  }
+}
+
 // Waits for the stream a __cuda_array_interface__ names (v3), which may still be writing the
 // bytes: troupe's copies run on a stream of their own.
 void synchronizeProducer(const py::dict& cai, int device, const std::string& what) {
@@ -114,20 +129,13 @@ kj::Maybe<DeviceBytes> fromCudaArrayInterface(py::handle object, const std::stri
   auto cai = object.attr("__cuda_array_interface__").cast<py::dict>();
   auto data = cai["data"].cast<py::tuple>();
   auto pointer = data[0].cast<uintptr_t>();
-  size_t items = 1;
-  auto shape = cai["shape"].cast<py::tuple>();
-  for (auto n : shape) items *= n.cast<size_t>();
-  size_t size = items * itemSize(cai["typestr"].cast<std::string>(), what);
+  auto shape = cai["shape"].cast<std::vector<int64_t>>();
+  size_t item = itemSize(cai["typestr"].cast<std::string>(), what);
+  size_t size = countOf(shape) * item;
   if (cai.contains("strides") && !cai["strides"].is_none()) {
-    // Contiguous only: the strides a C-ordered array of this shape has.
-    size_t expected = itemSize(cai["typestr"].cast<std::string>(), what);
-    auto strides = cai["strides"].cast<py::tuple>();
-    for (size_t i = shape.size(); i-- > 0;) {
-      if (shape[i].cast<size_t>() != 1 && strides[i].cast<size_t>() != expected) {
-        raiseInvalidArgument(what + " must be contiguous in GPU memory");
-      }
-      expected *= shape[i].cast<size_t>();
-    }
+    auto strides = cai["strides"].cast<std::vector<int64_t>>();
+    if (strides.size() != shape.size()) raiseInvalidArgument(what + ": strides unlike its shape");
+    requireContiguous(shape, strides.data(), static_cast<int64_t>(item), what);
   }
   if (size > 0 && pointer == 0) raiseInvalidArgument(what + " has no memory");
   auto* at = reinterpret_cast<const kj::byte*>(pointer);
@@ -194,17 +202,9 @@ DeviceBytes fromDlpack(py::handle object, const std::string& what) {
   }
   if (t.dtype.bits % 8 != 0) raiseInvalidArgument(what + ": elements of a fraction of a byte");
   size_t item = size_t{t.dtype.bits} / 8 * std::max<uint16_t>(t.dtype.lanes, 1);
-  size_t items = 1;
-  for (int32_t i = 0; i < t.ndim; ++i) items *= static_cast<size_t>(t.shape[i]);
-  if (t.strides != nullptr) {
-    int64_t expected = 1;  // strides count elements
-    for (int32_t i = t.ndim; i-- > 0;) {
-      if (t.shape[i] != 1 && t.strides[i] != expected) {
-        raiseInvalidArgument(what + " must be contiguous in GPU memory");
-      }
-      expected *= t.shape[i];
-    }
-  }
+  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+  size_t items = countOf(shape);
+  if (t.strides != nullptr) requireContiguous(shape, t.strides, 1, what);  // in elements
   auto* at = static_cast<const kj::byte*>(t.data) + t.byteOffset;
   size_t size = items * item;
   if (size > 0 && t.data == nullptr) raiseInvalidArgument(what + " has no memory");

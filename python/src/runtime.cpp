@@ -96,6 +96,15 @@ void withGilSoon(kj::Function<void()> fn) {
         nullptr);
 }
 
+void withGil(kj::Function<void()> fn) {
+  if (Runtime::get().onLoopThread()) {
+    withGilSoon(kj::mv(fn));
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  fn();
+}
+
 void runGilQueue() {
   std::vector<kj::Function<void()>> batch;
   {

@@ -148,6 +148,9 @@ void dropHeld(uint64_t id);
 // thread, whichever comes first. For what must be let go of under the GIL (a Python buffer a
 // message referred to).
 void withGilSoon(kj::Function<void()> fn);
+// Any thread: runs `fn` with the GIL held, for letting go of a Python object: now, or soon
+// (withGilSoon()) on the loop thread, which never takes the GIL.
+void withGil(kj::Function<void()> fn);
 // GIL held: runs what withGilSoon() queued.
 void runGilQueue();
 

@@ -326,12 +326,7 @@ class Borrowed::Buffer {
 public:
   explicit Buffer(Py_buffer exported) : view(kj::heap<Py_buffer>(exported)) {}
   ~Buffer() noexcept {
-    if (Runtime::get().onLoopThread()) {
-      withGilSoon([view = kj::mv(view)]() mutable { PyBuffer_Release(view.get()); });
-      return;
-    }
-    py::gil_scoped_acquire gil;
-    PyBuffer_Release(view.get());
+    withGil([view = kj::mv(view)]() mutable { PyBuffer_Release(view.get()); });
   }
   KJ_DISALLOW_COPY(Buffer);
   capnp::Data::Reader data() const {
