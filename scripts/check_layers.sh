@@ -41,6 +41,7 @@ MAX_FUNCTION_LINES=80
 fuzz/frame_reader_fuzz.cpp  troupe/net/detail/message_stream.h  # fuzzes the frame reader itself, below any public API
 bench/history_bench.cpp  troupe/resolver/detail/metrics_history.h  # measures the registry's history itself, which has no public API
 bench/memory_bench.cpp  troupe/actor/detail/reply_cache.h  # measures the memory per kept reply, which has no public API
+bench/blob_bench.cpp  troupe/actor/detail/blob_fanout.h  # measures the receiver's check-and-copy of a chunk itself, below any public API
 DETAIL_INCLUDE_ALLOWLIST
 
 : <<'FUNCTION_LENGTH_EXCEPTIONS'

@@ -198,10 +198,8 @@ public:
       giveUp(kj::str("the chunk at byte ", offset, " holds ", data.size(), " bytes, not ",
                      s.chunkSize(index)));
     }
-    if (blobChecksum(data) != checksum) {
-      giveUp(kj::str("the chunk at byte ", offset, " failed its checksum"));
-    }
     if (s.device() != nullptr) {
+      if (blobChecksum(data) != checksum) failedChecksum(offset);
       taken(data.size());
       return stage(index, data, checksum);
     }
@@ -212,7 +210,10 @@ public:
         giveUp(
             kj::str("the chunk at byte ", offset, " came while another was read into its place"));
       }
-      memcpy(at, data.begin(), data.size());
+      // Checked as it is copied: bytes past available() are no one's until appended() below.
+      if (copyWithChecksum(at, data) != checksum) failedChecksum(offset);
+    } else if (blobChecksum(data) != checksum) {
+      failedChecksum(offset);
     }
     taken(data.size());
     appended(checksum);
@@ -452,6 +453,10 @@ private:
     auto e = makeError(ErrorCode::BLOB_ABORTED, kj::str(describe(header), ": ", why));
     abort(kj::cp(e));
     kj::throwFatalException(kj::mv(e));
+  }
+
+  [[noreturn]] void failedChecksum(uint64_t offset) {
+    giveUp(kj::str("the chunk at byte ", offset, " failed its checksum"));
   }
 
   // Once the blob is handed over and forwarded, the transfer lets go of its memory (the handler

@@ -351,6 +351,32 @@ TEST_F(BlobWireTest, AChunkThatFailsItsChecksumGivesTheTransferUpAndFreesIt) {
   EXPECT_TRUE(member.received.empty());
 }
 
+TEST_F(BlobWireTest, LargeChunksCopiedIntoPlaceArriveExactAndAreChecked) {
+  // Chunks in the message (not read into place) are checked as they are copied, a step at a
+  // time: sizes that are not a whole number of steps, and places not aligned to anything.
+  constexpr uint32_t chunk = (1 << 20) + 8;
+  auto bytes = pattern(3 * chunk + 1000, 13);
+  auto sink = open(31, bytes.size(), 1, 0, chunk);
+  for (uint64_t offset = 0; offset < bytes.size(); offset += chunk) {
+    auto end = std::min<uint64_t>(offset + chunk, bytes.size());
+    await(loop, write(sink, offset, bytes.slice(offset, end)));
+  }
+  expectHolds(member, bytes, 1);
+  member.received.clear();
+  await(loop, member.memory.whenAllFreed());
+
+  // A byte changed in the last step of a chunk is caught, and the transfer given up.
+  auto changed = kj::heapArray<kj::byte>(bytes.slice(0, chunk));
+  auto sum = actor_detail::blobChecksum(changed);
+  changed[chunk - 3] ^= 1;
+  sink = open(32, bytes.size(), 2, 0, chunk);
+  auto e = awaitError(loop, write(sink, 0, changed, sum));
+  EXPECT_EQ(e.code, ErrorCode::BLOB_ABORTED) << e.text;
+  EXPECT_TRUE(contains(e.text, "the chunk at byte 0 failed its checksum")) << e.text;
+  await(loop, member.memory.whenAllFreed());
+  EXPECT_TRUE(member.received.empty());
+}
+
 TEST_F(BlobWireTest, AChunkReadStraightIntoPlaceIsCheckedLikeAnyOther) {
   // 64 KiB chunks sent as their message's own segment (adoptBytes), as senders send them: the
   // server reads them into the blob before serving the write.
