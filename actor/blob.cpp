@@ -1,5 +1,8 @@
 #include "troupe/actor/blob.h"
 
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 
 #include <map>
@@ -41,6 +44,49 @@ void checkOptions(const BlobSendOptions& o) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// allocateBlobMemory
+
+namespace {
+
+constexpr uint64_t HUGE_PAGE_BYTES = uint64_t{2} << 20;
+constexpr uint64_t MAPPED_BLOB_MIN_BYTES = uint64_t{8} << 20;
+
+// Unmaps what allocateBlobMemory() mapped: `capacity` bytes from the first, rounded up to whole
+// huge pages as it was mapped.
+class UnmapDisposer final : public kj::ArrayDisposer {
+public:
+  static const UnmapDisposer instance;
+
+protected:
+  void disposeImpl(void* first, size_t, size_t, size_t capacity, void (*)(void*)) const override {
+    munmap(first, (capacity + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1));
+  }
+};
+const UnmapDisposer UnmapDisposer::instance;
+
+}  // namespace
+
+kj::Array<kj::byte> allocateBlobMemory(uint64_t size) {
+  if (size < MAPPED_BLOB_MIN_BYTES) return kj::heapArray<kj::byte>(size);
+  uint64_t rounded = (size + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
+  // Mapped with a huge page's room to spare, then trimmed to an aligned start.
+  uint64_t mapped = rounded + HUGE_PAGE_BYTES;
+  void* map = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) {
+    throwError(ErrorCode::OVERLOADED,
+               kj::str("cannot map ", size, " bytes for a blob: ", strerror(errno)));
+  }
+  auto base = reinterpret_cast<uintptr_t>(map);
+  auto start = (base + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
+  if (start > base) munmap(map, start - base);
+  uint64_t tail = base + mapped - (start + rounded);
+  if (tail > 0) munmap(reinterpret_cast<void*>(start + rounded), tail);
+  // Advice only: without transparent huge pages the memory is as good, in small pages.
+  madvise(reinterpret_cast<void*>(start), rounded, MADV_HUGEPAGE);
+  return kj::Array<kj::byte>(reinterpret_cast<kj::byte*>(start), size, UnmapDisposer::instance);
+}
 
 BlobTransfer::BlobTransfer(kj::Own<actor_detail::BlobFanout> fanout,
                            std::vector<std::string> members)

@@ -5,9 +5,9 @@
 //
 // Receiving, in a replica:
 //
-//   server.acceptBlobs("weights",
-//                      [&](const troupe::BlobHeader& h) { return buffers.allocate(h.size); },
-//                      [&](troupe::Blob b) { model.swapIn(b.version, kj::mv(b.bytes)); });
+//   server.acceptBlobs(
+//       "weights", [](const troupe::BlobHeader& h) { return troupe::allocateBlobMemory(h.size); },
+//       [&](troupe::Blob b) { model.swapIn(b.version, kj::mv(b.bytes)); });
 //
 // Sending to servers named directly (a pool names its READY members):
 //
@@ -75,6 +75,13 @@ struct Blob {
 // Returns memory of at least header.size bytes for the blob, or throws to refuse it (the sender
 // gets BLOB_REFUSED with the message). Loop thread.
 using BlobAllocator = kj::Function<kj::Array<kj::byte>(const BlobHeader& header)>;
+
+// Memory for a blob of `size` bytes, for an allocator to return: where the blob is large (8 MiB
+// or more) it is mapped on its own, 2 MiB-aligned, and the kernel is asked for huge pages
+// (MADV_HUGEPAGE), so that the first write to each 2 MiB costs one page fault rather than 512
+// (measured: bench/README.md, "Blobs"); smaller blobs come from the heap. Throws OVERLOADED
+// when the memory cannot be had (the sender then gets BLOB_REFUSED saying so).
+kj::Array<kj::byte> allocateBlobMemory(uint64_t size);
 
 // Takes a blob once it is whole and checked. Loop thread; what it throws is the member's error
 // in the sender's results.

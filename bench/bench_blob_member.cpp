@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
       [&](const troupe::BlobHeader& h) {
         if (buffer.size() < h.size) {
           buffer = nullptr;
-          buffer = on == nullptr ? kj::heapArray<kj::byte>(h.size) : on->allocate(h.size);
+          buffer = on == nullptr ? troupe::allocateBlobMemory(h.size) : on->allocate(h.size);
         }
         return kj::Array<kj::byte>(buffer.begin(), h.size, kj::NullArrayDisposer::instance);
       },

@@ -91,7 +91,7 @@ int runReplica(troupe::EventLoop& loop) {
   auto& state = *model;
   server.host<Model>(ACTOR, kj::mv(model));
   server.acceptBlobs(
-      "weights", [](const troupe::BlobHeader& h) { return kj::heapArray<kj::byte>(h.size); },
+      "weights", [](const troupe::BlobHeader& h) { return troupe::allocateBlobMemory(h.size); },
       [&state](troupe::Blob blob) {
         // One assignment on the loop: a request sees the old version or the new one.
         state.serving = kj::heap<Weights>(Weights{blob.version, kj::mv(blob.bytes)});

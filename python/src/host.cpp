@@ -96,7 +96,7 @@ private:
 // A blob's memory, which Python may let go of on any thread while the loop still forwards from
 // it (the Blob the handler gets shares a loop-only refcount).
 struct BlobMemory final : public kj::AtomicRefcounted {
-  explicit BlobMemory(size_t size) : bytes(kj::heapArray<kj::byte>(size)) {}
+  explicit BlobMemory(size_t size) : bytes(allocateBlobMemory(size)) {}
   kj::Array<kj::byte> bytes;
 };
 

@@ -28,10 +28,14 @@ using test::awaitError;
 // left.
 class CountingAllocator final : public kj::ArrayDisposer {
 public:
+  // From allocateBlobMemory(), as a receiver's allocator would take it.
   kj::Array<kj::byte> allocate(size_t n) {
     live += n;
     ++made;
-    return kj::Array<kj::byte>(new kj::byte[n], n, *this);
+    auto memory = allocateBlobMemory(n);
+    auto* at = memory.begin();
+    held.emplace(at, kj::mv(memory));
+    return kj::Array<kj::byte>(at, n, *this);
   }
 
   // Resolves once every array made has been freed.
@@ -47,8 +51,8 @@ public:
 
 private:
   void disposeImpl(void* first, size_t, size_t count, size_t, void (*)(void*)) const override {
-    delete[] static_cast<kj::byte*>(first);
     auto& self = const_cast<CountingAllocator&>(*this);
+    self.held.erase(static_cast<kj::byte*>(first));
     self.live -= count;
     if (self.live == 0) {
       KJ_IF_MAYBE(f, self.freed) {
@@ -59,6 +63,7 @@ private:
   }
 
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> freed;
+  std::map<kj::byte*, kj::Array<kj::byte>> held;  // what allocate() handed out, by address
 };
 
 // One receiving server: what it was handed, and what it gave up.
@@ -487,6 +492,26 @@ TEST_F(BlobWireTest, BadHopListsAndChunkSizesAreInvalidArguments) {
   EXPECT_EQ(e.code, ErrorCode::INVALID_ARGUMENT) << e.text;
   EXPECT_TRUE(contains(e.text, "chunks of 100 bytes")) << e.text;
   EXPECT_EQ(member.memory.made, 0u);
+}
+
+TEST(BlobMemoryTest, AllocateBlobMemoryGivesWritableMemoryOfTheSizeAskedFor) {
+  for (uint64_t size : {uint64_t{0}, uint64_t{1}, (uint64_t{8} << 20) - 1, uint64_t{8} << 20,
+                        (uint64_t{8} << 20) + 3, (uint64_t{21} << 20) + 5}) {
+    auto memory = allocateBlobMemory(size);
+    ASSERT_EQ(memory.size(), size);
+    if (size == 0) continue;
+    // Every page is writable and keeps what was written, to the last byte.
+    for (uint64_t at = 0; at < size; at += 4096) memory[at] = static_cast<kj::byte>(at / 4096);
+    memory[size - 1] = 0xA5;
+    for (uint64_t at = 0; at + 1 < size; at += 4096) {
+      ASSERT_EQ(memory[at], static_cast<kj::byte>(at / 4096)) << size << " at " << at;
+    }
+    EXPECT_EQ(memory[size - 1], 0xA5);
+    if (size >= (uint64_t{8} << 20)) {
+      // Mapped on its own, on a huge page's boundary, as blob.h says.
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(memory.begin()) % (2 << 20), 0u) << size;
+    }
+  }
 }
 
 TEST_F(BlobTest, SendOptionsAreChecked) {
