@@ -39,7 +39,14 @@ namespace {
 constexpr size_t COPY_STEP_BYTES = 256 * 1024;
 
 #if defined(__x86_64__)
-const bool avx2 = __builtin_cpu_supports("avx2");
+// Asked on first use, not while libraries are still being initialized.
+bool hasAvx2() {
+  static const bool avx2 = []() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return avx2;
+}
 #endif
 
 }  // namespace
@@ -47,14 +54,14 @@ const bool avx2 = __builtin_cpu_supports("avx2");
 uint64_t blobChecksum(kj::ArrayPtr<const kj::byte> bytes) {
 #if defined(__x86_64__)
   // Both sides of every chunk hash it: the AVX2 build is about 1.6x the SSE2 one here.
-  if (avx2) return blobChecksumAvx2(bytes.begin(), bytes.size());
+  if (hasAvx2()) return blobChecksumAvx2(bytes.begin(), bytes.size());
 #endif
   return XXH3_64bits(bytes.begin(), bytes.size());
 }
 
 uint64_t copyWithChecksum(kj::byte* to, kj::ArrayPtr<const kj::byte> from) {
 #if defined(__x86_64__)
-  if (avx2) return copyWithChecksumAvx2(to, from.begin(), from.size(), COPY_STEP_BYTES);
+  if (hasAvx2()) return copyWithChecksumAvx2(to, from.begin(), from.size(), COPY_STEP_BYTES);
 #endif
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
