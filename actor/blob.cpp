@@ -70,13 +70,18 @@ const UnmapDisposer UnmapDisposer::instance;
 
 kj::Array<kj::byte> allocateBlobMemory(uint64_t size) {
   if (size < MAPPED_BLOB_MIN_BYTES) return kj::heapArray<kj::byte>(size);
+  if (size > UINT64_MAX - 2 * HUGE_PAGE_BYTES) {
+    throwError(ErrorCode::INVALID_ARGUMENT,
+               kj::str("a blob of ", size, " bytes is more than any memory holds"));
+  }
   uint64_t rounded = (size + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);
   // Mapped with a huge page's room to spare, then trimmed to an aligned start.
   uint64_t mapped = rounded + HUGE_PAGE_BYTES;
   void* map = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (map == MAP_FAILED) {
-    throwError(ErrorCode::OVERLOADED,
-               kj::str("cannot map ", size, " bytes for a blob: ", strerror(errno)));
+    int error = errno;
+    throwError(error == ENOMEM ? ErrorCode::OVERLOADED : ErrorCode::FAILED,
+               kj::str("cannot map ", size, " bytes for a blob: ", strerror(error)));
   }
   auto base = reinterpret_cast<uintptr_t>(map);
   auto start = (base + HUGE_PAGE_BYTES - 1) & ~(HUGE_PAGE_BYTES - 1);

@@ -73,14 +73,17 @@ struct Blob {
 };
 
 // Returns memory of at least header.size bytes for the blob, or throws to refuse it (the sender
-// gets BLOB_REFUSED with the message). Loop thread.
+// gets BLOB_REFUSED with the message). Loop thread. What the memory holds after its transfer was
+// given up is unspecified (chunks are checked as they are copied into it).
 using BlobAllocator = kj::Function<kj::Array<kj::byte>(const BlobHeader& header)>;
 
 // Memory for a blob of `size` bytes, for an allocator to return: where the blob is large (8 MiB
-// or more) it is mapped on its own, 2 MiB-aligned, and the kernel is asked for huge pages
-// (MADV_HUGEPAGE), so that the first write to each 2 MiB costs one page fault rather than 512
-// (measured: bench/README.md, "Blobs"); smaller blobs come from the heap. Throws OVERLOADED
-// when the memory cannot be had (the sender then gets BLOB_REFUSED saying so).
+// or more) it is mapped on its own, 2 MiB-aligned and zeroed, and the kernel is asked for huge
+// pages (MADV_HUGEPAGE), so that the first write to each 2 MiB costs one page fault rather than
+// 512 (measured: bench/README.md, "Blobs"); smaller blobs come from the heap, as they are.
+// Throws OVERLOADED when the system has not the memory now, INVALID_ARGUMENT for a size no
+// memory holds (the sender then gets BLOB_REFUSED saying so). Any thread; the array may be
+// dropped on any thread.
 kj::Array<kj::byte> allocateBlobMemory(uint64_t size);
 
 // Takes a blob once it is whole and checked. Loop thread; what it throws is the member's error

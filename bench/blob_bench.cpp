@@ -211,8 +211,8 @@ void BM_Memcpy(benchmark::State& state) {
 
 // What a receiver does with each chunk that came in a message rather than read into place (the
 // same-host path's, from shared memory): check it and copy it into the blob, 4 MiB at a time
-// from memory not in any cache. Arg 0: checksum, then memcpy (as before 2026-12-07); arg 1:
-// copyWithChecksum(), one pass.
+// from memory not in any cache. Arg 0: checksum, then memcpy (as receivers did up to commit
+// 1b09cfe); arg 1: copyWithChecksum(), one pass.
 void BM_ChunkCheckAndCopy(benchmark::State& state) {
   constexpr uint64_t size = uint64_t{1} << 30;
   constexpr uint64_t chunk = 4 * MiB;

@@ -19,7 +19,8 @@ namespace troupe::actor_detail {
 namespace {
 
 // Copies with stores that bypass the cache: the destination's lines are not read in first only
-// to be overwritten, which is a third of a plain copy's memory traffic. The caller fences.
+// to be overwritten (that read for ownership is a third of a plain copy's memory traffic). The
+// caller fences.
 void streamCopy(unsigned char* to, const unsigned char* from, size_t size) {
   size_t head = (32 - reinterpret_cast<uintptr_t>(to) % 32) % 32;
   if (head > size) head = size;

@@ -63,6 +63,10 @@ uint64_t copyWithChecksum(kj::byte* to, kj::ArrayPtr<const kj::byte> from) {
 #if defined(__x86_64__)
   if (hasAvx2()) return copyWithChecksumAvx2(to, from.begin(), from.size(), COPY_STEP_BYTES);
 #endif
+  return copyWithChecksumPortable(to, from);
+}
+
+uint64_t copyWithChecksumPortable(kj::byte* to, kj::ArrayPtr<const kj::byte> from) {
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   for (size_t at = 0; at < from.size(); at += COPY_STEP_BYTES) {

@@ -35,6 +35,8 @@ uint64_t blobChecksum(kj::ArrayPtr<const kj::byte> bytes);
 // Copies `from` to `to` and returns blobChecksum(from), in one pass over the bytes: each step is
 // hashed and then copied from the cache, with stores that bypass it where the CPU allows.
 uint64_t copyWithChecksum(kj::byte* to, kj::ArrayPtr<const kj::byte> from);
+// The same with memcpy and the SSE2 hash: what copyWithChecksum() does where the CPU has no AVX2.
+uint64_t copyWithChecksumPortable(kj::byte* to, kj::ArrayPtr<const kj::byte> from);
 
 // Bytes [0, available()) of a blob, in order, of which more may arrive. Refcounted: chunks on
 // their way to a member hold it, so its memory lives until the last one is written. Loop thread

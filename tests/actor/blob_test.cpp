@@ -5,6 +5,7 @@
 
 #include "troupe/actor/blob.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -358,7 +359,7 @@ TEST_F(BlobWireTest, AChunkThatFailsItsChecksumGivesTheTransferUpAndFreesIt) {
 
 TEST_F(BlobWireTest, LargeChunksCopiedIntoPlaceArriveExactAndAreChecked) {
   // Chunks in the message (not read into place) are checked as they are copied, a step at a
-  // time: sizes that are not a whole number of steps, and places not aligned to anything.
+  // time: sizes that are not a whole number of steps, at offsets that are not either.
   constexpr uint32_t chunk = (1 << 20) + 8;
   auto bytes = pattern(3 * chunk + 1000, 13);
   auto sink = open(31, bytes.size(), 1, 0, chunk);
@@ -494,6 +495,40 @@ TEST_F(BlobWireTest, BadHopListsAndChunkSizesAreInvalidArguments) {
   EXPECT_EQ(member.memory.made, 0u);
 }
 
+TEST(BlobChecksumTest, CopyWithChecksumCopiesEveryByteAndHashesAsBlobChecksumDoes) {
+  // Both builds (the one this CPU runs, and the portable one), at sizes around the 32-byte
+  // stores, the 128-byte loop and the 256 KiB steps, to and from every alignment.
+  std::mt19937 random(17);
+  auto from = kj::heapArray<kj::byte>((1 << 20) + 64);
+  for (auto& b : from) b = static_cast<kj::byte>(random());
+  auto to = kj::heapArray<kj::byte>(from.size() + 64);
+  std::vector<size_t> sizes;
+  for (size_t n = 0; n <= 300; ++n) sizes.push_back(n);
+  for (size_t n : {size_t{4095}, size_t{(256 << 10) - 1}, size_t{256 << 10},
+                   size_t{(256 << 10) + 1}, size_t{(1 << 20) + 8}}) {
+    sizes.push_back(n);
+  }
+  for (bool portable : {false, true}) {
+    for (size_t size : sizes) {
+      for (size_t shift : {size_t{0}, size_t{1}, size_t{7}, size_t{31}}) {
+        if (size > (1 << 20) + 8 && shift > 0) continue;
+        auto source = from.slice(shift, shift + size);
+        memset(to.begin(), 0xEE, to.size());
+        kj::byte* into = to.begin() + (31 - shift);
+        uint64_t sum = portable ? actor_detail::copyWithChecksumPortable(into, source)
+                                : actor_detail::copyWithChecksum(into, source);
+        ASSERT_EQ(sum, actor_detail::blobChecksum(source))
+            << size << " " << shift << " " << portable;
+        ASSERT_EQ(memcmp(into, source.begin(), size), 0) << size << " " << shift << " " << portable;
+        // Nothing written around the copy.
+        kj::byte* after = std::min(into + size + 64, to.end());
+        ASSERT_TRUE(std::all_of(to.begin(), into, [](kj::byte b) { return b == 0xEE; }));
+        ASSERT_TRUE(std::all_of(into + size, after, [](kj::byte b) { return b == 0xEE; }));
+      }
+    }
+  }
+}
+
 TEST(BlobMemoryTest, AllocateBlobMemoryGivesWritableMemoryOfTheSizeAskedFor) {
   for (uint64_t size : {uint64_t{0}, uint64_t{1}, (uint64_t{8} << 20) - 1, uint64_t{8} << 20,
                         (uint64_t{8} << 20) + 3, (uint64_t{21} << 20) + 5}) {
@@ -512,6 +547,26 @@ TEST(BlobMemoryTest, AllocateBlobMemoryGivesWritableMemoryOfTheSizeAskedFor) {
       EXPECT_EQ(reinterpret_cast<uintptr_t>(memory.begin()) % (2 << 20), 0u) << size;
     }
   }
+  // A size no memory holds is refused, not wrapped around.
+  try {
+    allocateBlobMemory(UINT64_MAX);
+    ADD_FAILURE() << "a blob of 2^64 - 1 bytes was given memory";
+  } catch (const kj::Exception& e) {
+    EXPECT_EQ(errorCode(e), ErrorCode::INVALID_ARGUMENT) << e.getDescription().cStr();
+  }
+}
+
+TEST_F(BlobTest, ALargeBlobLandsInMappedBlobMemoryWholeAndIsFreed) {
+  // Over allocateBlobMemory()'s 8 MiB, so mapped in huge pages; its end off a 2 MiB boundary.
+  auto& m = add();
+  auto bytes = pattern((9 << 20) + 77, 5);
+  auto results = send(bytes, 1);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].error == nullptr);
+  expectHolds(m, bytes, 1);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(m.received[0].bytes.begin()) % (2 << 20), 0u);
+  m.received.clear();
+  await(loop, m.memory.whenAllFreed());
 }
 
 TEST_F(BlobTest, SendOptionsAreChecked) {
