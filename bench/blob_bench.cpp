@@ -24,7 +24,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -254,6 +257,107 @@ void BM_BlobMemory_FirstWrite(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
 }
 
+// The floor of any same-host receiver that copies a 1 GiB blob once into a fresh blob
+// (allocateBlobMemory()): its page faults, then one core's memcpy. No transport, however it moves
+// the bytes, can deliver a copy into fresh memory faster.
+void BM_FreshBlobCopy(benchmark::State& state) {
+  constexpr uint64_t size = uint64_t{1} << 30;
+  auto bytes = payload(size);
+  for (auto _ : state) {
+    auto start = Clock::now();
+    auto memory = troupe::allocateBlobMemory(size);
+    memcpy(memory.begin(), bytes.begin(), size);
+    benchmark::DoNotOptimize(memory.begin());
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+}
+
+// The kernel's own one-copy path between processes: this process reads a 1 GiB payload out of
+// another's memory (a child holding it) with process_vm_readv(), 4 MiB at a time, into memory
+// already touched (arg 0) or into a fresh blob (arg 1, allocateBlobMemory()). What a receiver
+// pulling from its sender's memory would get, with no work at all on the sender's side.
+void BM_ProcessVmReadv(benchmark::State& state) {
+  constexpr uint64_t size = uint64_t{1} << 30;
+  constexpr uint64_t step = 4 * MiB;
+  auto bytes = payload(size);
+  int ready[2];
+  KJ_SYSCALL(pipe(ready));
+  pid_t child = fork();
+  KJ_REQUIRE(child >= 0, "fork failed");
+  if (child == 0) {
+    // A copy of its own (not pages shared with the parent until written), and where it is.
+    auto own = kj::heapArray<kj::byte>(bytes);
+    close(ready[0]);
+    auto* at = own.begin();
+    if (write(ready[1], &at, sizeof(at)) != sizeof(at)) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  kj::byte* from = nullptr;
+  KJ_REQUIRE(read(ready[0], &from, sizeof(from)) == sizeof(from),
+             "the child holding the payload did not start");
+  close(ready[0]);
+  auto warm = kj::heapArray<kj::byte>(state.range(0) == 0 ? size : 0);
+  memset(warm.begin(), 0, warm.size());
+  for (auto _ : state) {
+    auto start = Clock::now();
+    auto memory = state.range(0) == 0 ? kj::Array<kj::byte>(nullptr)
+                                      : troupe::allocateBlobMemory(size);
+    auto* into = state.range(0) == 0 ? warm.begin() : memory.begin();
+    for (uint64_t at = 0; at < size; at += step) {
+      struct iovec local = {into + at, step};
+      struct iovec remote = {from + at, step};
+      auto n = process_vm_readv(child, &local, 1, &remote, 1, 0);
+      if (n != static_cast<ssize_t>(step)) {
+        state.SkipWithError(kj::str("process_vm_readv: ", strerror(errno)).cStr());
+        break;
+      }
+    }
+    benchmark::DoNotOptimize(into);
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+}
+
+// The one copy a user-space same-host path would make were the sender's blob in shared memory
+// from the start (a memfd's pages, as another process sees them): each iteration maps the 1 GiB
+// afresh (MAP_POPULATE) and copies it into memory already touched (arg 0) or into a fresh blob
+// (arg 1, allocateBlobMemory()). troupe has no such path: a sender's blob is its user's memory.
+void BM_SharedMappingCopy(benchmark::State& state) {
+  constexpr uint64_t size = uint64_t{1} << 30;
+  int fd = memfd_create("troupe-bench", MFD_CLOEXEC);
+  KJ_REQUIRE(fd >= 0, "memfd_create failed");
+  KJ_SYSCALL(ftruncate(fd, size));
+  {
+    auto* filling = static_cast<kj::byte*>(
+        mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    KJ_REQUIRE(filling != MAP_FAILED, "mmap failed");
+    auto bytes = payload(size);
+    memcpy(filling, bytes.begin(), size);
+    munmap(filling, size);
+  }
+  auto warm = kj::heapArray<kj::byte>(state.range(0) == 0 ? size : 0);
+  memset(warm.begin(), 0, warm.size());
+  for (auto _ : state) {
+    auto start = Clock::now();
+    auto memory = state.range(0) == 0 ? kj::Array<kj::byte>(nullptr)
+                                      : troupe::allocateBlobMemory(size);
+    auto* into = state.range(0) == 0 ? warm.begin() : memory.begin();
+    auto* from = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    KJ_REQUIRE(from != MAP_FAILED, "mmap failed");
+    memcpy(into, from, size);
+    munmap(from, size);
+    benchmark::DoNotOptimize(into);
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  close(fd);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+}
+
 void writeAll(int fd, const void* data, uint64_t n) {
   auto* at = static_cast<const char*>(data);
   while (n > 0) {
@@ -428,6 +532,9 @@ void BM_Net_Pull(benchmark::State& state) {
 
 BENCHMARK(BM_Memcpy)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BlobMemory_FirstWrite)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FreshBlobCopy)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ProcessVmReadv)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SharedMappingCopy)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ChunkCheckAndCopy)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RawTcp_Loopback)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Blob_SameHost)->Args({1024, 0, 0})->UseManualTime()->Unit(benchmark::kMillisecond);
