@@ -60,7 +60,9 @@ constexpr kj::Duration FLUSH_ALLOWANCE = 1 * kj::SECONDS;
 
 // ------------------------------------------------------------------------------------------------
 
-capnp::Capability::Client newActorHost(ActorServer::Impl& server);
+// The ActorHost a connection is served; `peer`: its client's process id, where it is a process
+// of this user on this host (RpcAcceptor::bootstrapPerConnection()).
+capnp::Capability::Client newActorHost(ActorServer::Impl& server, kj::Maybe<pid_t> peer = nullptr);
 
 struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
   Impl(EventLoop& loop, JobContext job, ActorServerOptions options)
@@ -73,6 +75,8 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
         acceptor(kj::heap<RpcAcceptor>(loop, newActorHost(*this), this->options.maxMessageBytes,
                                        log, "actor server", this->options.credentials,
                                        this->options.connections)) {
+    acceptor->bootstrapPerConnection(
+        [this](kj::Maybe<pid_t> peer) { return newActorHost(*this, peer); });
     auto paf = kj::newPromiseAndFulfiller<void>();
     drainStarted = paf.promise.fork();
     drainStartedFulfiller = kj::mv(paf.fulfiller);
@@ -219,6 +223,10 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
              {"incarnation", std::to_string(incarnation)},
              {"state", toString(endpointState()).cStr()}},
             1);
+    out.add("troupe_blob_sender_memory_read_bytes_total",
+            "Bytes of blobs read straight from their senders' memory on this host "
+            "(BlobSendOptions::sameHostReads).",
+            MetricType::COUNTER, {{"job", job.jobId}}, double(blobs->bytesReadFromSenders()));
     collectReplyMetrics(out);
   }
 
@@ -382,7 +390,7 @@ namespace {
 
 class ActorHostImpl final : public schema::ActorHost::Server {
 public:
-  explicit ActorHostImpl(ActorServer::Impl& server) : server(server) {}
+  ActorHostImpl(ActorServer::Impl& server, kj::Maybe<pid_t> peer) : server(server), peer(peer) {}
 
 protected:
   kj::Promise<void> getActor(GetActorContext context) override {
@@ -430,7 +438,7 @@ protected:
       throwError(ErrorCode::DRAINING,
                  kj::str("server at ", server.endpointAddress(), " is draining; it takes no blob"));
     }
-    return server.blobs->receive(context);
+    return server.blobs->receive(context, peer);
   }
 
   kj::Promise<void> ping(PingContext context) override {
@@ -466,12 +474,13 @@ protected:
 
 private:
   ActorServer::Impl& server;
+  const kj::Maybe<pid_t> peer;
 };
 
 }  // namespace
 
-capnp::Capability::Client newActorHost(ActorServer::Impl& server) {
-  return kj::heap<ActorHostImpl>(server);
+capnp::Capability::Client newActorHost(ActorServer::Impl& server, kj::Maybe<pid_t> peer) {
+  return kj::heap<ActorHostImpl>(server, peer);
 }
 
 // ------------------------------------------------------------------------------------------------

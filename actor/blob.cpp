@@ -165,6 +165,7 @@ BlobTransfer sendBlob(EventLoop& loop, kj::ArrayPtr<const BlobTarget> targets, k
   params.windowBytes = options.windowBytes;
   params.stallTimeout = options.stallTimeout;
   params.channel = kj::mv(options.channel);
+  params.sameHostReads = options.sameHostReads;
   uint64_t size = bytes.size();
   auto source = kj::refcounted<actor_detail::BlobSource>(
       kj::mv(bytes), size, options.chunkBytes, size, kj::mv(options.device), options.windowBytes);

@@ -154,6 +154,14 @@ struct BlobSendOptions {
   // this host copying from them device to device that fails may still be copying for up to
   // `stallTimeout` after its result: the array is held that long. Default: null.
   std::shared_ptr<BlobDevice> device;
+
+  // Whether members on this host, reached through their same-host socket, may copy the chunks
+  // straight out of this process's memory (process_vm_readv: one copy, and no work for the
+  // sender) where the kernel lets them, rather than have them sent through the connection's
+  // shared memory. Such a member hands the blob over only once the sender had its last answer;
+  // one that fails may still be reading for up to `stallTimeout` after its result: the array is
+  // held that long. Host memory only. Default true.
+  bool sameHostReads = true;
 };
 
 // A member to send to: its endpoint name (for results) and its server's address.

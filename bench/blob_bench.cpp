@@ -145,11 +145,13 @@ std::string socketPath(int i) {
 }
 
 // One transfer to each of `members` members listening on `listen(i)`, `fanout` among them.
-// Args: MiB, and chunk KiB and window KiB (0: BlobSendOptions' defaults).
+// Args: MiB, and chunk KiB and window KiB (0: BlobSendOptions' defaults). `reads`:
+// BlobSendOptions::sameHostReads.
 template <typename Listen>
-void sendToMembers(benchmark::State& state, size_t members, Listen listen, troupe::Fanout fanout) {
+void sendToMembers(benchmark::State& state, size_t members, Listen listen, troupe::Fanout fanout,
+                   bool reads = true) {
   uint64_t size = state.range(0) * MiB;
-  troupe::BlobSendOptions options{.fanout = fanout};
+  troupe::BlobSendOptions options{.fanout = fanout, .sameHostReads = reads};
   if (state.range(1) > 0) options.chunkBytes = state.range(1) << 10;
   if (state.range(2) > 0) options.windowBytes = state.range(2) << 10;
   auto bytes = payload(size);
@@ -185,16 +187,31 @@ void BM_Blob_Loopback(benchmark::State& state) {
       state, 1, [](int) { return std::string("tcp://127.0.0.1:0"); }, troupe::Fanout::STAR);
 }
 
-// The same over a unix socket: the chunks go through shared memory (README, "Same host").
+// The same over a unix socket: the member reads the chunks out of the sender's memory (README,
+// "Same host").
 void BM_Blob_SameHost(benchmark::State& state) {
   sendToMembers(
       state, 1, [](int i) { return "unix:" + socketPath(i); }, troupe::Fanout::STAR);
+}
+
+// The same with BlobSendOptions::sameHostReads off: the chunks go through the connection's
+// shared memory.
+void BM_Blob_SameHostShared(benchmark::State& state) {
+  sendToMembers(
+      state, 1, [](int i) { return "unix:" + socketPath(i); }, troupe::Fanout::STAR, false);
 }
 
 // A chain through `state.range(3)` members on this host, each hop over a unix socket.
 void BM_Blob_SameHostChain(benchmark::State& state) {
   sendToMembers(
       state, state.range(3), [](int i) { return "unix:" + socketPath(i); }, troupe::Fanout::CHAIN);
+}
+
+// The same through shared memory (sameHostReads off).
+void BM_Blob_SameHostChainShared(benchmark::State& state) {
+  sendToMembers(
+      state, state.range(3), [](int i) { return "unix:" + socketPath(i); }, troupe::Fanout::CHAIN,
+      false);
 }
 
 // One core's memcpy of the payload into memory already touched: the bound for a copy.
@@ -538,7 +555,15 @@ BENCHMARK(BM_SharedMappingCopy)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark
 BENCHMARK(BM_ChunkCheckAndCopy)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RawTcp_Loopback)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Blob_SameHost)->Args({1024, 0, 0})->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Blob_SameHostShared)
+    ->Args({1024, 0, 0})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Blob_SameHostChain)
+    ->Args({1024, 0, 0, 4})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Blob_SameHostChainShared)
     ->Args({1024, 0, 0, 4})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Same host (README, "Same host"), in one run on this machine: one core's memcpy, raw loopback
-# TCP, troupe over loopback TCP and troupe over a unix socket (large messages through shared
+# TCP, troupe over loopback TCP and troupe over a unix socket (a blob read out of the sender's
+# memory, or through shared memory with sameHostReads off; large messages through shared
 # memory), for a 1 GiB blob, 64 MiB echo calls (1 and 4 in flight) and 1 MiB echo calls (1 and
-# 32 in flight); and a 1 GiB chain broadcast to 4 receivers on this host. Medians of REPS runs.
+# 32 in flight); a 1 GiB chain broadcast to 4 receivers on this host; and the floors of one
+# same-host copy (into a fresh blob, through process_vm_readv, from a shared mapping). Medians
+# of REPS runs.
 # The last line is
 #   same-host 1GiB blob: S GB/s; loopback TCP raw: T GB/s; memcpy: M GB/s
 #
@@ -37,8 +40,9 @@ trap cleanup EXIT INT TERM
 # ---------------------------------------------------------------- blobs and memcpy
 log "blobs: memcpy, raw TCP, troupe over TCP, same host, chain of 4 ($REPS runs each)"
 "$BIN/blob_bench" \
-  --benchmark_filter='^BM_Memcpy/1024|^BM_RawTcp_Loopback/1024|^BM_Blob_Loopback/1024/0/0|^BM_Blob_SameHost/1024/0/0|^BM_Blob_SameHostChain/1024/0/0/4' \
-  --benchmark_repetitions="$REPS" --benchmark_report_aggregates_only=true \
+  --benchmark_filter='^BM_Memcpy/1024|^BM_RawTcp_Loopback/1024|^BM_Blob_Loopback/1024/0/0|^BM_Blob_SameHost(Shared)?/1024/0/0|^BM_Blob_SameHostChain(Shared)?/1024/0/0/4|^BM_FreshBlobCopy|^BM_ProcessVmReadv/0|^BM_SharedMappingCopy/0' \
+  --benchmark_repetitions="$REPS" --benchmark_enable_random_interleaving=true \
+  --benchmark_report_aggregates_only=true \
   --benchmark_out="$TMP/blobs.json" --benchmark_out_format=json > /dev/null
 
 # ---------------------------------------------------------------- echo calls
@@ -91,8 +95,14 @@ print("|---|---:|---:|---:|")
 rows = [("memcpy, one core", "BM_Memcpy/1024"),
         ("raw loopback TCP", "BM_RawTcp_Loopback/1024"),
         ("troupe blob over loopback TCP", "BM_Blob_Loopback/1024/0/0"),
-        ("troupe blob, same host", "BM_Blob_SameHost/1024/0/0"),
-        ("troupe blob, same host, chain of 4", "BM_Blob_SameHostChain/1024/0/0/4")]
+        ("troupe blob, same host (read from the sender)", "BM_Blob_SameHost/1024/0/0"),
+        ("troupe blob, same host, through shared memory", "BM_Blob_SameHostShared/1024/0/0"),
+        ("troupe blob, same host, chain of 4", "BM_Blob_SameHostChain/1024/0/0/4"),
+        ("troupe blob, same host, chain of 4, shared memory",
+         "BM_Blob_SameHostChainShared/1024/0/0/4"),
+        ("floor: one copy into a fresh blob", "BM_FreshBlobCopy"),
+        ("floor: process_vm_readv into touched memory", "BM_ProcessVmReadv/0"),
+        ("floor: copy from a shared mapping", "BM_SharedMappingCopy/0")]
 got = {}
 for label, prefix in rows:
     gbps, sender, member = median_gbps(prefix)

@@ -11,6 +11,7 @@
 #include "troupe/net/detail/rpc_connection.h"
 #include "troupe/net/detail/tls_sniff.h"
 #include "troupe/net/listen_socket.h"
+#include "troupe/net/same_host.h"
 #include "troupe/schemas/actor.capnp.h"
 
 namespace troupe {
@@ -221,8 +222,17 @@ kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool dir
                                log,
                                kj::str(what, ": connection from ", peer.name).cStr(),
                                peer.host.cStr()};
-  capnp::Capability::Client gate = kj::heap<Gate>(
-      bootstrap, credentials, log, what, kj::mv(peer.name), certified, kj::mv(close.fulfiller));
+  auto service = bootstrap;
+  KJ_IF_MAYBE(make, bootstrapFor) {
+    kj::Maybe<pid_t> local;
+    KJ_IF_MAYBE(fd, stream->getFd()) {
+      local = sameUserUnixPeer(*fd);
+    }
+    service = (*make)(local);
+  }
+  capnp::Capability::Client gate = kj::heap<Gate>(kj::mv(service), credentials, log, what,
+                                                  kj::mv(peer.name), certified,
+                                                  kj::mv(close.fulfiller));
   auto connection = kj::heap<Connection>(*this, kj::mv(stream), kj::mv(gate), direct,
                                          kj::mv(reads));
   auto& rpc = connection->rpc;

@@ -7,12 +7,15 @@
 // a client certificate under mutual TLS), and is closed after 3 refusals. What its peers can
 // make it hold is bounded by its ConnectionLimits (limits.h).
 
+#include <sys/types.h>
+
 #include <memory>
 #include <set>
 #include <string>
 
 #include <capnp/capability.h>
 #include <kj/async.h>
+#include <kj/function.h>
 
 #include "troupe/base/event_loop.h"
 #include "troupe/base/metrics.h"
@@ -73,6 +76,13 @@ public:
   // `placement` (segment_placement.h), which must outlive the acceptor.
   void placeSegmentsWith(SegmentPlacement& placement) { this->placement = placement; }
 
+  // Has each connection from now on served the capability `make(peer)` returns rather than the
+  // bootstrap given: `peer` is the process id of a client on a unix socket that runs as this
+  // process's user (sameUserUnixPeer(), same_host.h), else null.
+  void bootstrapPerConnection(kj::Function<capnp::Capability::Client(kj::Maybe<pid_t> peer)> make) {
+    bootstrapFor = kj::mv(make);
+  }
+
   // Stops accepting: closes the listeners and removes their socket files.
   void closeListeners();
 
@@ -98,6 +108,7 @@ private:
 
   EventLoop& loop;
   capnp::Capability::Client bootstrap;
+  kj::Maybe<kj::Function<capnp::Capability::Client(kj::Maybe<pid_t>)>> bootstrapFor;
   uint64_t maxMessageBytes;
   std::shared_ptr<spdlog::logger> log;
   std::string what;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +24,20 @@ std::string sameHostId() {
   struct stat ns;
   if (boot.empty() || ::stat("/proc/self/ns/net", &ns) != 0) return "";
   return boot + "/" + std::to_string(ns.st_ino);
+}
+
+kj::Maybe<pid_t> sameUserUnixPeer(int fd) {
+  sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+      addr.ss_family != AF_UNIX) {
+    return nullptr;
+  }
+  ucred cred;
+  socklen_t credLen = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &credLen) != 0) return nullptr;
+  if (cred.uid != ::geteuid()) return nullptr;
+  return cred.pid;
 }
 
 std::string sameHostSocketDir() {

@@ -6,8 +6,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <string>
+
+#include <kj/common.h>
 
 namespace troupe {
 
@@ -36,6 +39,11 @@ std::string sameHostSocketName(uint64_t incarnation);
 // no longer runs: those of processes killed before they could remove theirs. Looks at no more
 // than `most` entries. Returns how many it removed.
 size_t removeStaleSockets(const std::string& dir, size_t most = 256);
+
+// Where `fd` is a connected unix socket whose peer runs as this process's user: the process id
+// of that peer, as the kernel recorded it when the connection was made (SO_PEERCRED, in this
+// process's pid namespace; 0 where the peer is in none this process sees). Null otherwise.
+kj::Maybe<pid_t> sameUserUnixPeer(int fd);
 
 // Whether `path` is a unix socket owned by this process's user (not followed if a symbolic
 // link).

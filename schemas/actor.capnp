@@ -94,8 +94,9 @@ interface ActorHost {
   # the transfer header.transfer from byte `resumeAt` when this server has part of it already (its
   # sender died and another took over). The receiver forwards what it receives to the
   # `hops` whose parent is -1, and tells each of them whom to forward to in turn. `pulls`: the
-  # receiver opened header.deviceMemory and copies each chunk from there itself; the sender then
-  # writes each chunk as `pulled` once it is in place in that memory, rather than sending it.
+  # receiver opened header.deviceMemory, or can read the sender's memory (header.senderMemory),
+  # and copies each chunk from there itself; the sender then writes each chunk as `pulled` once
+  # it is in place in that memory, rather than sending it.
   # Refused before any byte moves with "troupe.blob_refused" (no receiver of that name, too big,
   # a version it has or is receiving a newer one of), "troupe.invalid_argument" for a malformed
   # header or hop list, and like getActor while draining.

@@ -20,6 +20,16 @@ struct BlobHeader {
   deviceHost @8 :Text;    # the sender's sameHostId(): a receiver on that host whose own memory
                           # is on a device that can open deviceMemory may copy the chunks from
                           # there device to device (ActorHost.receiveBlob's `pulls`)
+  senderPid @9 :UInt32;     # the sender's process id, where its blob is in host memory and it
+                            # lets members on its host read it (BlobSendOptions::sameHostReads);
+                            # sent only to a member reached through its same-host socket, else 0.
+                            # A receiver whose memory is host memory, whose client on the
+                            # connection is that very process (SO_PEERCRED) and that the kernel
+                            # lets read it (process_vm_readv) copies the chunks from there
+                            # (ActorHost.receiveBlob's `pulls`)
+  senderMemory @10 :UInt64; # the address of the blob's first byte in that process
+  sameHostReads @11 :Bool;  # the sender's BlobSendOptions::sameHostReads, which members that
+                            # forward the blob apply to their own memory
 }
 
 struct BlobHop {
@@ -57,8 +67,10 @@ interface BlobSink {
   # (Orphanage::referenceExternalData) straight into its place in the blob, found by `transfer`
   # and `offset` before the rest of the message is read. With `pulled` (only to a receiver that
   # said it `pulls`), the chunk is not in `data` (empty; `checksum` 0): it is in place at `offset`
-  # in the header's deviceMemory, and the receiver copies it from there, device to device, before
-  # it answers.
+  # in the header's deviceMemory (copied from there device to device) or in the sender's own
+  # memory (senderMemory, read by the kernel), and the receiver copies it before it answers. A
+  # receiver that pulled hands the blob over at finish(), once the sender has had every answer
+  # while holding its memory, not at the last chunk.
 
   finish @1 () -> (outcomes :List(BlobOutcome), superseded :Bool);
   # After the last chunk: resolves once this member has handed the blob over and every member

@@ -1,6 +1,7 @@
 #include "troupe/actor/detail/blob_fanout.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -399,8 +400,8 @@ public:
                           .ignoreResult()
                           .exclusiveJoin(timer.afterDelay(fanout.params.stallTimeout))
                           .attach(channel->addRef());
-      // A member copying from our device memory answers once its copies are done: the memory
-      // stays until then (freeing memory another process has open is not allowed).
+      // A member copying from our memory answers once its copies are done: the memory stays
+      // until then (freeing memory another process has open, or reads, is not allowed).
       if (pulls && fanout.source.get() != nullptr) {
         return answered.attach(kj::addRef(*fanout.source));
       }
@@ -414,7 +415,7 @@ public:
   const kj::TimePoint startedAt;
   uint64_t acked = 0;       // bytes the member acknowledged (from where it resumed)
   bool superseded = false;  // another sender took the member over: it reports the outcome
-  bool pulls = false;       // the member copies chunks from our exported device memory itself
+  bool pulls = false;       // the member copies chunks from our memory itself
   std::vector<BlobResult> reported;
 
 private:
@@ -430,30 +431,40 @@ private:
     header.setTransfer(p.transfer);
     header.setChunkBytes(p.chunkBytes);
     header.setWindowBytes(p.windowBytes);
+    header.setSameHostReads(p.sameHostReads);
     header.setStallMillis(
         static_cast<uint32_t>(std::min<int64_t>(p.stallTimeout / kj::MILLISECONDS, UINT32_MAX)));
     std::vector<std::pair<const BlobHop*, int32_t>> flat;
     flatten(hop.children, -1, flat);
     writeHops(request.initHops(flat.size()), flat);
+    bool offered = false;  // the member may copy the chunks out of our memory itself
     if (kj::StringPtr(address).startsWith("unix:")) {
-      // On this host: a member whose memory is on a device that can open ours copies from it.
-      KJ_IF_MAYBE(exported, fanout.source->exported()) {
+      // On this host: a member whose memory is on a device that can open ours copies from it;
+      // one whose memory is host memory may read ours, where it is host memory too.
+      auto& source = *fanout.source;
+      KJ_IF_MAYBE(exported, source.exported()) {
         header.setDeviceMemory(*exported);
         header.setDeviceHost(sameHostId());
+        offered = true;
+      } else if (source.device() == nullptr && p.sameHostReads && source.size() > 0) {
+        header.setSenderPid(static_cast<uint32_t>(getpid()));
+        header.setSenderMemory(reinterpret_cast<uintptr_t>(source.begin()));
+        offered = true;
       }
     }
-    return request.send().then([this](capnp::Response<schema::ActorHost::ReceiveBlobResults> r) {
-      sink = r.getSink();
-      pulls = r.getPulls() && fanout.source->exported() != nullptr;
-      uint64_t at = r.getResumeAt();
-      auto size = fanout.source->size();
-      if (at > size || (at < size && at % fanout.source->chunkBytes() != 0)) {
-        throwError(ErrorCode::FAILED, kj::str("the member resumes at byte ", at,
-                                              ", not at a chunk of the ", size, "-byte blob"));
-      }
-      next = acked = at;
-      progressed = true;
-    });
+    return request.send().then(
+        [this, offered](capnp::Response<schema::ActorHost::ReceiveBlobResults> r) {
+          sink = r.getSink();
+          pulls = r.getPulls() && offered;
+          uint64_t at = r.getResumeAt();
+          auto size = fanout.source->size();
+          if (at > size || (at < size && at % fanout.source->chunkBytes() != 0)) {
+            throwError(ErrorCode::FAILED, kj::str("the member resumes at byte ", at,
+                                                  ", not at a chunk of the ", size, "-byte blob"));
+          }
+          next = acked = at;
+          progressed = true;
+        });
   }
 
   // Sends every chunk from `next` on as it becomes available, keeping at most the window in
@@ -496,7 +507,7 @@ private:
     request.setOffset(next);
     request.setTransfer(fanout.params.transfer);
     if (pulls) {
-      request.setPulled(true);  // in our device memory, which the member copies from
+      request.setPulled(true);  // in our memory, which the member copies from
     } else {
       request.setChecksum(source.checksum(index));
       adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData, kj::mv(bytes));
@@ -641,9 +652,9 @@ void BlobFanout::ended(Hop& hop, kj::Maybe<kj::Exception> error, std::vector<Blo
               member.children.size());
     record(kj::mv(failed));
     if (hop.pulls && source.get() != nullptr) {
-      // It may still be copying from our device memory (its copies in flight, a window's
-      // worth): the memory stays that long at most, as freeing memory another process has open
-      // is not allowed.
+      // It may still be copying from our memory (its copies in flight, a window's worth): the
+      // memory stays that long at most, as freeing memory another process has open (or reads,
+      // and would take whatever came to be there for the blob) is not allowed.
       loop_.timer()
           .afterDelay(params.stallTimeout)
           .attach(kj::addRef(*source))

@@ -71,6 +71,8 @@ public:
   // For a receiver, which allocated the memory writable: where chunks are copied to (a device
   // address for a device source).
   kj::byte* writable() { return const_cast<kj::byte*>(memory.begin()); }
+  // Where the blob is in this process (a device address for a device source).
+  const kj::byte* begin() const { return memory.begin(); }
 
   // The next chunk is in place and checked (its checksum given); waiters wake. For a device
   // source: checked in a staging buffer, on its way into the device (see resident()).
@@ -157,6 +159,9 @@ struct BlobParams {
   uint64_t windowBytes = 0;
   kj::Duration stallTimeout = 0 * kj::SECONDS;
   ChannelOptions channel;
+  // Members on this host may read the chunks out of this process's memory
+  // (BlobSendOptions::sameHostReads, which members forwarding the blob apply to theirs).
+  bool sameHostReads = true;
 };
 
 // Most members one receiveBlob request may name.

@@ -9,6 +9,7 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/detail/blob_fanout.h"
+#include "troupe/actor/detail/sender_memory.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/base/change_signal.h"
 #include "troupe/base/errors.h"
@@ -136,12 +137,15 @@ public:
   // Whether the sender of the current generation lets this member copy the chunks from its
   // device memory (`h`'s deviceMemory), and this member can: then it opens that memory, and
   // takes `pulled` writes from then on. Otherwise chunks come in writes.
-  bool pullFrom(schema::BlobHeader::Reader h) {
+  bool pullFrom(schema::BlobHeader::Reader h, kj::Maybe<pid_t> peer) {
     imported = nullptr;
+    senderMemory = nullptr;
+    readFailure = nullptr;
     if (!inProgress() || source.get() == nullptr) return false;  // handed over, or given up
     auto& s = *source;
     auto device = s.device();
-    if (device == nullptr || !h.hasDeviceMemory() || h.getDeviceHost().size() == 0 ||
+    if (device == nullptr) return readFrom(h, peer);
+    if (!h.hasDeviceMemory() || h.getDeviceHost().size() == 0 ||
         h.getDeviceHost() != sameHostId().c_str()) {
       return false;
     }
@@ -153,6 +157,29 @@ public:
       log->info("{}: {} comes through host memory: {} cannot open the sender's memory: {}",
                 who.cStr(), describe(header).cStr(), device->name().cStr(),
                 e->getDescription().cStr());
+      return false;
+    }
+    return true;
+  }
+
+  // Host memory: whether the sender of the current generation lets this member read the chunks
+  // out of its memory (`h`'s senderMemory), and this member can: the sender is the process at
+  // the other end of the connection (`peer`, as the kernel knows it: no process can have another
+  // one's memory read), and the kernel allows the reads.
+  bool readFrom(schema::BlobHeader::Reader h, kj::Maybe<pid_t> peer) {
+    pid_t pid = 0;
+    KJ_IF_MAYBE(p, peer) {
+      pid = *p;
+    }
+    if (h.getSenderPid() == 0 || pid <= 0 || static_cast<pid_t>(h.getSenderPid()) != pid) {
+      return false;
+    }
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  senderMemory = SenderMemory::open(static_cast<pid_t>(h.getSenderPid()),
+                                                    h.getSenderMemory(), header.size);
+                })) {
+      log->info("{}: {} comes through the connection: the sender's memory cannot be read: {}",
+                who.cStr(), describe(header).cStr(), e->getDescription().cStr());
       return false;
     }
     return true;
@@ -189,6 +216,11 @@ public:
       giveUp(kj::str("a chunk at byte ", offset, " after the whole blob arrived"));
     }
     auto& s = *source;
+    KJ_IF_MAYBE(e, readFailure) {
+      // A chunk of the sender's memory could not be read: neither are those after it (until
+      // another sender resumes the transfer).
+      if (pulled) kj::throwFatalException(kj::cp(*e));
+    }
     if (offset != due) {
       giveUp(kj::str("the chunk at byte ", offset, " came when byte ", due, " was due"));
     }
@@ -217,13 +249,18 @@ public:
     }
     taken(data.size());
     appended(checksum);
-    if (s.available() == s.size()) deliver();
+    if (s.available() == s.size() && !readSender) deliver();
     return kj::READY_NOW;
   }
 
   // Resolves, once this member handed the blob over and every member it forwards to finished,
   // with this member's outcome (unnamed) and theirs.
   kj::Promise<std::vector<BlobResult>> finish() {
+    if (!delivered && failure == nullptr && readSender && source->available() == header.size) {
+      // Chunks were read from a sender's memory: only now, with every answer received while the
+      // sender held that memory, are they surely the blob's.
+      deliver();
+    }
     if (!delivered && failure == nullptr && due == header.size) {
       // Every chunk came; the last are on their way into the device.
       return handedOver_.next().then([this]() { return finish(); });
@@ -308,6 +345,10 @@ private:
     auto& s = *source;
     uint64_t length = s.chunkSize(index);
     uint64_t offset = index * s.chunkBytes();
+    if (s.device() == nullptr) {
+      read(offset, length);
+      return kj::READY_NOW;
+    }
     Imported* from = nullptr;
     KJ_IF_MAYBE(i, imported) {
       from = i->get();
@@ -329,6 +370,27 @@ private:
         if (source->resident() == header.size) deliver();
       });
     });
+  }
+
+  // Host memory: the chunk at `offset` is read from the sender's memory into ours. A read that
+  // fails (the sender exited meanwhile) fails its write, not the transfer: another sender may
+  // resume it from here.
+  void read(uint64_t offset, uint64_t length) {
+    SenderMemory* from = nullptr;
+    KJ_IF_MAYBE(m, senderMemory) {
+      from = m->get();
+    }
+    if (from == nullptr) giveUp(kj::str("a chunk to read from a memory this member never opened"));
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                       [&]() { from->read(source->writable() + offset, offset, length); })) {
+      readFailure = kj::cp(*e);
+      kj::throwFatalException(kj::mv(*e));
+    }
+    readSender = true;
+    if (receiver != nullptr) receiver->bytesRead += length;
+    taken(length);
+    source->appendUnchecked();
+    progressed();
   }
 
   // Runs `step` after the steps before it (stage() and pull() keep chunks in order); a step
@@ -546,6 +608,11 @@ private:
   // The sender's device memory, opened: chunks are copied from there (pull()).
   kj::Maybe<kj::Own<Imported>> imported;
   std::map<uint64_t, kj::Own<StagingBuffer>> stagedReads;  // chunks read into staging, by offset
+  // Host memory only.
+  // The sender's memory, where it lets this member read the chunks from there (read()).
+  kj::Maybe<kj::Own<SenderMemory>> senderMemory;
+  bool readSender = false;  // a chunk came from a sender's memory: handed over at finish()
+  kj::Maybe<kj::Exception> readFailure;  // why the current sender's memory could not be read
   kj::ForkedPromise<void> staging = kj::Promise<void>(kj::READY_NOW).fork();  // the last stage()
   bool starved = false;        // a chunk waits for a staging buffer: none is read into meanwhile
   ChangeSignal handedOver_;    // delivered, or given up
@@ -711,7 +778,7 @@ size_t BlobReceiver::transferCount() const {
   return n;
 }
 
-kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
+kj::Promise<void> BlobReceiver::receive(ReceiveContext context, kj::Maybe<pid_t> peer) {
   auto params = context.getParams();
   auto h = params.getHeader();
   BlobHeader header{h.getName(), h.getVersion(), h.getSize()};
@@ -728,12 +795,12 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
       refuse(kj::str(describe(header), " names transfer ", id, ", which is another blob here"));
     }
     auto t = kj::addRef(transfer);
-    return transfer.resume().then([this, context, t = kj::mv(t), header = kj::mv(header)](
-                                      capnp::Capability::Client sink) mutable {
+    return transfer.resume().then([this, context, t = kj::mv(t), header = kj::mv(header),
+                                   peer](capnp::Capability::Client sink) mutable {
       auto results = context.getResults();
       results.setSink(sink.castAs<schema::BlobSink>());
       results.setResumeAt(t->received());
-      results.setPulls(t->pullFrom(context.getParams().getHeader()));
+      results.setPulls(t->pullFrom(context.getParams().getHeader(), peer));
       log->debug("{}: {} resumed at byte {}", who().cStr(), describe(header).cStr(), t->received());
     });
   }
@@ -761,6 +828,7 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
   forward.windowBytes = h.getWindowBytes();
   forward.stallTimeout = h.getStallMillis() * kj::MILLISECONDS;
   forward.channel = forwarding;
+  forward.sameHostReads = h.getSameHostReads();
   auto source = kj::refcounted<BlobSource>(kj::mv(memory), header.size, forward.chunkBytes, 0,
                                            acceptor.options.device, forward.windowBytes);
   auto transfer = kj::refcounted<Transfer>(*this, acceptor, header, kj::mv(forward), kj::mv(source),
@@ -768,7 +836,7 @@ kj::Promise<void> BlobReceiver::receive(ReceiveContext context) {
   auto results = context.getResults();
   results.setSink(Transfer::newSink(kj::addRef(*transfer)).castAs<schema::BlobSink>());
   results.setResumeAt(0);
-  results.setPulls(transfer->pullFrom(h));
+  results.setPulls(transfer->pullFrom(h, peer));
   acceptor.transfers.emplace(id, kj::mv(transfer));
   return kj::READY_NOW;
 }

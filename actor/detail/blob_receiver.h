@@ -35,10 +35,12 @@ public:
               BlobAcceptOptions options);
 
   // ActorHost.receiveBlob: starts or resumes a transfer; resolves once its results hold the
-  // sink (a resume waits for chunks of the old sender still being read in).
+  // sink (a resume waits for chunks of the old sender still being read in). `peer`: the process
+  // id of the client that sent it, where it is a process of this user on this host (only its
+  // own memory is read, where it offers it).
   using ReceiveContext = capnp::CallContext<schema::ActorHost::ReceiveBlobParams,
                                             schema::ActorHost::ReceiveBlobResults>;
-  kj::Promise<void> receive(ReceiveContext context);
+  kj::Promise<void> receive(ReceiveContext context, kj::Maybe<pid_t> peer = nullptr);
 
   // Gives up every transfer (its server stopped): each frees its memory once nothing refers to
   // it, and forwards no more.
@@ -46,6 +48,8 @@ public:
 
   // Transfers in progress or finished and still remembered, for tests and metrics.
   size_t transferCount() const;
+  // Bytes read straight from senders' memory on this host (BlobSendOptions::sameHostReads).
+  uint64_t bytesReadFromSenders() const { return bytesRead; }
 
   // SegmentPlacement.
   kj::Maybe<kj::Array<capnp::word>> place(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> head,
@@ -70,7 +74,8 @@ private:
   kj::Function<kj::String()> who;
   std::map<std::string, kj::Own<Acceptor>> acceptors;
   std::map<uint64_t, Transfer*> byId;  // transfers in the acceptors' records, for place()
-  kj::Own<kj::TaskSet> tasks;          // records of transfers being dropped
+  uint64_t bytesRead = 0;
+  kj::Own<kj::TaskSet> tasks;  // records of transfers being dropped
 };
 
 }  // namespace troupe::actor_detail

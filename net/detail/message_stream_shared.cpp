@@ -14,6 +14,7 @@
 #include "troupe/net/detail/message_stream.h"
 #include "troupe/net/detail/received_words.h"
 #include "troupe/net/limits.h"
+#include "troupe/net/same_host.h"
 
 namespace troupe::net_detail {
 
@@ -22,19 +23,6 @@ namespace {
 // Descriptors received and not yet claimed by their REGION frame, at most: a peer that sends
 // descriptors with no frames for them is cut off.
 constexpr size_t MAX_UNCLAIMED_FDS = 16;
-
-// Whether `fd` is a unix socket whose peer runs as this process's user.
-bool sameUserUnixSocket(int fd) {
-  sockaddr_storage addr;
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.ss_family != AF_UNIX) {
-    return false;
-  }
-  ucred cred;
-  socklen_t credLen = sizeof(cred);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &credLen) != 0) return false;
-  return cred.uid == geteuid();
-}
 
 kj::Exception protocolError(kj::StringPtr what) {
   return makeError(ErrorCode::FAILED, kj::str("same-host connection: ", what));
@@ -94,7 +82,7 @@ BoundedMessageStream::~BoundedMessageStream() noexcept(false) {
 }
 
 void BoundedMessageStream::useSharedMemory(bool initiate, std::shared_ptr<spdlog::logger> log) {
-  if (socketFd < 0 || !sameUserUnixSocket(socketFd)) return;
+  if (socketFd < 0 || sameUserUnixPeer(socketFd) == nullptr) return;
   fdStream = dynamic_cast<kj::AsyncCapabilityStream*>(&stream);
   if (fdStream == nullptr) return;
   shared = kj::refcounted<Shared>();

@@ -621,8 +621,10 @@ Fanout fanoutOf(const std::string& name) {
 py::list PyPool::broadcastBlob(const std::string& name, uint64_t version, py::handle data,
                                const std::string& fanout, uint32_t treeFanout,
                                std::optional<uint32_t> chunkBytes,
-                               std::optional<uint64_t> windowBytes, double timeout) {
+                               std::optional<uint64_t> windowBytes, double timeout,
+                               bool sameHostReads) {
   BlobSendOptions options;
+  options.sameHostReads = sameHostReads;
   options.channel.credentials = group->resolver->credentials;  // open_resolver()'s, if given
   options.fanout = fanoutOf(fanout);
   options.treeFanout = treeFanout;

@@ -231,7 +231,8 @@ public:
   pybind11::list broadcastBlob(const std::string& name, uint64_t version, pybind11::handle data,
                                const std::string& fanout, uint32_t treeFanout,
                                std::optional<uint32_t> chunkBytes,
-                               std::optional<uint64_t> windowBytes, double timeout);
+                               std::optional<uint64_t> windowBytes, double timeout,
+                               bool sameHostReads = true);
 
   std::shared_ptr<PyGroup> group;
   LoopOwned<ActorPoolBase> pool;

@@ -446,7 +446,8 @@ class Pool:
         return self.broadcast(method, params, timeout=timeout, **fields)
 
     def broadcast_blob(self, name, version, data, *, fanout="star", tree_fanout=2,
-                       chunk_bytes=None, window_bytes=None, timeout=60.0):
+                       chunk_bytes=None, window_bytes=None, timeout=60.0,
+                       same_host_reads=True):
         """Sends `data` (bytes, bytearray, memoryview, a NumPy array: sent from the buffer
         itself, which must not change meanwhile; or GPU memory: a troupe.DeviceArray or any
         contiguous object with __cuda_array_interface__, such as a CUDA tensor, whose chunks
@@ -455,9 +456,12 @@ class Pool:
         member, whose servers accept it with ActorServer::acceptBlobs. `fanout`: "star" (to each
         member), "chain" (each member forwards to the next) or "tree". Waits up to `timeout`
         seconds and returns one BlobResult per member, in name order; a member that dies or
-        refuses is routed around and reported. Raises NoEndpoints when no member is READY."""
+        refuses is routed around and reported. `same_host_reads`: whether members on this host
+        may read the chunks straight out of this process's memory (README, "Same host"), rather
+        than have them sent through shared memory. Raises NoEndpoints when no member is READY."""
         return [BlobResult(*r) for r in self._impl.broadcast_blob(
-            name, version, data, fanout, tree_fanout, chunk_bytes, window_bytes, timeout)]
+            name, version, data, fanout, tree_fanout, chunk_bytes, window_bytes, timeout,
+            same_host_reads)]
 
 
 # --- jobs --------------------------------------------------------------------------------------

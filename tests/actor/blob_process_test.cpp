@@ -189,14 +189,18 @@ TEST(BlobProcessTest, TheDeadlineGivesTheTransferUpEverywhereItRuns) {
   EXPECT_EQ(stalled.waitFor("FREED"), "FREED " + std::to_string(BLOB_BYTES));
 }
 
+// How the chunks of a transfer came.
+enum class Path { CONNECTION, SHARED_MEMORY, READS };
+
 // A sender killed with part of the blob sent: the member never hands the part over, gives the
-// transfer up and frees its memory. `listen`: where the member listens; `shared`: whether the
-// chunks must have come through shared memory.
-void senderKilledMidTransfer(const std::string& listen, bool shared) {
+// transfer up and frees its memory. `listen`: where the member listens; `path`: how the chunks
+// must have come (the sender's --reads).
+void senderKilledMidTransfer(const std::string& listen, Path path) {
   Member member({"--pause-at", std::to_string(1 << 20), "--idle-ms", "300", "--listen", listen});
   test::ChildProcess sender(TROUPE_TEST_BLOB_PEER_PATH,
                             {"send", "--to", "blobs/m-0=" + member.address, "--size",
-                             std::to_string(BLOB_BYTES)});
+                             std::to_string(BLOB_BYTES), "--reads",
+                             path == Path::SHARED_MEMORY ? "no" : "yes"});
   ASSERT_EQ(sender.readLine(30000), "SENDING");
   ASSERT_EQ(member.waitFor("PAUSED").rfind("PAUSED ", 0), 0u);
   sender.kill(SIGKILL);
@@ -210,22 +214,78 @@ void senderKilledMidTransfer(const std::string& listen, bool shared) {
     EXPECT_EQ(line.rfind("RECEIVED", 0), std::string::npos) << "a partial blob was handed over";
   } while (!line.empty() && line.rfind("GAVE_UP", 0) != 0);
   EXPECT_NE(line.find("no chunk for 300 ms"), std::string::npos) << line;
-  auto sharedLine = member.waitFor("SHARED");
-  EXPECT_EQ(sharedLine == "SHARED 0", !shared) << sharedLine;
+  auto shared = member.waitFor("SHARED");
+  EXPECT_EQ(shared == "SHARED 0", path != Path::SHARED_MEMORY) << shared;
+  // Read from the sender's memory: the chunks up to the pause, and none once it was gone.
+  auto read = member.waitFor("READ");
+  if (path == Path::READS) {
+    EXPECT_EQ(read, "READ " + std::to_string(1 << 20));
+  } else {
+    EXPECT_EQ(read, "READ 0");
+  }
   EXPECT_EQ(member.waitFor("FREED"), "FREED " + std::to_string(BLOB_BYTES));
 }
 
+// A directory for a member's same-host socket, removed with it.
+struct SocketDir {
+  SocketDir() {
+    char pattern[] = "/tmp/troupe-blob-test-XXXXXX";
+    dir = mkdtemp(pattern);
+  }
+  ~SocketDir() {
+    ::unlink(socket().c_str());
+    ::rmdir(dir.c_str());
+  }
+  std::string socket() const { return dir + "/member.sock"; }
+  std::string dir;
+};
+
 TEST(BlobProcessTest, ASenderKilledMidTransferLeavesTheReceiverHoldingNothing) {
-  senderKilledMidTransfer("tcp://127.0.0.1:0", false);
+  senderKilledMidTransfer("tcp://127.0.0.1:0", Path::CONNECTION);
 }
 
-// The same on one host: the chunks came through shared memory (README, "Same host").
+// The same on one host: the member read the chunks out of the sender's memory (README, "Same
+// host"), and once the sender was gone it read nothing more.
 TEST(BlobProcessTest, ASenderOnTheSameHostKilledMidTransferLeavesTheReceiverHoldingNothing) {
-  char pattern[] = "/tmp/troupe-blob-test-XXXXXX";
-  std::string dir = mkdtemp(pattern);
-  senderKilledMidTransfer("unix:" + dir + "/member.sock", true);
-  ::unlink((dir + "/member.sock").c_str());
-  ::rmdir(dir.c_str());
+  SocketDir dir;
+  senderKilledMidTransfer("unix:" + dir.socket(), Path::READS);
+}
+
+// The same with the sender's memory not to be read: the chunks came through shared memory.
+TEST(BlobProcessTest, ASenderOnTheSameHostKilledMidTransferThroughSharedMemory) {
+  SocketDir dir;
+  senderKilledMidTransfer("unix:" + dir.socket(), Path::SHARED_MEMORY);
+}
+
+// A member on this host reads the blob out of the sender's memory, or, where the kernel refuses
+// (a seccomp filter denies it, as container runtimes' may), takes it through the connection's
+// shared memory: every byte arrives either way.
+TEST(BlobProcessTest, AMemberOnTheSameHostReadsTheSendersMemoryOrFallsBackToSharedMemory) {
+  auto expected = checksumOf(pattern(BLOB_BYTES));
+  for (bool denied : {false, true}) {
+    SCOPED_TRACE(denied ? "reads denied" : "reads allowed");
+    SocketDir dir;
+    std::vector<std::string> flags = {"--listen", "unix:" + dir.socket()};
+    if (denied) flags.push_back("--deny-reads");
+    Member member(flags);
+    test::ChildProcess sender(TROUPE_TEST_BLOB_PEER_PATH,
+                              {"send", "--to", "blobs/m-0=" + member.address, "--size",
+                               std::to_string(BLOB_BYTES)});
+    EXPECT_EQ(sender.readLine(30000), "SENDING");
+    EXPECT_EQ(sender.readLine(60000), "RESULT blobs/m-0 ok");
+    EXPECT_EQ(member.waitFor("RECEIVED"),
+              "RECEIVED 1 " + std::to_string(BLOB_BYTES) + " " + expected);
+    auto shared = member.waitFor("SHARED");
+    auto read = member.waitFor("READ");
+    if (denied) {
+      EXPECT_EQ(read, "READ 0");
+      EXPECT_NE(shared, "SHARED 0");
+    } else {
+      EXPECT_EQ(read, "READ " + std::to_string(BLOB_BYTES));
+      EXPECT_EQ(shared, "SHARED 0");
+    }
+    sender.wait();
+  }
 }
 
 }  // namespace

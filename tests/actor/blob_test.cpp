@@ -5,6 +5,8 @@
 
 #include "troupe/actor/blob.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 #include <random>
@@ -469,6 +471,62 @@ TEST_F(BlobWireTest, ASenderThatGoesSilentIsGivenUpAfterTheIdleTimeout) {
   ASSERT_EQ(member.gaveUp.size(), 1u);
   EXPECT_TRUE(contains(member.gaveUp[0], "no chunk for 5000 ms")) << member.gaveUp[0];
   EXPECT_EQ(member.server->blobTransferCount(), 0u);
+}
+
+// A member on this host reads a sender's memory only where the sender is the process at the
+// other end of its same-host connection, as the kernel knows it: a header naming any other
+// process, or one that came over TCP, has its chunks sent.
+TEST_F(BlobTest, AMemberReadsOnlyTheMemoryOfTheProcessAtTheOtherEndOfItsConnection) {
+  auto& member = add();
+  char dir[] = "/tmp/troupe-blob-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  auto socket = std::string(dir) + "/member.sock";
+  auto local = Channel::open(loop, member.server->listen(("unix:" + socket).c_str()).c_str());
+  auto tcp = Channel::open(loop, member.address.c_str());
+  auto bytes = pattern(2 * 4096 + 8, 11);
+  uint64_t id = 100;
+  auto open = [&](Channel& channel, pid_t pid) {
+    auto request = channel.host().receiveBlobRequest();
+    auto h = request.initHeader();
+    h.setName("weights");
+    h.setVersion(id);
+    h.setSize(bytes.size());
+    h.setTransfer(id++);
+    h.setChunkBytes(4096);
+    h.setWindowBytes(1 << 20);
+    h.setStallMillis(1000);
+    h.setSenderPid(static_cast<uint32_t>(pid));
+    h.setSenderMemory(reinterpret_cast<uintptr_t>(bytes.begin()));
+    return await(loop, request.send());
+  };
+  auto readBytes = [&]() {
+    return member.server->metrics().sum("troupe_blob_sender_memory_read_bytes_total");
+  };
+  // Another process (this one's parent), and this one over TCP: not read.
+  EXPECT_FALSE(open(*local, getppid()).getPulls());
+  EXPECT_FALSE(open(*tcp, getpid()).getPulls());
+  // This process, at the other end of the unix socket: each chunk is read from its memory.
+  auto response = open(*local, getpid());
+  ASSERT_TRUE(response.getPulls());
+  auto sink = response.getSink();
+  for (uint64_t at = 0; at < bytes.size(); at += 4096) {
+    auto write = sink.writeRequest();
+    write.setTransfer(id - 1);
+    write.setOffset(at);
+    write.setPulled(true);
+    await(loop, write.send());
+  }
+  // Handed over only once the sender finished: its memory was surely the blob's.
+  EXPECT_TRUE(member.received.empty());
+  auto finished = await(loop, sink.finishRequest().send());
+  ASSERT_EQ(finished.getOutcomes().size(), 1u);
+  EXPECT_TRUE(finished.getOutcomes()[0].getOk());
+  expectHolds(member, bytes, id - 1);
+  EXPECT_EQ(readBytes(), bytes.size());
+  local = nullptr;
+  member.server = nullptr;
+  ::unlink(socket.c_str());
+  ::rmdir(dir);
 }
 
 TEST_F(BlobWireTest, BadHopListsAndChunkSizesAreInvalidArguments) {

@@ -59,6 +59,8 @@ protected:
     server->listen("tcp://127.0.0.1:0");
   }
 
+  void chainOnThisHost(bool reads);
+
   Endpoint member(ActorGroup<Member>& group) {
     auto ready = group.waitReady(1, 10 * kj::SECONDS).wait(loop.waitScope());
     KJ_ASSERT(ready.size() == 1);
@@ -205,9 +207,10 @@ TEST_F(SameHostTest, ADirectoryOthersCanEnterIsRefusedAndTheServerServesTcpAlone
 }
 
 // A blob broadcast along a chain of members on this host: the sender reaches the first, and the
-// first the second, through their same-host sockets (their published addresses answer nothing),
-// and every chunk moves through shared memory.
-TEST_F(SameHostTest, ABlobChainOnThisHostMovesItsChunksThroughSharedMemoryHopToHop) {
+// first the second, through their same-host sockets (their published addresses answer nothing).
+// With `reads`, each member reads every chunk out of the memory of whoever sends to it; without,
+// every chunk moves through the connection's shared memory.
+void SameHostTest::chainOnThisHost(bool reads) {
   struct Receiver {
     kj::Own<ActorServer> server;
     kj::Own<EndpointPublisher> publisher;
@@ -248,8 +251,9 @@ TEST_F(SameHostTest, ABlobChainOnThisHostMovesItsChunksThroughSharedMemoryHopToH
   auto bytes = kj::heapArray<kj::byte>(8 << 20);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<kj::byte>(i * 13 + i / 4096);
   kj::Array<const kj::byte> copy = kj::heapArray<kj::byte>(bytes.asPtr());
-  auto transfer = pool.broadcastBlob("weights", 1, kj::mv(copy),
-                                     {.fanout = Fanout::CHAIN, .chunkBytes = 1 << 20});
+  auto transfer =
+      pool.broadcastBlob("weights", 1, kj::mv(copy),
+                         {.fanout = Fanout::CHAIN, .chunkBytes = 1 << 20, .sameHostReads = reads});
   auto results = transfer.waitAll(30 * kj::SECONDS).wait(loop.waitScope());
   ASSERT_EQ(results.size(), 2u);
   for (auto& result : results) {
@@ -260,14 +264,31 @@ TEST_F(SameHostTest, ABlobChainOnThisHostMovesItsChunksThroughSharedMemoryHopToH
   for (auto& r : receivers) {
     ASSERT_EQ(r->received.size(), 1u);
     EXPECT_TRUE(r->received[0].bytes.slice(0, bytes.size()) == bytes.asPtr());
-    // Eight chunks each, through shared memory: the second's came from the first.
-    EXPECT_GE(r->server->metrics().sum("troupe_shared_messages_received_total"), 8);
+    auto read = r->server->metrics().sum("troupe_blob_sender_memory_read_bytes_total");
+    auto shared = r->server->metrics().sum("troupe_shared_messages_received_total");
+    if (reads) {
+      // Every byte read from the sender's memory, the second's from the first's.
+      EXPECT_EQ(read, bytes.size());
+      EXPECT_LT(shared, 8);
+    } else {
+      // Eight chunks each, through shared memory: the second's came from the first.
+      EXPECT_EQ(read, 0);
+      EXPECT_GE(shared, 8);
+    }
   }
   for (auto& r : receivers) {
     r->publisher = nullptr;
     r->server = nullptr;
     ::close(r->closed);
   }
+}
+
+TEST_F(SameHostTest, ABlobChainOnThisHostReadsEachChunkOutOfTheSendersMemoryHopToHop) {
+  chainOnThisHost(true);
+}
+
+TEST_F(SameHostTest, ABlobChainOnThisHostMovesItsChunksThroughSharedMemoryWithoutReads) {
+  chainOnThisHost(false);
 }
 
 }  // namespace

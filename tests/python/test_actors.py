@@ -130,7 +130,9 @@ def test_an_actor_takes_blobs_while_it_serves(host):
     assert "swapIn" not in troupe.schema_of(Model)  # blob handlers are not methods
     for version in (1, 2):
         weights = np.full(1 << 18, version, dtype=np.float32)
-        [result] = pool.broadcast_blob("weights", version, weights, fanout="chain")
+        # Read out of this process's memory, then (reads off) through shared memory.
+        [result] = pool.broadcast_blob("weights", version, weights, fanout="chain",
+                                       same_host_reads=version == 1)
         assert result.ok and result.bytes == weights.nbytes
         assert pool.call("held") == {"version": float(version), "sum": float(version << 18),
                                      "writable": 0.0}

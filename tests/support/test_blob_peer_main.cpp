@@ -1,21 +1,35 @@
 // A process for the blob tests (tests/actor/blob_process_test.cpp), either end of a transfer.
 //
 //   troupe_test_blob_peer receive [--pause-at BYTES] [--idle-ms MS] [--listen ADDRESS]
+//                                 [--deny-reads]
 //     An ActorServer on 127.0.0.1 (or ADDRESS) accepting blobs named "weights". Prints "LISTENING
 //     <address>", then for each blob handed over "RECEIVED <version> <size> <xxh3-64 hex>", for
-//     each given up "GAVE_UP <why>" and "SHARED <messages received through shared memory so
-//     far>", and "FREED <bytes>" when a blob's memory is freed. With
+//     each given up "GAVE_UP <why>"; after either, "SHARED <messages received through shared
+//     memory so far>" and "READ <bytes read from senders' memory so far>"; and "FREED <bytes>"
+//     when a blob's memory is freed. With
 //     --pause-at, the first time a transfer has that many bytes it prints "PAUSED <bytes>" and its
 //     loop stops (as a frozen process's would) until SIGUSR1 arrives, then prints "RESUMED".
+//     With --deny-reads, a seccomp filter makes process_vm_readv() fail with EPERM, as container
+//     runtimes' default filters do where the process may not trace others.
 //
 //   troupe_test_blob_peer send --to ENDPOINT=ADDRESS [--size BYTES] [--chunk BYTES]
-//                              [--window BYTES]
+//                              [--window BYTES] [--reads yes|no]
 //     Sends one blob of pseudo-random bytes, printing "SENDING" first and then one line per
-//     member: "RESULT <endpoint> ok" or "RESULT <endpoint> <error>".
+//     member: "RESULT <endpoint> ok" or "RESULT <endpoint> <error>". --reads: whether members on
+//     this host may read the blob out of the sender's memory (BlobSendOptions::sameHostReads;
+//     default yes); "undumpable" lets them but marks the process undumpable, so that the kernel
+//     refuses.
 
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 
 #include <random>
 #include <string>
@@ -47,7 +61,32 @@ std::string flag(int argc, char** argv, const char* name, const char* fallback) 
   return fallback;
 }
 
+// Makes every process_vm_readv() of this process fail with EPERM from now on.
+void denyProcessReads() {
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),  // another architecture: left alone
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog program = {static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])),
+                               filter};
+  KJ_SYSCALL(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
+  KJ_SYSCALL(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program));
+}
+
+bool hasFlag(int argc, char** argv, const char* name) {
+  for (int i = 2; i < argc; ++i) {
+    if (strcmp(argv[i], name) == 0) return true;
+  }
+  return false;
+}
+
 int receive(int argc, char** argv) {
+  if (hasFlag(argc, argv, "--deny-reads")) denyProcessReads();
   uint64_t pauseAt = std::stoull(flag(argc, argv, "--pause-at", "0"));
   auto idle = std::stoull(flag(argc, argv, "--idle-ms", "30000")) * kj::MILLISECONDS;
   // SIGUSR1 stays blocked, to be taken by sigwait() while paused.
@@ -73,21 +112,26 @@ int receive(int argc, char** argv) {
     printf("RESUMED\n");
     fflush(stdout);
   };
-  options.onGiveUp = [&server](const troupe::BlobHeader&, const kj::Exception& why) {
-    printf("GAVE_UP %s\n", why.getDescription().cStr());
-    printf("SHARED %.0f\n", server.metrics().sum("troupe_shared_messages_received_total"));
+  auto paths = [&server]() {
+    auto metrics = server.metrics();
+    printf("SHARED %.0f\n", metrics.sum("troupe_shared_messages_received_total"));
+    printf("READ %.0f\n", metrics.sum("troupe_blob_sender_memory_read_bytes_total"));
     fflush(stdout);
+  };
+  options.onGiveUp = [&paths](const troupe::BlobHeader&, const kj::Exception& why) {
+    printf("GAVE_UP %s\n", why.getDescription().cStr());
+    paths();
   };
   server.acceptBlobs(
       "weights",
       [](const troupe::BlobHeader& h) {
         return kj::Array<kj::byte>(new kj::byte[h.size], h.size, reporting);
       },
-      [](troupe::Blob b) {
+      [&paths](troupe::Blob b) {
         printf("RECEIVED %llu %zu %016llx\n", static_cast<unsigned long long>(b.version),
                b.bytes.size(),
                static_cast<unsigned long long>(XXH3_64bits(b.bytes.begin(), b.bytes.size())));
-        fflush(stdout);
+        paths();
       },
       kj::mv(options));
   auto address = server.listen(flag(argc, argv, "--listen", "tcp://127.0.0.1:0").c_str());
@@ -105,6 +149,7 @@ int send(int argc, char** argv) {
   troupe::BlobSendOptions options;
   options.chunkBytes = std::stoul(flag(argc, argv, "--chunk", "262144"));
   options.windowBytes = std::stoull(flag(argc, argv, "--window", "1048576"));
+  options.sameHostReads = flag(argc, argv, "--reads", "yes") != "no";
   auto bytes = kj::heapArray<kj::byte>(size);
   std::mt19937_64 random(size);
   for (auto& b : bytes) b = static_cast<kj::byte>(random());
