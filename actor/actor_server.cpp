@@ -62,7 +62,8 @@ constexpr kj::Duration FLUSH_ALLOWANCE = 1 * kj::SECONDS;
 
 // The ActorHost a connection is served; `peer`: its client's process id, where it is a process
 // of this user on this host (RpcAcceptor::bootstrapPerConnection()).
-capnp::Capability::Client newActorHost(ActorServer::Impl& server, kj::Maybe<pid_t> peer = nullptr);
+capnp::Capability::Client newActorHost(ActorServer::Impl& server,
+                                       std::shared_ptr<const LocalPeer> peer);
 
 struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
   Impl(EventLoop& loop, JobContext job, ActorServerOptions options)
@@ -72,11 +73,12 @@ struct ActorServer::Impl final : public MetricsSource, public kj::HttpService {
         log(this->options.logger ? this->options.logger : loop.logger()),
         incarnation(this->options.incarnation != 0 ? this->options.incarnation
                                                    : freshIncarnation(loop)),
-        acceptor(kj::heap<RpcAcceptor>(loop, newActorHost(*this), this->options.maxMessageBytes,
-                                       log, "actor server", this->options.credentials,
-                                       this->options.connections)) {
-    acceptor->bootstrapPerConnection(
-        [this](kj::Maybe<pid_t> peer) { return newActorHost(*this, peer); });
+        acceptor(kj::heap<RpcAcceptor>(loop, newActorHost(*this, nullptr),
+                                       this->options.maxMessageBytes, log, "actor server",
+                                       this->options.credentials, this->options.connections)) {
+    acceptor->bootstrapPerConnection([this](std::shared_ptr<const LocalPeer> peer) {
+      return newActorHost(*this, kj::mv(peer));
+    });
     auto paf = kj::newPromiseAndFulfiller<void>();
     drainStarted = paf.promise.fork();
     drainStartedFulfiller = kj::mv(paf.fulfiller);
@@ -390,7 +392,8 @@ namespace {
 
 class ActorHostImpl final : public schema::ActorHost::Server {
 public:
-  ActorHostImpl(ActorServer::Impl& server, kj::Maybe<pid_t> peer) : server(server), peer(peer) {}
+  ActorHostImpl(ActorServer::Impl& server, std::shared_ptr<const LocalPeer> peer)
+      : server(server), peer(kj::mv(peer)) {}
 
 protected:
   kj::Promise<void> getActor(GetActorContext context) override {
@@ -474,13 +477,14 @@ protected:
 
 private:
   ActorServer::Impl& server;
-  const kj::Maybe<pid_t> peer;
+  const std::shared_ptr<const LocalPeer> peer;  // the client, where a process of this user here
 };
 
 }  // namespace
 
-capnp::Capability::Client newActorHost(ActorServer::Impl& server, kj::Maybe<pid_t> peer) {
-  return kj::heap<ActorHostImpl>(server, peer);
+capnp::Capability::Client newActorHost(ActorServer::Impl& server,
+                                       std::shared_ptr<const LocalPeer> peer) {
+  return kj::heap<ActorHostImpl>(server, kj::mv(peer));
 }
 
 // ------------------------------------------------------------------------------------------------

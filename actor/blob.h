@@ -156,11 +156,13 @@ struct BlobSendOptions {
   std::shared_ptr<BlobDevice> device;
 
   // Whether members on this host, reached through their same-host socket, may copy the chunks
-  // straight out of this process's memory (process_vm_readv: one copy, and no work for the
-  // sender) where the kernel lets them, rather than have them sent through the connection's
-  // shared memory. Such a member hands the blob over only once the sender had its last answer;
-  // one that fails may still be reading for up to `stallTimeout` after its result: the array is
-  // held that long. Host memory only. Default true.
+  // straight out of this process's memory (process_vm_readv: one copy, and no work per byte for
+  // the sender) rather than have them sent through the connection's shared memory. A member
+  // reads where the kernel lets it (the same user; Yama's ptrace_scope, an undumpable sender or
+  // a seccomp filter may forbid it) and its chunks come through shared memory where not. Such a
+  // member hands the blob over only once the sender had its last answer. The array is held for
+  // up to `stallTimeout` past a member's failure, and a read that ends later is not taken. Members
+  // forwarding the blob apply the same to their copy. Host memory only. Default true.
   bool sameHostReads = true;
 };
 

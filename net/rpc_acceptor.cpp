@@ -224,11 +224,11 @@ kj::Promise<void> RpcAcceptor::serve(kj::Own<kj::AsyncIoStream> stream, bool dir
                                peer.host.cStr()};
   auto service = bootstrap;
   KJ_IF_MAYBE(make, bootstrapFor) {
-    kj::Maybe<pid_t> local;
+    std::shared_ptr<const LocalPeer> local;
     KJ_IF_MAYBE(fd, stream->getFd()) {
-      local = sameUserUnixPeer(*fd);
+      local = localPeerOf(*fd);
     }
-    service = (*make)(local);
+    service = (*make)(kj::mv(local));
   }
   capnp::Capability::Client gate = kj::heap<Gate>(kj::mv(service), credentials, log, what,
                                                   kj::mv(peer.name), certified,

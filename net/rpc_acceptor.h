@@ -7,8 +7,6 @@
 // a client certificate under mutual TLS), and is closed after 3 refusals. What its peers can
 // make it hold is bounded by its ConnectionLimits (limits.h).
 
-#include <sys/types.h>
-
 #include <memory>
 #include <set>
 #include <string>
@@ -22,6 +20,7 @@
 #include "troupe/net/address.h"
 #include "troupe/net/credentials.h"
 #include "troupe/net/limits.h"
+#include "troupe/net/same_host.h"
 #include "troupe/net/segment_placement.h"
 
 namespace spdlog {
@@ -77,11 +76,11 @@ public:
   void placeSegmentsWith(SegmentPlacement& placement) { this->placement = placement; }
 
   // Has each connection from now on served the capability `make(peer)` returns rather than the
-  // bootstrap given: `peer` is the process id of a client on a unix socket that runs as this
-  // process's user (sameUserUnixPeer(), same_host.h), else null.
-  void bootstrapPerConnection(kj::Function<capnp::Capability::Client(kj::Maybe<pid_t> peer)> make) {
-    bootstrapFor = kj::mv(make);
-  }
+  // bootstrap given: `peer` is the client's process where it runs as this process's user on a
+  // unix socket (localPeerOf(), same_host.h), else null.
+  using PeerBootstrap =
+      kj::Function<capnp::Capability::Client(std::shared_ptr<const LocalPeer> peer)>;
+  void bootstrapPerConnection(PeerBootstrap make) { bootstrapFor = kj::mv(make); }
 
   // Stops accepting: closes the listeners and removes their socket files.
   void closeListeners();
@@ -108,7 +107,7 @@ private:
 
   EventLoop& loop;
   capnp::Capability::Client bootstrap;
-  kj::Maybe<kj::Function<capnp::Capability::Client(kj::Maybe<pid_t>)>> bootstrapFor;
+  kj::Maybe<PeerBootstrap> bootstrapFor;
   uint64_t maxMessageBytes;
   std::shared_ptr<spdlog::logger> log;
   std::string what;

@@ -2,12 +2,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -38,6 +40,38 @@ kj::Maybe<pid_t> sameUserUnixPeer(int fd) {
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &credLen) != 0) return nullptr;
   if (cred.uid != ::geteuid()) return nullptr;
   return cred.pid;
+}
+
+bool LocalPeer::exited() const {
+  struct pollfd ready = {pidfd.get(), POLLIN, 0};
+  int n;
+  do {
+    n = ::poll(&ready, 1, 0);
+  } while (n < 0 && errno == EINTR);
+  // A pidfd reads as ready once its process exited; one that cannot be polled is taken as gone.
+  return n != 0 && (n < 0 || (ready.revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL)) != 0);
+}
+
+std::shared_ptr<const LocalPeer> localPeerOf(int fd) {
+  pid_t pid = 0;
+  KJ_IF_MAYBE(p, sameUserUnixPeer(fd)) {
+    pid = *p;
+  }
+  if (pid <= 0) return nullptr;
+  auto peer = std::make_shared<LocalPeer>();
+  peer->pid = pid;
+  constexpr int PEER_PIDFD = 77;  // SO_PEERPIDFD (Linux 6.5), which older headers lack
+  int pidfd = -1;
+  socklen_t len = sizeof(pidfd);
+  if (::getsockopt(fd, SOL_SOCKET, PEER_PIDFD, &pidfd, &len) != 0 || pidfd < 0) {
+#if defined(SYS_pidfd_open)
+    pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#endif
+    if (pidfd < 0) return nullptr;
+  }
+  peer->pidfd = kj::AutoCloseFd(pidfd);
+  if (peer->exited()) return nullptr;
+  return peer;
 }
 
 std::string sameHostSocketDir() {

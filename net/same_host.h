@@ -8,9 +8,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 
 #include <kj/common.h>
+#include <kj/io.h>
 
 namespace troupe {
 
@@ -44,6 +46,21 @@ size_t removeStaleSockets(const std::string& dir, size_t most = 256);
 // of that peer, as the kernel recorded it when the connection was made (SO_PEERCRED, in this
 // process's pid namespace; 0 where the peer is in none this process sees). Null otherwise.
 kj::Maybe<pid_t> sameUserUnixPeer(int fd);
+
+// The process of this user at the other end of a unix socket, held by a pidfd: while it is open
+// its process id names that process and no other, even once it exited.
+struct LocalPeer {
+  pid_t pid = 0;          // in this process's pid namespace
+  kj::AutoCloseFd pidfd;  // the process itself
+
+  // Whether the process has exited.
+  bool exited() const;
+};
+
+// The peer of `fd` (sameUserUnixPeer()), held as the kernel gave it for the connection
+// (SO_PEERPIDFD) or, on kernels before 6.5, opened by its id now and checked alive; null where
+// `fd` has no such peer, it is in another pid namespace, or no pidfd can be had (before 5.3).
+std::shared_ptr<const LocalPeer> localPeerOf(int fd);
 
 // Whether `path` is a unix socket owned by this process's user (not followed if a symbolic
 // link).

@@ -60,8 +60,8 @@ interface BlobSink {
   # reports nothing, its abort() does nothing. Dropping a sink without finish() leaves the
   # receiver waiting for another sender to resume the transfer until its idle timeout.
 
-  write @0 (offset :UInt64, data :Data, checksum :UInt64, transfer :UInt64, pulled :Bool)
-      -> (superseded :Bool);
+  write @0 (offset :UInt64, data :Data, checksum :UInt64, transfer :UInt64, pulled :Bool,
+            heldUntil :Int64) -> (superseded :Bool);
   # The chunk at `offset` (the receiver's next byte); `checksum` is the chunk's XXH3-64,
   # `transfer` the header's. A receiver may read a chunk sent as its message's own last segment
   # (Orphanage::referenceExternalData) straight into its place in the blob, found by `transfer`
@@ -69,8 +69,10 @@ interface BlobSink {
   # said it `pulls`), the chunk is not in `data` (empty; `checksum` 0): it is in place at `offset`
   # in the header's deviceMemory (copied from there device to device) or in the sender's own
   # memory (senderMemory, read by the kernel), and the receiver copies it before it answers. A
-  # receiver that pulled hands the blob over at finish(), once the sender has had every answer
-  # while holding its memory, not at the last chunk.
+  # receiver that read the sender's memory hands the blob over at finish(), once the sender has
+  # had every answer while holding its memory, not at the last chunk. `heldUntil`, for a chunk
+  # so read: the sender's CLOCK_MONOTONIC (ns) until which it holds that memory, whatever becomes
+  # of the transfer (the stall timeout past the write); a read that ends later is not taken.
 
   finish @1 () -> (outcomes :List(BlobOutcome), superseded :Bool);
   # After the last chunk: resolves once this member has handed the blob over and every member

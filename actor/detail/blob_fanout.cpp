@@ -7,6 +7,7 @@
 
 #include <kj/debug.h>
 
+#include "troupe/actor/detail/sender_memory.h"
 #include "troupe/actor/endpoint.h"
 #include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
@@ -508,6 +509,8 @@ private:
     request.setTransfer(fanout.params.transfer);
     if (pulls) {
       request.setPulled(true);  // in our memory, which the member copies from
+      // Held at least the stall timeout from now, whatever becomes of the transfer (ended()).
+      request.setHeldUntil(SenderMemory::now() + fanout.params.stallTimeout / kj::NANOSECONDS);
     } else {
       request.setChecksum(source.checksum(index));
       adoptBytes(request, &schema::BlobSink::WriteParams::Builder::adoptData, kj::mv(bytes));

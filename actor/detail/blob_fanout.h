@@ -77,8 +77,9 @@ public:
   // The next chunk is in place and checked (its checksum given); waiters wake. For a device
   // source: checked in a staging buffer, on its way into the device (see resident()).
   void append(uint64_t checksum);
-  // The next chunk is in place in device memory, copied there device to device: its checksum is
-  // computed when it is first staged.
+  // The next chunk is in place, copied there from the sender's memory (device to device, or
+  // read from the sender's host memory) with no checksum: one is computed when it is first needed
+  // (checksum(); for a device source, when it is first staged).
   void appendUnchecked();
 
   // Bytes [0, resident()) are in the memory itself: for a device source, copied into the

@@ -135,16 +135,17 @@ public:
   static capnp::Capability::Client newSink(kj::Own<Transfer> transfer);
 
   // Whether the sender of the current generation lets this member copy the chunks from its
-  // device memory (`h`'s deviceMemory), and this member can: then it opens that memory, and
-  // takes `pulled` writes from then on. Otherwise chunks come in writes.
-  bool pullFrom(schema::BlobHeader::Reader h, kj::Maybe<pid_t> peer) {
+  // memory, and this member can: from its device memory (`h`'s deviceMemory) into ours, or from
+  // its host memory by reading it (readFrom()). Then this member opens that memory, and takes
+  // `pulled` writes from then on. Otherwise chunks come in writes.
+  bool pullFrom(schema::BlobHeader::Reader h, std::shared_ptr<const LocalPeer> peer) {
     imported = nullptr;
     senderMemory = nullptr;
     readFailure = nullptr;
     if (!inProgress() || source.get() == nullptr) return false;  // handed over, or given up
     auto& s = *source;
     auto device = s.device();
-    if (device == nullptr) return readFrom(h, peer);
+    if (device == nullptr) return readFrom(h, kj::mv(peer));
     if (!h.hasDeviceMemory() || h.getDeviceHost().size() == 0 ||
         h.getDeviceHost() != sameHostId().c_str()) {
       return false;
@@ -164,25 +165,25 @@ public:
 
   // Host memory: whether the sender of the current generation lets this member read the chunks
   // out of its memory (`h`'s senderMemory), and this member can: the sender is the process at
-  // the other end of the connection (`peer`, as the kernel knows it: no process can have another
-  // one's memory read), and the kernel allows the reads.
-  bool readFrom(schema::BlobHeader::Reader h, kj::Maybe<pid_t> peer) {
-    pid_t pid = 0;
-    KJ_IF_MAYBE(p, peer) {
-      pid = *p;
+  // the other end of the connection (`peer`, as the kernel knows it: no client can have another
+  // process's memory read), and the kernel allows the reads.
+  bool readFrom(schema::BlobHeader::Reader h, std::shared_ptr<const LocalPeer> peer) {
+    if (h.getSenderPid() == 0) return false;  // not offered
+    kj::String why;
+    if (peer == nullptr) {
+      why = kj::str("the connection's peer is not a process of this user here");
+    } else if (static_cast<pid_t>(h.getSenderPid()) != peer->pid) {
+      why = kj::str("the sender names process ", h.getSenderPid(), ", the connection's peer is ",
+                    peer->pid);
+    } else {
+      KJ_IF_MAYBE(m, SenderMemory::open(kj::mv(peer), h.getSenderMemory(), header.size, why)) {
+        senderMemory = kj::mv(*m);
+        return true;
+      }
     }
-    if (h.getSenderPid() == 0 || pid <= 0 || static_cast<pid_t>(h.getSenderPid()) != pid) {
-      return false;
-    }
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  senderMemory = SenderMemory::open(static_cast<pid_t>(h.getSenderPid()),
-                                                    h.getSenderMemory(), header.size);
-                })) {
-      log->info("{}: {} comes through the connection: the sender's memory cannot be read: {}",
-                who.cStr(), describe(header).cStr(), e->getDescription().cStr());
-      return false;
-    }
-    return true;
+    log->info("{}: {} comes through the connection, not read from the sender's memory: {}",
+              who.cStr(), describe(header).cStr(), why.cStr());
+    return false;
   }
 
   uint64_t generation = 0;  // of the sink that may write now
@@ -205,7 +206,7 @@ public:
   // Takes the chunk at `offset`; resolves once it is in place (for device memory: in a staging
   // buffer, on its way into the device).
   kj::Promise<void> write(uint64_t transfer, uint64_t offset, capnp::Data::Reader data,
-                          uint64_t checksum, bool pulled) {
+                          uint64_t checksum, bool pulled, int64_t heldUntil) {
     KJ_IF_MAYBE(e, failure) {
       kj::throwFatalException(kj::cp(*e));
     }
@@ -225,7 +226,7 @@ public:
       giveUp(kj::str("the chunk at byte ", offset, " came when byte ", due, " was due"));
     }
     uint64_t index = offset / s.chunkBytes();
-    if (pulled) return pull(index);
+    if (pulled) return pull(index, heldUntil);
     if (data.size() != s.chunkSize(index)) {
       giveUp(kj::str("the chunk at byte ", offset, " holds ", data.size(), " bytes, not ",
                      s.chunkSize(index)));
@@ -298,7 +299,10 @@ public:
 
   // The sender of the current generation let go of its sink: its device memory, if this member
   // opened it, is closed once the copies from it in flight end.
-  void senderGone() { imported = nullptr; }
+  void senderGone() {
+    imported = nullptr;
+    senderMemory = nullptr;
+  }
 
   // Resolves once the chunks taken so far are done with: copies into the device memory and out
   // of a sender's have ended (an abort answers then, so that the sender's memory outlives them).
@@ -328,6 +332,7 @@ public:
     source = nullptr;
     stagedReads.clear();
     imported = nullptr;  // copies still running hold it
+    senderMemory = nullptr;
     handedOver_.notify();
     forget();
   }
@@ -339,14 +344,15 @@ private:
     kj::Array<const kj::byte> memory;
   };
 
-  // Device to device: chunk `index` is in place in the sender's device memory; it is copied
-  // from there into ours. Resolves once it is there (after the chunks before it).
-  kj::Promise<void> pull(uint64_t index) {
+  // Chunk `index` is in place in the sender's memory. Device to device: it is copied from there
+  // into ours; resolves once it is there (after the chunks before it). Host memory: it is read
+  // now (read()).
+  kj::Promise<void> pull(uint64_t index, int64_t heldUntil) {
     auto& s = *source;
     uint64_t length = s.chunkSize(index);
     uint64_t offset = index * s.chunkBytes();
     if (s.device() == nullptr) {
-      read(offset, length);
+      read(offset, length, heldUntil);
       return kj::READY_NOW;
     }
     Imported* from = nullptr;
@@ -372,17 +378,23 @@ private:
     });
   }
 
-  // Host memory: the chunk at `offset` is read from the sender's memory into ours. A read that
-  // fails (the sender exited meanwhile) fails its write, not the transfer: another sender may
-  // resume it from here.
-  void read(uint64_t offset, uint64_t length) {
+  // Host memory: the chunk at `offset` is read from the sender's memory into ours (by `heldUntil`,
+  // the sender's word). A read that fails for want of the sender (it exited, or its hold on the
+  // memory ended first) fails its write and the reads after it, not the transfer: another sender
+  // may resume it from here. Any other failure gives the transfer up.
+  void read(uint64_t offset, uint64_t length, int64_t heldUntil) {
     SenderMemory* from = nullptr;
     KJ_IF_MAYBE(m, senderMemory) {
       from = m->get();
     }
     if (from == nullptr) giveUp(kj::str("a chunk to read from a memory this member never opened"));
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions(
-                       [&]() { from->read(source->writable() + offset, offset, length); })) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  from->read(source->writable() + offset, offset, length, heldUntil);
+                })) {
+      if (errorCode(*e) != ErrorCode::DISCONNECTED) {
+        // Not for want of the sender: the transfer is given up, and its memory freed.
+        giveUp(kj::str(e->getDescription()));
+      }
       readFailure = kj::cp(*e);
       kj::throwFatalException(kj::mv(*e));
     }
@@ -534,6 +546,7 @@ private:
   void deliver() {
     delivered = true;
     imported = nullptr;  // the sender's memory: every copy from it is done
+    senderMemory = nullptr;
     took = loop.timer().now() - openedAt;
     KJ_IF_MAYBE(v, acceptor->delivered) {
       if (header.version > *v) *v = header.version;
@@ -652,7 +665,7 @@ protected:
     }
     auto params = context.getParams();
     return transfer->write(params.getTransfer(), params.getOffset(), params.getData(),
-                           params.getChecksum(), params.getPulled());
+                           params.getChecksum(), params.getPulled(), params.getHeldUntil());
   }
 
   kj::Promise<void> finish(FinishContext context) override {
@@ -778,7 +791,8 @@ size_t BlobReceiver::transferCount() const {
   return n;
 }
 
-kj::Promise<void> BlobReceiver::receive(ReceiveContext context, kj::Maybe<pid_t> peer) {
+kj::Promise<void> BlobReceiver::receive(ReceiveContext context,
+                                        std::shared_ptr<const LocalPeer> peer) {
   auto params = context.getParams();
   auto h = params.getHeader();
   BlobHeader header{h.getName(), h.getVersion(), h.getSize()};

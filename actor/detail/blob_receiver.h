@@ -12,6 +12,7 @@
 #include "troupe/actor/blob.h"
 #include "troupe/base/event_loop.h"
 #include "troupe/net/channel.h"
+#include "troupe/net/same_host.h"
 #include "troupe/net/segment_placement.h"
 #include "troupe/schemas/actor.capnp.h"
 
@@ -35,12 +36,12 @@ public:
               BlobAcceptOptions options);
 
   // ActorHost.receiveBlob: starts or resumes a transfer; resolves once its results hold the
-  // sink (a resume waits for chunks of the old sender still being read in). `peer`: the process
-  // id of the client that sent it, where it is a process of this user on this host (only its
-  // own memory is read, where it offers it).
+  // sink (a resume waits for chunks of the old sender still being read in). `peer`: the client
+  // that sent it, where it is a process of this user on this host (only its own memory is read,
+  // where it offers it); else null.
   using ReceiveContext = capnp::CallContext<schema::ActorHost::ReceiveBlobParams,
                                             schema::ActorHost::ReceiveBlobResults>;
-  kj::Promise<void> receive(ReceiveContext context, kj::Maybe<pid_t> peer = nullptr);
+  kj::Promise<void> receive(ReceiveContext context, std::shared_ptr<const LocalPeer> peer);
 
   // Gives up every transfer (its server stopped): each frees its memory once nothing refers to
   // it, and forwards no more.

@@ -1,11 +1,10 @@
 #include "troupe/actor/detail/sender_memory.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <string.h>
-#include <sys/syscall.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
-#include <unistd.h>
+#include <time.h>
 
 #include <kj/debug.h>
 
@@ -15,38 +14,51 @@ namespace troupe::actor_detail {
 
 namespace {
 
-// Whether the process `pidfd` refers to has exited (its pidfd reads as ready).
-bool exited(int pidfd) {
-  struct pollfd p = {pidfd, POLLIN, 0};
-  return ::poll(&p, 1, 0) != 0;
+// The inode of `path` (a namespace), or 0 where it cannot be read.
+ino_t inodeOf(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
 }
 
 }  // namespace
 
-kj::Own<SenderMemory> SenderMemory::open(pid_t pid, uint64_t address, uint64_t size) {
-  if (pid <= 0 || size == 0 || address == 0 || address + size < address) {
-    throwError(ErrorCode::INVALID_ARGUMENT, "no memory of a sender to read");
-  }
-#if defined(SYS_pidfd_open)
-  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-  int fd = -1;
-  errno = ENOSYS;
-#endif
-  if (fd < 0) {
-    throwError(ErrorCode::FAILED, kj::str("pidfd_open(", pid, "): ", strerror(errno)));
-  }
-  auto memory = kj::heap<SenderMemory>(pid, address, size, kj::AutoCloseFd(fd));
-  kj::byte first;
-  memory->read(&first, 0, 1);
-  return memory;
+int64_t SenderMemory::now() {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
 }
 
-SenderMemory::SenderMemory(pid_t pid, uint64_t address, uint64_t size, kj::AutoCloseFd pidfd)
-    : pid(pid), address(address), size(size), pidfd(kj::mv(pidfd)) {}
+kj::Maybe<kj::Own<SenderMemory>> SenderMemory::open(std::shared_ptr<const LocalPeer> peer,
+                                                    uint64_t address, uint64_t size,
+                                                    kj::String& why) {
+  if (size == 0 || address == 0 || address + size < address) {
+    why = kj::str("no memory to read at ", address, " for ", size, " bytes");
+    return nullptr;
+  }
+  // Kernels before time namespaces (5.6) have one clock for all.
+  auto ours = inodeOf("/proc/self/ns/time");
+  if (ours != 0 && inodeOf("/proc/" + std::to_string(peer->pid) + "/ns/time") != ours) {
+    why = kj::str("process ", peer->pid, " is in another time namespace, or gone");
+    return nullptr;
+  }
+  auto memory = kj::heap<SenderMemory>(kj::mv(peer), address, size);
+  kj::byte first;
+  struct iovec local = {&first, 1};
+  struct iovec remote = {reinterpret_cast<void*>(address), 1};
+  if (process_vm_readv(memory->peer->pid, &local, 1, &remote, 1, 0) != 1) {
+    int error = errno;
+    why = kj::str("process_vm_readv() of process ", memory->peer->pid, ": ", strerror(error),
+                  error == EPERM ? " (the kernel's ptrace rules: Yama's ptrace_scope, an "
+                                   "undumpable sender, or a seccomp filter)"
+                                 : "");
+    return nullptr;
+  }
+  return kj::mv(memory);
+}
 
-void SenderMemory::read(kj::byte* to, uint64_t offset, uint64_t length) {
+void SenderMemory::read(kj::byte* to, uint64_t offset, uint64_t length, int64_t heldUntil) {
   KJ_REQUIRE(offset <= size && length <= size - offset, "a read past the sender's blob");
+  auto pid = peer->pid;
   uint64_t done = 0;
   while (done < length) {
     struct iovec local = {to + done, static_cast<size_t>(length - done)};
@@ -56,17 +68,24 @@ void SenderMemory::read(kj::byte* to, uint64_t offset, uint64_t length) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       int error = n < 0 ? errno : EFAULT;
-      if (exited(pidfd.get())) break;
-      throwError(ErrorCode::FAILED, kj::str("reading ", length, " bytes of the sender's memory (",
-                                            "process ", pid, "): ", strerror(error)));
+      if (peer->exited()) break;
+      throwError(ErrorCode::FAILED, kj::str("reading ", length,
+                                            " bytes of the sender's memory "
+                                            "(process ",
+                                            pid, "): ", strerror(error)));
     }
     done += static_cast<uint64_t>(n);
   }
   // The process, alive now, is the one whose memory was read: its id names no other while it
-  // lives.
-  if (exited(pidfd.get())) {
+  // lives. And it still held the memory for the blob when the copy ended.
+  if (peer->exited()) {
     throwError(ErrorCode::DISCONNECTED,
                kj::str("the sender (process ", pid, ") exited while its memory was read"));
+  }
+  if (now() > heldUntil) {
+    throwError(ErrorCode::DISCONNECTED, kj::str("the chunk at byte ", offset,
+                                                " was read after the sender's hold on its "
+                                                "memory ended (this member's loop was held up)"));
   }
 }
 

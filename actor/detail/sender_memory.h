@@ -1,41 +1,50 @@
 #pragma once
 // A blob sender's memory, read from a receiver in another process on the same host with the
 // kernel's cross-process copy (process_vm_readv): one copy, straight into the receiver's blob,
-// and no work at all for the sender. The kernel allows it only where the receiver could trace
-// the sender (the same user, the sender not marked undumpable, no Yama restriction in the way),
-// so it grants no access a process did not have already.
+// and no work at all for the sender. The kernel allows it only where the receiver may trace the
+// sender (the same user, the sender not undumpable, Yama's ptrace_scope, no seccomp filter in the
+// way); the receiver reads only the process at the other end of its connection.
 
 #include <stdint.h>
-#include <sys/types.h>
 
-#include <kj/array.h>
+#include <memory>
+
 #include <kj/common.h>
-#include <kj/io.h>
 #include <kj/memory.h>
 #include <kj/string.h>
 
+#include "troupe/net/same_host.h"
+
 namespace troupe::actor_detail {
 
+// Reads on the calling thread, blocking it for the copy. Not thread-safe.
 class SenderMemory {
 public:
-  // The blob of `size` bytes at `address` in process `pid`. Throws, saying why, where this
-  // process cannot read it: no pidfd_open() (a kernel before 5.3), the process gone, the kernel
-  // refusing (another user, an undumpable process, Yama's ptrace_scope, a seccomp filter), or
-  // the first byte not readable.
-  static kj::Own<SenderMemory> open(pid_t pid, uint64_t address, uint64_t size);
-  SenderMemory(pid_t pid, uint64_t address, uint64_t size, kj::AutoCloseFd pidfd);
+  // The blob of `size` bytes at `address` in `peer`'s memory. Null, with `why` set, where this
+  // process cannot read it: the process gone, in another time namespace (whose clock would not
+  // tell when its hold ends: read()), or the kernel refusing the first byte.
+  static kj::Maybe<kj::Own<SenderMemory>> open(std::shared_ptr<const LocalPeer> peer,
+                                               uint64_t address, uint64_t size, kj::String& why);
+
+  // Copies bytes [offset, offset + length) of the blob to `to`. The sender holds that memory for
+  // the blob until `heldUntil` on its CLOCK_MONOTONIC, which is this process's. Throws
+  // DISCONNECTED when the sender exited before the copy was done, or the copy ended past
+  // `heldUntil` (what was copied may be another's bytes then); FAILED when the kernel could not
+  // read them.
+  void read(kj::byte* to, uint64_t offset, uint64_t length, int64_t heldUntil);
+
+  // Now on CLOCK_MONOTONIC, in nanoseconds: what a sender's heldUntil is counted in.
+  static int64_t now();
+
+  // Use open(), which checks that the memory can be read.
+  SenderMemory(std::shared_ptr<const LocalPeer> peer, uint64_t address, uint64_t size)
+      : peer(kj::mv(peer)), address(address), size(size) {}
   KJ_DISALLOW_COPY(SenderMemory);
 
-  // Copies bytes [offset, offset + length) of the blob to `to`. Throws DISCONNECTED when the
-  // sender exited before the copy was done (whatever was copied may be another process's),
-  // FAILED when the kernel could not read them.
-  void read(kj::byte* to, uint64_t offset, uint64_t length);
-
 private:
-  const pid_t pid;
+  const std::shared_ptr<const LocalPeer> peer;
   const uint64_t address;
   const uint64_t size;
-  kj::AutoCloseFd pidfd;  // the process itself: its id may name another once it exited
 };
 
 }  // namespace troupe::actor_detail

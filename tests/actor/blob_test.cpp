@@ -5,6 +5,8 @@
 
 #include "troupe/actor/blob.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 
 #include "troupe/actor/actor_server.h"
 #include "troupe/actor/detail/blob_fanout.h"
+#include "troupe/actor/detail/sender_memory.h"
 #include "troupe/base/errors.h"
 #include "troupe/net/bytes.h"
 #include "troupe/net/channel.h"
@@ -475,7 +478,8 @@ TEST_F(BlobWireTest, ASenderThatGoesSilentIsGivenUpAfterTheIdleTimeout) {
 
 // A member on this host reads a sender's memory only where the sender is the process at the
 // other end of its same-host connection, as the kernel knows it: a header naming any other
-// process, or one that came over TCP, has its chunks sent.
+// process (here a child, which has the same bytes at the same address and which the member
+// could read), or one that came over TCP, has its chunks sent.
 TEST_F(BlobTest, AMemberReadsOnlyTheMemoryOfTheProcessAtTheOtherEndOfItsConnection) {
   auto& member = add();
   char dir[] = "/tmp/troupe-blob-test-XXXXXX";
@@ -484,6 +488,16 @@ TEST_F(BlobTest, AMemberReadsOnlyTheMemoryOfTheProcessAtTheOtherEndOfItsConnecti
   auto local = Channel::open(loop, member.server->listen(("unix:" + socket).c_str()).c_str());
   auto tcp = Channel::open(loop, member.address.c_str());
   auto bytes = pattern(2 * 4096 + 8, 11);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  KJ_DEFER({
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  });
   uint64_t id = 100;
   auto open = [&](Channel& channel, pid_t pid) {
     auto request = channel.host().receiveBlobRequest();
@@ -502,20 +516,23 @@ TEST_F(BlobTest, AMemberReadsOnlyTheMemoryOfTheProcessAtTheOtherEndOfItsConnecti
   auto readBytes = [&]() {
     return member.server->metrics().sum("troupe_blob_sender_memory_read_bytes_total");
   };
-  // Another process (this one's parent), and this one over TCP: not read.
-  EXPECT_FALSE(open(*local, getppid()).getPulls());
+  auto write = [&](schema::BlobSink::Client& sink, uint64_t at, int64_t heldUntil) {
+    auto request = sink.writeRequest();
+    request.setTransfer(id - 1);
+    request.setOffset(at);
+    request.setPulled(true);
+    request.setHeldUntil(heldUntil);
+    return request.send();
+  };
+  EXPECT_FALSE(open(*local, child).getPulls());
   EXPECT_FALSE(open(*tcp, getpid()).getPulls());
+  EXPECT_EQ(readBytes(), 0);
   // This process, at the other end of the unix socket: each chunk is read from its memory.
   auto response = open(*local, getpid());
   ASSERT_TRUE(response.getPulls());
   auto sink = response.getSink();
-  for (uint64_t at = 0; at < bytes.size(); at += 4096) {
-    auto write = sink.writeRequest();
-    write.setTransfer(id - 1);
-    write.setOffset(at);
-    write.setPulled(true);
-    await(loop, write.send());
-  }
+  auto held = actor_detail::SenderMemory::now() + (60 * kj::SECONDS) / kj::NANOSECONDS;
+  for (uint64_t at = 0; at < bytes.size(); at += 4096) await(loop, write(sink, at, held));
   // Handed over only once the sender finished: its memory was surely the blob's.
   EXPECT_TRUE(member.received.empty());
   auto finished = await(loop, sink.finishRequest().send());
@@ -523,6 +540,19 @@ TEST_F(BlobTest, AMemberReadsOnlyTheMemoryOfTheProcessAtTheOtherEndOfItsConnecti
   EXPECT_TRUE(finished.getOutcomes()[0].getOk());
   expectHolds(member, bytes, id - 1);
   EXPECT_EQ(readBytes(), bytes.size());
+
+  // A chunk read after the sender's hold on its memory ended is not taken, nor those after it;
+  // the transfer waits for another sender.
+  response = open(*local, getpid());
+  ASSERT_TRUE(response.getPulls());
+  sink = response.getSink();
+  auto givenUp = member.gaveUp.size();  // the transfers superseded above
+  auto late = awaitError(loop, write(sink, 0, actor_detail::SenderMemory::now() - 1));
+  EXPECT_EQ(late.code, ErrorCode::DISCONNECTED) << late.text;
+  EXPECT_NE(late.text.find("hold on its memory ended"), std::string::npos) << late.text;
+  EXPECT_EQ(awaitError(loop, write(sink, 0, held)).code, ErrorCode::DISCONNECTED);
+  EXPECT_EQ(readBytes(), bytes.size());
+  EXPECT_EQ(member.gaveUp.size(), givenUp);
   local = nullptr;
   member.server = nullptr;
   ::unlink(socket.c_str());

@@ -17,8 +17,7 @@
 //     Sends one blob of pseudo-random bytes, printing "SENDING" first and then one line per
 //     member: "RESULT <endpoint> ok" or "RESULT <endpoint> <error>". --reads: whether members on
 //     this host may read the blob out of the sender's memory (BlobSendOptions::sameHostReads;
-//     default yes); "undumpable" lets them but marks the process undumpable, so that the kernel
-//     refuses.
+//     default yes).
 
 #include <errno.h>
 #include <linux/audit.h>
@@ -63,9 +62,16 @@ std::string flag(int argc, char** argv, const char* name, const char* fallback) 
 
 // Makes every process_vm_readv() of this process fail with EPERM from now on.
 void denyProcessReads() {
+#if defined(__x86_64__)
+  constexpr uint32_t ARCH = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+  constexpr uint32_t ARCH = AUDIT_ARCH_AARCH64;
+#else
+  KJ_FAIL_REQUIRE("--deny-reads knows no seccomp architecture for this CPU");
+#endif
   struct sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),  // another architecture: left alone
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
