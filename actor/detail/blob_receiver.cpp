@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include <capnp/rpc.capnp.h>
 #include <capnp/serialize.h>
@@ -181,8 +182,11 @@ public:
         return true;
       }
     }
-    log->info("{}: {} comes through the connection, not read from the sender's memory: {}",
-              who.cStr(), describe(header).cStr(), why.cStr());
+    // Said once a process at info (it is how the host is set up, and holds for every blob).
+    static std::atomic<bool> said{false};
+    log->log(said.exchange(true) ? spdlog::level::debug : spdlog::level::info,
+             "{}: {} comes through the connection, not read from the sender's memory: {}",
+             who.cStr(), describe(header).cStr(), why.cStr());
     return false;
   }
 
