@@ -214,19 +214,32 @@ void BM_Blob_SameHostChainShared(benchmark::State& state) {
       false);
 }
 
+// Times `copy(into)`, which writes `size` bytes to `into` and says whether it could, once an
+// iteration: into memory touched once up front, or (`fresh`) into a fresh blob each time
+// (allocateBlobMemory(), its page faults timed with the copy).
+template <typename Copy>
+void timeCopies(benchmark::State& state, uint64_t size, bool fresh, Copy&& copy) {
+  auto warm = kj::heapArray<kj::byte>(fresh ? 0 : size);
+  memset(warm.begin(), 0, warm.size());
+  for (auto _ : state) {
+    auto start = Clock::now();
+    auto memory = fresh ? troupe::allocateBlobMemory(size) : kj::Array<kj::byte>(nullptr);
+    auto* into = fresh ? memory.begin() : warm.begin();
+    if (!copy(into)) break;
+    benchmark::DoNotOptimize(into);
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+}
+
 // One core's memcpy of the payload into memory already touched: the bound for a copy.
 void BM_Memcpy(benchmark::State& state) {
   uint64_t size = state.range(0) * MiB;
   auto bytes = payload(size);
-  auto into = kj::heapArray<kj::byte>(size);
-  memset(into.begin(), 0, size);
-  for (auto _ : state) {
-    auto start = Clock::now();
-    memcpy(into.begin(), bytes.begin(), size);
-    benchmark::DoNotOptimize(into.begin());
-    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+  timeCopies(state, size, false, [&](kj::byte* into) {
+    memcpy(into, bytes.begin(), size);
+    return true;
+  });
 }
 
 // What a receiver does with each chunk that came in a message rather than read into place (the
@@ -280,14 +293,10 @@ void BM_BlobMemory_FirstWrite(benchmark::State& state) {
 void BM_FreshBlobCopy(benchmark::State& state) {
   constexpr uint64_t size = uint64_t{1} << 30;
   auto bytes = payload(size);
-  for (auto _ : state) {
-    auto start = Clock::now();
-    auto memory = troupe::allocateBlobMemory(size);
-    memcpy(memory.begin(), bytes.begin(), size);
-    benchmark::DoNotOptimize(memory.begin());
-    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+  timeCopies(state, size, true, [&](kj::byte* into) {
+    memcpy(into, bytes.begin(), size);
+    return true;
+  });
 }
 
 // The kernel's own one-copy path between processes: this process reads a 1 GiB payload out of
@@ -316,28 +325,19 @@ void BM_ProcessVmReadv(benchmark::State& state) {
   KJ_REQUIRE(read(ready[0], &from, sizeof(from)) == sizeof(from),
              "the child holding the payload did not start");
   close(ready[0]);
-  auto warm = kj::heapArray<kj::byte>(state.range(0) == 0 ? size : 0);
-  memset(warm.begin(), 0, warm.size());
-  for (auto _ : state) {
-    auto start = Clock::now();
-    auto memory = state.range(0) == 0 ? kj::Array<kj::byte>(nullptr)
-                                      : troupe::allocateBlobMemory(size);
-    auto* into = state.range(0) == 0 ? warm.begin() : memory.begin();
+  timeCopies(state, size, state.range(0) != 0, [&](kj::byte* into) {
     for (uint64_t at = 0; at < size; at += step) {
       struct iovec local = {into + at, step};
       struct iovec remote = {from + at, step};
-      auto n = process_vm_readv(child, &local, 1, &remote, 1, 0);
-      if (n != static_cast<ssize_t>(step)) {
+      if (process_vm_readv(child, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(step)) {
         state.SkipWithError(kj::str("process_vm_readv: ", strerror(errno)).cStr());
-        break;
+        return false;
       }
     }
-    benchmark::DoNotOptimize(into);
-    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
-  }
+    return true;
+  });
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
 }
 
 // The one copy a user-space same-host path would make were the sender's blob in shared memory
@@ -357,22 +357,14 @@ void BM_SharedMappingCopy(benchmark::State& state) {
     memcpy(filling, bytes.begin(), size);
     munmap(filling, size);
   }
-  auto warm = kj::heapArray<kj::byte>(state.range(0) == 0 ? size : 0);
-  memset(warm.begin(), 0, warm.size());
-  for (auto _ : state) {
-    auto start = Clock::now();
-    auto memory = state.range(0) == 0 ? kj::Array<kj::byte>(nullptr)
-                                      : troupe::allocateBlobMemory(size);
-    auto* into = state.range(0) == 0 ? warm.begin() : memory.begin();
+  timeCopies(state, size, state.range(0) != 0, [&](kj::byte* into) {
     auto* from = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     KJ_REQUIRE(from != MAP_FAILED, "mmap failed");
     memcpy(into, from, size);
     munmap(from, size);
-    benchmark::DoNotOptimize(into);
-    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - start).count());
-  }
+    return true;
+  });
   close(fd);
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
 }
 
 void writeAll(int fd, const void* data, uint64_t n) {

@@ -6,6 +6,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include <limits>
+
 #include <kj/debug.h>
 
 #include "troupe/base/errors.h"
@@ -43,14 +45,9 @@ kj::Maybe<kj::Own<SenderMemory>> SenderMemory::open(std::shared_ptr<const LocalP
   }
   auto memory = kj::heap<SenderMemory>(kj::mv(peer), address, size);
   kj::byte first;
-  struct iovec local = {&first, 1};
-  struct iovec remote = {reinterpret_cast<void*>(address), 1};
-  if (process_vm_readv(memory->peer->pid, &local, 1, &remote, 1, 0) != 1) {
-    int error = errno;
-    why = kj::str("process_vm_readv() of process ", memory->peer->pid, ": ", strerror(error),
-                  error == EPERM ? " (the kernel's ptrace rules: Yama's ptrace_scope, an "
-                                   "undumpable sender, or a seccomp filter)"
-                                 : "");
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                     [&]() { memory->read(&first, 0, 1, std::numeric_limits<int64_t>::max()); })) {
+    why = kj::str(e->getDescription());
     return nullptr;
   }
   return kj::mv(memory);
@@ -69,10 +66,14 @@ void SenderMemory::read(kj::byte* to, uint64_t offset, uint64_t length, int64_t 
     if (n <= 0) {
       int error = n < 0 ? errno : EFAULT;
       if (peer->exited()) break;
-      throwError(ErrorCode::FAILED, kj::str("reading ", length,
-                                            " bytes of the sender's memory "
-                                            "(process ",
-                                            pid, "): ", strerror(error)));
+      throwError(ErrorCode::FAILED,
+                 kj::str("process_vm_readv() of ", length,
+                         " bytes of the sender's memory "
+                         "(process ",
+                         pid, "): ", strerror(error),
+                         error == EPERM ? " (the kernel's ptrace rules: Yama's ptrace_scope, an "
+                                          "undumpable sender, or a seccomp filter)"
+                                        : ""));
     }
     done += static_cast<uint64_t>(n);
   }
