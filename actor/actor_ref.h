@@ -162,8 +162,8 @@ public:
   // UNREACHABLE when the connection broke before anything left this process. Applies no
   // deadline (finishCall() does). Dropping the promise cancels the call, on the server too
   // (as ActorOptions::allowCancellation says).
-  template <typename V>
-  kj::Promise<V> sendOnce(kj::Function<kj::Promise<V>(capnp::Capability::Client)> send);
+  template <typename V, typename Fn>
+  kj::Promise<V> sendOnce(Fn&& send);
 
   // Whether a call made with `options` goes through sendOnce(): it is not idempotent, and
   // ActorRefOptions::exactlyOnce is on.
@@ -199,7 +199,7 @@ public:
   Channel& channel() const;
 
 private:
-  // One sendOnce() call (actor_detail::OnceCall).
+  // One sendOnce() call's state (actor_detail::OnceCall), kept by its OnceAttempts.
   class OnceHandle {
   public:
     explicit OnceHandle(const ActorRefBase& ref);
@@ -213,9 +213,10 @@ private:
     kj::Own<actor_detail::OnceCall> call;
   };
 
-  template <typename V>
-  kj::Promise<V> attemptOnce(OnceHandle& call,
-                             kj::Function<kj::Promise<V>(capnp::Capability::Client)> send);
+  // The attempts of one sendOnce() call: the adapter of its promise (kj::newAdaptedPromise), so
+  // that the call's state and `send` live in the promise's own node.
+  template <typename V, typename Fn>
+  class OnceAttempts;
 
   // What a call started now tells when it fails: a DISCONNECTED failure of this connection drops
   // it (ActorRefState::callFailed), so that the next call connects again.
@@ -308,25 +309,41 @@ kj::Promise<V> ActorRefBase::sendCall(const CallOptions& options, Fn&& send) {
   return start<V>([&]() { return send(capability()); });
 }
 
-template <typename V>
-kj::Promise<V> ActorRefBase::sendOnce(
-    kj::Function<kj::Promise<V>(capnp::Capability::Client)> send) {
-  auto call = kj::heap<OnceHandle>(*this);
-  auto promise = attemptOnce<V>(*call, kj::mv(send));
-  return promise.attach(kj::mv(call));
-}
+template <typename V, typename Fn>
+class ActorRefBase::OnceAttempts {
+public:
+  template <typename F>
+  OnceAttempts(kj::PromiseFulfiller<V>& fulfiller, const ActorRefBase& ref, F&& send)
+      : fulfiller(fulfiller), ref(ref), call(ref), send(kj::fwd<F>(send)) {
+    next();
+  }
 
-template <typename V>
-kj::Promise<V> ActorRefBase::attemptOnce(
-    OnceHandle& call, kj::Function<kj::Promise<V>(capnp::Capability::Client)> send) {
-  auto promise = start<V>([&]() { return send(call.attempt()); });
-  return promise.catch_(
-      [self = *this, &call, send = kj::mv(send)](kj::Exception&& e) mutable -> kj::Promise<V> {
-        return call.failed(kj::mv(e)).then(
-            [self = kj::mv(self), &call, send = kj::mv(send)]() mutable -> kj::Promise<V> {
-              return self.attemptOnce<V>(call, kj::mv(send));
-            });
-      });
+private:
+  // Each continuation replaces the promise that is not running it.
+  void next() {
+    attempt = ref.start<V>([&]() { return send(call.attempt()); })
+                  .then([this](auto&&... v) { fulfiller.fulfill(kj::fwd<decltype(v)>(v)...); },
+                        [this](kj::Exception&& e) { failed(kj::mv(e)); })
+                  .eagerlyEvaluate(nullptr);
+  }
+  void failed(kj::Exception&& e) {
+    retry = call.failed(kj::mv(e))
+                .then([this]() { next(); },
+                      [this](kj::Exception&& e) { fulfiller.reject(kj::mv(e)); })
+                .eagerlyEvaluate(nullptr);
+  }
+
+  kj::PromiseFulfiller<V>& fulfiller;
+  ActorRefBase ref;
+  OnceHandle call;
+  Fn send;
+  kj::Promise<void> retry = nullptr;    // the wait before the next attempt
+  kj::Promise<void> attempt = nullptr;  // dropped first: its requests before the call's state
+};
+
+template <typename V, typename Fn>
+kj::Promise<V> ActorRefBase::sendOnce(Fn&& send) {
+  return kj::newAdaptedPromise<V, OnceAttempts<V, std::decay_t<Fn>>>(*this, kj::fwd<Fn>(send));
 }
 
 template <typename V>

@@ -161,6 +161,9 @@ void BM_PlainCapnp_Capabilities(benchmark::State& state) {
 constexpr unsigned KEPT_CALLERS = 100;
 constexpr unsigned KEPT_PER_CALLER = 10000;
 
+// What a kept call's context says of its cancellation (OnceContext::cancellable).
+const bool CANCELLABLE = true;
+
 void BM_Troupe_KeptReplies(benchmark::State& state) {
   using troupe::actor_detail::StoredReply;
   static const kj::byte payload[64] = {1, 2, 3};
@@ -180,7 +183,7 @@ void BM_Troupe_KeptReplies(benchmark::State& state) {
         // As the gate does: look the call up, then start it.
         troupe::actor_detail::OnceCallId id{caller, seq, 1, false};
         if (cache.find(id) != nullptr) state.SkipWithError("a new call was known");
-        replies.add(cache.start(id, kj::mv(reply), []() { return true; }));
+        replies.add(cache.start(id, kj::mv(reply), CANCELLABLE));
       }
       loop.waitScope().poll();
       replies.clear();

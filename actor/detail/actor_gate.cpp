@@ -306,34 +306,37 @@ private:
           [inner = kj::mv(inner), maxBytes = cache.maxReplyBytes()]() mutable {
             return inner->takeReply(maxBytes);
           });
-      reply = cache.start(id, kj::mv(work), [&innerRef]() { return innerRef.cancellable; });
+      reply = cache.start(id, kj::mv(work), innerRef.cancellable);
       inPlace = true;
     }
     auto pipeline = kj::refcounted<ReplyPipeline>();
-    auto done = reply.then([context = kj::mv(context), inPlace,
-                            pipeline = kj::addRef(*pipeline)](kj::Own<StoredReply>&& r) mutable {
-      pipeline->resolve(r->addRef());
-      auto results = context->getResults(nullptr);
-      auto out = inPlace ? results.getAs<schema::ExactlyOnce::CallResults>()
-                         : results.initAs<schema::ExactlyOnce::CallResults>();
-      KJ_IF_MAYBE(e, r->failure()) {
-        auto error = out.initError();
-        error.setType(static_cast<uint8_t>(e->getType()));
-        error.setDescription(e->getDescription());
-      } else if (!inPlace) {
-        KJ_IF_MAYBE(bytes, r->unkept()) {
-          throwError(ErrorCode::MAY_HAVE_RUN, kj::str("the call ran, but its reply of ", *bytes,
-                                                      " bytes was too large to keep for a retry "
-                                                      "(ReplyCacheOptions::maxReplyBytes)"));
-        }
-        r->copyTo(out.initResults());
-      }
-    });
-    auto failed = [pipeline = kj::addRef(*pipeline)](kj::Exception&& e) mutable {
-      pipeline->fail(e);
-      kj::throwFatalException(kj::mv(e));
-    };
-    return {done.catch_(kj::mv(failed)), kj::mv(pipeline)};
+    auto& pipelineRef = *pipeline;
+    auto done = reply.then(
+        [context = kj::mv(context), inPlace,
+         pipeline = kj::addRef(pipelineRef)](kj::Own<StoredReply>&& r) mutable {
+          pipeline->resolve(r->addRef());
+          auto results = context->getResults(nullptr);
+          auto out = inPlace ? results.getAs<schema::ExactlyOnce::CallResults>()
+                             : results.initAs<schema::ExactlyOnce::CallResults>();
+          KJ_IF_MAYBE(e, r->failure()) {
+            auto error = out.initError();
+            error.setType(static_cast<uint8_t>(e->getType()));
+            error.setDescription(e->getDescription());
+          } else if (!inPlace) {
+            KJ_IF_MAYBE(bytes, r->unkept()) {
+              throwError(ErrorCode::MAY_HAVE_RUN,
+                         kj::str("the call ran, but its reply of ", *bytes,
+                                 " bytes was too large to keep for a retry "
+                                 "(ReplyCacheOptions::maxReplyBytes)"));
+            }
+            r->copyTo(out.initResults());
+          }
+        },
+        [pipeline = kj::addRef(pipelineRef)](kj::Exception&& e) mutable {
+          pipeline->fail(e);
+          kj::throwFatalException(kj::mv(e));
+        });
+    return {kj::mv(done), kj::mv(pipeline)};
   }
 
   // A call turned away before it ran.

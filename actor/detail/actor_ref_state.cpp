@@ -2,6 +2,8 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
+
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
@@ -31,13 +33,15 @@ CallerIdentity::CallerIdentity() : id_(randomCallerId()) {}
 
 uint64_t CallerIdentity::allocate() {
   uint64_t seq = nextSeq++;
-  outstanding.insert(seq);
+  outstanding.push_back(seq);
   return seq;
 }
 
 void CallerIdentity::release(uint64_t seq) {
-  outstanding.erase(seq);
-  if (!outstanding.empty() && seq > *outstanding.begin() && acks.size() < MAX_PENDING_ACKS) {
+  auto it = std::lower_bound(outstanding.begin(), outstanding.end(), seq);
+  if (it == outstanding.end() || *it != seq) return;
+  outstanding.erase(it);
+  if (!outstanding.empty() && seq > outstanding.front() && acks.size() < MAX_PENDING_ACKS) {
     acks.add(seq);
   }
 }
@@ -47,12 +51,11 @@ void CallerIdentity::fillHello(schema::CallerHello::Builder hello) const {
   // A server that has seen this caller before and no longer knows it dropped what it kept (or
   // restarted): every retry below the next number may have run. One that never saw it can run
   // any retry: nothing was sent to it yet.
-  uint64_t lowest = outstanding.empty() ? nextSeq : *outstanding.begin();
-  hello.setFloor(greeted_ ? nextSeq : lowest);
+  hello.setFloor(greeted_ ? nextSeq : lowest());
 }
 
 void CallerIdentity::fillAcks(schema::ExactlyOnce::CallParams::Builder params) {
-  uint64_t below = outstanding.empty() ? nextSeq : *outstanding.begin();
+  uint64_t below = lowest();
   params.setAckBelow(below);
   if (acks.empty()) return;
   kj::Vector<uint64_t> send;

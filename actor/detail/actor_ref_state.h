@@ -3,7 +3,7 @@
 // counters, and the caller identity its ExactlyOnce calls carry (once_call.h).
 
 #include <cstdint>
-#include <set>
+#include <deque>
 #include <string>
 
 #include <capnp/capability.h>
@@ -43,8 +43,11 @@ public:
 private:
   uint64_t id_;
   uint64_t nextSeq = 1;
-  std::set<uint64_t> outstanding;
-  kj::Vector<uint64_t> acks;  // released above the lowest outstanding, not yet sent
+  // Lowest outstanding, or nextSeq when none.
+  uint64_t lowest() const { return outstanding.empty() ? nextSeq : outstanding.front(); }
+
+  std::deque<uint64_t> outstanding;  // ascending: mostly released from the front
+  kj::Vector<uint64_t> acks;         // released above the lowest outstanding, not yet sent
   bool greeted_ = false;
 };
 

@@ -29,17 +29,11 @@ bool connectionBroke(const kj::Exception& e) {
 
 const uint ONCE_BRAND = 0;
 
-// Keeps the envelope's response while its inner results are read.
-class HeldResponse final : public capnp::ResponseHook {
-public:
-  explicit HeldResponse(capnp::Response<capnp::AnyPointer>&& response)
-      : response(kj::mv(response)) {}
-
-private:
-  capnp::Response<capnp::AnyPointer> response;
-};
-
-class OnceRequest final : public capnp::RequestHook {
+// One request of a call, sent in its envelope; then what keeps the envelope's response while
+// the results inside it are read.
+class OnceRequest final : public capnp::RequestHook,
+                          public capnp::ResponseHook,
+                          public kj::Refcounted {
 public:
   OnceRequest(capnp::Request<capnp::AnyPointer, capnp::AnyPointer>&& envelope, OnceCall& call,
               uint64_t seq)
@@ -51,7 +45,7 @@ public:
     auto pipeline = outer.getPointerField(0);
     kj::Promise<capnp::Response<capnp::AnyPointer>> promise = kj::mv(outer);
     auto answered = promise.then(
-        [call = kj::addRef(*call), seq = seq](capnp::Response<capnp::AnyPointer>&& r) mutable {
+        [self = kj::addRef(*this)](capnp::Response<capnp::AnyPointer>&& r) mutable {
           auto results = r.getAs<schema::ExactlyOnce::CallResults>();
           if (results.hasError()) {
             // As Cap'n Proto rebuilds an exception its peer sent.
@@ -60,17 +54,18 @@ public:
                 kj::min(error.getType(), uint8_t(kj::Exception::Type::UNIMPLEMENTED)));
             kj::Exception e(type, "(remote)", 0,
                             kj::str("remote exception: ", error.getDescription()));
-            call->answered(seq, e);
+            self->call->answered(self->seq, e);
             kj::throwFatalException(kj::mv(e));
           }
-          call->answered(seq);
-          return capnp::Response<capnp::AnyPointer>(results.getResults(),
-                                                    kj::heap<HeldResponse>(kj::mv(r)));
+          self->call->answered(self->seq);
+          auto inside = results.getResults();
+          self->response = kj::mv(r);
+          return capnp::Response<capnp::AnyPointer>(inside, kj::mv(self));
         },
-        [call = kj::addRef(*call),
-         seq = seq](kj::Exception&& e) mutable -> capnp::Response<capnp::AnyPointer> {
+        [self = kj::addRef(*this)](
+            kj::Exception&& e) mutable -> capnp::Response<capnp::AnyPointer> {
           // An error of the lookup (the request never reached the actor) is not an answer.
-          if (!connectionBroke(e) && call->reachedActor()) call->answered(seq, e);
+          if (!connectionBroke(e) && self->call->reachedActor()) self->call->answered(self->seq, e);
           kj::throwFatalException(kj::mv(e));
         });
     return capnp::RemotePromise<capnp::AnyPointer>(kj::mv(answered), kj::mv(pipeline));
@@ -81,58 +76,38 @@ public:
   const void* getBrand() override { return &ONCE_BRAND; }
 
 private:
-  capnp::Request<capnp::AnyPointer, capnp::AnyPointer> envelope;
+  capnp::Request<capnp::AnyPointer, capnp::AnyPointer> envelope;  // until sent
+  kj::Maybe<capnp::Response<capnp::AnyPointer>> response;         // once answered
   kj::Own<OnceCall> call;
   uint64_t seq;
 };
 
-// The capability an attempt's function gets: requests made on it go in envelopes.
-class OnceClient final : public capnp::ClientHook, public kj::Refcounted {
-public:
-  OnceClient(OnceCall& call, kj::Own<capnp::ClientHook> inner)
-      : once(kj::addRef(call)), inner(kj::mv(inner)) {}
-
-  capnp::Request<capnp::AnyPointer, capnp::AnyPointer> newCall(
-      uint64_t interfaceId, uint16_t methodId, kj::Maybe<capnp::MessageSize> sizeHint) override {
-    uint64_t seq = once->nextRequest();
-    KJ_IF_MAYBE(hint, sizeHint) {
-      // The envelope's own fields and acknowledgements.
-      hint->wordCount += 16 + 64;
-    }
-    auto envelope = inner->newCall(capnp::typeId<schema::ExactlyOnce>(), 0, sizeHint);
-    auto params = envelope.initAs<schema::ExactlyOnce::CallParams>();
-    once->fill(params, seq);
-    params.setInterfaceId(interfaceId);
-    params.setMethodId(methodId);
-    auto inside = params.getParams();
-    return capnp::Request<capnp::AnyPointer, capnp::AnyPointer>(
-        inside, kj::heap<OnceRequest>(kj::mv(envelope), *once, seq));
-  }
-
-  VoidPromiseAndPipeline call(uint64_t interfaceId, uint16_t methodId,
-                              kj::Own<capnp::CallContextHook>&& context) override {
-    // Only requests made here (newCall) carry an id; a call relayed through this capability
-    // goes as it is.
-    return inner->call(interfaceId, methodId, kj::mv(context));
-  }
-
-  kj::Maybe<capnp::ClientHook&> getResolved() override { return nullptr; }
-  kj::Maybe<kj::Promise<kj::Own<capnp::ClientHook>>> whenMoreResolved() override { return nullptr; }
-  kj::Own<capnp::ClientHook> addRef() override { return kj::addRef(*this); }
-  const void* getBrand() override { return &ONCE_BRAND; }
-  kj::Maybe<int> getFd() override { return nullptr; }
-
-private:
-  kj::Own<OnceCall> once;
-  kj::Own<capnp::ClientHook> inner;
-};
-
 }  // namespace
 
-capnp::Capability::Client onceClient(OnceCall& call, capnp::Capability::Client target) {
-  return capnp::Capability::Client(
-      kj::refcounted<OnceClient>(call, capnp::ClientHook::from(kj::mv(target))));
+capnp::Request<capnp::AnyPointer, capnp::AnyPointer> OnceCall::newCall(
+    uint64_t interfaceId, uint16_t methodId, kj::Maybe<capnp::MessageSize> sizeHint) {
+  uint64_t seq = nextRequest();
+  KJ_IF_MAYBE(hint, sizeHint) {
+    // The envelope's own fields and acknowledgements.
+    hint->wordCount += 16 + 64;
+  }
+  auto envelope = target->newCall(capnp::typeId<schema::ExactlyOnce>(), 0, sizeHint);
+  auto params = envelope.initAs<schema::ExactlyOnce::CallParams>();
+  fill(params, seq);
+  params.setInterfaceId(interfaceId);
+  params.setMethodId(methodId);
+  auto inside = params.getParams();
+  return capnp::Request<capnp::AnyPointer, capnp::AnyPointer>(
+      inside, kj::refcounted<OnceRequest>(kj::mv(envelope), *this, seq));
 }
+
+capnp::ClientHook::VoidPromiseAndPipeline OnceCall::call(
+    uint64_t interfaceId, uint16_t methodId, kj::Own<capnp::CallContextHook>&& context) {
+  // Only requests made here (newCall) carry an id.
+  return target->call(interfaceId, methodId, kj::mv(context));
+}
+
+const void* OnceCall::getBrand() { return &ONCE_BRAND; }
 
 // ------------------------------------------------------------------------------------------------
 
@@ -142,7 +117,8 @@ OnceCall::~OnceCall() noexcept(false) {
   auto& s = *ref;
   bool sameConnection = delivered && attemptEpoch == s.channel->epoch() &&
                         s.actorEpoch == attemptEpoch && s.answeredEpoch == attemptEpoch;
-  for (auto& r : requests) {
+  for (uint32_t i = 0; i < requests; ++i) {
+    auto& r = request(i);
     if (!r.answered && sameConnection) {
       KJ_IF_MAYBE(actor, s.actor) {
         auto cancel = actor->castAs<schema::ExactlyOnce>().cancelRequest();
@@ -156,8 +132,16 @@ OnceCall::~OnceCall() noexcept(false) {
 }
 
 uint64_t OnceCall::nextRequest() {
-  if (nextIndex == requests.size()) requests.add(Sent{ref->caller.allocate()});
-  return requests[nextIndex++].seq;
+  if (nextIndex == requests) {
+    Sent sent{ref->caller.allocate()};
+    if (requests == 0) {
+      first = sent;
+    } else {
+      more.add(sent);
+    }
+    ++requests;
+  }
+  return request(nextIndex++).seq;
 }
 
 void OnceCall::fill(schema::ExactlyOnce::CallParams::Builder params, uint64_t seq) {
@@ -171,8 +155,8 @@ void OnceCall::fill(schema::ExactlyOnce::CallParams::Builder params, uint64_t se
 void OnceCall::sending(uint64_t bytes) { largestRequest = kj::max(largestRequest, bytes); }
 
 void OnceCall::answered(uint64_t seq) {
-  for (auto& r : requests) {
-    if (r.seq == seq) r.answered = true;
+  for (uint32_t i = 0; i < requests; ++i) {
+    if (request(i).seq == seq) request(i).answered = true;
   }
 }
 
@@ -219,11 +203,13 @@ capnp::Capability::Client OnceCall::attempt() {
     return KJ_ASSERT_NONNULL(s.actor);
   };
   if (s.answeredEpoch == attemptEpoch && s.actorEpoch == attemptEpoch) {
-    return onceClient(*this, ready());
+    target = capnp::ClientHook::from(ready());
+  } else {
+    // Requests wait here until the lookup is answered: only then does the server know this
+    // caller, and this call know which incarnation it talks to.
+    target = capnp::ClientHook::from(capnp::Capability::Client(s.lookedUp().then(kj::mv(ready))));
   }
-  // Requests wait here until the lookup is answered: only then does the server know this
-  // caller, and this call know which incarnation it talks to.
-  return onceClient(*this, capnp::Capability::Client(s.lookedUp().then(kj::mv(ready))));
+  return capnp::Capability::Client(kj::addRef(*this));
 }
 
 kj::Promise<void> OnceCall::failed(kj::Exception&& e) {

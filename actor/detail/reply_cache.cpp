@@ -117,10 +117,7 @@ size_t StoredReply::bytes() const { return sizeof(*this) + size; }
 ReplyCache::ReplyCache(kj::Timer& timer, uint64_t incarnation, ReplyCacheOptions options)
     : timer(timer), incarnation(incarnation), options(options) {}
 
-ReplyCache::~ReplyCache() noexcept(false) {
-  liveness->cache = nullptr;
-  clear();
-}
+ReplyCache::~ReplyCache() noexcept(false) { clear(); }
 
 void ReplyCache::clear() {
   while (!callers.empty()) dropCaller(*callers.begin()->second);
@@ -175,13 +172,13 @@ void ReplyCache::acknowledge(uint64_t callerId, uint64_t below,
     touch(*c);
     for (uint64_t seq : acks) {
       auto it = c->entries.find(seq);
-      if (it != c->entries.end() && it->second->running == nullptr) drop(*it->second, false);
+      if (it != c->entries.end() && !it->second.running) drop(it->second, false);
       if (c->entries.empty()) break;
     }
     c->floor = std::max(c->floor, below);
     while (!c->entries.empty()) {
-      auto& first = *c->entries.begin()->second;
-      if (first.seq >= below || first.running != nullptr) break;
+      auto& first = c->entries.begin()->second;
+      if (first.seq >= below || first.running) break;
       drop(first, false);
     }
   }
@@ -210,7 +207,7 @@ kj::Maybe<kj::Promise<kj::Own<StoredReply>>> ReplyCache::find(const OnceCallId& 
     touch(*c);
     auto it = c->entries.find(id.seq);
     if (it != c->entries.end()) {
-      auto& e = *it->second;
+      auto& e = it->second;
       if (!id.retry) {
         // A first attempt is sent once; a second with its id is a caller's bug.
         return kj::Promise<kj::Own<StoredReply>>(makeError(
@@ -218,9 +215,7 @@ kj::Maybe<kj::Promise<kj::Own<StoredReply>>> ReplyCache::find(const OnceCallId& 
                                                  " was sent twice as a first attempt")));
       }
       ++stats_.replayed;
-      KJ_IF_MAYBE(r, e.running) {
-        return waiter(id.callerId, id.seq, **r);
-      }
+      if (e.running) return waiter(e);
       return kj::Promise<kj::Own<StoredReply>>(e.reply->addRef());
     }
     if (!id.retry) return nullptr;
@@ -239,39 +234,39 @@ kj::Maybe<kj::Promise<kj::Own<StoredReply>>> ReplyCache::find(const OnceCallId& 
 
 kj::Promise<kj::Own<StoredReply>> ReplyCache::start(const OnceCallId& id,
                                                     kj::Promise<kj::Own<StoredReply>> work,
-                                                    kj::Function<bool()> cancellable) {
+                                                    const bool& cancellable) {
   if (!options.enabled) return kj::mv(work);
   auto& c = callerFor(id.callerId, id.seq);
   if (c.idleLink.isLinked()) idle.remove(c);
-  auto owned = kj::heap<Entry>(c, id.seq);
-  auto& e = *owned;
-  c.entries.emplace(id.seq, kj::mv(owned));
+  auto& e = c.entries
+                .emplace(std::piecewise_construct, std::forward_as_tuple(id.seq),
+                         std::forward_as_tuple(c, id.seq))
+                .first->second;
   ++stats_.running;
-
-  auto running = kj::heap<Running>();
-  auto paf = kj::newPromiseAndFulfiller<kj::Own<StoredReply>>();
-  running->reply = paf.promise.fork();
-  running->fulfiller = kj::mv(paf.fulfiller);
-  running->cancellable = kj::mv(cancellable);
-  auto reply = waiter(id.callerId, id.seq, *running);
-  Entry* entry = &e;
-  running->work = work.then([this,
-                             entry](kj::Own<StoredReply>&& r) { finished(*entry, kj::mv(r)); },
-                            [this, entry](kj::Exception&& ex) {
-                              finished(*entry, kj::refcounted<StoredReply>(kj::mv(ex)));
-                            })
-                      .eagerlyEvaluate(nullptr);
-  e.running = kj::mv(running);
+  e.running = true;
+  e.cancellable = &cancellable;
+  auto reply = waiter(e);
+  e.work = work.then([this, &e](kj::Own<StoredReply>&& r) { finished(e, kj::mv(r)); },
+                     [this, &e](kj::Exception&& ex) {
+                       finished(e, kj::refcounted<StoredReply>(kj::mv(ex)));
+                     })
+               .eagerlyEvaluate(nullptr);
   return reply;
 }
 
 void ReplyCache::finished(Entry& e, kj::Own<StoredReply> reply) {
-  auto running = kj::mv(KJ_ASSERT_NONNULL(e.running));
-  e.running = nullptr;
+  KJ_ASSERT(e.running);
+  e.running = false;
   --stats_.running;
-  running->fulfiller->fulfill(reply->addRef());
-  // This runs inside `work`'s own continuation: free it later.
-  spent.add(kj::mv(running));
+  // This may run inside `work`'s own continuation: free it later.
+  spent.add(kj::mv(e.work));
+  e.abandoning = nullptr;
+  e.cancellable = nullptr;
+  while (!e.waiters.empty()) {
+    auto& w = e.waiters.front();
+    e.waiters.remove(w);
+    w.fulfiller.fulfill(reply->addRef());
+  }
   e.reply = kj::mv(reply);
   e.bytes = e.reply->bytes() + ENTRY_BYTES;
   e.finishedAt = timer.now();
@@ -283,43 +278,46 @@ void ReplyCache::finished(Entry& e, kj::Own<StoredReply> reply) {
   enforce(e);
 }
 
-kj::Promise<kj::Own<StoredReply>> ReplyCache::waiter(uint64_t callerId, uint64_t seq,
-                                                     Running& running) {
-  ++running.waiters;
-  running.abandoning = nullptr;
-  return running.reply.addBranch().attach(
-      kj::defer([alive = kj::addRef(*liveness), callerId, seq]() {
-        if (alive->cache != nullptr) alive->cache->leftBy(callerId, seq);
-      }));
+ReplyCache::Waiter::Waiter(kj::PromiseFulfiller<kj::Own<StoredReply>>& fulfiller, ReplyCache& cache,
+                           Entry& entry)
+    : fulfiller(fulfiller), cache(cache), entry(entry) {
+  entry.waiters.add(*this);
+  entry.abandoning = nullptr;
 }
 
-void ReplyCache::leftBy(uint64_t callerId, uint64_t seq) {
-  KJ_IF_MAYBE(c, knownCaller(callerId)) {
-    auto it = c->entries.find(seq);
-    if (it == c->entries.end()) return;
-    KJ_IF_MAYBE(r, it->second->running) {
-      auto& running = **r;
-      if (--running.waiters > 0) return;
-      running.abandoning = timer.afterDelay(options.reconnectWindow)
-                               .then([this, callerId, seq]() { abandon(callerId, seq); })
-                               .eagerlyEvaluate(nullptr);
-    }
+ReplyCache::Waiter::~Waiter() noexcept(false) {
+  // Unlinked once the call finished, or the cache dropped it.
+  if (!link.isLinked()) return;
+  entry.waiters.remove(*this);
+  if (entry.waiters.empty()) cache.leftBy(entry);
+}
+
+kj::Promise<kj::Own<StoredReply>> ReplyCache::waiter(Entry& e) {
+  return kj::newAdaptedPromise<kj::Own<StoredReply>, Waiter>(*this, e);
+}
+
+void ReplyCache::rejectWaiters(Entry& e, const kj::Exception& error) {
+  while (!e.waiters.empty()) {
+    auto& w = e.waiters.front();
+    e.waiters.remove(w);
+    w.fulfiller.reject(kj::cp(error));
   }
 }
 
-void ReplyCache::abandon(uint64_t callerId, uint64_t seq) {
-  KJ_IF_MAYBE(c, knownCaller(callerId)) {
-    auto it = c->entries.find(seq);
-    if (it == c->entries.end()) return;
-    auto& e = *it->second;
-    KJ_IF_MAYBE(r, e.running) {
-      if ((*r)->waiters > 0 || !(*r)->cancellable()) return;
-      stopRunning(e, makeError(ErrorCode::MAY_HAVE_RUN,
-                               kj::str("the call was cancelled while it ran: its caller's "
-                                       "connection broke and it did not come back within ",
-                                       options.reconnectWindow)));
-    }
-  }
+void ReplyCache::leftBy(Entry& e) {
+  e.abandoning = timer.afterDelay(options.reconnectWindow)
+                     .then([this, &e]() { abandon(e); })
+                     .eagerlyEvaluate(nullptr);
+}
+
+void ReplyCache::abandon(Entry& e) {
+  // This runs inside the reconnect window's continuation: free it later.
+  spent.add(kj::mv(e.abandoning));
+  if (!e.running || !e.waiters.empty() || !*e.cancellable) return;
+  stopRunning(e, makeError(ErrorCode::MAY_HAVE_RUN,
+                           kj::str("the call was cancelled while it ran: its caller's "
+                                   "connection broke and it did not come back within ",
+                                   options.reconnectWindow)));
 }
 
 void ReplyCache::cancel(uint64_t callerId, uint64_t seq) {
@@ -327,24 +325,21 @@ void ReplyCache::cancel(uint64_t callerId, uint64_t seq) {
   KJ_IF_MAYBE(c, knownCaller(callerId)) {
     auto it = c->entries.find(seq);
     if (it == c->entries.end()) return;
-    auto& e = *it->second;
-    KJ_IF_MAYBE(r, e.running) {
-      if (!(*r)->cancellable()) return;
-      stopRunning(e, makeError(ErrorCode::FAILED, "the call was cancelled by its caller"));
-    }
+    auto& e = it->second;
+    if (!e.running || !*e.cancellable) return;
+    stopRunning(e, makeError(ErrorCode::FAILED, "the call was cancelled by its caller"));
   }
 }
 
 void ReplyCache::stopRunning(Entry& e, kj::Exception&& error) {
-  auto& running = *KJ_ASSERT_NONNULL(e.running);
   // Dropping the work cancels the call at the gate, as Cap'n Proto does for a plain call.
-  running.work = nullptr;
+  e.work = nullptr;
   finished(e, kj::refcounted<StoredReply>(kj::mv(error)));
 }
 
 void ReplyCache::drop(Entry& e, bool forget) {
   auto& c = e.caller;
-  KJ_ASSERT(e.running == nullptr);
+  KJ_ASSERT(!e.running);
   if (forget) c.floor = std::max(c.floor, e.seq + 1);
   completed.remove(e);
   c.bytes -= e.bytes;
@@ -362,14 +357,15 @@ void ReplyCache::becameIdle(Caller& c) {
 
 void ReplyCache::dropCaller(Caller& c) {
   for (auto& [seq, e] : c.entries) {
-    KJ_IF_MAYBE(r, e->running) {
-      (*r)->work = nullptr;
-      (*r)->fulfiller->reject(
-          makeError(ErrorCode::FAILED, "the server dropped the call: it is going away"));
+    if (e.running) {
+      e.work = nullptr;
+      e.abandoning = nullptr;
+      rejectWaiters(e,
+                    makeError(ErrorCode::FAILED, "the server dropped the call: it is going away"));
       --stats_.running;
     } else {
-      completed.remove(*e);
-      stats_.bytes -= e->bytes;
+      completed.remove(e);
+      stats_.bytes -= e.bytes;
       --stats_.replies;
     }
   }
@@ -392,8 +388,8 @@ void ReplyCache::enforce(kj::Maybe<Entry&> keep) {
     auto it = c.entries.begin();
     while ((c.kept > options.maxRepliesPerCaller || c.bytes > options.maxBytesPerCaller) &&
            it != c.entries.end()) {
-      auto& e = *(it++)->second;
-      if (e.running == nullptr && !isKept(e)) drop(e, true);
+      auto& e = (it++)->second;
+      if (!e.running && !isKept(e)) drop(e, true);
     }
   }
   // In all: the replies finished longest ago go first, then the callers idle longest.

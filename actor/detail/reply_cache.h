@@ -19,7 +19,6 @@
 #include <capnp/list.h>
 #include <capnp/message.h>
 #include <kj/async.h>
-#include <kj/function.h>
 #include <kj/list.h>
 #include <kj/timer.h>
 #include <kj/vector.h>
@@ -99,13 +98,13 @@ public:
 
   // Keeps call `id`, which runs now: `work` resolves with its reply (an error it ended with
   // included, as a StoredReply) and is held here, so that the call runs to its end even when its
-  // connection breaks; `cancellable` says whether cancel() may drop it. Returns its reply. The
-  // promises returned for a call in progress (here and by find()) are its waiters: once every
-  // one is dropped (their connections broke) and none comes within the reconnect window
-  // (ReplyCacheOptions::reconnectWindow), the call is cancelled as by cancel().
+  // connection breaks; `cancellable` (kept by `work`) says whether cancel() may drop it. Returns
+  // its reply. The promises returned for a call in progress (here and by find()) are its
+  // waiters: once every one is dropped (their connections broke) and none comes within the
+  // reconnect window (ReplyCacheOptions::reconnectWindow), the call is cancelled as by cancel().
   kj::Promise<kj::Own<StoredReply>> start(const OnceCallId& id,
                                           kj::Promise<kj::Own<StoredReply>> work,
-                                          kj::Function<bool()> cancellable);
+                                          const bool& cancellable);
 
   // The caller gave up on call (callerId, seq): a call in progress that may be cancelled is
   // dropped, and its waiters get an error saying so.
@@ -128,26 +127,33 @@ public:
 
 private:
   struct Caller;
-  // A call in progress: its work, and its reply for every attempt waiting on it.
-  struct Running {
-    kj::ForkedPromise<kj::Own<StoredReply>> reply = nullptr;
-    kj::Promise<void> work = nullptr;
-    kj::Own<kj::PromiseFulfiller<kj::Own<StoredReply>>> fulfiller;
-    kj::Function<bool()> cancellable;
-    uint32_t waiters = 0;
-    kj::Promise<void> abandoning = nullptr;  // the reconnect window, while it has no waiter
-  };
-  // What a waiter's guard reaches the cache through; cleared when the cache goes.
-  struct Liveness final : public kj::Refcounted {
-    explicit Liveness(ReplyCache& cache) : cache(&cache) {}
-    ReplyCache* cache;
+  struct Entry;
+  // An attempt waiting for a call in progress: the adapter of its promise, listed in the call's
+  // entry until the call finishes or the attempt is dropped.
+  class Waiter {
+  public:
+    Waiter(kj::PromiseFulfiller<kj::Own<StoredReply>>& fulfiller, ReplyCache& cache, Entry& entry);
+    ~Waiter() noexcept(false);
+    KJ_DISALLOW_COPY(Waiter);
+
+    kj::PromiseFulfiller<kj::Own<StoredReply>>& fulfiller;
+    ReplyCache& cache;
+    Entry& entry;
+    kj::ListLink<Waiter> link;
   };
   // One call of a caller: in progress (running), or finished with its reply kept.
   struct Entry {
     Entry(Caller& caller, uint64_t seq) : caller(caller), seq(seq) {}
+    KJ_DISALLOW_COPY(Entry);
     Caller& caller;
     uint64_t seq;
-    kj::Maybe<kj::Own<Running>> running;
+    // While in progress: its work, whether it may be cancelled, who waits for its reply, and the
+    // reconnect window while no one does.
+    bool running = false;
+    kj::Promise<void> work = nullptr;
+    const bool* cancellable = nullptr;
+    kj::List<Waiter, &Waiter::link> waiters;
+    kj::Promise<void> abandoning = nullptr;
     kj::Own<StoredReply> reply;  // once finished
     uint64_t bytes = 0;          // counted in the caller's and the cache's bytes, once finished
     kj::TimePoint finishedAt = kj::origin<kj::TimePoint>();
@@ -157,19 +163,21 @@ private:
     Caller(uint64_t id, uint64_t floor, kj::TimePoint now) : id(id), floor(floor), lastSeen(now) {}
     uint64_t id;
     uint64_t floor;  // a retry below it, of a call not kept, may have run
-    std::map<uint64_t, kj::Own<Entry>> entries;
+    std::map<uint64_t, Entry> entries;
     uint64_t bytes = 0;  // of its kept replies
     uint32_t kept = 0;   // its finished entries
     kj::TimePoint lastSeen;
     kj::ListLink<Caller> idleLink;  // in `idle` while it has no entries
   };
 
-  // A waiter of call (callerId, seq), in progress as `running`.
-  kj::Promise<kj::Own<StoredReply>> waiter(uint64_t callerId, uint64_t seq, Running& running);
-  // A waiter of call (callerId, seq) was dropped.
-  void leftBy(uint64_t callerId, uint64_t seq);
-  // Cancels call (callerId, seq) when it is in progress, may be cancelled and has no waiter.
-  void abandon(uint64_t callerId, uint64_t seq);
+  // A waiter of `entry`, in progress.
+  kj::Promise<kj::Own<StoredReply>> waiter(Entry& entry);
+  // The last waiter of `entry`, in progress, was dropped.
+  void leftBy(Entry& entry);
+  // Cancels call `entry` when it is in progress, may be cancelled and has no waiter.
+  void abandon(Entry& entry);
+  // Ends every waiter of `entry` with `error`.
+  void rejectWaiters(Entry& entry, const kj::Exception& error);
   // Ends call `entry` in progress with `error`, dropping its work (which cancels it).
   void stopRunning(Entry& entry, kj::Exception&& error);
   Caller& callerFor(uint64_t callerId, uint64_t floor);
@@ -193,11 +201,10 @@ private:
   std::unordered_map<uint64_t, kj::Own<Caller>> callers;
   kj::List<Entry, &Entry::link> completed;   // finished entries, oldest first
   kj::List<Caller, &Caller::idleLink> idle;  // callers without entries, longest idle first
-  kj::Vector<kj::Own<Running>> spent;        // finished work, freed outside its own continuation
+  kj::Vector<kj::Promise<void>> spent;       // finished work, freed outside its own continuation
   Stats stats_;
   kj::Promise<void> sweeper = nullptr;
   bool sweeperActive = false;
-  kj::Own<Liveness> liveness = kj::refcounted<Liveness>(*this);
 };
 
 }  // namespace troupe::actor_detail
