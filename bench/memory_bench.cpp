@@ -179,11 +179,12 @@ void BM_Troupe_KeptReplies(benchmark::State& state) {
         auto message = kj::heap<capnp::MallocMessageBuilder>(32);
         message->getRoot<capnp::AnyPointer>().initAs<BenchEcho::EchoResults>().setPayload(
             kj::arrayPtr(payload, sizeof(payload)));
-        kj::Promise<kj::Own<StoredReply>> reply = kj::refcounted<StoredReply>(kj::mv(message));
-        // As the gate does: look the call up, then start it.
+        // As the gate does: look the call up, start it, and keep its reply as it ends.
         troupe::actor_detail::OnceCallId id{caller, seq, 1, false};
         if (cache.find(id) != nullptr) state.SkipWithError("a new call was known");
-        replies.add(cache.start(id, kj::mv(reply), CANCELLABLE));
+        auto started = cache.start(id, CANCELLABLE);
+        replies.add(kj::mv(started.reply));
+        cache.finished(started.entry, kj::refcounted<StoredReply>(kj::mv(message)));
       }
       loop.waitScope().poll();
       replies.clear();

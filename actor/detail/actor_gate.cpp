@@ -115,11 +115,12 @@ private:
 
 CallCompletion::CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracker& tracker,
                                const std::string& actorName, kj::Own<CallSlot> slot,
-                               kj::Promise<void> work)
+                               kj::Promise<void> work, kj::Maybe<kj::Own<CallEndListener>> listener)
     : fulfiller(fulfiller),
       tracker(tracker),
       actorName(actorName),
       slot(kj::mv(slot)),
+      listener(kj::mv(listener)),
       work(nullptr) {
   tracker.calls.add(*this);
   // The call ends when its work completes, not when Cap'n Proto later drops this promise (it
@@ -151,6 +152,12 @@ void CallCompletion::done(kj::Maybe<const kj::Exception&> failure) {
     t->calls.remove(*this);
     tracker = nullptr;
     slot->finish(failure == nullptr ? CallSlot::Outcome::OK : CallSlot::Outcome::FAILED, failure);
+    KJ_IF_MAYBE(l, listener) {
+      // Told once, and let go: it may keep the call's messages.
+      auto told = kj::mv(*l);
+      listener = nullptr;
+      told->callEnded(failure);
+    }
   }
 }
 
@@ -185,9 +192,9 @@ struct StartedCall final : public kj::Refcounted {
 };
 
 kj::Promise<void> finishing(HostedActor& actor, CallTracker& tracker, kj::Promise<void> work,
-                            kj::Own<CallSlot> slot) {
+                            kj::Own<CallSlot> slot, kj::Maybe<kj::Own<CallEndListener>> listener) {
   return kj::newAdaptedPromise<void, CallCompletion>(tracker, actor.name, kj::mv(slot),
-                                                     kj::mv(work));
+                                                     kj::mv(work), kj::mv(listener));
 }
 
 const uint GATE_BRAND = 0;
@@ -239,8 +246,10 @@ private:
   }
 
   // Runs a call through the gate: admitted (or refused), counted, and held by the tracker.
+  // `listener`, if any, is told how the call ended.
   VoidPromiseAndPipeline admit(uint64_t interfaceId, uint16_t methodId,
-                               kj::Own<capnp::CallContextHook>&& context) {
+                               kj::Own<capnp::CallContextHook>&& context,
+                               kj::Maybe<kj::Own<CallEndListener>> listener = nullptr) {
     kj::Maybe<MethodCounters&> counters;
     if (actor.counting) counters = actor.countersFor(interfaceId, methodId);
     KJ_IF_MAYBE(e, refusal(counters)) {
@@ -251,7 +260,8 @@ private:
     auto slot = kj::heap<CallSlot>(actor, counters);
     if (slot->acquire()) {
       auto r = actor.impl->call(interfaceId, methodId, kj::mv(context));
-      return {finishing(actor, actor.tracker, kj::mv(r.promise), kj::mv(slot)), kj::mv(r.pipeline)};
+      return {finishing(actor, actor.tracker, kj::mv(r.promise), kj::mv(slot), kj::mv(listener)),
+              kj::mv(r.pipeline)};
     }
 
     // Wait for a slot, then start the call.
@@ -266,7 +276,7 @@ private:
         [](kj::Own<StartedCall>&& call) { return kj::mv(call->result.pipeline); });
     auto completion = start.addBranch().then(
         [](kj::Own<StartedCall>&& call) { return kj::mv(call->result.promise); });
-    return {finishing(actor, actor.tracker, kj::mv(completion), kj::mv(slot)),
+    return {finishing(actor, actor.tracker, kj::mv(completion), kj::mv(slot), kj::mv(listener)),
             capnp::newLocalPromisePipeline(kj::mv(pipeline))};
   }
 
@@ -300,13 +310,20 @@ private:
         return {kj::Promise<void>(kj::cp(*e)), capnp::newBrokenPipeline(kj::mv(*e))};
       }
       auto inner = kj::refcounted<OnceContext>(context->addRef(), params.getParams());
-      auto& innerRef = *inner;
-      auto run = admit(interfaceId, innerMethod, inner->addRef());
-      auto work = run.promise.then(
-          [inner = kj::mv(inner), maxBytes = cache.maxReplyBytes()]() mutable {
-            return inner->takeReply(maxBytes);
-          });
-      reply = cache.start(id, kj::mv(work), innerRef.cancellable);
+      if (cache.enabled()) {
+        // The call's context keeps its reply in the cache as the call ends.
+        auto started = cache.start(id, inner->cancellable);
+        inner->keepIn(cache, started.entry);
+        auto run = admit(interfaceId, innerMethod, inner->addRef(), kj::addRef(*inner));
+        cache.hold(started.entry, kj::mv(run.promise));
+        reply = kj::mv(started.reply);
+      } else {
+        auto run = admit(interfaceId, innerMethod, inner->addRef());
+        reply = run.promise.then(
+            [inner = kj::mv(inner), maxBytes = cache.maxReplyBytes()]() mutable {
+              return inner->takeReply(maxBytes);
+            });
+      }
       inPlace = true;
     }
     auto pipeline = kj::refcounted<ReplyPipeline>();

@@ -27,12 +27,24 @@ class CallTracker;
 class CallSlot;
 class HostedActor;
 
+// Told how a call admitted at the gate ended, as it ends (before its promise resolves): the
+// ExactlyOnce side keeps its reply then, without a continuation of its own. Not told of a call
+// dropped (cancelled) before it ended.
+class CallEndListener {
+public:
+  virtual void callEnded(kj::Maybe<const kj::Exception&> failure) = 0;
+
+protected:
+  ~CallEndListener() = default;
+};
+
 // The promise adapter behind every call's completion: it owns the call's work and its slot, and
 // is listed in the tracker until the call ends. Internal to the gate.
 class CallCompletion {
 public:
   CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracker& tracker,
-                 const std::string& actorName, kj::Own<CallSlot> slot, kj::Promise<void> work);
+                 const std::string& actorName, kj::Own<CallSlot> slot, kj::Promise<void> work,
+                 kj::Maybe<kj::Own<CallEndListener>> listener);
   ~CallCompletion() noexcept(false);
   KJ_DISALLOW_COPY(CallCompletion);
 
@@ -49,6 +61,7 @@ private:
   kj::Maybe<CallTracker&> tracker;  // null once the call ended
   const std::string& actorName;     // the HostedActor's, which outlives the call's accounting
   kj::Own<CallSlot> slot;
+  kj::Maybe<kj::Own<CallEndListener>> listener;
   kj::Promise<void> work;
 };
 

@@ -62,10 +62,12 @@ public:
           self->response = kj::mv(r);
           return capnp::Response<capnp::AnyPointer>(inside, kj::mv(self));
         },
-        [self = kj::addRef(*this)](
-            kj::Exception&& e) mutable -> capnp::Response<capnp::AnyPointer> {
+        // Not this request: what keeps it keeps the envelope's response, which the results
+        // alone keep once they are read.
+        [call = kj::addRef(*call),
+         seq = seq](kj::Exception&& e) mutable -> capnp::Response<capnp::AnyPointer> {
           // An error of the lookup (the request never reached the actor) is not an answer.
-          if (!connectionBroke(e) && self->call->reachedActor()) self->call->answered(self->seq, e);
+          if (!connectionBroke(e) && call->reachedActor()) call->answered(seq, e);
           kj::throwFatalException(kj::mv(e));
         });
     return capnp::RemotePromise<capnp::AnyPointer>(kj::mv(answered), kj::mv(pipeline));

@@ -77,6 +77,21 @@ kj::Own<StoredReply> OnceContext::takeReply(uint64_t maxBytes) {
   return StoredReply::copyOf(capnp::AnyPointer::Reader());
 }
 
+void OnceContext::keepIn(ReplyCache& cache, ReplyCache::Entry& entry) {
+  this->cache = &cache;
+  this->entry = &entry;
+}
+
+void OnceContext::callEnded(kj::Maybe<const kj::Exception&> failure) {
+  if (cache == nullptr) return;
+  KJ_IF_MAYBE(e, failure) {
+    cache->finished(*entry, kj::refcounted<StoredReply>(kj::cp(*e)));
+  } else {
+    cache->finished(*entry, takeReply(cache->maxReplyBytes()));
+  }
+  cache = nullptr;
+}
+
 namespace {
 
 // ops[0] names the envelope's `results`; the rest are the caller's, within them.

@@ -12,12 +12,15 @@
 #include <kj/refcount.h>
 #include <kj/vector.h>
 
+#include "troupe/actor/detail/actor_gate.h"
 #include "troupe/actor/detail/reply_cache.h"
 
 namespace troupe::actor_detail {
 
 // Loop thread only.
-class OnceContext final : public capnp::CallContextHook, public kj::Refcounted {
+class OnceContext final : public capnp::CallContextHook,
+                          public CallEndListener,
+                          public kj::Refcounted {
 public:
   // `params`: the parameters inside the envelope that `outer` (the call as it arrived) carries.
   // The results go inside `outer`'s.
@@ -40,6 +43,10 @@ public:
   // that carries them back (retainOutgoingMessage()), and the others are copied.
   kj::Own<StoredReply> takeReply(uint64_t maxBytes);
 
+  // Keeps the call's reply in `cache` as call `entry` there once it ends (callEnded()).
+  void keepIn(ReplyCache& cache, ReplyCache::Entry& entry);
+  void callEnded(kj::Maybe<const kj::Exception&> failure) override;
+
   // Whether the actor lets its calls be cancelled (the gate said so).
   bool cancellable = false;
 
@@ -49,6 +56,8 @@ private:
   bool released = false;                          // the parameters were
   kj::Maybe<capnp::AnyPointer::Builder> results;  // inside the envelope's results, once asked for
   const void* envelope = nullptr;                 // where the envelope's results are, then
+  ReplyCache* cache = nullptr;                    // where the reply is kept, and as which call
+  ReplyCache::Entry* entry = nullptr;
 };
 
 // The pipeline of an ExactlyOnce call, whose results hold the call's own under pointer 0:

@@ -22,8 +22,8 @@ constexpr uint64_t MAX_FLAT_BYTES = 64 << 10;
 // The largest first segment of a kept reply's message (2 GiB; larger results take more segments).
 constexpr uint64_t MAX_FIRST_SEGMENT_WORDS = uint64_t(1) << 28;
 // Set so that the bytes counted for a small kept reply match the memory it takes
-// (bench/memory_bench.cpp, BM_Troupe_KeptReplies: 430 bytes of RSS per 64-byte echo's reply).
-constexpr uint64_t ENTRY_BYTES = 230;
+// (bench/memory_bench.cpp, BM_Troupe_KeptReplies: 461 bytes of RSS per 64-byte echo's reply).
+constexpr uint64_t ENTRY_BYTES = 245;
 
 // Whether results of `target` size are kept as one flat array (small, and no capabilities).
 bool keptFlat(capnp::MessageSize target) {
@@ -232,10 +232,8 @@ kj::Maybe<kj::Promise<kj::Own<StoredReply>>> ReplyCache::find(const OnceCallId& 
           "time or for the cache's bounds)"));
 }
 
-kj::Promise<kj::Own<StoredReply>> ReplyCache::start(const OnceCallId& id,
-                                                    kj::Promise<kj::Own<StoredReply>> work,
-                                                    const bool& cancellable) {
-  if (!options.enabled) return kj::mv(work);
+ReplyCache::Started ReplyCache::start(const OnceCallId& id, const bool& cancellable) {
+  KJ_REQUIRE(options.enabled);
   auto& c = callerFor(id.callerId, id.seq);
   if (c.idleLink.isLinked()) idle.remove(c);
   auto& e = c.entries
@@ -245,13 +243,11 @@ kj::Promise<kj::Own<StoredReply>> ReplyCache::start(const OnceCallId& id,
   ++stats_.running;
   e.running = true;
   e.cancellable = &cancellable;
-  auto reply = waiter(e);
-  e.work = work.then([this, &e](kj::Own<StoredReply>&& r) { finished(e, kj::mv(r)); },
-                     [this, &e](kj::Exception&& ex) {
-                       finished(e, kj::refcounted<StoredReply>(kj::mv(ex)));
-                     })
-               .eagerlyEvaluate(nullptr);
-  return reply;
+  return {waiter(e), e};
+}
+
+void ReplyCache::hold(Entry& e, kj::Promise<void> work) {
+  if (e.running) e.work = kj::mv(work);
 }
 
 void ReplyCache::finished(Entry& e, kj::Own<StoredReply> reply) {

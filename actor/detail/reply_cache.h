@@ -79,6 +79,8 @@ struct OnceCallId {
 // Loop thread only. Belongs to one ActorServer, for all its actors (a caller id is one client
 // handle to one actor).
 class ReplyCache {
+  struct Caller;
+
 public:
   ReplyCache(kj::Timer& timer, uint64_t incarnation, ReplyCacheOptions options);
   ~ReplyCache() noexcept(false);
@@ -96,15 +98,58 @@ public:
   // the call is to run now: run it and start() it.
   kj::Maybe<kj::Promise<kj::Own<StoredReply>>> find(const OnceCallId& id);
 
-  // Keeps call `id`, which runs now: `work` resolves with its reply (an error it ended with
-  // included, as a StoredReply) and is held here, so that the call runs to its end even when its
-  // connection breaks; `cancellable` (kept by `work`) says whether cancel() may drop it. Returns
-  // its reply. The promises returned for a call in progress (here and by find()) are its
-  // waiters: once every one is dropped (their connections broke) and none comes within the
-  // reconnect window (ReplyCacheOptions::reconnectWindow), the call is cancelled as by cancel().
-  kj::Promise<kj::Own<StoredReply>> start(const OnceCallId& id,
-                                          kj::Promise<kj::Own<StoredReply>> work,
-                                          const bool& cancellable);
+  // Whether the cache keeps anything (ReplyCacheOptions::enabled): start() only then.
+  bool enabled() const { return options.enabled; }
+
+  struct Entry;
+  // An attempt waiting for a call in progress: the adapter of its promise, listed in the call's
+  // entry until the call finishes or the attempt is dropped.
+  class Waiter {
+  public:
+    Waiter(kj::PromiseFulfiller<kj::Own<StoredReply>>& fulfiller, ReplyCache& cache, Entry& entry);
+    ~Waiter() noexcept(false);
+    KJ_DISALLOW_COPY(Waiter);
+
+    kj::PromiseFulfiller<kj::Own<StoredReply>>& fulfiller;
+    ReplyCache& cache;
+    Entry& entry;
+    kj::ListLink<Waiter> link;
+  };
+  // One call of a caller: in progress (running), or finished with its reply kept. Internal to the
+  // cache, as is Waiter.
+  struct Entry {
+    Entry(Caller& caller, uint64_t seq) : caller(caller), seq(seq) {}
+    KJ_DISALLOW_COPY(Entry);
+    Caller& caller;
+    uint64_t seq;
+    // While in progress: its work, whether it may be cancelled, who waits for its reply, and the
+    // reconnect window while no one does.
+    bool running = false;
+    kj::Promise<void> work = nullptr;
+    const bool* cancellable = nullptr;
+    kj::List<Waiter, &Waiter::link> waiters;
+    kj::Promise<void> abandoning = nullptr;
+    kj::Own<StoredReply> reply;  // once finished
+    uint64_t bytes = 0;          // counted in the caller's and the cache's bytes, once finished
+    kj::TimePoint finishedAt = kj::origin<kj::TimePoint>();
+    kj::ListLink<Entry> link;  // in `completed`, once finished
+  };
+  struct Started {
+    kj::Promise<kj::Own<StoredReply>> reply;  // the reply, for the attempt that started it
+    Entry& entry;
+  };
+  // Keeps call `id`, which runs now: give it the call's work (hold()) and its reply once the
+  // call ends (finished()). `cancellable` (kept by the work) says whether cancel() may drop it.
+  // The promises returned for a call in progress (here and by find()) are its waiters: once
+  // every one is dropped (their connections broke) and none comes within the reconnect window
+  // (ReplyCacheOptions::reconnectWindow), the call is cancelled as by cancel().
+  Started start(const OnceCallId& id, const bool& cancellable);
+  // Holds the work of call `entry` in progress, so that it runs to its end even when its
+  // connection breaks; dropping it cancels the call.
+  void hold(Entry& entry, kj::Promise<void> work);
+  // Call `entry` in progress ended with `reply` (an error it ended with included): its waiters
+  // get it, and it is kept. May run inside the call's work.
+  void finished(Entry& entry, kj::Own<StoredReply> reply);
 
   // The caller gave up on call (callerId, seq): a call in progress that may be cancelled is
   // dropped, and its waiters get an error saying so.
@@ -126,39 +171,6 @@ public:
   uint64_t maxReplyBytes() const { return options.maxReplyBytes; }
 
 private:
-  struct Caller;
-  struct Entry;
-  // An attempt waiting for a call in progress: the adapter of its promise, listed in the call's
-  // entry until the call finishes or the attempt is dropped.
-  class Waiter {
-  public:
-    Waiter(kj::PromiseFulfiller<kj::Own<StoredReply>>& fulfiller, ReplyCache& cache, Entry& entry);
-    ~Waiter() noexcept(false);
-    KJ_DISALLOW_COPY(Waiter);
-
-    kj::PromiseFulfiller<kj::Own<StoredReply>>& fulfiller;
-    ReplyCache& cache;
-    Entry& entry;
-    kj::ListLink<Waiter> link;
-  };
-  // One call of a caller: in progress (running), or finished with its reply kept.
-  struct Entry {
-    Entry(Caller& caller, uint64_t seq) : caller(caller), seq(seq) {}
-    KJ_DISALLOW_COPY(Entry);
-    Caller& caller;
-    uint64_t seq;
-    // While in progress: its work, whether it may be cancelled, who waits for its reply, and the
-    // reconnect window while no one does.
-    bool running = false;
-    kj::Promise<void> work = nullptr;
-    const bool* cancellable = nullptr;
-    kj::List<Waiter, &Waiter::link> waiters;
-    kj::Promise<void> abandoning = nullptr;
-    kj::Own<StoredReply> reply;  // once finished
-    uint64_t bytes = 0;          // counted in the caller's and the cache's bytes, once finished
-    kj::TimePoint finishedAt = kj::origin<kj::TimePoint>();
-    kj::ListLink<Entry> link;  // in `completed`, once finished
-  };
   struct Caller {
     Caller(uint64_t id, uint64_t floor, kj::TimePoint now) : id(id), floor(floor), lastSeen(now) {}
     uint64_t id;
@@ -184,7 +196,6 @@ private:
   kj::Maybe<Caller&> knownCaller(uint64_t callerId);
   // Drops a finished entry; `forget`: raise its caller's floor past it.
   void drop(Entry& entry, bool forget);
-  void finished(Entry& entry, kj::Own<StoredReply> reply);
   // Keeps within the bounds, dropping the oldest replies first (never `keep`, nor calls in
   // progress), then the callers longest idle.
   void enforce(kj::Maybe<Entry&> keep);
