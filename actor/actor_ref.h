@@ -327,10 +327,15 @@ private:
                   .eagerlyEvaluate(nullptr);
   }
   void failed(kj::Exception&& e) {
-    retry = call.failed(kj::mv(e))
-                .then([this]() { next(); },
-                      [this](kj::Exception&& e) { fulfiller.reject(kj::mv(e)); })
-                .eagerlyEvaluate(nullptr);
+    // Nothing thrown here may be lost: the call would never end.
+    KJ_IF_MAYBE(thrown, kj::runCatchingExceptions([&]() {
+                  retry = call.failed(kj::mv(e))
+                              .then([this]() { next(); },
+                                    [this](kj::Exception&& e) { fulfiller.reject(kj::mv(e)); })
+                              .eagerlyEvaluate(nullptr);
+                })) {
+      fulfiller.reject(kj::mv(*thrown));
+    }
   }
 
   kj::PromiseFulfiller<V>& fulfiller;

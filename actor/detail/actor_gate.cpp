@@ -253,6 +253,9 @@ private:
     kj::Maybe<MethodCounters&> counters;
     if (actor.counting) counters = actor.countersFor(interfaceId, methodId);
     KJ_IF_MAYBE(e, refusal(counters)) {
+      KJ_IF_MAYBE(l, listener) {
+        (*l)->callEnded(*e);
+      }
       return {kj::Promise<void>(kj::cp(*e)), capnp::newBrokenPipeline(kj::mv(*e))};
     }
     if (actor.options.allowCancellation) context->allowCancellation();

@@ -27,9 +27,11 @@ class CallTracker;
 class CallSlot;
 class HostedActor;
 
-// Told how a call admitted at the gate ended, as it ends (before its promise resolves): the
+// Told how a call that reached the gate ended, once, as it ends: refused, finished (inside the
+// call's own continuation, before its promise resolves) or ended by CallTracker::abortAll(). The
 // ExactlyOnce side keeps its reply then, without a continuation of its own. Not told of a call
-// dropped (cancelled) before it ended.
+// dropped (cancelled) before it ended. Loop thread only; held by the call's completion until
+// told.
 class CallEndListener {
 public:
   virtual void callEnded(kj::Maybe<const kj::Exception&> failure) = 0;
@@ -38,8 +40,8 @@ protected:
   ~CallEndListener() = default;
 };
 
-// The promise adapter behind every call's completion: it owns the call's work and its slot, and
-// is listed in the tracker until the call ends. Internal to the gate.
+// The promise adapter behind every call's completion: it owns the call's work, its slot and its
+// listener, and is listed in the tracker until the call ends. Internal to the gate.
 class CallCompletion {
 public:
   CallCompletion(kj::PromiseFulfiller<void>& fulfiller, CallTracker& tracker,

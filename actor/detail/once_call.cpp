@@ -58,12 +58,14 @@ public:
             kj::throwFatalException(kj::mv(e));
           }
           self->call->answered(self->seq);
+          // The results keep the envelope's response, not the call: it ends (and its id is
+          // acknowledged) when its promise does, however long the caller keeps them.
+          self->call = nullptr;
           auto inside = results.getResults();
           self->response = kj::mv(r);
           return capnp::Response<capnp::AnyPointer>(inside, kj::mv(self));
         },
-        // Not this request: what keeps it keeps the envelope's response, which the results
-        // alone keep once they are read.
+        // The call and the id, not this request (whose response only results keep).
         [call = kj::addRef(*call),
          seq = seq](kj::Exception&& e) mutable -> capnp::Response<capnp::AnyPointer> {
           // An error of the lookup (the request never reached the actor) is not an answer.
@@ -80,7 +82,7 @@ public:
 private:
   capnp::Request<capnp::AnyPointer, capnp::AnyPointer> envelope;  // until sent
   kj::Maybe<capnp::Response<capnp::AnyPointer>> response;         // once answered
-  kj::Own<OnceCall> call;
+  kj::Own<OnceCall> call;                                         // until answered
   uint64_t seq;
 };
 

@@ -17,9 +17,11 @@
 
 namespace troupe::actor_detail {
 
-// Loop thread only. Held by ActorRefBase::OnceHandle and by its requests. It is itself the
-// capability its attempts call (a ClientHook): requests made on it go inside envelopes, to the
-// actor on the current attempt's connection.
+// Loop thread only. Held by ActorRefBase::OnceHandle, by its requests until they are answered,
+// and by the capabilities given to the call's function. It is itself the capability every
+// attempt calls (a ClientHook): requests made on it go inside envelopes, to the actor on the
+// current attempt's connection (a capability kept from an earlier attempt reaches the current
+// one).
 class OnceCall final : public kj::Refcounted, public capnp::ClientHook {
 public:
   explicit OnceCall(ActorRefState& ref);

@@ -78,18 +78,25 @@ kj::Own<StoredReply> OnceContext::takeReply(uint64_t maxBytes) {
 }
 
 void OnceContext::keepIn(ReplyCache& cache, ReplyCache::Entry& entry) {
-  this->cache = &cache;
-  this->entry = &entry;
+  this->cache = cache;
+  this->entry = entry;
 }
 
 void OnceContext::callEnded(kj::Maybe<const kj::Exception&> failure) {
-  if (cache == nullptr) return;
-  KJ_IF_MAYBE(e, failure) {
-    cache->finished(*entry, kj::refcounted<StoredReply>(kj::cp(*e)));
-  } else {
-    cache->finished(*entry, takeReply(cache->maxReplyBytes()));
+  KJ_IF_MAYBE(c, cache) {
+    auto& kept = KJ_ASSERT_NONNULL(entry);
+    cache = nullptr;
+    entry = nullptr;
+    kj::Own<StoredReply> reply;
+    KJ_IF_MAYBE(e, failure) {
+      reply = kj::refcounted<StoredReply>(kj::cp(*e));
+    } else KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                              [&]() { reply = takeReply(c->maxReplyBytes()); })) {
+      // The call ran; its waiters must hear of it however its reply fared.
+      reply = kj::refcounted<StoredReply>(kj::mv(*e));
+    }
+    c->finished(kept, kj::mv(reply));
   }
-  cache = nullptr;
 }
 
 namespace {

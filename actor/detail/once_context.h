@@ -56,8 +56,8 @@ private:
   bool released = false;                          // the parameters were
   kj::Maybe<capnp::AnyPointer::Builder> results;  // inside the envelope's results, once asked for
   const void* envelope = nullptr;                 // where the envelope's results are, then
-  ReplyCache* cache = nullptr;                    // where the reply is kept, and as which call
-  ReplyCache::Entry* entry = nullptr;
+  kj::Maybe<ReplyCache&> cache;  // where the reply is kept, and as which call, until it is
+  kj::Maybe<ReplyCache::Entry&> entry;
 };
 
 // The pipeline of an ExactlyOnce call, whose results hold the call's own under pointer 0:

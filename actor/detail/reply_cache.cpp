@@ -236,13 +236,13 @@ ReplyCache::Started ReplyCache::start(const OnceCallId& id, const bool& cancella
   KJ_REQUIRE(options.enabled);
   auto& c = callerFor(id.callerId, id.seq);
   if (c.idleLink.isLinked()) idle.remove(c);
-  auto& e = c.entries
-                .emplace(std::piecewise_construct, std::forward_as_tuple(id.seq),
-                         std::forward_as_tuple(c, id.seq))
-                .first->second;
+  auto [it, inserted] = c.entries.emplace(std::piecewise_construct, std::forward_as_tuple(id.seq),
+                                          std::forward_as_tuple(c, id.seq));
+  KJ_ASSERT(inserted, "a call started twice", id.callerId, id.seq);
+  auto& e = it->second;
   ++stats_.running;
   e.running = true;
-  e.cancellable = &cancellable;
+  e.cancellable = cancellable;
   return {waiter(e), e};
 }
 
@@ -309,7 +309,7 @@ void ReplyCache::leftBy(Entry& e) {
 void ReplyCache::abandon(Entry& e) {
   // This runs inside the reconnect window's continuation: free it later.
   spent.add(kj::mv(e.abandoning));
-  if (!e.running || !e.waiters.empty() || !*e.cancellable) return;
+  if (!e.running || !e.waiters.empty() || !KJ_ASSERT_NONNULL(e.cancellable)) return;
   stopRunning(e, makeError(ErrorCode::MAY_HAVE_RUN,
                            kj::str("the call was cancelled while it ran: its caller's "
                                    "connection broke and it did not come back within ",
@@ -322,7 +322,7 @@ void ReplyCache::cancel(uint64_t callerId, uint64_t seq) {
     auto it = c->entries.find(seq);
     if (it == c->entries.end()) return;
     auto& e = it->second;
-    if (!e.running || !*e.cancellable) return;
+    if (!e.running || !KJ_ASSERT_NONNULL(e.cancellable)) return;
     stopRunning(e, makeError(ErrorCode::FAILED, "the call was cancelled by its caller"));
   }
 }

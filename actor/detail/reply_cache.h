@@ -95,12 +95,14 @@ public:
   // The reply to call `id` when it is known: kept, or coming (the call is in progress: the
   // promise is one of its waiters, see start()). Rejects
   // with MAY_HAVE_RUN for a retry that can no longer be told from a call that ran. Null when
-  // the call is to run now: run it and start() it.
+  // the call is to run now: start() it, run it and hold() its work.
   kj::Maybe<kj::Promise<kj::Own<StoredReply>>> find(const OnceCallId& id);
 
   // Whether the cache keeps anything (ReplyCacheOptions::enabled): start() only then.
   bool enabled() const { return options.enabled; }
 
+  // Entry and Waiter are the cache's own: callers only name an Entry start() gave them, while
+  // the call runs. Loop thread only.
   struct Entry;
   // An attempt waiting for a call in progress: the adapter of its promise, listed in the call's
   // entry until the call finishes or the attempt is dropped.
@@ -115,8 +117,8 @@ public:
     Entry& entry;
     kj::ListLink<Waiter> link;
   };
-  // One call of a caller: in progress (running), or finished with its reply kept. Internal to the
-  // cache, as is Waiter.
+  // One call of a caller: in progress (running), or finished with its reply kept. Owned by its
+  // caller's map, in the node (it never moves).
   struct Entry {
     Entry(Caller& caller, uint64_t seq) : caller(caller), seq(seq) {}
     KJ_DISALLOW_COPY(Entry);
@@ -126,7 +128,7 @@ public:
     // reconnect window while no one does.
     bool running = false;
     kj::Promise<void> work = nullptr;
-    const bool* cancellable = nullptr;
+    kj::Maybe<const bool&> cancellable;
     kj::List<Waiter, &Waiter::link> waiters;
     kj::Promise<void> abandoning = nullptr;
     kj::Own<StoredReply> reply;  // once finished
@@ -134,8 +136,10 @@ public:
     kj::TimePoint finishedAt = kj::origin<kj::TimePoint>();
     kj::ListLink<Entry> link;  // in `completed`, once finished
   };
+  // A call start() keeps: the reply for the attempt that started it (its first waiter), and
+  // the entry to hold() its work and give it its reply (finished()).
   struct Started {
-    kj::Promise<kj::Own<StoredReply>> reply;  // the reply, for the attempt that started it
+    kj::Promise<kj::Own<StoredReply>> reply;
     Entry& entry;
   };
   // Keeps call `id`, which runs now: give it the call's work (hold()) and its reply once the
@@ -144,6 +148,7 @@ public:
   // every one is dropped (their connections broke) and none comes within the reconnect window
   // (ReplyCacheOptions::reconnectWindow), the call is cancelled as by cancel().
   Started start(const OnceCallId& id, const bool& cancellable);
+  Started start(const OnceCallId& id, const bool&& cancellable) = delete;
   // Holds the work of call `entry` in progress, so that it runs to its end even when its
   // connection breaks; dropping it cancels the call.
   void hold(Entry& entry, kj::Promise<void> work);
@@ -212,7 +217,8 @@ private:
   std::unordered_map<uint64_t, kj::Own<Caller>> callers;
   kj::List<Entry, &Entry::link> completed;   // finished entries, oldest first
   kj::List<Caller, &Caller::idleLink> idle;  // callers without entries, longest idle first
-  kj::Vector<kj::Promise<void>> spent;       // finished work, freed outside its own continuation
+  // Finished work and expired reconnect windows, freed outside their own continuations.
+  kj::Vector<kj::Promise<void>> spent;
   Stats stats_;
   kj::Promise<void> sweeper = nullptr;
   bool sweeperActive = false;
