@@ -361,11 +361,12 @@ kj::Promise<V> ActorRefBase::finishCall(kj::Promise<V> promise, const CallOption
                                         bool count) {
   kj::Maybe<kj::Own<actor_detail::CallRecord>> record;
   if (count) record = startRecord();
-  promise = promise.catch_(
-      [watch = FailureWatch(*this)](kj::Exception&& e) mutable -> kj::Promise<V> {
-        watch.failed(e);
-        return kj::mv(e);
-      });
+  // The handler rethrows rather than return a promise: a value then passes through with no
+  // further node.
+  promise = promise.catch_([watch = FailureWatch(*this)](kj::Exception&& e) mutable -> V {
+    watch.failed(e);
+    kj::throwFatalException(kj::mv(e));
+  });
   KJ_IF_MAYBE(d, deadlineOf(options)) {
     // expiry() only ever rejects.
     promise = promise.exclusiveJoin(expiry(*d).then([]() -> kj::Promise<V> { KJ_UNREACHABLE; }));
