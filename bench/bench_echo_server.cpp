@@ -4,6 +4,8 @@
 //   bench_echo_server [--impl troupe|capnp|raw] --addr HOST:PORT [--count N] [--actors N]
 //                     [--tls CERTS_DIR]   (troupe over tls://, make_certs.sh's certificates)
 //                     [--metrics on|off]  (troupe: count and time calls: ActorServerOptions)
+//                     [--replies on|off]  (troupe: keep ExactlyOnce calls' replies:
+//                                          ReplyCacheOptions::enabled)
 //                     [--max-message-mib M]
 //                     [--unix PATH]       (troupe, one server: also listen on unix:PATH)
 //
@@ -52,6 +54,7 @@ struct Settings {
   uint64_t maxMessageMiB = 0;  // 0: the implementation's default
   std::string tlsDir;          // troupe only: serve tls:// with DIR/node.pem and DIR/node.key
   bool metrics = true;         // troupe only: ActorServerOptions::metrics
+  bool replies = true;         // troupe only: ReplyCacheOptions::enabled
   std::string unixPath;        // troupe only, one server: also listen on unix:PATH
 };
 
@@ -63,6 +66,7 @@ int serveTroupe(const std::string& host, unsigned port, const Settings& settings
   troupe::ActorServerOptions options;
   if (settings.maxMessageMiB > 0) options.maxMessageBytes = settings.maxMessageMiB << 20;
   options.metrics = settings.metrics;
+  options.replies.enabled = settings.replies;
   std::string scheme = "tcp://";
   if (!settings.tlsDir.empty()) {
     troupe::TlsOptions tls;
@@ -194,6 +198,8 @@ int main(int argc, char** argv) {
       settings.tlsDir = argv[i + 1];
     } else if (strcmp(argv[i], "--metrics") == 0) {
       settings.metrics = strcmp(argv[i + 1], "off") != 0;
+    } else if (strcmp(argv[i], "--replies") == 0) {
+      settings.replies = strcmp(argv[i + 1], "off") != 0;
     } else if (strcmp(argv[i], "--unix") == 0) {
       settings.unixPath = argv[i + 1];
     } else if (strcmp(argv[i], "--max-message-mib") == 0) {

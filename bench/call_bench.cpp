@@ -40,8 +40,10 @@ struct Servers {
   std::unique_ptr<troupe::test::ChildProcess> capnp;
   std::unique_ptr<troupe::test::ChildProcess> troupeTls;
   std::unique_ptr<troupe::test::ChildProcess> troupeNoMetrics;
+  std::unique_ptr<troupe::test::ChildProcess> troupeNoReplies;
   std::string troupeAddress;           // host:port
   std::string troupeNoMetricsAddress;  // a server that counts nothing (ActorServerOptions::metrics)
+  std::string troupeNoRepliesAddress;  // a server that keeps no reply (ReplyCacheOptions::enabled)
   std::string capnpAddress;
   std::string troupeTlsAddress;
   std::string troupeUnixPath;  // troupeAddress's server listens here too
@@ -154,6 +156,13 @@ void BM_Troupe_ActorRef_PingPong_ExactlyOnceOff(benchmark::State& state) {
   troupePingPong(state, "tcp://" + servers->troupeAddress, nullptr, true, false);
 }
 
+// The same with calls sent with their id to a server that keeps no reply
+// (ReplyCacheOptions::enabled off): of what running once costs, the part that is the id and its
+// envelope rather than the reply cache.
+void BM_Troupe_ActorRef_PingPong_ReplyCacheOff(benchmark::State& state) {
+  troupePingPong(state, "tcp://" + servers->troupeNoRepliesAddress, nullptr);
+}
+
 // The same over the server's unix socket: what loopback TCP costs against it, for choosing
 // between them on one host.
 void BM_Troupe_ActorRef_PingPong_Unix(benchmark::State& state) {
@@ -203,6 +212,7 @@ BENCHMARK(BM_PlainCapnp_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_MetricsOff)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_ExactlyOnceOff)->Arg(64)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_Troupe_ActorRef_PingPong_ReplyCacheOff)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_Unix)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_UnixNoShm)->Arg(64)->Arg(4096)->UseRealTime();
 BENCHMARK(BM_Troupe_ActorRef_PingPong_Tls)->Arg(64)->Arg(4096)->UseRealTime();
@@ -221,6 +231,7 @@ int main(int argc, char** argv) {
   s.troupeAddress = startServer(s.troupe, "troupe", {"--unix", s.troupeUnixPath});
   s.capnpAddress = startServer(s.capnp, "capnp");
   s.troupeNoMetricsAddress = startServer(s.troupeNoMetrics, "troupe", {"--metrics", "off"});
+  s.troupeNoRepliesAddress = startServer(s.troupeNoReplies, "troupe", {"--replies", "off"});
   troupe::bench::BenchCerts certs;
   s.troupeTlsAddress = startServer(s.troupeTls, "troupe", {"--tls", certs.dir});
   s.tlsClient = certs.client();
