@@ -299,10 +299,9 @@ private:
       auto e = KJ_EXCEPTION(UNIMPLEMENTED, "no such method of ExactlyOnce", methodId);
       return {kj::Promise<void>(kj::cp(e)), capnp::newBrokenPipeline(kj::mv(e))};
     }
-    cache.acknowledge(id.callerId, params.getAckBelow(), params.getAcks());
     kj::Promise<kj::Own<StoredReply>> reply = nullptr;
     bool inPlace = false;  // the call runs now and writes its results into this envelope's
-    KJ_IF_MAYBE(known, cache.find(id)) {
+    KJ_IF_MAYBE(known, cache.find(id, params.getAckBelow(), params.getAcks())) {
       reply = kj::mv(*known);
     } else {
       uint64_t interfaceId = params.getInterfaceId();

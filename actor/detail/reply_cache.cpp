@@ -30,6 +30,17 @@ bool keptFlat(capnp::MessageSize target) {
   return target.capCount == 0 && target.wordCount * sizeof(capnp::word) <= MAX_FLAT_BYTES;
 }
 
+// Ends every waiter of call `e` with what `tell` gives its fulfiller, each unlinked first (so
+// that its destructor leaves the entry alone).
+template <typename Tell>
+void endWaiters(ReplyCache::Entry& e, Tell&& tell) {
+  while (!e.waiters.empty()) {
+    auto& w = e.waiters.front();
+    e.waiters.remove(w);
+    tell(w.fulfiller);
+  }
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
@@ -134,7 +145,6 @@ kj::Maybe<ReplyCache::Caller&> ReplyCache::knownCaller(uint64_t callerId) {
 
 ReplyCache::Caller& ReplyCache::callerFor(uint64_t callerId, uint64_t floor) {
   KJ_IF_MAYBE(c, knownCaller(callerId)) {
-    touch(*c);
     return *c;
   }
   enforce(nullptr);
@@ -162,25 +172,20 @@ void ReplyCache::touch(Caller& caller) {
 void ReplyCache::hello(uint64_t callerId, uint64_t floor) {
   spent.clear();
   if (!options.enabled || callerId == 0) return;
-  callerFor(callerId, floor);
+  touch(callerFor(callerId, floor));
 }
 
-void ReplyCache::acknowledge(uint64_t callerId, uint64_t below,
-                             capnp::List<uint64_t>::Reader acks) {
-  spent.clear();
-  KJ_IF_MAYBE(c, knownCaller(callerId)) {
-    touch(*c);
-    for (uint64_t seq : acks) {
-      auto it = c->entries.find(seq);
-      if (it != c->entries.end() && !it->second.running) drop(it->second, false);
-      if (c->entries.empty()) break;
-    }
-    c->floor = std::max(c->floor, below);
-    while (!c->entries.empty()) {
-      auto& first = c->entries.begin()->second;
-      if (first.seq >= below || first.running) break;
-      drop(first, false);
-    }
+void ReplyCache::acknowledge(Caller& c, uint64_t below, capnp::List<uint64_t>::Reader acks) {
+  for (uint64_t seq : acks) {
+    auto it = c.entries.find(seq);
+    if (it != c.entries.end() && !it->second.running) drop(it->second, false);
+    if (c.entries.empty()) break;
+  }
+  c.floor = std::max(c.floor, below);
+  while (!c.entries.empty()) {
+    auto& first = c.entries.begin()->second;
+    if (first.seq >= below || first.running) break;
+    drop(first, false);
   }
 }
 
@@ -191,8 +196,16 @@ kj::Exception ReplyCache::forgottenError(const OnceCallId& id, kj::StringPtr why
                            "; it was not run again (caller ", id.callerId, ", call ", id.seq, ")"));
 }
 
-kj::Maybe<kj::Promise<kj::Own<StoredReply>>> ReplyCache::find(const OnceCallId& id) {
+kj::Maybe<kj::Promise<kj::Own<StoredReply>>> ReplyCache::find(const OnceCallId& id,
+                                                              uint64_t ackBelow,
+                                                              capnp::List<uint64_t>::Reader acks) {
   spent.clear();
+  // Looked up once: acknowledging never drops the caller itself.
+  auto caller = knownCaller(id.callerId);
+  KJ_IF_MAYBE(c, caller) {
+    touch(*c);
+    acknowledge(*c, ackBelow, acks);
+  }
   if (id.retry && id.incarnation != incarnation) {
     return kj::Promise<kj::Own<StoredReply>>(
         forgottenError(id, kj::str("it was first sent to incarnation ", id.incarnation,
@@ -203,8 +216,7 @@ kj::Maybe<kj::Promise<kj::Own<StoredReply>>> ReplyCache::find(const OnceCallId& 
     return kj::Promise<kj::Own<StoredReply>>(
         forgottenError(id, "this server keeps no replies (ReplyCacheOptions::enabled)"));
   }
-  KJ_IF_MAYBE(c, knownCaller(id.callerId)) {
-    touch(*c);
+  KJ_IF_MAYBE(c, caller) {
     auto it = c->entries.find(id.seq);
     if (it != c->entries.end()) {
       auto& e = it->second;
@@ -234,6 +246,7 @@ kj::Maybe<kj::Promise<kj::Own<StoredReply>>> ReplyCache::find(const OnceCallId& 
 
 ReplyCache::Started ReplyCache::start(const OnceCallId& id, const bool& cancellable) {
   KJ_REQUIRE(options.enabled);
+  // find() has just touched a caller it knows.
   auto& c = callerFor(id.callerId, id.seq);
   if (c.idleLink.isLinked()) idle.remove(c);
   auto [it, inserted] = c.entries.emplace(std::piecewise_construct, std::forward_as_tuple(id.seq),
@@ -258,11 +271,7 @@ void ReplyCache::finished(Entry& e, kj::Own<StoredReply> reply) {
   spent.add(kj::mv(e.work));
   e.abandoning = nullptr;
   e.cancellable = nullptr;
-  while (!e.waiters.empty()) {
-    auto& w = e.waiters.front();
-    e.waiters.remove(w);
-    w.fulfiller.fulfill(reply->addRef());
-  }
+  endWaiters(e, [&](auto& fulfiller) { fulfiller.fulfill(reply->addRef()); });
   e.reply = kj::mv(reply);
   e.bytes = e.reply->bytes() + ENTRY_BYTES;
   e.finishedAt = timer.now();
@@ -290,14 +299,6 @@ ReplyCache::Waiter::~Waiter() noexcept(false) {
 
 kj::Promise<kj::Own<StoredReply>> ReplyCache::waiter(Entry& e) {
   return kj::newAdaptedPromise<kj::Own<StoredReply>, Waiter>(*this, e);
-}
-
-void ReplyCache::rejectWaiters(Entry& e, const kj::Exception& error) {
-  while (!e.waiters.empty()) {
-    auto& w = e.waiters.front();
-    e.waiters.remove(w);
-    w.fulfiller.reject(kj::cp(error));
-  }
 }
 
 void ReplyCache::leftBy(Entry& e) {
@@ -356,8 +357,8 @@ void ReplyCache::dropCaller(Caller& c) {
     if (e.running) {
       e.work = nullptr;
       e.abandoning = nullptr;
-      rejectWaiters(e,
-                    makeError(ErrorCode::FAILED, "the server dropped the call: it is going away"));
+      auto error = makeError(ErrorCode::FAILED, "the server dropped the call: it is going away");
+      endWaiters(e, [&](auto& fulfiller) { fulfiller.reject(kj::cp(error)); });
       --stats_.running;
     } else {
       completed.remove(e);

@@ -89,14 +89,13 @@ public:
   // A caller introduced itself (CallerHello).
   void hello(uint64_t callerId, uint64_t floor);
 
-  // The caller has every reply below `below` and those in `acks`.
-  void acknowledge(uint64_t callerId, uint64_t below, capnp::List<uint64_t>::Reader acks);
-
-  // The reply to call `id` when it is known: kept, or coming (the call is in progress: the
-  // promise is one of its waiters, see start()). Rejects
-  // with MAY_HAVE_RUN for a retry that can no longer be told from a call that ran. Null when
-  // the call is to run now: start() it, run it and hold() its work.
-  kj::Maybe<kj::Promise<kj::Own<StoredReply>>> find(const OnceCallId& id);
+  // Call `id` arrived, saying that its caller has every reply below `ackBelow` and those in
+  // `acks`: those are dropped. Then the reply to call `id` when it is known: kept, or coming (the
+  // call is in progress: the promise is one of its waiters, see start()). Rejects with
+  // MAY_HAVE_RUN for a retry that can no longer be told from a call that ran. Null when the call
+  // is to run now: start() it at once, run it and hold() its work.
+  kj::Maybe<kj::Promise<kj::Own<StoredReply>>> find(const OnceCallId& id, uint64_t ackBelow = 0,
+                                                    capnp::List<uint64_t>::Reader acks = {});
 
   // Whether the cache keeps anything (ReplyCacheOptions::enabled): start() only then.
   bool enabled() const { return options.enabled; }
@@ -193,12 +192,13 @@ private:
   void leftBy(Entry& entry);
   // Cancels call `entry` when it is in progress, may be cancelled and has no waiter.
   void abandon(Entry& entry);
-  // Ends every waiter of `entry` with `error`.
-  void rejectWaiters(Entry& entry, const kj::Exception& error);
   // Ends call `entry` in progress with `error`, dropping its work (which cancels it).
   void stopRunning(Entry& entry, kj::Exception&& error);
+  // Caller `callerId`, known or new (with `floor`, seen now).
   Caller& callerFor(uint64_t callerId, uint64_t floor);
   kj::Maybe<Caller&> knownCaller(uint64_t callerId);
+  // `caller` has every reply below `below` and those in `acks`.
+  void acknowledge(Caller& caller, uint64_t below, capnp::List<uint64_t>::Reader acks);
   // Drops a finished entry; `forget`: raise its caller's floor past it.
   void drop(Entry& entry, bool forget);
   // Keeps within the bounds, dropping the oldest replies first (never `keep`, nor calls in
