@@ -55,8 +55,8 @@ struct Abi<T*, std::enable_if_t<std::is_class_v<T> || std::is_void_v<T>>> {
   using type = Pointer<Opaque>;
 };
 template <typename T>
-struct Abi<T*, std::enable_if_t<!std::is_class_v<T> && !std::is_void_v<T> &&
-                                !std::is_function_v<T>>> {
+struct Abi<T*,
+           std::enable_if_t<!std::is_class_v<T> && !std::is_void_v<T> && !std::is_function_v<T>>> {
   using type = Pointer<AbiOf<T>>;
 };
 template <typename R, typename... A>
@@ -67,8 +67,8 @@ struct Abi<R (*)(A...)> {
 template <typename Ours, typename Cudas>
 constexpr bool SAME_ABI = std::is_same_v<AbiOf<Ours>, AbiOf<Cudas>>;
 
-#define TROUPE_CHECK_ENTRY(field, entry)                                        \
-  static_assert(SAME_ABI<decltype(CudaApi::field), decltype(&::entry)>,         \
+#define TROUPE_CHECK_ENTRY(field, entry)                                \
+  static_assert(SAME_ABI<decltype(CudaApi::field), decltype(&::entry)>, \
                 "CudaApi::" #field " is not declared as CUDA declares " #entry)
 
 TROUPE_CHECK_ENTRY(getDeviceCount, cudaGetDeviceCount);
@@ -97,23 +97,13 @@ TROUPE_CHECK_ENTRY(memGetAddressRange, cuMemGetAddressRange_v2);
 // troupe looks each entry point up by the name it checks above: a header that renamed one (to
 // a _v2, or to a per-thread default stream's variant) would have the check compare troupe's
 // declaration with another function's.
-#if defined(cudaGetDeviceCount) || \
-    defined(cudaRuntimeGetVersion) || \
-    defined(cudaGetErrorString) || \
-    defined(cudaSetDevice) || \
-    defined(cudaMalloc) || \
-    defined(cudaFree) || \
-    defined(cudaHostAlloc) || \
-    defined(cudaFreeHost) || \
-    defined(cudaStreamCreateWithFlags) || \
-    defined(cudaStreamDestroy) || \
-    defined(cudaStreamSynchronize) || \
-    defined(cudaMemcpyAsync) || \
-    defined(cudaMemcpy) || \
-    defined(cudaPointerGetAttributes) || \
-    defined(cudaStreamAddCallback) || \
-    defined(cudaIpcGetMemHandle) || \
-    defined(cudaIpcOpenMemHandle) || \
+#if defined(cudaGetDeviceCount) || defined(cudaRuntimeGetVersion) ||                     \
+    defined(cudaGetErrorString) || defined(cudaSetDevice) || defined(cudaMalloc) ||      \
+    defined(cudaFree) || defined(cudaHostAlloc) || defined(cudaFreeHost) ||              \
+    defined(cudaStreamCreateWithFlags) || defined(cudaStreamDestroy) ||                  \
+    defined(cudaStreamSynchronize) || defined(cudaMemcpyAsync) || defined(cudaMemcpy) || \
+    defined(cudaPointerGetAttributes) || defined(cudaStreamAddCallback) ||               \
+    defined(cudaIpcGetMemHandle) || defined(cudaIpcOpenMemHandle) ||                     \
     defined(cudaIpcCloseMemHandle)
 #error "CUDA's headers rename an entry point troupe loads by its plain name"
 #endif
