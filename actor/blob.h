@@ -184,6 +184,10 @@ struct BlobResult {
   std::string address;
   kj::Maybe<kj::Exception> error;  // why it does not have the blob (errors.h), or null
   uint64_t bytes = 0;              // bytes the member received
+  // Of those, the bytes it copied straight from its sender's memory on their host, not through
+  // the connection: device to device (CUDA IPC, blob_device.h) or read from the sender's host
+  // memory (BlobSendOptions::sameHostReads). 0 where every chunk came through the connection.
+  uint64_t pulledBytes = 0;
   // From the member's first request to its having the whole blob, as the member measured it;
   // until the error for a member that failed.
   kj::Duration latency = 0 * kj::NANOSECONDS;

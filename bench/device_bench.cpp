@@ -14,6 +14,10 @@
 //    member's unix socket: the member copies device to device from the sender's memory (CUDA
 //    IPC; target: at least 0.5x CopyWithin).
 //
+// Each blob benchmark's `pulled` counter is the share of the bytes the member copied straight
+// from the sender's memory (BlobResult::pulledBytes): 1 where DeviceToDevice went device to
+// device, 0 where it went through staging buffers (the logs say why).
+//
 //   build/bin/device_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 //   TROUPE_BENCH_DEVICE=host build/bin/device_bench    # host memory standing in for a device
 //
@@ -134,6 +138,7 @@ void sendBlobs(benchmark::State& state, const std::string& listen, const std::st
   }
   troupe::BlobTarget targets[] = {{"bench/member-0", member.address}};
   uint64_t version = 1;
+  uint64_t pulled = 0;  // by the last blob
   auto send = [&]() {
     troupe::BlobSendOptions options;
     options.device = device;
@@ -146,6 +151,7 @@ void sendBlobs(benchmark::State& state, const std::string& listen, const std::st
       state.SkipWithError(e->getDescription().cStr());
       return -1.0;
     }
+    pulled = results[0].pulledBytes;
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
   if (send() < 0) return;  // warm-up: the member's buffer is made and touched
@@ -155,6 +161,7 @@ void sendBlobs(benchmark::State& state, const std::string& listen, const std::st
     state.SetIterationTime(seconds);
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+  state.counters["pulled"] = static_cast<double>(pulled) / static_cast<double>(size);
   state.SetLabel(memberDevice.empty() ? "host" : memberDevice);
 }
 

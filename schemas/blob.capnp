@@ -51,6 +51,9 @@ struct BlobOutcome {
   errorType @3 :UInt8;     # the error's kj::Exception::Type
   bytes @4 :UInt64;        # bytes the member received
   micros @5 :UInt64;       # from its first request to having the whole blob, on its clock
+  pulled @6 :UInt64;       # of `bytes`, those it copied from its senders' memory (the header's
+                           # deviceMemory or senderMemory: `pulled` writes), not received in
+                           # writes
 }
 
 interface BlobSink {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include <kj/debug.h>
 
@@ -24,6 +25,7 @@ BlobResult copyOf(const BlobResult& r) {
   c.address = r.address;
   c.error = r.error.map([](const kj::Exception& e) { return kj::cp(e); });
   c.bytes = r.bytes;
+  c.pulledBytes = r.pulledBytes;
   c.latency = r.latency;
   return c;
 }
@@ -447,7 +449,15 @@ private:
         header.setDeviceMemory(*exported);
         header.setDeviceHost(sameHostId());
         offered = true;
-      } else if (source.device() == nullptr && p.sameHostReads && source.size() > 0) {
+      } else if (source.device() != nullptr) {
+        // Said once a process at info (it is how the device and its driver are set up), as the
+        // member says why it cannot open memory that was offered.
+        static std::atomic<bool> said{false};
+        fanout.log->log(said.exchange(true) ? spdlog::level::debug : spdlog::level::info,
+                        "blob '{}' v{}: {} gets its chunks through host memory: {} cannot "
+                        "export this memory to other processes",
+                        p.name, p.version, hop.endpoint, source.device()->name().cStr());
+      } else if (p.sameHostReads && source.size() > 0) {
         header.setSenderPid(static_cast<uint32_t>(getpid()));
         header.setSenderMemory(reinterpret_cast<uintptr_t>(source.begin()));
         offered = true;
@@ -544,6 +554,7 @@ private:
             auto at = fanout.addresses.find(result.endpoint);
             if (at != fanout.addresses.end()) result.address = at->second;
             result.bytes = o.getBytes();
+            result.pulledBytes = o.getPulled();
             result.latency = o.getMicros() * kj::MICROSECONDS;
             if (!o.getOk()) {
               // The peer's word: a type out of range is taken as FAILED.

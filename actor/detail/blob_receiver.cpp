@@ -288,6 +288,7 @@ public:
       std::vector<BlobResult> outcomes;
       BlobResult own;
       own.bytes = header.size;
+      own.pulledBytes = pulledBytes;
       own.latency = took;
       own.error = handlerFailure.map([](const kj::Exception& e) { return kj::cp(e); });
       outcomes.push_back(kj::mv(own));
@@ -365,6 +366,7 @@ private:
     }
     if (from == nullptr) giveUp(kj::str("a chunk to copy from a memory this member never opened"));
     taken(length);
+    pulledBytes += length;
     auto copied = kj::evalNow([&]() {
       return s.device()->copyWithin(s.writable() + offset, from->memory.begin() + offset, length);
     });
@@ -404,6 +406,7 @@ private:
     }
     readSender = true;
     if (receiver != nullptr) receiver->bytesRead += length;
+    pulledBytes += length;
     taken(length);
     source->appendUnchecked();
     progressed();
@@ -621,6 +624,7 @@ private:
   kj::Own<BlobSource> source;  // null once given up, or handed over and forwarded
   uint64_t placedUpTo = 0;     // chunks below this were placed (or written): see placeChunk()
   uint64_t due = 0;            // the offset of the next chunk to be written
+  uint64_t pulledBytes = 0;    // copied from senders' memory (pull()), not written
   // Device memory only.
   // The sender's device memory, opened: chunks are copied from there (pull()).
   kj::Maybe<kj::Own<Imported>> imported;
@@ -689,6 +693,7 @@ protected:
           out.setErrorType(static_cast<uint8_t>(e->getType()));
         }
         out.setBytes(o.bytes);
+        out.setPulled(o.pulledBytes);
         out.setMicros(static_cast<uint64_t>(o.latency / kj::MICROSECONDS));
       }
     });

@@ -659,8 +659,8 @@ py::list PyPool::broadcastBlob(const std::string& name, uint64_t version, py::ha
     KJ_IF_MAYBE(e, r.error) {
       error = errorObject(*e, r.endpoint);
     }
-    out.append(
-        py::make_tuple(r.endpoint, error, r.bytes, double(r.latency / kj::NANOSECONDS) / 1e9));
+    out.append(py::make_tuple(r.endpoint, error, r.bytes, double(r.latency / kj::NANOSECONDS) / 1e9,
+                              r.pulledBytes));
   }
   return out;
 }

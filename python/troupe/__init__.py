@@ -393,15 +393,18 @@ class Broadcast:
 
 class BlobResult:
     """What became of a blob at one member: `ok`, or `error` (a troupe.Error); `bytes` it
-    received; `seconds` from its first request to having the whole blob (as it measured)."""
+    received; `seconds` from its first request to having the whole blob (as it measured);
+    `pulled_bytes`, of `bytes`, those it copied straight from its sender's memory on their host
+    (GPU to GPU, or read from the sender's process), not through the connection."""
 
-    __slots__ = ("endpoint", "error", "bytes", "seconds")
+    __slots__ = ("endpoint", "error", "bytes", "seconds", "pulled_bytes")
 
-    def __init__(self, endpoint, error, nbytes, seconds):
+    def __init__(self, endpoint, error, nbytes, seconds, pulled_bytes):
         self.endpoint = endpoint
         self.error = error
         self.bytes = nbytes
         self.seconds = seconds
+        self.pulled_bytes = pulled_bytes
 
     @property
     def ok(self):

@@ -100,6 +100,7 @@ class BlobResult:
     error: Optional[Error]
     bytes: int
     seconds: float
+    pulled_bytes: int
     @property
     def ok(self) -> bool: ...
 

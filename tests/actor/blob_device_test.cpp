@@ -242,6 +242,7 @@ TEST_F(BlobDeviceTest, OnOneHostAMemberCopiesFromTheSendersDeviceMemoryDirectly)
   EXPECT_EQ(device->bytesWithin, bytes.size());  // every byte device to device, once
   EXPECT_EQ(device->bytesIn, uploaded);          // none through staging buffers
   EXPECT_EQ(device->stagingMade, 0u);
+  EXPECT_EQ(results[0].pulledBytes, bytes.size());  // and the member says so
   m.received.clear();
   EXPECT_EQ(device->imports, 0u);  // the sender's memory is closed again
   EXPECT_EQ(device->liveBytes, 0u);
@@ -256,8 +257,12 @@ TEST_F(BlobDeviceTest, AChainOnOneHostCopiesDeviceToDeviceHopByHopAndThroughHost
   auto bytes = pattern((4 << 20) + 4096, 6);
   auto results = send(device->upload(loop.waitScope(), bytes), Fanout::CHAIN, device, true);
   expectAllHold(bytes, results);
-  // Three hops device to device (into members 0, 1 and 4).
+  // Three hops device to device (into members 0, 1 and 4), as each says.
   EXPECT_EQ(device->bytesWithin, 3 * bytes.size());
+  uint64_t pulled[] = {bytes.size(), bytes.size(), 0, 0, bytes.size()};
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_EQ(results[i].pulledBytes, pulled[i]) << members[i]->endpoint;
+  }
 }
 
 TEST_F(BlobDeviceTest, AMemberThatCannotOpenTheSendersMemoryTakesTheChunksThroughHostMemory) {
@@ -275,6 +280,7 @@ TEST_F(BlobDeviceTest, AMemberThatCannotOpenTheSendersMemoryTakesTheChunksThroug
   EXPECT_TRUE(back == bytes);
   EXPECT_EQ(device->bytesWithin, 0u);
   EXPECT_EQ(other->bytesIn, bytes.size());
+  EXPECT_EQ(results[0].pulledBytes, 0u);
 }
 
 TEST_F(BlobDeviceTest, AnEmptyBlobIsHandedOverAsAnyOther) {

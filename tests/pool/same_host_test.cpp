@@ -260,6 +260,8 @@ void SameHostTest::chainOnThisHost(bool reads) {
     KJ_IF_MAYBE(e, result.error) {
       ADD_FAILURE() << result.endpoint << ": " << e->getDescription().cStr();
     }
+    // Each member's own word on how its bytes came.
+    EXPECT_EQ(result.pulledBytes, reads ? bytes.size() : 0u) << result.endpoint;
   }
   for (auto& r : receivers) {
     ASSERT_EQ(r->received.size(), 1u);

@@ -134,6 +134,7 @@ def test_an_actor_takes_blobs_while_it_serves(host):
         [result] = pool.broadcast_blob("weights", version, weights, fanout="chain",
                                        same_host_reads=version == 1)
         assert result.ok and result.bytes == weights.nbytes
+        assert result.pulled_bytes == (weights.nbytes if version == 1 else 0)
         assert pool.call("held") == {"version": float(version), "sum": float(version << 18),
                                      "writable": 0.0}
     [refused] = pool.broadcast_blob("broken", 3, b"x" * 4096)
