@@ -73,7 +73,8 @@ public:
   // move through staging buffers as between hosts.
   //
   // Device memory [at, at + bytes) as a handle that another process of this host may open with
-  // importMemory() of a device of the same kind; null where this one cannot export it.
+  // importMemory() of a device of the same kind. Null where this kind of device exports
+  // nothing (the default); throws, saying why, where it cannot export this memory.
   virtual kj::Maybe<kj::Array<kj::byte>> exportMemory(const kj::byte* at, size_t bytes);
   // The memory `handle` names, opened in this process: device memory copyWithin() may read,
   // closed when the array goes. Throws, saying why, where it cannot be opened here (another

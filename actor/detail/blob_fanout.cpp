@@ -165,7 +165,8 @@ kj::Maybe<kj::ArrayPtr<const kj::byte>> BlobSource::exported() {
   if (device_ == nullptr) return nullptr;
   if (!exportTried) {
     exportTried = true;
-    exported_ = device_->exportMemory(memory.begin(), size_);
+    exportFailure_ = kj::runCatchingExceptions(
+        [&]() { exported_ = device_->exportMemory(memory.begin(), size_); });
   }
   KJ_IF_MAYBE(handle, exported_) {
     return kj::ArrayPtr<const kj::byte>(handle->begin(), handle->size());
@@ -453,10 +454,14 @@ private:
         // Said once a process at info (it is how the device and its driver are set up), as the
         // member says why it cannot open memory that was offered.
         static std::atomic<bool> said{false};
+        kj::String why = kj::str(source.device()->name(), " exports no memory");
+        KJ_IF_MAYBE(e, source.exportFailure()) {
+          why = kj::str(source.device()->name(), " cannot export it: ", e->getDescription());
+        }
         fanout.log->log(said.exchange(true) ? spdlog::level::debug : spdlog::level::info,
-                        "blob '{}' v{}: {} gets its chunks through host memory: {} cannot "
-                        "export this memory to other processes",
-                        p.name, p.version, hop.endpoint, source.device()->name().cStr());
+                        "blob '{}' v{}: {} gets its chunks through host memory, not from this "
+                        "process's device memory: {}",
+                        p.name, p.version, hop.endpoint, why.cStr());
       } else if (p.sameHostReads && source.size() > 0) {
         header.setSenderPid(static_cast<uint32_t>(getpid()));
         header.setSenderMemory(reinterpret_cast<uintptr_t>(source.begin()));

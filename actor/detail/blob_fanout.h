@@ -91,8 +91,10 @@ public:
   kj::Promise<void> whenResident(uint64_t bytes);
 
   // The whole blob's device memory, exported for other processes on this host
-  // (BlobDevice::exportMemory), once asked for; null where the device cannot.
+  // (BlobDevice::exportMemory), once asked for; null where the device cannot, with why in
+  // exportFailure() where it said.
   kj::Maybe<kj::ArrayPtr<const kj::byte>> exported();
+  kj::Maybe<const kj::Exception&> exportFailure() const { return exportFailure_; }
 
   // The checksum of chunk `index`, which is in place: the one append() was given, or computed
   // now (once) for a source that came whole. A device source's is known once hostChunk() of it
@@ -139,6 +141,7 @@ private:
   kj::Maybe<kj::Own<StagingRing>> ring;
   bool exportTried = false;
   kj::Maybe<kj::Array<kj::byte>> exported_;
+  kj::Maybe<kj::Exception> exportFailure_;
   std::map<uint64_t, Staged*> staged;  // chunks in host memory now, by index (device only)
 };
 

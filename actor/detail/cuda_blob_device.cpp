@@ -107,17 +107,29 @@ public:
   kj::Maybe<kj::Array<kj::byte>> exportMemory(const kj::byte* at, size_t bytes) override {
     // CUDA exports whole allocations: the handle says where in its allocation `at` is, which
     // only the driver can tell.
-    if (api.memGetAddressRange == nullptr) return nullptr;
+    if (api.memGetAddressRange == nullptr) {
+      throwError(ErrorCode::UNIMPLEMENTED,
+                 "the CUDA driver's cuMemGetAddressRange_v2 was not found (libcuda.so.1 is "
+                 "not loaded, or lacks it)");
+    }
     current();
     auto address = reinterpret_cast<uintptr_t>(at);
     uintptr_t base = 0;
     size_t size = 0;
-    if (api.memGetAddressRange(&base, &size, address) != 0 || address + bytes > base + size) {
-      return nullptr;
+    int found = api.memGetAddressRange(&base, &size, address);
+    if (found != 0) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("cuMemGetAddressRange_v2 finds no allocation of ", name_,
+                         " holding the memory (CUresult ", found, ")"));
+    }
+    if (address + bytes > base + size) {
+      throwError(ErrorCode::INVALID_ARGUMENT,
+                 kj::str("the memory runs past the end of its allocation on ", name_));
     }
     IpcHandle h{};
     memcpy(h.tag, IPC_TAG, sizeof(h.tag));
-    if (api.ipcGetMemHandle(&h.handle, reinterpret_cast<void*>(base)) != 0) return nullptr;
+    checkCuda(api, api.ipcGetMemHandle(&h.handle, reinterpret_cast<void*>(base)),
+              "cudaIpcGetMemHandle");
     h.offset = address - base;
     h.bytes = bytes;
     auto out = kj::heapArray<kj::byte>(sizeof(h));

@@ -283,6 +283,19 @@ TEST_F(BlobDeviceTest, AMemberThatCannotOpenTheSendersMemoryTakesTheChunksThroug
   EXPECT_EQ(results[0].pulledBytes, 0u);
 }
 
+TEST_F(BlobDeviceTest, WhereTheSendersDeviceCannotExportItsMemoryTheChunksGoThroughHostMemory) {
+  add(device);
+  auto bytes = pattern((1 << 20) + 8, 9);
+  auto from = device->upload(loop.waitScope(), bytes);
+  uint64_t uploaded = device->bytesIn;
+  device->exportFails = true;
+  auto results = send(kj::mv(from), Fanout::STAR, device, true);
+  expectAllHold(bytes, results);
+  EXPECT_EQ(device->bytesWithin, 0u);
+  EXPECT_EQ(device->bytesIn - uploaded, bytes.size());  // staged, and copied in
+  EXPECT_EQ(results[0].pulledBytes, 0u);
+}
+
 TEST_F(BlobDeviceTest, AnEmptyBlobIsHandedOverAsAnyOther) {
   add(device);
   add(nullptr);

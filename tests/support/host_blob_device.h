@@ -18,6 +18,7 @@
 #include <kj/debug.h>
 
 #include "troupe/actor/blob_device.h"
+#include "troupe/base/errors.h"
 #include "troupe/base/event_loop.h"
 
 namespace troupe::test {
@@ -61,6 +62,7 @@ public:
   // device object and the memory; a device made with `shares` false exports and opens nothing.
   kj::Maybe<kj::Array<kj::byte>> exportMemory(const kj::byte* at, size_t bytes) override {
     if (!shares) return nullptr;
+    if (exportFails) throwError(ErrorCode::FAILED, "the test made exports fail");
     untag(at, bytes);  // checks it is ours
     Handle h{getpid(), this, at, bytes};
     auto out = kj::heapArray<kj::byte>(sizeof(h));
@@ -133,6 +135,7 @@ public:
   size_t exports = 0;                      // handles made
   size_t imports = 0;                      // handles open now
   bool shares = true;                      // exports and opens memory (device to device)
+  bool exportFails = false;                // exportMemory() throws
   uint64_t failCopiesInPast = UINT64_MAX;  // copies in that would pass this many bytes fail
 
 private:
