@@ -10,9 +10,11 @@
 //    memory (bench_blob_member), the reference for the next.
 //  * BM_Blob_IntoDevice/<MiB>: the same blob into the member's device memory (target: within
 //    1.15x of IntoHost's time).
-//  * BM_Blob_DeviceToDevice/<MiB>: from the sender's device memory into the member's, over the
-//    member's unix socket: the member copies device to device from the sender's memory (CUDA
-//    IPC; target: at least 0.5x CopyWithin).
+//  * BM_Blob_DeviceToDevice/<MiB>/<chunk MiB>: from the sender's device memory into the
+//    member's, over the member's unix socket: the member copies device to device from the
+//    sender's memory (CUDA IPC; target: at least 0.5x CopyWithin), one copy per chunk as the
+//    sender says it is in place. With the default 4 MiB chunks, and with 64 MiB chunks (and a
+//    256 MiB window): what the per-chunk exchange costs beside the copies.
 //
 // Each blob benchmark's `pulled` counter is the share of the bytes the member copied straight
 // from the sender's memory (BlobResult::pulledBytes): 1 where DeviceToDevice went device to
@@ -32,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <random>
@@ -123,9 +126,10 @@ void BM_Device_CopyWithin(benchmark::State& state) {
 }
 
 // One blob of state.range(0) MiB per iteration to one member listening on `listen`, receiving
-// into `memberDevice` ("": host memory), sent from the bench's device memory when `fromDevice`.
+// into `memberDevice` ("": host memory), sent from the bench's device memory when `fromDevice`,
+// in chunks of `chunkBytes` (0: the default).
 void sendBlobs(benchmark::State& state, const std::string& listen, const std::string& memberDevice,
-               bool fromDevice) {
+               bool fromDevice, uint32_t chunkBytes = 0) {
   uint64_t size = state.range(0) * MiB;
   MemberProcess member(listen, memberDevice);
   troupe::EventLoop loop;
@@ -142,6 +146,10 @@ void sendBlobs(benchmark::State& state, const std::string& listen, const std::st
   auto send = [&]() {
     troupe::BlobSendOptions options;
     options.device = device;
+    if (chunkBytes != 0) {
+      options.chunkBytes = chunkBytes;
+      options.windowBytes = std::max<uint64_t>(options.windowBytes, uint64_t{4} * chunkBytes);
+    }
     auto bytes = fromDevice ? borrowed(onDevice) : borrowed(payload(size));
     auto start = Clock::now();
     auto results = troupe::sendBlob(loop, targets, "weights", version++, kj::mv(bytes), options)
@@ -173,7 +181,7 @@ void BM_Blob_IntoDevice(benchmark::State& state) {
 
 void BM_Blob_DeviceToDevice(benchmark::State& state) {
   auto path = "/tmp/troupe-device-bench-" + std::to_string(getpid()) + ".sock";
-  sendBlobs(state, "unix:" + path, deviceName(), true);
+  sendBlobs(state, "unix:" + path, deviceName(), true, static_cast<uint32_t>(state.range(1) * MiB));
   unlink(path.c_str());
 }
 
@@ -183,6 +191,10 @@ BENCHMARK(BM_Device_CopyIn)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillis
 BENCHMARK(BM_Device_CopyWithin)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Blob_IntoHost)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Blob_IntoDevice)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Blob_DeviceToDevice)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Blob_DeviceToDevice)
+    ->Args({1024, 4})
+    ->Args({1024, 64})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -3,8 +3,8 @@
 # blob_device_test.cpp) and bench/device_bench.cpp, then prints, in GB/s, from one run:
 # cudaMemcpy host to device from pinned memory, a 1 GiB blob over loopback into device memory
 # (beside the same blob into host memory), a 1 GiB blob device to device on one host through
-# CUDA IPC, and cudaMemcpy device to device, with the two targets of bench/README.md ("Device
-# memory").
+# CUDA IPC (in 4 MiB chunks, the default, and in 64 MiB chunks), and cudaMemcpy device to
+# device, with the two targets of bench/README.md ("Device memory").
 #
 #   scripts/gpu_check.sh              build here (BUILD_DIR, default build-gpu) and run here
 #   scripts/gpu_check.sh pack DIR     build here, and put the programs and the libraries they
@@ -86,28 +86,32 @@ run() {
     awk '!/^\[20/ || /through host memory|cannot export|cannot open/'
   python3 - "$json" <<'PY'
 import json, sys
-runs = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"]
+# By name and arguments ("BM_Blob_DeviceToDevice/1024/4"), medians only.
+runs = {b["run_name"].rsplit("/", 1)[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"]
         if b.get("aggregate_name") == "median"}
 gbs = {name: b["bytes_per_second"] / 1e9 for name, b in runs.items()}
 # The share of its bytes the member copied from the sender's memory (BlobResult::pulledBytes).
-ipc_used = runs.get("BM_Blob_DeviceToDevice", {}).get("pulled", 0) == 1
-rows = [("cudaMemcpy host to device, pinned", "BM_Device_CopyIn"),
-        ("1 GiB blob into host memory, loopback TCP", "BM_Blob_IntoHost"),
-        ("1 GiB blob into device memory, loopback TCP", "BM_Blob_IntoDevice"),
-        ("1 GiB blob device to device, one host " + ("(IPC)" if ipc_used else "(NOT IPC)"),
-         "BM_Blob_DeviceToDevice"),
-        ("cudaMemcpy device to device", "BM_Device_CopyWithin")]
+d2d = {chunk: f"BM_Blob_DeviceToDevice/1024/{chunk}" for chunk in (4, 64)}
+ipc = {chunk: runs.get(name, {}).get("pulled", 0) == 1 for chunk, name in d2d.items()}
+rows = [("cudaMemcpy host to device, pinned", "BM_Device_CopyIn/1024"),
+        ("1 GiB blob into host memory, loopback TCP", "BM_Blob_IntoHost/1024"),
+        ("1 GiB blob into device memory, loopback TCP", "BM_Blob_IntoDevice/1024")]
+rows += [(f"1 GiB blob device to device, one host, {chunk} MiB chunks "
+          + ("(IPC)" if ipc[chunk] else "(NOT IPC)"), name) for chunk, name in d2d.items()]
+rows += [("cudaMemcpy device to device", "BM_Device_CopyWithin/1024")]
 print("\ngpu_check: medians of 3, GB/s")
 for label, name in rows:
-    print(f"  {label:48s} {gbs.get(name, float('nan')):8.2f}")
-into = gbs["BM_Blob_IntoHost"] / gbs["BM_Blob_IntoDevice"]
-ipc = gbs["BM_Blob_DeviceToDevice"] / gbs["BM_Device_CopyWithin"]
+    print(f"  {label:62s} {gbs.get(name, float('nan')):8.2f}")
+into = gbs["BM_Blob_IntoHost/1024"] / gbs["BM_Blob_IntoDevice/1024"]
 print(f"  into device / into host, time: {into:.2f}x (target at most 1.15x)")
-if ipc_used:
-    print(f"  IPC / cudaMemcpy device to device: {ipc:.2f}x (target at least 0.5x)")
-else:
-    print("  IPC / cudaMemcpy device to device: not measured: the member took the blob through "
-          "host memory, not from the sender's device memory (the log lines above say why)")
+for chunk, name in d2d.items():
+    what = f"IPC / cudaMemcpy device to device, {chunk} MiB chunks"
+    if ipc[chunk]:
+        ratio = gbs[name] / gbs["BM_Device_CopyWithin/1024"]
+        print(f"  {what}: {ratio:.2f}x (target at least 0.5x)")
+    else:
+        print(f"  {what}: not measured: the member took the blob through host memory, not from "
+              "the sender's device memory (the log lines above say why)")
 PY
   rm -f "$json"
 }
